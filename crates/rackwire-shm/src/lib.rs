@@ -1,0 +1,31 @@
+//! Shared-memory building blocks for the rackwire fabric between hosts that share memory.
+//!
+//! A host that shares memory with its peers (processes on one machine today; hosts behind
+//! PCIe non-transparent bridges on rack hardware) exposes *windows* into its memory:
+//!
+//! - [`SharedMem`]: a memfd-backed mapping whose descriptor can be handed to a peer, which then
+//!   writes into the owner's memory with plain stores — no CPU of the owner on the data path.
+//! - [`ControlSocket`] / [`Endpoint`]: a Unix `SOCK_SEQPACKET` socket that carries control
+//!   messages and passes descriptors (`SCM_RIGHTS`).
+//! - [`ring`]: a byte ring that lives in the *receiver's* memory and is managed by the *sender*
+//!   (cached consumer index, lazy update), as Marlin's virtual NIC does.
+//! - [`Doorbell`]: wake a receiver that stopped polling, coalesced so a busy receiver costs
+//!   the sender no system call.
+//! - [`CopyEngine`]: several copy channels (threads acting as DMA engines) for large batches,
+//!   and the combining of contiguous pieces.
+//!
+//! All `unsafe` code of the shared-memory transport lives in this crate, each block with the
+//! reason it is sound.
+
+#![warn(missing_docs)]
+
+pub mod copy;
+pub mod doorbell;
+pub mod mem;
+pub mod ring;
+pub mod socket;
+
+pub use copy::{coalesce, CopyEngine, CopyPiece, COPY_CHANNELS_MAX};
+pub use doorbell::{Doorbell, DoorbellRemote};
+pub use mem::{MapAccess, ShmError, SharedMem, SHM_REGION_BYTES_MAX};
+pub use socket::{ControlSocket, Endpoint, CONTROL_FDS_MAX, CONTROL_MSG_BYTES_MAX};

@@ -1,0 +1,310 @@
+//! A byte ring in the receiver's memory, managed by the sender.
+//!
+//! The receiver creates the ring (a [`SharedMem`]) and hands its descriptor to exactly one
+//! sender. The sender writes records and advances `tail`; the receiver reads them and advances
+//! `head`. The sender keeps its own copy of `head` and re-reads the shared one only when the
+//! ring looks full (Marlin's cached tail with lazy update): a sender that is not running out of
+//! room never touches the cache line the receiver writes.
+//!
+//! Layout (each index on its own cache line so the two sides never share one for writing):
+//!
+//! ```text
+//! 0    tail  u64   written by the sender
+//! 64   head  u64   written by the receiver
+//! 128  magic u64, capacity u64   written once by the receiver
+//! 256  data  capacity bytes (a power of two)
+//! ```
+//!
+//! A record is an 8-byte header (payload length u32, kind u32) and the payload, padded to 8
+//! bytes. A record never wraps: when it does not fit before the end, a padding record fills
+//! the rest and the record starts at offset 0. Every header is checked by the receiver before
+//! use, since the sender may be faulty: a malformed ring is reported, never trusted.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::mem::{MapAccess, ShmError, SharedMem};
+
+const TAIL_OFFSET: u64 = 0;
+const HEAD_OFFSET: u64 = 64;
+const MAGIC_OFFSET: u64 = 128;
+const CAPACITY_OFFSET: u64 = 136;
+const DATA_OFFSET: u64 = 256;
+const RING_MAGIC: u64 = 0x7277_7269_6e67_0001; // "rwring" v1
+const RECORD_HEADER_BYTES: u64 = 8;
+const KIND_PAD: u32 = u32::MAX;
+
+/// The smallest ring capacity in bytes.
+pub const RING_BYTES_MIN: u64 = 4096;
+/// The largest ring capacity in bytes.
+pub const RING_BYTES_MAX: u64 = 64 << 20;
+
+/// The largest payload a ring of `capacity` bytes accepts: half the ring less a header, so
+/// that a record always fits once the receiver has drained what is before it.
+pub const fn payload_bytes_max(capacity: u64) -> u64 {
+    capacity / 2 - RECORD_HEADER_BYTES
+}
+
+const fn padded(len: u64) -> u64 {
+    (RECORD_HEADER_BYTES + len + 7) & !7
+}
+
+/// Why a push did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    /// No room now; the receiver has not drained enough. Try again later.
+    #[error("ring full")]
+    Full,
+    /// The record can never fit this ring.
+    #[error("record of {len} bytes exceeds the ring's limit of {max}")]
+    TooLarge {
+        /// Payload length asked for.
+        len: u64,
+        /// The ring's limit.
+        max: u64,
+    },
+}
+
+fn atomic(mem: &SharedMem, off: u64) -> &AtomicU64 {
+    mem.atomic_u64(off).expect("ring header words are aligned and in bounds by construction")
+}
+
+fn capacity_of(mem: &SharedMem) -> Result<u64, ShmError> {
+    if (mem.len() as u64) < DATA_OFFSET + RING_BYTES_MIN {
+        return Err(ShmError::BadRing("window smaller than a ring"));
+    }
+    let mut word = [0u8; 8];
+    mem.read_at(MAGIC_OFFSET, &mut word);
+    if u64::from_le_bytes(word) != RING_MAGIC {
+        return Err(ShmError::BadRing("bad magic"));
+    }
+    mem.read_at(CAPACITY_OFFSET, &mut word);
+    let cap = u64::from_le_bytes(word);
+    if !cap.is_power_of_two() || !(RING_BYTES_MIN..=RING_BYTES_MAX).contains(&cap) || DATA_OFFSET + cap > mem.len() as u64 {
+        return Err(ShmError::BadRing("bad capacity"));
+    }
+    Ok(cap)
+}
+
+/// The receiving side of a ring; it owns the memory.
+#[derive(Debug)]
+pub struct RingReceiver {
+    mem: SharedMem,
+    cap: u64,
+    head: u64,
+}
+
+impl RingReceiver {
+    /// Create a ring of `capacity` bytes (a power of two in
+    /// [`RING_BYTES_MIN`]..=[`RING_BYTES_MAX`]).
+    pub fn create(name: &str, capacity: u64) -> Result<Self, ShmError> {
+        if !capacity.is_power_of_two() || !(RING_BYTES_MIN..=RING_BYTES_MAX).contains(&capacity) {
+            return Err(ShmError::BadLength(capacity));
+        }
+        let mem = SharedMem::create(name, DATA_OFFSET + capacity)?;
+        mem.write_at(MAGIC_OFFSET, &RING_MAGIC.to_le_bytes());
+        mem.write_at(CAPACITY_OFFSET, &capacity.to_le_bytes());
+        Ok(RingReceiver { mem, cap: capacity, head: 0 })
+    }
+
+    /// The memory to hand to the sender.
+    pub fn mem(&self) -> &SharedMem {
+        &self.mem
+    }
+
+    /// True when no record is waiting.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        atomic(&self.mem, TAIL_OFFSET).load(Ordering::Acquire) == self.head
+    }
+
+    /// Take the next record, copying its payload into `out`. Returns its kind, or `None` when
+    /// the ring is empty. An error means the sender broke the ring; the connection must go.
+    pub fn pop(&mut self, out: &mut Vec<u8>) -> Result<Option<u32>, ShmError> {
+        let tail = atomic(&self.mem, TAIL_OFFSET).load(Ordering::Acquire);
+        loop {
+            if tail == self.head {
+                return Ok(None);
+            }
+            let avail = tail.wrapping_sub(self.head);
+            if avail > self.cap || avail % 8 != 0 {
+                return Err(ShmError::BadRing("tail out of range"));
+            }
+            let idx = self.head & (self.cap - 1);
+            let contiguous = self.cap - idx;
+            let mut hdr = [0u8; 8];
+            self.mem.read_at(DATA_OFFSET + idx, &mut hdr);
+            let len = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as u64;
+            let kind = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
+            if kind == KIND_PAD {
+                if contiguous > avail {
+                    return Err(ShmError::BadRing("padding past tail"));
+                }
+                self.advance(contiguous);
+                continue;
+            }
+            let need = padded(len);
+            if need > contiguous || need > avail {
+                return Err(ShmError::BadRing("record length out of range"));
+            }
+            out.clear();
+            out.resize(len as usize, 0);
+            self.mem.read_at(DATA_OFFSET + idx + RECORD_HEADER_BYTES, out);
+            self.advance(need);
+            return Ok(Some(kind));
+        }
+    }
+
+    fn advance(&mut self, by: u64) {
+        self.head = self.head.wrapping_add(by);
+        atomic(&self.mem, HEAD_OFFSET).store(self.head, Ordering::Release);
+    }
+}
+
+/// The sending side of a ring, attached to memory the receiver sent.
+#[derive(Debug)]
+pub struct RingSender {
+    mem: SharedMem,
+    cap: u64,
+    tail: u64,
+    cached_head: u64,
+    /// How often the shared head had to be re-read because the ring looked full.
+    pub head_refreshes: u64,
+}
+
+impl RingSender {
+    /// Attach to a ring the receiver created. The header is checked, not trusted.
+    pub fn attach(mem: SharedMem) -> Result<Self, ShmError> {
+        if mem.access() != MapAccess::ReadWrite {
+            return Err(ShmError::BadRing("ring mapped read-only"));
+        }
+        let cap = capacity_of(&mem)?;
+        let tail = atomic(&mem, TAIL_OFFSET).load(Ordering::Acquire);
+        let head = atomic(&mem, HEAD_OFFSET).load(Ordering::Acquire);
+        Ok(RingSender { mem, cap, tail, cached_head: head, head_refreshes: 0 })
+    }
+
+    /// The largest payload this ring accepts.
+    pub fn payload_max(&self) -> u64 {
+        payload_bytes_max(self.cap)
+    }
+
+    /// Append one record made of `parts` (concatenated) and publish it.
+    pub fn push(&mut self, kind: u32, parts: &[&[u8]]) -> Result<(), PushError> {
+        debug_assert_ne!(kind, KIND_PAD);
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        if len > self.payload_max() {
+            return Err(PushError::TooLarge { len, max: self.payload_max() });
+        }
+        let need = padded(len);
+        let idx = self.tail & (self.cap - 1);
+        let contiguous = self.cap - idx;
+        let pad = if need > contiguous { contiguous } else { 0 };
+        if !self.has_room(pad + need) {
+            return Err(PushError::Full);
+        }
+        if pad > 0 {
+            let mut hdr = [0u8; 8];
+            hdr[4..].copy_from_slice(&KIND_PAD.to_le_bytes());
+            self.mem.write_at(DATA_OFFSET + idx, &hdr);
+            self.tail = self.tail.wrapping_add(pad);
+        }
+        let at = DATA_OFFSET + (self.tail & (self.cap - 1));
+        let mut hdr = [0u8; 8];
+        hdr[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        hdr[4..].copy_from_slice(&kind.to_le_bytes());
+        self.mem.write_at(at, &hdr);
+        let mut off = at + RECORD_HEADER_BYTES;
+        for p in parts {
+            self.mem.write_at(off, p);
+            off += p.len() as u64;
+        }
+        self.tail = self.tail.wrapping_add(need);
+        atomic(&self.mem, TAIL_OFFSET).store(self.tail, Ordering::Release);
+        Ok(())
+    }
+
+    fn has_room(&mut self, bytes: u64) -> bool {
+        if self.tail.wrapping_sub(self.cached_head) + bytes <= self.cap {
+            return true;
+        }
+        self.head_refreshes += 1;
+        let head = atomic(&self.mem, HEAD_OFFSET).load(Ordering::Acquire);
+        // A head that claims more was consumed than was written is the receiver's bug;
+        // treat it as no room rather than overwrite unread records.
+        if self.tail.wrapping_sub(head) > self.cap {
+            return false;
+        }
+        self.cached_head = head;
+        self.tail.wrapping_sub(self.cached_head) + bytes <= self.cap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pair(cap: u64) -> (RingSender, RingReceiver) {
+        let rx = RingReceiver::create("r", cap).unwrap();
+        let fd = rustix::io::dup(rx.mem().fd()).unwrap();
+        let tx = RingSender::attach(SharedMem::from_fd(fd, MapAccess::ReadWrite).unwrap()).unwrap();
+        (tx, rx)
+    }
+
+    // Checks, over random sequences of record sizes and drain points, that every record comes
+    // out once, in order, byte-exact, including across wrap-around, and that Full is reported
+    // exactly when unread bytes leave no room (nothing is ever overwritten).
+    proptest! {
+        #[test]
+        fn records_round_trip_in_order(sizes in proptest::collection::vec(0usize..1500, 1..300), drain_every in 1usize..20) {
+            let (mut tx, mut rx) = pair(4096);
+            let mut expected = std::collections::VecDeque::new();
+            let mut out = Vec::new();
+            for (i, &n) in sizes.iter().enumerate() {
+                let payload: Vec<u8> = (0..n).map(|j| (i * 31 + j) as u8).collect();
+                loop {
+                    match tx.push(i as u32, &[&payload]) {
+                        Ok(()) => { expected.push_back((i as u32, payload.clone())); break; }
+                        Err(PushError::Full) => {
+                            let (k, p) = expected.pop_front().expect("full ring must hold something");
+                            prop_assert_eq!(rx.pop(&mut out).unwrap(), Some(k));
+                            prop_assert_eq!(&out, &p);
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                if i % drain_every == 0 {
+                    while let Some((k, p)) = expected.pop_front() {
+                        prop_assert_eq!(rx.pop(&mut out).unwrap(), Some(k));
+                        prop_assert_eq!(&out, &p);
+                    }
+                }
+            }
+            while let Some((k, p)) = expected.pop_front() {
+                prop_assert_eq!(rx.pop(&mut out).unwrap(), Some(k));
+                prop_assert_eq!(&out, &p);
+            }
+            prop_assert_eq!(rx.pop(&mut out).unwrap(), None);
+        }
+    }
+
+    // Checks that a faulty sender that writes a bogus length is reported as a broken ring
+    // instead of making the receiver read out of bounds or panic.
+    #[test]
+    fn bogus_record_header_is_reported() {
+        let (mut tx, mut rx) = pair(4096);
+        tx.push(1, &[b"abc"]).unwrap();
+        // Corrupt the length field of the first record through the sender's view.
+        tx.mem.write_at(DATA_OFFSET, &u32::MAX.to_le_bytes());
+        let mut out = Vec::new();
+        assert!(matches!(rx.pop(&mut out), Err(ShmError::BadRing(_))));
+    }
+
+    // Checks the size limit: a record above half the ring is refused as TooLarge.
+    #[test]
+    fn oversize_record_is_refused() {
+        let (mut tx, _rx) = pair(4096);
+        let big = vec![0u8; 4096];
+        assert!(matches!(tx.push(1, &[&big]), Err(PushError::TooLarge { .. })));
+    }
+}
