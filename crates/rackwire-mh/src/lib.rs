@@ -1,14 +1,84 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
+//! The rackwire management host (MH) and the client nodes use to talk to it.
+//!
+//! The management host is the control plane of a rack: it admits nodes that prove they hold
+//! the fabric's shared secret (challenge and response; the secret never crosses the wire),
+//! gives each a stable id by name, keeps the name table (node name → how to reach it), the
+//! region directory (name → remote region handle) and the record of grants, and knows which
+//! nodes are up (heartbeats). Its state survives a restart. Nodes cache what they resolved, so
+//! traffic between peers that already know each other goes on while it is down.
+//!
+//! The wire protocol is newline-delimited JSON over TCP: the control plane is not on the data
+//! path, and a readable protocol is easy to inspect.
+
+#![deny(unsafe_code)]
+
+pub mod auth;
+mod client;
+pub mod proto;
+mod server;
+mod state;
+
+pub use client::{MhClient, MhConfig, Role};
+pub use proto::{GrantEntry, NodeId, NodeInfo, NodeStatus, RegionEntry};
+pub use server::{ManagementHost, MhHandle};
+
+use std::time::Duration;
+
+/// How often a node tells the management host it is alive.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
+/// Heartbeats a node may miss before it is marked down.
+pub const HEARTBEATS_MISSED_MAX: u32 = 4;
+/// The longest line of the control protocol, in bytes.
+pub const MH_LINE_BYTES_MAX: usize = 1 << 20;
+/// The most nodes one management host admits.
+pub const NODES_MAX: usize = 4096;
+/// The most published region names.
+pub const REGION_NAMES_MAX: usize = 65536;
+/// The most recorded grants.
+pub const GRANTS_MAX: usize = 1 << 20;
+/// The longest node or region name, in bytes.
+pub const NAME_BYTES_MAX: usize = 128;
+/// How long a request to the management host may take before it is given up.
+pub const MH_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Errors talking to the management host.
+#[derive(Debug, thiserror::Error)]
+pub enum MhError {
+    /// The management host cannot be reached now (down, restarting, network). Data-plane
+    /// traffic between peers that already resolved each other is not affected.
+    #[error("management host unavailable: {0}")]
+    Unavailable(String),
+    /// Admission refused: the shared secret is wrong, the name is taken by a live node, or a
+    /// limit is reached. Fix the configuration; retrying will not help.
+    #[error("admission refused by the management host: {0}")]
+    Denied(String),
+    /// The server could not prove it holds the shared secret: it is not our management host.
+    #[error("the management host could not prove it holds the fabric secret")]
+    ServerNotAuthentic,
+    /// The name or id asked for is not known.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A request was refused as malformed or not allowed.
+    #[error("request refused: {0}")]
+    Refused(String),
+    /// The other side broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Bad configuration (empty secret, bad address, bad name).
+    #[error("bad configuration: {0}")]
+    Config(String),
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
+/// Checks a node or region name: 1 to [`NAME_BYTES_MAX`] bytes of letters, digits and `-_./:@`.
+pub fn check_name(name: &str) -> Result<(), MhError> {
+    let ok = !name.is_empty()
+        && name.len() <= NAME_BYTES_MAX
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:@".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(MhError::Config(format!(
+            "name {name:?} must be 1..={NAME_BYTES_MAX} bytes of letters, digits and -_./:@"
+        )))
     }
 }

@@ -1,0 +1,419 @@
+//! The client side: how a node (or an observer such as `rackwire nodes`) talks to the
+//! management host.
+//!
+//! The client keeps one session open, heartbeats on it from a background thread, and
+//! reconnects when the management host comes back, replaying what this node told it (its
+//! registration, publications and grant records) so a host that lost its state learns it
+//! again. Everything resolved is cached: while the management host is down, lookups of known
+//! nodes and names answer from the cache.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufReader;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+
+use tracing::{info, warn};
+
+use crate::auth::{self, from_hex, to_hex};
+use crate::proto::*;
+use crate::server::{read_line, write_json};
+use crate::{check_name, MhError, HEARTBEAT_INTERVAL, MH_REQUEST_TIMEOUT};
+
+/// What kind of client this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A fabric node: gets an id, is listed, heartbeats.
+    Node,
+    /// An inspection tool: reads only, gets no id.
+    Observer,
+}
+
+/// Where the management host is and how to prove we belong.
+#[derive(Clone)]
+pub struct MhConfig {
+    /// `host:port`.
+    pub addr: String,
+    /// The fabric's shared secret.
+    pub secret: Vec<u8>,
+    /// This node's name.
+    pub name: String,
+    /// Node or observer.
+    pub role: Role,
+}
+
+impl std::fmt::Debug for MhConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MhConfig").field("addr", &self.addr).field("name", &self.name).field("role", &self.role).finish_non_exhaustive()
+    }
+}
+
+struct Session {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+#[derive(Default)]
+struct Mine {
+    info: Option<NodeInfo>,
+    published: BTreeMap<String, RegionEntry>,
+    grants: Vec<GrantEntry>,
+}
+
+struct Inner {
+    cfg: MhConfig,
+    node_id: NodeId,
+    session: Mutex<Option<Session>>,
+    nodes: Mutex<HashMap<NodeId, NodeInfo>>,
+    regions: Mutex<HashMap<String, RegionEntry>>,
+    mine: Mutex<Mine>,
+}
+
+/// A session with the management host.
+pub struct MhClient {
+    inner: Arc<Inner>,
+    stop: Arc<AtomicBool>,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MhClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MhClient").field("cfg", &self.inner.cfg).field("node_id", &self.inner.node_id).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn unavailable(e: impl std::fmt::Display) -> MhError {
+    MhError::Unavailable(e.to_string())
+}
+
+fn recv<T: serde::de::DeserializeOwned>(r: &mut BufReader<TcpStream>) -> Result<T, MhError> {
+    let mut line = String::new();
+    read_line(r, &mut line).map_err(unavailable)?.ok_or_else(|| unavailable("management host closed the session"))?;
+    serde_json::from_str(&line).map_err(|e| MhError::Protocol(e.to_string()))
+}
+
+/// Open a session and pass admission. Returns the session and our node id.
+fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
+    let addrs: Vec<_> = cfg.addr.to_socket_addrs().map_err(|e| MhError::Config(format!("management host address {:?}: {e}", cfg.addr)))?.collect();
+    let mut last = None;
+    let stream = addrs
+        .iter()
+        .find_map(|a| TcpStream::connect_timeout(a, MH_REQUEST_TIMEOUT).map_err(|e| last = Some(e)).ok())
+        .ok_or_else(|| unavailable(last.map_or_else(|| "no address".to_string(), |e| e.to_string())))?;
+    stream.set_read_timeout(Some(MH_REQUEST_TIMEOUT)).map_err(unavailable)?;
+    let _ = stream.set_nodelay(true);
+    let mut w = stream.try_clone().map_err(unavailable)?;
+    let mut r = BufReader::new(stream);
+    let nonce = auth::nonce();
+    let role = match cfg.role {
+        Role::Node => "node",
+        Role::Observer => "observer",
+    };
+    write_json(&mut w, &Hello { name: cfg.name.clone(), role: role.into(), nonce: to_hex(&nonce) }).map_err(unavailable)?;
+    let ch: Challenge = recv(&mut r)?;
+    let ctx = cfg.name.as_bytes();
+    let server_ok = from_hex(&ch.proof).is_some_and(|p| auth::verify(&cfg.secret, "rackwire-mh-server", &nonce, ctx, &p));
+    if !server_ok {
+        // Either the server does not hold our secret or we hold the wrong one; say so plainly.
+        return Err(MhError::Denied("wrong secret (the management host's proof does not match ours)".into()));
+    }
+    let server_nonce = from_hex(&ch.nonce).ok_or_else(|| MhError::Protocol("bad server nonce".into()))?;
+    let proof = auth::prove(&cfg.secret, "rackwire-mh-client", &server_nonce, ctx);
+    write_json(&mut w, &Proof { proof: to_hex(&proof) }).map_err(unavailable)?;
+    match recv::<Admission>(&mut r)? {
+        Admission::Welcome { node_id } => Ok((Session { w, r }, node_id)),
+        Admission::Denied { reason } => Err(MhError::Denied(reason)),
+    }
+}
+
+fn exchange(s: &mut Session, req: &Request) -> Result<Reply, MhError> {
+    write_json(&mut s.w, req).map_err(unavailable)?;
+    recv(&mut s.r)
+}
+
+fn check(reply: Reply) -> Result<Reply, MhError> {
+    match reply {
+        Reply::Error { kind, message } if kind == "not_found" => Err(MhError::NotFound(message)),
+        Reply::Error { message, .. } => Err(MhError::Refused(message)),
+        other => Ok(other),
+    }
+}
+
+impl Inner {
+    /// Send a request on the session, reconnecting first if there is none. A broken session
+    /// is dropped, so the next call (or the heartbeat) reconnects.
+    fn request(&self, req: &Request) -> Result<Reply, MhError> {
+        let mut guard = lock(&self.session);
+        if guard.is_none() {
+            *guard = Some(self.reconnect()?);
+        }
+        let s = guard.as_mut().expect("set above");
+        match exchange(s, req) {
+            Ok(r) => check(r),
+            Err(e) => {
+                *guard = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// A new session, with this node's registration, publications and grants replayed.
+    fn reconnect(&self) -> Result<Session, MhError> {
+        let (mut s, id) = connect(&self.cfg)?;
+        if id != self.node_id {
+            warn!(old = self.node_id, new = id, "management host gave a different id; it lost its state");
+        }
+        let mine = lock(&self.mine);
+        let replay = mine
+            .info
+            .iter()
+            .map(|info| Request::Register { info: info.clone() })
+            .chain(mine.published.values().map(|e| Request::Publish { entry: e.clone() }))
+            .chain(mine.grants.iter().map(|g| Request::Grant { grant: g.clone() }));
+        for req in replay {
+            if let Err(e) = exchange(&mut s, &req).and_then(check) {
+                warn!("replaying to the management host: {e}");
+            }
+        }
+        info!(addr = %self.cfg.addr, "session with the management host (re)established");
+        Ok(s)
+    }
+}
+
+impl MhClient {
+    /// Join as configured: connect, pass admission, start heartbeats (nodes only).
+    pub fn join(cfg: MhConfig) -> Result<Self, MhError> {
+        if cfg.secret.len() < auth::SECRET_BYTES_MIN {
+            return Err(MhError::Config(format!("the secret must be at least {} bytes", auth::SECRET_BYTES_MIN)));
+        }
+        if cfg.role == Role::Node {
+            check_name(&cfg.name)?;
+        }
+        let (session, node_id) = connect(&cfg)?;
+        let role = cfg.role;
+        let inner = Arc::new(Inner {
+            cfg,
+            node_id,
+            session: Mutex::new(Some(session)),
+            nodes: Mutex::new(HashMap::new()),
+            regions: Mutex::new(HashMap::new()),
+            mine: Mutex::new(Mine::default()),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let heartbeat = (role == Role::Node).then(|| {
+            let weak = Arc::downgrade(&inner);
+            let stop = stop.clone();
+            std::thread::Builder::new().name("rw-mh-heartbeat".into()).spawn(move || heartbeat_loop(weak, stop)).expect("spawn heartbeat thread")
+        });
+        Ok(MhClient { inner, stop, heartbeat })
+    }
+
+    /// This node's id (0 for observers).
+    pub fn node_id(&self) -> NodeId {
+        self.inner.node_id
+    }
+
+    /// This client's name.
+    pub fn name(&self) -> &str {
+        &self.inner.cfg.name
+    }
+
+    /// Tell the management host how to reach this node.
+    pub fn register(&self, info: NodeInfo) -> Result<(), MhError> {
+        lock(&self.inner.mine).info = Some(info.clone());
+        self.inner.request(&Request::Register { info }).map(drop)
+    }
+
+    /// How to reach `node`: from the cache if known, else from the management host.
+    pub fn resolve(&self, node: NodeId) -> Result<NodeInfo, MhError> {
+        if let Some(info) = lock(&self.inner.nodes).get(&node) {
+            return Ok(info.clone());
+        }
+        self.refresh(node)
+    }
+
+    /// Ask the management host afresh how to reach `node`, updating the cache.
+    pub fn refresh(&self, node: NodeId) -> Result<NodeInfo, MhError> {
+        match self.inner.request(&Request::Resolve { node })? {
+            Reply::Node { info } => {
+                lock(&self.inner.nodes).insert(node, info.clone());
+                Ok(info)
+            }
+            other => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// How to reach the node called `name` (management host first, cache when it is down).
+    pub fn resolve_name(&self, name: &str) -> Result<NodeInfo, MhError> {
+        match self.inner.request(&Request::ResolveName { name: name.into() }) {
+            Ok(Reply::Node { info }) => {
+                lock(&self.inner.nodes).insert(info.id, info.clone());
+                Ok(info)
+            }
+            Ok(other) => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+            Err(MhError::Unavailable(e)) => {
+                lock(&self.inner.nodes).values().find(|n| n.name == name).cloned().ok_or(MhError::Unavailable(e))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every node the management host knows, with whether it is up.
+    pub fn nodes(&self) -> Result<Vec<NodeStatus>, MhError> {
+        match self.inner.request(&Request::Nodes)? {
+            Reply::Nodes { nodes } => Ok(nodes),
+            other => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Publish one of this node's regions under a name.
+    pub fn publish(&self, entry: RegionEntry) -> Result<(), MhError> {
+        self.inner.request(&Request::Publish { entry: entry.clone() })?;
+        lock(&self.inner.mine).published.insert(entry.name.clone(), entry);
+        Ok(())
+    }
+
+    /// Withdraw a name this node published.
+    pub fn unpublish(&self, name: &str) -> Result<(), MhError> {
+        lock(&self.inner.mine).published.remove(name);
+        self.inner.request(&Request::Unpublish { name: name.into() }).map(drop)
+    }
+
+    /// Find a region by name (management host first, cache when it is down).
+    pub fn lookup(&self, name: &str) -> Result<RegionEntry, MhError> {
+        match self.inner.request(&Request::Lookup { name: name.into() }) {
+            Ok(Reply::Region { entry }) => {
+                lock(&self.inner.regions).insert(name.into(), entry.clone());
+                Ok(entry)
+            }
+            Ok(other) => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+            Err(MhError::Unavailable(e)) => lock(&self.inner.regions).get(name).cloned().ok_or(MhError::Unavailable(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The region directory and grant records.
+    pub fn regions(&self) -> Result<(Vec<RegionEntry>, Vec<GrantEntry>), MhError> {
+        match self.inner.request(&Request::Regions)? {
+            Reply::Regions { regions, grants } => Ok((regions, grants)),
+            other => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Record a grant. The owner enforces grants itself, so while the management host is
+    /// down the record is kept here and sent when it is back.
+    pub fn record_grant(&self, grant: GrantEntry) {
+        {
+            let mut mine = lock(&self.inner.mine);
+            mine.grants.retain(|g| !(g.region == grant.region && g.peer == grant.peer));
+            mine.grants.push(grant.clone());
+        }
+        if let Err(e) = self.inner.request(&Request::Grant { grant }) {
+            warn!("grant record deferred: {e}");
+        }
+    }
+
+    /// Remove a grant record (deferred like [`MhClient::record_grant`]).
+    pub fn record_revoke(&self, region: u32, peer: NodeId) {
+        lock(&self.inner.mine).grants.retain(|g| !(g.region == region && g.peer == peer));
+        if let Err(e) = self.inner.request(&Request::Revoke { region, peer }) {
+            warn!("revoke record deferred: {e}");
+        }
+    }
+
+    /// Forget a freed region's names and grants.
+    pub fn drop_region(&self, region: u32) {
+        {
+            let mut mine = lock(&self.inner.mine);
+            mine.grants.retain(|g| g.region != region);
+            mine.published.retain(|_, e| e.region != region);
+        }
+        if let Err(e) = self.inner.request(&Request::DropRegion { region }) {
+            warn!("region drop record deferred: {e}");
+        }
+    }
+}
+
+fn heartbeat_loop(inner: Weak<Inner>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(HEARTBEAT_INTERVAL);
+        let Some(inner) = inner.upgrade() else { return };
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let _ = inner.request(&Request::Heartbeat);
+    }
+}
+
+impl Drop for MhClient {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(s) = lock(&self.inner.session).take() {
+            let _ = s.w.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(h) = self.heartbeat.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManagementHost;
+
+    fn cfg(addr: &str, secret: &[u8], name: &str) -> MhConfig {
+        MhConfig { addr: addr.into(), secret: secret.to_vec(), name: name.into(), role: Role::Node }
+    }
+
+    // Checks admission: the right secret gets an id, the same name gets the same id again after
+    // leaving, a live name cannot be taken twice, and a wrong secret is refused with Denied.
+    #[test]
+    fn admission_by_secret_and_stable_ids() {
+        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let addr = mh.addr().to_string();
+        let a = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
+        let id = a.node_id();
+        assert!(id >= 1);
+        assert!(matches!(MhClient::join(cfg(&addr, b"correct-secret", "a")), Err(MhError::Denied(_))));
+        assert!(matches!(MhClient::join(cfg(&addr, b"wrong-secret!", "b")), Err(MhError::Denied(_))));
+        drop(a);
+        // The session close is seen by the server's session thread shortly after.
+        let again = (0..100).find_map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            MhClient::join(cfg(&addr, b"correct-secret", "a")).ok()
+        });
+        assert_eq!(again.unwrap().node_id(), id);
+    }
+
+    // Checks that state survives a restart: a published region and a node's registration are
+    // there after the management host is stopped and started on the same state directory.
+    #[test]
+    fn state_survives_restart() {
+        let dir = std::env::temp_dir().join(format!("rw-mh-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let entry = RegionEntry { name: "r1".into(), node: 0, region: 7, key: "00".repeat(16), len: 4096 };
+        {
+            let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
+            let c = MhClient::join(cfg(&mh.addr().to_string(), b"correct-secret", "n1")).unwrap();
+            c.register(NodeInfo { host: "h".into(), pid: 1, ..NodeInfo::default() }).unwrap();
+            c.publish(RegionEntry { node: c.node_id(), ..entry.clone() }).unwrap();
+            drop(c);
+            mh.stop();
+        }
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
+        let o = MhClient::join(MhConfig { role: Role::Observer, ..cfg(&mh.addr().to_string(), b"correct-secret", "obs") }).unwrap();
+        let found = o.lookup("r1").unwrap();
+        assert_eq!(found.region, 7);
+        let nodes = o.nodes().unwrap();
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0].info.host, "h");
+        assert!(matches!(o.lookup("nope"), Err(MhError::NotFound(_))));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,202 @@
+//! Messages of the management-host protocol (newline-delimited JSON).
+
+use serde::{Deserialize, Serialize};
+
+/// A node's id in the fabric, given by the management host, stable across restarts by name.
+pub type NodeId = u32;
+
+/// How to reach a node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Node id.
+    pub id: NodeId,
+    /// Unique name.
+    pub name: String,
+    /// Identity of the machine whose memory the node can share (the kernel's boot id): nodes
+    /// with equal `host` reach each other through shared memory.
+    pub host: String,
+    /// Path of the node's shared-memory control endpoint.
+    pub shm_path: Option<String>,
+    /// Addresses of the node's Ethernet links, for the edge transport.
+    pub links: Vec<String>,
+    /// Process id, for operators.
+    pub pid: u32,
+}
+
+/// A node as the management host sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// What the node registered.
+    pub info: NodeInfo,
+    /// Whether it has a live session with heartbeats.
+    pub up: bool,
+    /// When it was last heard from (milliseconds since the Unix epoch; 0: never since start).
+    pub last_seen_ms: u64,
+}
+
+/// A published region: a name for a remote-region handle.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionEntry {
+    /// Published name.
+    pub name: String,
+    /// Owner node.
+    pub node: NodeId,
+    /// Region id at the owner.
+    pub region: u32,
+    /// The region's key, 32 hex digits.
+    pub key: String,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// A grant recorded centrally (the owner decides and enforces; the MH keeps the record).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantEntry {
+    /// Owner node.
+    pub node: NodeId,
+    /// Region id at the owner.
+    pub region: u32,
+    /// The peer allowed in.
+    pub peer: NodeId,
+    /// Access bits (1 read, 2 write, 4 atomic).
+    pub access: u8,
+}
+
+/// What a client says first.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Hello {
+    /// Node name (observers: any label).
+    pub name: String,
+    /// `node` or `observer`.
+    pub role: String,
+    /// Client nonce, hex.
+    pub nonce: String,
+}
+
+/// The server's answer to [`Hello`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Challenge {
+    /// Server nonce, hex.
+    pub nonce: String,
+    /// The server's proof over the client nonce, hex.
+    pub proof: String,
+}
+
+/// The client's proof over the server nonce, hex.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Proof {
+    /// Hex proof.
+    pub proof: String,
+}
+
+/// The outcome of admission.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Admission {
+    /// Admitted; observers get id 0.
+    Welcome {
+        /// The node's id.
+        node_id: NodeId,
+    },
+    /// Refused, with why.
+    Denied {
+        /// Reason.
+        reason: String,
+    },
+}
+
+/// Requests after admission.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "op")]
+pub enum Request {
+    /// Record how to reach this node.
+    Register {
+        /// The node's info (id and name are taken from the session, not from here).
+        info: NodeInfo,
+    },
+    /// I am alive.
+    Heartbeat,
+    /// All nodes.
+    Nodes,
+    /// One node by id.
+    Resolve {
+        /// Node id.
+        node: NodeId,
+    },
+    /// One node by name.
+    ResolveName {
+        /// Name.
+        name: String,
+    },
+    /// Publish a region of this node under a name.
+    Publish {
+        /// The entry (its `node` must be the session's).
+        entry: RegionEntry,
+    },
+    /// Remove a name this node published.
+    Unpublish {
+        /// Name.
+        name: String,
+    },
+    /// Find a region by name.
+    Lookup {
+        /// Name.
+        name: String,
+    },
+    /// All published regions and grants.
+    Regions,
+    /// Record a grant of this node's region.
+    Grant {
+        /// The grant (its `node` must be the session's).
+        grant: GrantEntry,
+    },
+    /// Remove a grant record.
+    Revoke {
+        /// Region id.
+        region: u32,
+        /// Peer.
+        peer: NodeId,
+    },
+    /// Forget every grant and name of one of this node's regions (it was freed).
+    DropRegion {
+        /// Region id.
+        region: u32,
+    },
+}
+
+/// Replies.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "reply")]
+pub enum Reply {
+    /// Done.
+    Ok,
+    /// A failure with its kind (`not_found`, `refused`).
+    Error {
+        /// Kind.
+        kind: String,
+        /// Message.
+        message: String,
+    },
+    /// One node.
+    Node {
+        /// Its info.
+        info: NodeInfo,
+    },
+    /// All nodes.
+    Nodes {
+        /// Their status.
+        nodes: Vec<NodeStatus>,
+    },
+    /// One region.
+    Region {
+        /// The entry.
+        entry: RegionEntry,
+    },
+    /// The directory.
+    Regions {
+        /// Published regions.
+        regions: Vec<RegionEntry>,
+        /// Recorded grants.
+        grants: Vec<GrantEntry>,
+    },
+}

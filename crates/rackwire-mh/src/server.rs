@@ -1,0 +1,400 @@
+//! The management-host server: one thread per session, state behind one lock.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tracing::{debug, info, warn};
+
+use crate::auth::{self, from_hex, to_hex};
+use crate::proto::*;
+use crate::state::Store;
+use crate::{check_name, MhError, GRANTS_MAX, HEARTBEATS_MISSED_MAX, HEARTBEAT_INTERVAL, MH_LINE_BYTES_MAX, NODES_MAX, REGION_NAMES_MAX};
+
+/// How long a client has to complete admission.
+const ADMISSION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the accept loop looks for a stop request.
+const ACCEPT_POLL: Duration = Duration::from_millis(20);
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Read one line of at most [`MH_LINE_BYTES_MAX`] bytes. `Ok(None)` at end of stream.
+pub(crate) fn read_line(r: &mut impl BufRead, buf: &mut String) -> std::io::Result<Option<()>> {
+    buf.clear();
+    let n = std::io::Read::take(r, MH_LINE_BYTES_MAX as u64 + 1).read_line(buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if n > MH_LINE_BYTES_MAX {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "line too long"));
+    }
+    Ok(Some(()))
+}
+
+pub(crate) fn write_json(w: &mut impl Write, v: &impl serde::Serialize) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(v).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    w.write_all(&line)?;
+    w.flush()
+}
+
+struct Live {
+    session: u64,
+    last_seen_ms: u64,
+}
+
+struct Shared {
+    secret: Vec<u8>,
+    store: Mutex<Store>,
+    live: Mutex<HashMap<NodeId, Live>>,
+    sessions: Mutex<HashMap<u64, TcpStream>>,
+    next_session: AtomicU64,
+    stopping: AtomicBool,
+}
+
+/// The management host. Start it with [`ManagementHost::start`]; it runs until the handle is
+/// stopped or dropped.
+#[derive(Debug)]
+pub struct ManagementHost;
+
+/// A running management host.
+pub struct MhHandle {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MhHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MhHandle").field("addr", &self.addr).finish()
+    }
+}
+
+impl ManagementHost {
+    /// Listen on `listen` (for example `127.0.0.1:7700`; port 0 picks one), keep state in
+    /// `state_dir` (`None`: memory only), admit nodes that hold `secret`.
+    pub fn start(listen: &str, state_dir: Option<&Path>, secret: &[u8]) -> Result<MhHandle, MhError> {
+        if secret.len() < auth::SECRET_BYTES_MIN {
+            return Err(MhError::Config(format!("the secret must be at least {} bytes", auth::SECRET_BYTES_MIN)));
+        }
+        let store = Store::open(state_dir)?;
+        let listener = TcpListener::bind(listen).map_err(|e| MhError::Config(format!("listen on {listen}: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| MhError::Config(e.to_string()))?;
+        listener.set_nonblocking(true).map_err(|e| MhError::Config(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            secret: secret.to_vec(),
+            store: Mutex::new(store),
+            live: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+            next_session: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("rw-mh-accept".into())
+            .spawn(move || accept_loop(listener, s))
+            .map_err(|e| MhError::Config(e.to_string()))?;
+        info!(%addr, "management host listening");
+        Ok(MhHandle { addr, shared, accept: Some(accept) })
+    }
+}
+
+impl MhHandle {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stop: close the listener and every session. State is already on disk.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    /// Block until the accept loop ends (that is, for ever unless stopped from elsewhere).
+    pub fn wait(mut self) {
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+
+    fn shutdown(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        for s in lock(&self.shared.sessions).values() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for MhHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    while !shared.stopping.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let s = shared.clone();
+                let _ = stream.set_nonblocking(false);
+                let id = s.next_session.fetch_add(1, Ordering::Relaxed);
+                if let Ok(clone) = stream.try_clone() {
+                    lock(&s.sessions).insert(id, clone);
+                }
+                let spawned = std::thread::Builder::new().name("rw-mh-session".into()).spawn(move || {
+                    if let Err(e) = session(&s, stream, id) {
+                        debug!(%peer, "session ended: {e}");
+                    }
+                    lock(&s.sessions).remove(&id);
+                });
+                if spawned.is_err() {
+                    warn!("could not start a session thread");
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
+            Err(e) => {
+                warn!("accept: {e}");
+                std::thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, MhError> {
+    serde_json::from_str(line).map_err(|e| MhError::Protocol(e.to_string()))
+}
+
+fn io_err(e: std::io::Error) -> MhError {
+    MhError::Unavailable(e.to_string())
+}
+
+/// Admission: hello → challenge (with our proof) → client proof → welcome / denied.
+fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64) -> Result<(NodeId, String), MhError> {
+    let mut line = String::new();
+    read_line(r, &mut line).map_err(io_err)?.ok_or_else(|| MhError::Protocol("closed before hello".into()))?;
+    let hello: Hello = parse(&line)?;
+    let client_nonce = from_hex(&hello.nonce).filter(|n| n.len() == auth::NONCE_BYTES).ok_or_else(|| MhError::Protocol("bad nonce".into()))?;
+    let server_nonce = auth::nonce();
+    let ctx = hello.name.as_bytes();
+    let proof = auth::prove(&shared.secret, "rackwire-mh-server", &client_nonce, ctx);
+    write_json(w, &Challenge { nonce: to_hex(&server_nonce), proof: to_hex(&proof) }).map_err(io_err)?;
+    read_line(r, &mut line).map_err(io_err)?.ok_or_else(|| MhError::Protocol("closed before proof".into()))?;
+    let client_proof: Proof = parse(&line)?;
+    let ok = from_hex(&client_proof.proof).is_some_and(|p| auth::verify(&shared.secret, "rackwire-mh-client", &server_nonce, ctx, &p));
+    let deny = |w: &mut TcpStream, reason: &str| {
+        let _ = write_json(w, &Admission::Denied { reason: reason.into() });
+        Err(MhError::Denied(reason.into()))
+    };
+    if !ok {
+        warn!(name = %hello.name, "admission refused: wrong secret");
+        return deny(w, "wrong secret");
+    }
+    let id = match hello.role.as_str() {
+        "observer" => 0,
+        "node" => {
+            if let Err(e) = check_name(&hello.name) {
+                return deny(w, &e.to_string());
+            }
+            let mut store = lock(&shared.store);
+            let existing = store.state.nodes.values().find(|n| n.name == hello.name).map(|n| n.id);
+            let mut live = lock(&shared.live);
+            let id = match existing {
+                Some(id) if live.contains_key(&id) => {
+                    drop(live);
+                    drop(store);
+                    return deny(w, &format!("name {} is in use by a live node", hello.name));
+                }
+                Some(id) => id,
+                None => {
+                    if store.state.nodes.len() >= NODES_MAX {
+                        drop(live);
+                        drop(store);
+                        return deny(w, "node limit reached");
+                    }
+                    let id = store.state.next_id;
+                    store.state.next_id += 1;
+                    store.state.nodes.insert(id, NodeInfo { id, name: hello.name.clone(), ..NodeInfo::default() });
+                    store.save()?;
+                    id
+                }
+            };
+            live.insert(id, Live { session, last_seen_ms: now_ms() });
+            id
+        }
+        other => return deny(w, &format!("unknown role {other:?}")),
+    };
+    write_json(w, &Admission::Welcome { node_id: id }).map_err(io_err)?;
+    info!(name = %hello.name, id, "admitted");
+    Ok((id, hello.name))
+}
+
+fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhError> {
+    stream.set_read_timeout(Some(ADMISSION_TIMEOUT)).map_err(io_err)?;
+    let _ = stream.set_nodelay(true);
+    let mut w = stream.try_clone().map_err(io_err)?;
+    let mut r = BufReader::new(stream);
+    let (id, name) = admit(shared, &mut r, &mut w, session)?;
+    // A node that misses this many heartbeats is down; its session is closed.
+    r.get_ref().set_read_timeout(Some(HEARTBEAT_INTERVAL * HEARTBEATS_MISSED_MAX)).map_err(io_err)?;
+    let mut line = String::new();
+    let result = loop {
+        match read_line(&mut r, &mut line) {
+            Ok(Some(())) => {}
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(io_err(e)),
+        }
+        let reply = match parse::<Request>(&line) {
+            Ok(req) => handle(shared, id, req).unwrap_or_else(|e| error_reply(&e)),
+            Err(e) => error_reply(&e),
+        };
+        if id != 0 {
+            if let Some(l) = lock(&shared.live).get_mut(&id) {
+                l.last_seen_ms = now_ms();
+            }
+        }
+        if let Err(e) = write_json(&mut w, &reply) {
+            break Err(io_err(e));
+        }
+    };
+    if id != 0 {
+        let mut live = lock(&shared.live);
+        if live.get(&id).is_some_and(|l| l.session == session) {
+            live.remove(&id);
+            info!(%name, id, "node down");
+        }
+    }
+    result
+}
+
+fn error_reply(e: &MhError) -> Reply {
+    let kind = match e {
+        MhError::NotFound(_) => "not_found",
+        _ => "refused",
+    };
+    let message = match e {
+        MhError::NotFound(m) | MhError::Refused(m) => m.clone(),
+        other => other.to_string(),
+    };
+    Reply::Error { kind: kind.into(), message }
+}
+
+fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
+    let need_node = || if me == 0 { Err(MhError::Refused("observers may not change state".into())) } else { Ok(()) };
+    let mut store = lock(&shared.store);
+    let st = &mut store.state;
+    let reply = match req {
+        Request::Heartbeat => return Ok(Reply::Ok),
+        Request::Register { mut info } => {
+            need_node()?;
+            let known = st.nodes.get(&me).ok_or_else(|| MhError::NotFound(format!("node {me}")))?;
+            info.id = me;
+            info.name = known.name.clone();
+            if info.links.len() > 64 {
+                return Err(MhError::Refused("too many links".into()));
+            }
+            if st.nodes.get(&me) == Some(&info) {
+                return Ok(Reply::Ok);
+            }
+            st.nodes.insert(me, info);
+            Reply::Ok
+        }
+        Request::Nodes => {
+            let live = lock(&shared.live);
+            let nodes = st
+                .nodes
+                .values()
+                .map(|info| NodeStatus {
+                    info: info.clone(),
+                    up: live.contains_key(&info.id),
+                    last_seen_ms: live.get(&info.id).map_or(0, |l| l.last_seen_ms),
+                })
+                .collect();
+            return Ok(Reply::Nodes { nodes });
+        }
+        Request::Resolve { node } => {
+            let info = st.nodes.get(&node).cloned().ok_or_else(|| MhError::NotFound(format!("node {node}")))?;
+            return Ok(Reply::Node { info });
+        }
+        Request::ResolveName { name } => {
+            let info = st.nodes.values().find(|n| n.name == name).cloned().ok_or_else(|| MhError::NotFound(format!("node {name:?}")))?;
+            return Ok(Reply::Node { info });
+        }
+        Request::Lookup { name } => {
+            let entry = st.regions.get(&name).cloned().ok_or_else(|| MhError::NotFound(format!("region {name:?}")))?;
+            return Ok(Reply::Region { entry });
+        }
+        Request::Regions => {
+            return Ok(Reply::Regions { regions: st.regions.values().cloned().collect(), grants: st.grants.clone() });
+        }
+        Request::Publish { entry } => {
+            need_node()?;
+            check_name(&entry.name).map_err(|e| MhError::Refused(e.to_string()))?;
+            if entry.node != me {
+                return Err(MhError::Refused("a node may publish only its own regions".into()));
+            }
+            match st.regions.get(&entry.name) {
+                Some(old) if old.node != me => return Err(MhError::Refused(format!("name {:?} is published by node {}", entry.name, old.node))),
+                Some(old) if *old == entry => return Ok(Reply::Ok),
+                None if st.regions.len() >= REGION_NAMES_MAX => return Err(MhError::Refused("region name limit reached".into())),
+                _ => {}
+            }
+            st.regions.insert(entry.name.clone(), entry);
+            Reply::Ok
+        }
+        Request::Unpublish { name } => {
+            need_node()?;
+            match st.regions.get(&name) {
+                Some(e) if e.node == me => {
+                    st.regions.remove(&name);
+                }
+                Some(_) => return Err(MhError::Refused(format!("name {name:?} belongs to another node"))),
+                None => return Err(MhError::NotFound(format!("region {name:?}"))),
+            }
+            Reply::Ok
+        }
+        Request::Grant { grant } => {
+            need_node()?;
+            if grant.node != me {
+                return Err(MhError::Refused("a node may record grants only of its own regions".into()));
+            }
+            if let Some(g) = st.grants.iter_mut().find(|g| g.node == me && g.region == grant.region && g.peer == grant.peer) {
+                if g.access == grant.access {
+                    return Ok(Reply::Ok);
+                }
+                g.access = grant.access;
+            } else if st.grants.len() >= GRANTS_MAX {
+                return Err(MhError::Refused("grant limit reached".into()));
+            } else {
+                st.grants.push(grant);
+            }
+            Reply::Ok
+        }
+        Request::Revoke { region, peer } => {
+            need_node()?;
+            st.grants.retain(|g| !(g.node == me && g.region == region && g.peer == peer));
+            Reply::Ok
+        }
+        Request::DropRegion { region } => {
+            need_node()?;
+            st.grants.retain(|g| !(g.node == me && g.region == region));
+            st.regions.retain(|_, e| !(e.node == me && e.region == region));
+            Reply::Ok
+        }
+    };
+    store.save()?;
+    Ok(reply)
+}

@@ -1,0 +1,65 @@
+//! The management host's persistent state: one JSON document, replaced atomically on change.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::proto::{GrantEntry, NodeId, NodeInfo, RegionEntry};
+use crate::MhError;
+
+const STATE_FILE: &str = "state.json";
+
+/// Everything the management host must not forget.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct State {
+    /// The next node id to give out (ids start at 1; 0 is "no node").
+    pub next_id: NodeId,
+    pub nodes: BTreeMap<NodeId, NodeInfo>,
+    pub regions: BTreeMap<String, RegionEntry>,
+    pub grants: Vec<GrantEntry>,
+}
+
+/// The state and where it lives.
+#[derive(Debug)]
+pub(crate) struct Store {
+    dir: Option<PathBuf>,
+    pub state: State,
+}
+
+impl Store {
+    /// Open the state in `dir` (created if missing); `None` keeps it in memory only.
+    pub fn open(dir: Option<&Path>) -> Result<Self, MhError> {
+        let mut state = State { next_id: 1, ..State::default() };
+        if let Some(dir) = dir {
+            std::fs::create_dir_all(dir).map_err(|e| MhError::Config(format!("state dir {}: {e}", dir.display())))?;
+            let path = dir.join(STATE_FILE);
+            match std::fs::read(&path) {
+                Ok(bytes) => {
+                    state = serde_json::from_slice(&bytes)
+                        .map_err(|e| MhError::Config(format!("state file {} is damaged: {e}", path.display())))?;
+                    state.next_id = state.next_id.max(1);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(MhError::Config(format!("state file {}: {e}", path.display()))),
+            }
+        }
+        Ok(Store { dir: dir.map(Path::to_owned), state })
+    }
+
+    /// Write the state: to a temporary file, synced, then renamed over the old one, so a
+    /// crash leaves either the old or the new state, never a torn one.
+    pub fn save(&self) -> Result<(), MhError> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let tmp = dir.join(format!("{STATE_FILE}.tmp"));
+        let bytes = serde_json::to_vec_pretty(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, dir.join(STATE_FILE))
+        };
+        write().map_err(|e| MhError::Unavailable(format!("saving state: {e}")))
+    }
+}
