@@ -8,7 +8,7 @@
 //! that is busy polling costs senders no system call (doorbells are coalesced under load).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
@@ -64,8 +64,7 @@ impl Doorbell {
 pub struct DoorbellRemote {
     page: SharedMem,
     efd: OwnedFd,
-    /// How many times a ring actually made a system call.
-    pub rings: u64,
+    rings: AtomicU64,
 }
 
 impl DoorbellRemote {
@@ -75,15 +74,20 @@ impl DoorbellRemote {
         if page.atomic_u64(0).is_none() {
             return Err(ShmError::BadRing("doorbell page too small"));
         }
-        Ok(DoorbellRemote { page, efd, rings: 0 })
+        Ok(DoorbellRemote { page, efd, rings: AtomicU64::new(0) })
+    }
+
+    /// How many rings made a system call (the rest were coalesced away).
+    pub fn rings(&self) -> u64 {
+        self.rings.load(Ordering::Relaxed)
     }
 
     /// Wake the receiver if it is asleep. Call after publishing a record.
     #[inline]
-    pub fn ring(&mut self) {
+    pub fn ring(&self) {
         fence(Ordering::SeqCst);
         if self.page.atomic_u64(0).expect("checked at attach").load(Ordering::Relaxed) != 0 {
-            self.rings += 1;
+            self.rings.fetch_add(1, Ordering::Relaxed);
             let _ = rustix::io::write(&self.efd, &1u64.to_ne_bytes());
         }
     }
@@ -99,13 +103,13 @@ mod tests {
     fn rings_only_when_armed() {
         let bell = Doorbell::new().unwrap();
         let [p, e] = bell.fds();
-        let mut remote = DoorbellRemote::attach(rustix::io::dup(p).unwrap(), rustix::io::dup(e).unwrap()).unwrap();
+        let remote = DoorbellRemote::attach(rustix::io::dup(p).unwrap(), rustix::io::dup(e).unwrap()).unwrap();
         remote.ring();
-        assert_eq!(remote.rings, 0);
+        assert_eq!(remote.rings(), 0);
         assert!(!bell.wait(Some(Duration::from_millis(1))));
         bell.arm();
         remote.ring();
-        assert_eq!(remote.rings, 1);
+        assert_eq!(remote.rings(), 1);
         assert!(bell.wait(Some(Duration::from_secs(5))));
     }
 }

@@ -1,14 +1,216 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
+//! Helpers for the multi-process tests: a management host in the test process and test nodes
+//! (the `rw-testnode` binary) in processes of their own, driven line by line.
+
+#![deny(unsafe_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+/// The secret the tests' fabrics use.
+pub const SECRET: &str = "test-fabric-secret";
+/// How long a test waits for one answer from a node before it fails.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The stable short name of an error kind, as `rw-testnode` prints it.
+pub fn error_kind(e: &rackwire::Error) -> &'static str {
+    use rackwire::Error as E;
+    match e {
+        E::Ungranted { .. } => "ungranted",
+        E::Revoked { .. } => "revoked",
+        E::OutOfBounds { .. } => "out_of_bounds",
+        E::Misaligned { .. } => "misaligned",
+        E::BadKey { .. } => "bad_key",
+        E::UnknownRegion { .. } => "unknown_region",
+        E::UnknownPeer(_) => "unknown_peer",
+        E::PeerGone(_) => "peer_gone",
+        E::Unreachable { .. } => "unreachable",
+        E::Timeout => "timeout",
+        E::MessageTooLarge { .. } => "message_too_large",
+        E::Limit(_) => "limit",
+        E::BadHandle(_) => "bad_handle",
+        E::Protocol(_) => "protocol",
+        E::Config(_) => "config",
+        E::Mh(m) if m.denied => "denied",
+        E::Mh(_) => "mh",
+        E::Sys(_) => "sys",
+        E::Closed => "closed",
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A folder for one test's state, removed on drop.
+pub struct TempDir(pub PathBuf);
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
+impl TempDir {
+    /// A new empty folder named after `tag`.
+    pub fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("rw-test-{tag}-{}-{:x}", std::process::id(), rackwire_mh::auth::random_u128() as u32));
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
     }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A management host for one test.
+pub struct TestMh {
+    /// The running host (None while "down").
+    pub handle: Option<rackwire::MhHandle>,
+    /// Its address.
+    pub addr: String,
+    /// Its state folder.
+    pub state: TempDir,
+}
+
+impl TestMh {
+    /// Start one on a free loopback port with a fresh state folder.
+    pub fn start(tag: &str) -> Self {
+        let state = TempDir::new(tag);
+        let h = rackwire::ManagementHost::start("127.0.0.1:0", Some(&state.0), SECRET.as_bytes()).expect("start management host");
+        TestMh { addr: h.addr().to_string(), handle: Some(h), state }
+    }
+
+    /// Stop it (state stays on disk).
+    pub fn stop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.stop();
+        }
+    }
+
+    /// Start it again on the same address and state.
+    pub fn restart(&mut self) {
+        self.stop();
+        let h = rackwire::ManagementHost::start(&self.addr, Some(&self.state.0), SECRET.as_bytes()).expect("restart management host");
+        self.handle = Some(h);
+    }
+
+    /// An observer session, for inspection.
+    pub fn observer(&self) -> rackwire_mh::MhClient {
+        rackwire_mh::MhClient::join(rackwire_mh::MhConfig {
+            addr: self.addr.clone(),
+            secret: SECRET.as_bytes().to_vec(),
+            name: "test-observer".into(),
+            role: rackwire_mh::Role::Observer,
+        })
+        .expect("observer joins")
+    }
+}
+
+/// Where `rw-testnode` is: beside the test executable's `deps` folder, as cargo lays out a
+/// target folder (`RW_TESTNODE` overrides).
+pub fn testnode_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("RW_TESTNODE") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().expect("exe folder");
+    let dir = if dir.ends_with("deps") { dir.parent().expect("target profile folder") } else { dir };
+    dir.join("rw-testnode")
+}
+
+/// A test node in its own process.
+pub struct Node {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    /// Its node id.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+}
+
+impl Node {
+    /// Start `rw-testnode` as `name`, joined to `mh` with `secret`. Panics unless it joins.
+    pub fn spawn(mh: &str, name: &str) -> Node {
+        let mut n = Node::spawn_with_secret(mh, name, SECRET);
+        let ready = n.line();
+        let id = ready.strip_prefix("ready ").unwrap_or_else(|| panic!("{name} did not join: {ready}"));
+        n.id = id.parse().expect("node id");
+        n
+    }
+
+    /// Start it with any secret, without waiting for it to join.
+    pub fn spawn_with_secret(mh: &str, name: &str, secret: &str) -> Node {
+        let mut child = Command::new(testnode_bin())
+            .env("RACKWIRE_MH", mh)
+            .env("RACKWIRE_SECRET", secret)
+            .env("RACKWIRE_NAME", name)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rw-testnode");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Node { child, stdin, lines, id: 0, name: name.into() }
+    }
+
+    /// The next line the node prints.
+    pub fn line(&mut self) -> String {
+        self.lines.recv_timeout(ANSWER_TIMEOUT).unwrap_or_else(|_| panic!("node {} gave no answer in time", self.name))
+    }
+
+    /// Send a command without waiting for its answer.
+    pub fn start_cmd(&mut self, cmd: &str) {
+        writeln!(self.stdin, "{cmd}").and_then(|_| self.stdin.flush()).expect("write to node");
+    }
+
+    /// Run one command and return its one-line answer.
+    pub fn cmd(&mut self, cmd: &str) -> String {
+        self.start_cmd(cmd);
+        self.line()
+    }
+
+    /// Run a command that must answer `ok ...`; returns what follows `ok`.
+    pub fn ok(&mut self, cmd: &str) -> String {
+        let a = self.cmd(cmd);
+        match a.strip_prefix("ok") {
+            Some(rest) => rest.trim().to_string(),
+            None => panic!("{}: `{cmd}` answered `{a}`", self.name),
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kill the process at once.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Wait for the process to exit; its exit status.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("wait for node")
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(b: &[u8]) -> String {
+    rackwire_mh::auth::to_hex(b)
 }

@@ -1,14 +1,78 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! rackwire: a rack-area network stack in software.
+//!
+//! Processes of a small cluster join one **fabric** run by a management host, and then move
+//! data between them with:
+//!
+//! - **one-sided operations** into memory its owner registered and granted: [`Conn::write`],
+//!   [`Conn::read`], [`Conn::write_batch`], [`Conn::compare_swap`], [`Conn::fetch_add`], each
+//!   optionally notifying the target with a 64-bit immediate ([`OpFlags::notify`]) and ordered
+//!   by fences ([`OpFlags::fence_before`], [`OpFlags::fence_after`]); unordered by default;
+//! - **two-sided messages**: [`Conn::send`] and [`Fabric::recv_timeout`].
+//!
+//! Every operation returns an [`Op`] handle with `poll`, `wait` and `wait_timeout`. Every
+//! failure has its own [`Error`] variant, decided where it must be (access is checked by the
+//! target's rules, and refused access never touches the target's memory).
+//!
+//! ```no_run
+//! use rackwire::{Access, Fabric, FabricConfig, OpFlags};
+//! # fn main() -> Result<(), rackwire::Error> {
+//! let fabric = Fabric::join(FabricConfig::from_env()?)?;
+//! let region = fabric.alloc(1 << 20, Access::READ | Access::WRITE)?;
+//! region.publish("my-buffer")?;
+//! // ... on another node:
+//! let target = fabric.lookup("my-buffer")?;
+//! let conn = fabric.connect(target.node())?;
+//! conn.write(&target, 0, b"hello", OpFlags::default().notify(42)).wait()?;
+//! # Ok(()) }
+//! ```
+//!
+//! Peers that share memory with this process are reached through the shared-memory
+//! transport; the edge transport over Ethernet plugs in behind the same calls
+//! (see [`transport`]).
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+mod access;
+mod config;
+mod conn;
+mod error;
+mod fabric;
+mod handle;
+mod op;
+mod region;
+mod shm;
+pub mod transport;
+
+pub use access::Access;
+pub use config::{FabricConfig, TransportChoice};
+pub use conn::{BatchOptions, Conn, ConnStats};
+pub use error::{Error, MhErrorText};
+pub use fabric::{Fabric, Message, Notification};
+pub use handle::{RegionId, RemoteRegion, REMOTE_REGION_BYTES};
+pub use op::{Completion, Op, OpFlags};
+pub use region::{Region, RevokeOutcome};
+pub use rackwire_mh::{ManagementHost, MhHandle, NodeId, NodeInfo, NodeStatus};
+
+use std::time::Duration;
+
+/// The largest two-sided message, in bytes.
+pub const MESSAGE_BYTES_MAX: usize = 64 * 1024;
+/// Bytes of each per-sender message ring in the receiver's memory.
+pub const MESSAGE_RING_BYTES: u64 = 1 << 20;
+/// Bytes of each per-sender notification (completion) ring in the receiver's memory.
+pub const NOTIFY_RING_BYTES: u64 = 256 * 1024;
+/// The most regions one node may have at once.
+pub const REGIONS_MAX: usize = 4096;
+/// The most peers one node may be connected to at once.
+pub const PEERS_MAX: usize = 256;
+/// The most entries in one scatter-gather batch.
+pub const BATCH_ENTRIES_MAX: usize = 65536;
+/// How long connecting to a peer (handshake included) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a peer has to confirm it unmapped a revoked region before it is cut off.
+pub const REVOKE_ACK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default bound on how long an operation may wait for room or for its peer.
+pub const OP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+const _: () = assert!(MESSAGE_BYTES_MAX as u64 <= rackwire_shm::ring::payload_bytes_max(MESSAGE_RING_BYTES));

@@ -1,0 +1,226 @@
+//! A fabric node driven by commands on standard input, one answer line per command on
+//! standard output: the tests run several of these as real processes.
+//!
+//! It joins with the configuration from the environment and prints `ready ID`, or
+//! `join-failed KIND MESSAGE` and exits with status 2.
+
+#![deny(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use rackwire::{Access, Error, Fabric, FabricConfig, OpFlags, Region, RemoteRegion};
+use rackwire_mh::auth::{from_hex, to_hex};
+use rackwire_tests::error_kind;
+
+struct Node {
+    fabric: Fabric,
+    regions: HashMap<u32, Region>,
+}
+
+fn arg<'a>(a: &[&'a str], i: usize) -> Result<&'a str, String> {
+    a.get(i).copied().ok_or_else(|| format!("missing argument {i}"))
+}
+
+fn num<T: std::str::FromStr>(a: &[&str], i: usize) -> Result<T, String> {
+    arg(a, i)?.parse().map_err(|_| format!("argument {i} is not a number"))
+}
+
+fn flags(a: &[&str]) -> OpFlags {
+    let mut f = OpFlags::NONE;
+    for w in a {
+        if let Some(imm) = w.strip_prefix("notify=").and_then(|v| v.parse().ok()) {
+            f = f.notify(imm);
+        }
+        if *w == "fence=before" {
+            f = f.fence_before();
+        }
+        if *w == "fence=after" {
+            f = f.fence_after();
+        }
+    }
+    f
+}
+
+fn show(r: Result<String, Error>) -> String {
+    match r {
+        Ok(s) if s.is_empty() => "ok".into(),
+        Ok(s) => format!("ok {s}"),
+        Err(e) => format!("err {} {e}", error_kind(&e)),
+    }
+}
+
+impl Node {
+    fn handle(&self, a: &[&str]) -> Result<RemoteRegion, String> {
+        arg(a, 1)?.parse().map_err(|e: Error| e.to_string())
+    }
+
+    fn region(&self, a: &[&str]) -> Result<&Region, String> {
+        self.regions.get(&num(a, 1)?).ok_or_else(|| "no such local region".into())
+    }
+
+    fn run(&mut self, a: &[&str]) -> Result<String, String> {
+        let f = &self.fabric;
+        Ok(match a[0] {
+            "alloc" => {
+                let access: Access = arg(a, 2)?.parse().map_err(|e: Error| e.to_string())?;
+                let r = f.alloc(num(a, 1)?, access).map_err(|e| e.to_string())?;
+                let s = format!("ok {} {}", r.id(), r.handle());
+                self.regions.insert(r.id(), r);
+                s
+            }
+            "free" => {
+                self.regions.remove(&num(a, 1)?);
+                "ok".into()
+            }
+            "grant" => {
+                let (peer, access) = (num(a, 2)?, arg(a, 3)?.parse().map_err(|e: Error| e.to_string())?);
+                show(self.region(a)?.grant(peer, access).map(|_| String::new()))
+            }
+            "revoke" => {
+                let peer = num(a, 2)?;
+                show(self.region(a)?.revoke(peer).map(|o| format!("{o:?}").to_lowercase()))
+            }
+            "publish" => show(self.region(a)?.publish(arg(a, 2)?).map(|_| String::new())),
+            "lookup" => show(f.lookup(arg(a, 1)?).map(|h| h.to_string())),
+            "local-read" => {
+                let (off, len) = (num(a, 2)?, num(a, 3)?);
+                show(self.region(a)?.to_vec(off, len).map(|v| to_hex(&v)))
+            }
+            "local-load" => {
+                let off = num(a, 2)?;
+                show(self.region(a)?.load_u64(off).map(|v| v.to_string()))
+            }
+            "write" => {
+                let h = self.handle(a)?;
+                let data = from_hex(arg(a, 3)?).ok_or("bad hex")?;
+                let off = num(a, 2)?;
+                show(f.connect(h.node()).and_then(|c| c.write(&h, off, &data, flags(&a[4..])).wait()).map(|_| String::new()))
+            }
+            "write-len" => {
+                // write LEN bytes of value BYTE: for large or out-of-bounds writes.
+                let h = self.handle(a)?;
+                let data = vec![num::<u8>(a, 4)?; num::<usize>(a, 3)?];
+                let off = num(a, 2)?;
+                show(f.connect(h.node()).and_then(|c| c.write(&h, off, &data, flags(&a[5..])).wait()).map(|_| String::new()))
+            }
+            "read" => {
+                let h = self.handle(a)?;
+                let (off, len) = (num(a, 2)?, num(a, 3)?);
+                show(f.connect(h.node()).and_then(|c| c.read(&h, off, len, OpFlags::NONE).wait()).map(|c| to_hex(&c.into_data())))
+            }
+            "batch" => {
+                let h = self.handle(a)?;
+                let mut owned = Vec::new();
+                for e in arg(a, 2)?.split(',') {
+                    let (off, data) = e.split_once(':').ok_or("entry must be OFF:HEX")?;
+                    owned.push((off.parse::<u64>().map_err(|_| "bad offset")?, from_hex(data).ok_or("bad hex")?));
+                }
+                let entries: Vec<(u64, &[u8])> = owned.iter().map(|(o, d)| (*o, d.as_slice())).collect();
+                show(f.connect(h.node()).and_then(|c| c.write_batch(&h, &entries, flags(&a[3..])).wait()).map(|_| String::new()))
+            }
+            "cas" => {
+                let h = self.handle(a)?;
+                let (off, exp, new) = (num(a, 2)?, num(a, 3)?, num(a, 4)?);
+                let op = f.connect(h.node()).map(|c| c.compare_swap(&h, off, exp, new, OpFlags::NONE));
+                show(op.and_then(|o| o.wait()).map(|c| c.value().unwrap_or(0).to_string()))
+            }
+            "fadd" => {
+                let h = self.handle(a)?;
+                let (off, add) = (num(a, 2)?, num(a, 3)?);
+                show(f.connect(h.node()).and_then(|c| c.fetch_add(&h, off, add, flags(&a[4..])).wait()).map(|c| c.value().unwrap_or(0).to_string()))
+            }
+            "fadd-loop" => {
+                // N fetch-and-adds of 1 on one word.
+                let h = self.handle(a)?;
+                let c = f.connect(h.node()).map_err(|e| e.to_string())?;
+                let (off, n): (u64, u64) = (num(a, 2)?, num(a, 3)?);
+                for _ in 0..n {
+                    c.fetch_add(&h, off, 1, OpFlags::NONE).wait().map_err(|e| e.to_string())?;
+                }
+                "ok".into()
+            }
+            "lock-loop" => {
+                // N times: take a compare-and-swap spin lock at LOCK, add 1 to the plain
+                // (non-atomic) counter at CTR with a read and a write, release the lock.
+                let h = self.handle(a)?;
+                let c = f.connect(h.node()).map_err(|e| e.to_string())?;
+                let (lock, ctr, n): (u64, u64, u64) = (num(a, 2)?, num(a, 3)?, num(a, 4)?);
+                let me = u64::from(f.id());
+                let e = |e: Error| e.to_string();
+                for _ in 0..n {
+                    while c.compare_swap(&h, lock, 0, me, OpFlags::NONE).wait().map_err(e)?.value() != Some(0) {
+                        std::hint::spin_loop();
+                    }
+                    let bytes = c.read(&h, ctr, 8, OpFlags::NONE).wait().map_err(e)?.into_data();
+                    let v = u64::from_le_bytes(bytes.try_into().map_err(|_| "short read")?);
+                    c.write(&h, ctr, &(v + 1).to_le_bytes(), OpFlags::NONE).wait().map_err(e)?;
+                    let old = c.compare_swap(&h, lock, me, 0, OpFlags::NONE).wait().map_err(e)?.value();
+                    if old != Some(me) {
+                        return Err("lock was not held by us at release".into());
+                    }
+                }
+                "ok".into()
+            }
+            "send" => {
+                let data = from_hex(arg(a, 2)?).ok_or("bad hex")?;
+                let node = num(a, 1)?;
+                show(f.connect(node).and_then(|c| c.send(&data).wait()).map(|_| String::new()))
+            }
+            "send-len" => {
+                let data = vec![7u8; num(a, 2)?];
+                let node = num(a, 1)?;
+                show(f.connect(node).and_then(|c| c.send(&data).wait()).map(|_| String::new()))
+            }
+            "recv" => {
+                let ms = num(a, 1)?;
+                show(f.recv_timeout(Duration::from_millis(ms)).map(|m| format!("{} {}", m.from, to_hex(&m.data))))
+            }
+            "notif" => {
+                let ms = num(a, 1)?;
+                show(f.wait_notification(Duration::from_millis(ms)).map(|n| format!("{} {} {} {} {}", n.from, n.region, n.offset, n.len, n.imm)))
+            }
+            "connect" => {
+                let node = num(a, 1)?;
+                show(f.connect(node).map(|c| c.transport().to_string()))
+            }
+            "stats" => {
+                let c = f.connect(num(a, 1)?).map_err(|e| e.to_string())?;
+                format!("ok {}", serde_json::to_string(&c.stats()).map_err(|e| e.to_string())?)
+            }
+            other => return Err(format!("unknown command {other}")),
+        })
+    }
+}
+
+fn main() {
+    let joined = FabricConfig::from_env().and_then(|mut c| {
+        c.op_timeout = Duration::from_secs(5);
+        Fabric::join(c)
+    });
+    let fabric = match joined {
+        Ok(f) => f,
+        Err(e) => {
+            println!("join-failed {} {e}", error_kind(&e));
+            std::process::exit(2);
+        }
+    };
+    println!("ready {}", fabric.id());
+    let mut node = Node { fabric, regions: HashMap::new() };
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            continue;
+        }
+        if words[0] == "quit" {
+            break;
+        }
+        let answer = node.run(&words).unwrap_or_else(|e| format!("bad-command {e}"));
+        let _ = writeln!(out, "{answer}");
+        let _ = out.flush();
+    }
+}

@@ -1,0 +1,79 @@
+//! Access rights on a region.
+
+use std::fmt;
+use std::ops::BitOr;
+
+/// What a peer may do to a region: any mix of remote read, remote write and remote atomics.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Access(u8);
+
+impl Access {
+    /// No access.
+    pub const NONE: Access = Access(0);
+    /// Remote reads.
+    pub const READ: Access = Access(1);
+    /// Remote writes (including scatter-gather batches).
+    pub const WRITE: Access = Access(2);
+    /// Remote compare-and-swap and fetch-and-add.
+    pub const ATOMIC: Access = Access(4);
+    /// Everything.
+    pub const ALL: Access = Access(7);
+
+    /// True when every right in `other` is in `self`.
+    pub fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The raw bits (1 read, 2 write, 4 atomic).
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// From raw bits; unknown bits are dropped.
+    pub fn from_bits(bits: u8) -> Access {
+        Access(bits & Access::ALL.0)
+    }
+
+    /// Whether a peer with these rights may store into the memory.
+    pub(crate) fn stores(self) -> bool {
+        self.0 & (Access::WRITE.0 | Access::ATOMIC.0) != 0
+    }
+}
+
+impl BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = |a: Access, ch: char| if self.contains(a) { ch } else { '-' };
+        write!(f, "{}{}{}", c(Access::READ, 'r'), c(Access::WRITE, 'w'), c(Access::ATOMIC, 'a'))
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Access({self})")
+    }
+}
+
+impl std::str::FromStr for Access {
+    type Err = crate::Error;
+    /// Parses letters `r`, `w`, `a` (any order; `-` ignored), e.g. `rw`, `r-a`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut a = Access::NONE;
+        for ch in s.chars() {
+            a = a | match ch {
+                'r' => Access::READ,
+                'w' => Access::WRITE,
+                'a' => Access::ATOMIC,
+                '-' => Access::NONE,
+                _ => return Err(crate::Error::Config(format!("access {s:?}: use the letters r, w, a"))),
+            };
+        }
+        Ok(a)
+    }
+}

@@ -1,0 +1,224 @@
+//! How a node finds and proves itself to its fabric.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::{Error, OP_TIMEOUT_DEFAULT};
+
+/// Default busy-poll time of a waiting receiver.
+pub const BUSY_POLL_DEFAULT: Duration = Duration::from_micros(200);
+
+/// Which transport reaches peers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportChoice {
+    /// Shared memory for peers on this machine, the edge transport for the rest.
+    #[default]
+    Auto,
+    /// Shared memory only; peers elsewhere are unreachable.
+    Shm,
+}
+
+/// A node's configuration.
+///
+/// Sources, later ones overriding earlier: a TOML file (`RACKWIRE_CONFIG` or
+/// [`FabricConfig::from_file`]), then the environment (`RACKWIRE_MH`, `RACKWIRE_SECRET`,
+/// `RACKWIRE_SECRET_FILE`, `RACKWIRE_NAME`), then the command line (the binary's flags).
+///
+/// ```toml
+/// mh = "127.0.0.1:7700"
+/// secret_file = "/etc/rackwire/secret"   # or: secret = "..."
+/// name = "node-a"
+/// copy_channels = 2
+/// ```
+#[derive(Clone)]
+pub struct FabricConfig {
+    /// Management host address, `host:port`.
+    pub mh: String,
+    /// The fabric's shared secret.
+    pub secret: Vec<u8>,
+    /// This node's name (unique in the fabric).
+    pub name: String,
+    /// Where this node's shared-memory endpoint lives (default: a per-user runtime folder).
+    pub runtime_dir: Option<PathBuf>,
+    /// Copy channels for large batches (1 = the calling thread only).
+    pub copy_channels: usize,
+    /// How long an operation may wait for ring room or for its peer.
+    pub op_timeout: Duration,
+    /// Transport selection.
+    pub transport: TransportChoice,
+    /// How long a waiting receiver polls before it sleeps on its doorbell (latency against
+    /// CPU: polling answers in well under a microsecond, waking from sleep takes tens).
+    pub busy_poll: Duration,
+}
+
+impl std::fmt::Debug for FabricConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FabricConfig")
+            .field("mh", &self.mh)
+            .field("name", &self.name)
+            .field("runtime_dir", &self.runtime_dir)
+            .field("copy_channels", &self.copy_channels)
+            .field("transport", &self.transport)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    mh: Option<String>,
+    secret: Option<String>,
+    secret_file: Option<PathBuf>,
+    name: Option<String>,
+    runtime_dir: Option<PathBuf>,
+    copy_channels: Option<usize>,
+    op_timeout_ms: Option<u64>,
+    transport: Option<TransportChoice>,
+    busy_poll_us: Option<u64>,
+}
+
+fn default_name() -> String {
+    format!("node-{}", std::process::id())
+}
+
+fn read_secret_file(p: &Path) -> Result<Vec<u8>, Error> {
+    let s = std::fs::read_to_string(p).map_err(|e| Error::Config(format!("secret file {}: {e}", p.display())))?;
+    Ok(s.trim_end_matches(['\n', '\r']).as_bytes().to_vec())
+}
+
+impl FabricConfig {
+    /// A configuration from its three essentials.
+    pub fn new(mh: impl Into<String>, secret: impl AsRef<[u8]>, name: impl Into<String>) -> Self {
+        FabricConfig {
+            mh: mh.into(),
+            secret: secret.as_ref().to_vec(),
+            name: name.into(),
+            runtime_dir: None,
+            copy_channels: 2,
+            op_timeout: OP_TIMEOUT_DEFAULT,
+            transport: TransportChoice::Auto,
+            busy_poll: BUSY_POLL_DEFAULT,
+        }
+    }
+
+    /// Read a TOML file (see the type's documentation for the keys).
+    pub fn from_file(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let f: FileConfig = toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let mut c = FabricConfig::new(f.mh.unwrap_or_default(), f.secret.unwrap_or_default(), f.name.unwrap_or_else(default_name));
+        if let Some(p) = f.secret_file {
+            c.secret = read_secret_file(&p)?;
+        }
+        c.runtime_dir = f.runtime_dir;
+        if let Some(n) = f.copy_channels {
+            c.copy_channels = n;
+        }
+        if let Some(ms) = f.op_timeout_ms {
+            c.op_timeout = Duration::from_millis(ms);
+        }
+        if let Some(t) = f.transport {
+            c.transport = t;
+        }
+        if let Some(us) = f.busy_poll_us {
+            c.busy_poll = Duration::from_micros(us);
+        }
+        Ok(c)
+    }
+
+    /// The file named by `RACKWIRE_CONFIG` if set, then the `RACKWIRE_*` variables over it.
+    pub fn from_env() -> Result<Self, Error> {
+        let mut c = match std::env::var_os("RACKWIRE_CONFIG") {
+            Some(p) => FabricConfig::from_file(Path::new(&p))?,
+            None => FabricConfig::new("", "", default_name()),
+        };
+        if let Ok(v) = std::env::var("RACKWIRE_MH") {
+            c.mh = v;
+        }
+        if let Ok(v) = std::env::var("RACKWIRE_SECRET") {
+            c.secret = v.into_bytes();
+        }
+        if let Some(p) = std::env::var_os("RACKWIRE_SECRET_FILE") {
+            c.secret = read_secret_file(Path::new(&p))?;
+        }
+        if let Ok(v) = std::env::var("RACKWIRE_NAME") {
+            c.name = v;
+        }
+        Ok(c)
+    }
+
+    /// Check the configuration and say plainly what is missing.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.mh.is_empty() {
+            return Err(Error::Config("no management host address (set RACKWIRE_MH, `mh` in the config file, or --mh)".into()));
+        }
+        if self.secret.len() < rackwire_mh::auth::SECRET_BYTES_MIN {
+            return Err(Error::Config(format!(
+                "the fabric secret must be at least {} bytes (set RACKWIRE_SECRET, RACKWIRE_SECRET_FILE or `secret_file`)",
+                rackwire_mh::auth::SECRET_BYTES_MIN
+            )));
+        }
+        rackwire_mh::check_name(&self.name)?;
+        if !(1..=rackwire_shm::COPY_CHANNELS_MAX).contains(&self.copy_channels) {
+            return Err(Error::Config(format!("copy_channels must be 1..={}", rackwire_shm::COPY_CHANNELS_MAX)));
+        }
+        Ok(())
+    }
+
+    /// The folder for this node's endpoint socket.
+    pub(crate) fn runtime_dir(&self) -> PathBuf {
+        if let Some(d) = &self.runtime_dir {
+            return d.clone();
+        }
+        if let Some(d) = std::env::var_os("RACKWIRE_RUNTIME_DIR") {
+            return PathBuf::from(d);
+        }
+        let uid = current_uid();
+        std::env::temp_dir().join(format!("rackwire-{uid}"))
+    }
+}
+
+fn current_uid() -> u32 {
+    // The runtime folder is per user; the uid is read from /proc to keep this crate free of
+    // system-call code.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|u| u.parse().ok()))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the file format: known keys are read, a secret file's trailing newline is
+    // dropped, and an unknown key is an error naming the file.
+    #[test]
+    fn reads_toml_and_refuses_unknown_keys() {
+        let dir = std::env::temp_dir().join(format!("rw-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("secret"), "s3cret-value\n").unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(&good, format!("mh = \"127.0.0.1:1\"\nname = \"n1\"\nsecret_file = {:?}\ncopy_channels = 3\n", dir.join("secret"))).unwrap();
+        let c = FabricConfig::from_file(&good).unwrap();
+        assert_eq!(c.secret, b"s3cret-value");
+        assert_eq!(c.copy_channels, 3);
+        assert_eq!(c.name, "n1");
+        c.validate().unwrap();
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "mh = \"x\"\nsecrett = \"typo\"\n").unwrap();
+        assert!(matches!(FabricConfig::from_file(&bad), Err(Error::Config(m)) if m.contains("bad.toml")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // Checks that validation names what is missing.
+    #[test]
+    fn validation_says_what_is_missing() {
+        let e = FabricConfig::new("", "long-enough", "n").validate().unwrap_err();
+        assert!(e.to_string().contains("management host"));
+        let e = FabricConfig::new("h:1", "short", "n").validate().unwrap_err();
+        assert!(e.to_string().contains("secret"));
+    }
+}

@@ -1,0 +1,152 @@
+//! Connections: the one-sided and two-sided calls, whatever the transport.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::fabric::{poll_until, FabricInner};
+use crate::transport::PeerTransport;
+use crate::{Error, NodeId, Op, OpFlags, RemoteRegion, BATCH_ENTRIES_MAX, MESSAGE_BYTES_MAX};
+
+/// How a scatter-gather batch is carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// Merge entries whose source and destination both continue the previous entry.
+    pub combine: bool,
+    /// Copy channels to use at most (0: all the node has).
+    pub channels: usize,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions { combine: true, channels: 0 }
+    }
+}
+
+/// Counters of one connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConnStats {
+    /// One-sided writes (each batch counts once).
+    pub writes: u64,
+    /// One-sided reads.
+    pub reads: u64,
+    /// Atomics.
+    pub atomics: u64,
+    /// Payload bytes written.
+    pub bytes_written: u64,
+    /// Payload bytes read.
+    pub bytes_read: u64,
+    /// Messages sent.
+    pub messages_sent: u64,
+    /// Notifications sent.
+    pub notifications_sent: u64,
+    /// Operations refused (access, bounds, key).
+    pub refused: u64,
+    /// Times a sender found the peer's ring full and had to wait.
+    pub ring_full_waits: u64,
+    /// Doorbells that needed a system call (the rest were coalesced).
+    pub doorbells: u64,
+    /// Remote regions mapped.
+    pub mappings: u64,
+}
+
+/// A connection to one peer. Cheap to clone; all calls take `&self` and may be made from
+/// several threads.
+#[derive(Clone)]
+pub struct Conn {
+    pub(crate) t: Arc<dyn PeerTransport>,
+    pub(crate) fabric: Arc<FabricInner>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn").field("peer", &self.t.peer()).field("transport", &self.t.kind()).finish()
+    }
+}
+
+impl Conn {
+    /// The peer's node id.
+    pub fn peer(&self) -> NodeId {
+        self.t.peer()
+    }
+
+    /// Which transport carries this connection (`shm`, `udp`).
+    pub fn transport(&self) -> &'static str {
+        self.t.kind()
+    }
+
+    /// False once the peer is gone.
+    pub fn is_alive(&self) -> bool {
+        self.t.is_alive()
+    }
+
+    /// Write `data` at `offset` of `target`.
+    pub fn write(&self, target: &RemoteRegion, offset: u64, data: &[u8], flags: OpFlags) -> Op {
+        self.t.write(target, offset, data, flags)
+    }
+
+    /// Write every `(offset, bytes)` entry into `target` as one operation (scatter-gather);
+    /// contiguous entries are combined, large batches spread over the copy channels.
+    pub fn write_batch(&self, target: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags) -> Op {
+        self.write_batch_with(target, entries, flags, BatchOptions::default())
+    }
+
+    /// [`Conn::write_batch`] with explicit batching options.
+    pub fn write_batch_with(&self, target: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags, opts: BatchOptions) -> Op {
+        if entries.len() > BATCH_ENTRIES_MAX {
+            return Op::ready(Err(Error::Limit(format!("{} batch entries, at most {BATCH_ENTRIES_MAX}", entries.len()))));
+        }
+        self.t.write_batch(target, entries, flags, opts)
+    }
+
+    /// Read `len` bytes at `offset` of `target`.
+    pub fn read(&self, target: &RemoteRegion, offset: u64, len: u64, flags: OpFlags) -> Op {
+        self.t.read(target, offset, len, flags)
+    }
+
+    /// Compare-and-swap the 64-bit word at `offset`: if it equals `expected`, store `new`.
+    /// Yields the old value ([`crate::Completion::Value`]).
+    pub fn compare_swap(&self, target: &RemoteRegion, offset: u64, expected: u64, new: u64, flags: OpFlags) -> Op {
+        self.t.compare_swap(target, offset, expected, new, flags)
+    }
+
+    /// Add `add` to the 64-bit word at `offset` (wrapping). Yields the old value.
+    pub fn fetch_add(&self, target: &RemoteRegion, offset: u64, add: u64, flags: OpFlags) -> Op {
+        self.t.fetch_add(target, offset, add, flags)
+    }
+
+    /// Send a message of at most [`MESSAGE_BYTES_MAX`] bytes. Completes when it is in the
+    /// peer's receive ring.
+    pub fn send(&self, msg: &[u8]) -> Op {
+        if msg.len() > MESSAGE_BYTES_MAX {
+            return Op::ready(Err(Error::MessageTooLarge { len: msg.len(), max: MESSAGE_BYTES_MAX }));
+        }
+        self.t.send(msg)
+    }
+
+    /// The next message from this peer, if one is waiting.
+    pub fn try_recv(&self) -> Result<Option<Vec<u8>>, Error> {
+        let mut out = Vec::new();
+        Ok(self.t.try_recv(&mut out)?.then_some(out))
+    }
+
+    /// The next message from this peer, waiting at most `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Vec<u8>, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::new();
+        poll_until(&self.fabric, deadline, || {
+            if self.t.try_recv(&mut out)? {
+                return Ok(Some(()));
+            }
+            if !self.t.is_alive() {
+                return Err(Error::PeerGone(self.t.peer()));
+            }
+            Ok(None)
+        })?;
+        Ok(out)
+    }
+
+    /// Counters of this connection.
+    pub fn stats(&self) -> crate::ConnStats {
+        self.t.stats()
+    }
+}

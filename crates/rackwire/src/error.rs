@@ -1,0 +1,142 @@
+//! The error type of the public API.
+
+use crate::{Access, NodeId, RegionId};
+
+/// Everything that can go wrong, each case distinct so a caller can act on it.
+///
+/// Errors about access (`Ungranted`, `Revoked`, `OutOfBounds`, `Misaligned`, `BadKey`,
+/// `UnknownRegion`) are decided before any byte of the target is touched: the target's memory
+/// is unchanged when one of them is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The owner has not granted this node the access the operation needs. Ask the owner for
+    /// a grant.
+    #[error("region {region}: access {needed} not granted to this node")]
+    Ungranted {
+        /// Region.
+        region: RegionId,
+        /// What the operation needed.
+        needed: Access,
+    },
+    /// The owner revoked this node's grant.
+    #[error("region {region}: grant revoked")]
+    Revoked {
+        /// Region.
+        region: RegionId,
+    },
+    /// The range lies (partly) outside the region.
+    #[error("region {region}: range {offset}+{len} outside its {region_len} bytes")]
+    OutOfBounds {
+        /// Region.
+        region: RegionId,
+        /// Offset asked for.
+        offset: u64,
+        /// Length asked for.
+        len: u64,
+        /// The region's real length.
+        region_len: u64,
+    },
+    /// An atomic needs an 8-byte aligned offset.
+    #[error("atomic at offset {offset} is not 8-byte aligned")]
+    Misaligned {
+        /// Offset asked for.
+        offset: u64,
+    },
+    /// The handle's key does not match the region's: forged or stale handle.
+    #[error("region {region}: key does not match (forged or stale handle)")]
+    BadKey {
+        /// Region.
+        region: RegionId,
+    },
+    /// The owner has no such region (freed, or never existed).
+    #[error("region {region} does not exist at node {node}")]
+    UnknownRegion {
+        /// Owner.
+        node: NodeId,
+        /// Region.
+        region: RegionId,
+    },
+    /// No such node in the fabric, or the handle names another node than this connection's.
+    #[error("unknown peer {0}")]
+    UnknownPeer(NodeId),
+    /// The peer went away (process ended, connection cut).
+    #[error("peer {0} is gone")]
+    PeerGone(NodeId),
+    /// No transport reaches the peer (for example: another host, and no edge links).
+    #[error("peer {node} is not reachable: {why}")]
+    Unreachable {
+        /// Peer.
+        node: NodeId,
+        /// Why.
+        why: String,
+    },
+    /// The operation did not complete in time.
+    #[error("timed out")]
+    Timeout,
+    /// A message above [`crate::MESSAGE_BYTES_MAX`].
+    #[error("message of {len} bytes exceeds the limit of {max}")]
+    MessageTooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A limit was reached (regions, peers, batch entries).
+    #[error("limit reached: {0}")]
+    Limit(String),
+    /// A remote-region handle could not be parsed.
+    #[error("bad region handle: {0}")]
+    BadHandle(String),
+    /// The peer failed authentication or broke the protocol.
+    #[error("peer protocol: {0}")]
+    Protocol(String),
+    /// Bad configuration or argument.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The management host refused or could not be reached.
+    #[error(transparent)]
+    Mh(#[from] MhErrorText),
+    /// A system resource failed (memory, descriptors, sockets).
+    #[error("system: {0}")]
+    Sys(String),
+    /// The fabric was closed.
+    #[error("fabric closed")]
+    Closed,
+}
+
+/// A management-host error, carried as text so [`Error`] stays `Clone + Eq`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("management host: {text}")]
+pub struct MhErrorText {
+    /// Whether it was a wrong secret or other refusal (`true`) rather than unavailability.
+    pub denied: bool,
+    /// Whether the thing looked up does not exist.
+    pub not_found: bool,
+    /// The message.
+    pub text: String,
+}
+
+impl From<rackwire_mh::MhError> for Error {
+    fn from(e: rackwire_mh::MhError) -> Self {
+        use rackwire_mh::MhError as M;
+        let denied = matches!(e, M::Denied(_) | M::ServerNotAuthentic);
+        let not_found = matches!(e, M::NotFound(_));
+        if let M::Config(c) = e {
+            return Error::Config(c);
+        }
+        Error::Mh(MhErrorText { denied, not_found, text: e.to_string() })
+    }
+}
+
+impl From<rackwire_shm::ShmError> for Error {
+    fn from(e: rackwire_shm::ShmError) -> Self {
+        Error::Sys(e.to_string())
+    }
+}
+
+impl Error {
+    /// True when the management host refused admission (for example a wrong secret).
+    pub fn is_denied(&self) -> bool {
+        matches!(self, Error::Mh(m) if m.denied)
+    }
+}

@@ -1,0 +1,435 @@
+//! The fabric as one node sees it: membership, regions, connections, incoming traffic.
+
+use std::collections::HashMap;
+use std::os::unix::fs::DirBuilderExt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rackwire_mh::{MhClient, MhConfig, MhError, Role};
+use rackwire_shm::{CopyEngine, Doorbell, Endpoint, SharedMem};
+use tracing::{debug, warn};
+
+use crate::region::{AccessPolicy, Acl, RegionInner};
+use crate::shm::ShmPeer;
+use crate::transport::PeerTransport;
+use crate::{Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RegionId, RemoteRegion, TransportChoice, PEERS_MAX, REGIONS_MAX};
+
+/// How long a blocked receiver sleeps at most before it looks again (covers peers that
+/// joined after it went to sleep).
+const DOORBELL_SLICE: Duration = Duration::from_millis(10);
+/// How long a freed region's peers have to confirm they unmapped it.
+const FREE_UNMAP_TIMEOUT: Duration = Duration::from_millis(500);
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A message from a peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// Sender.
+    pub from: NodeId,
+    /// Payload.
+    pub data: Vec<u8>,
+}
+
+/// A peer's notification: an operation with [`crate::OpFlags::notify`] has placed its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Notification {
+    /// The initiator.
+    pub from: NodeId,
+    /// The region of ours it touched.
+    pub region: RegionId,
+    /// Where.
+    pub offset: u64,
+    /// How many bytes.
+    pub len: u64,
+    /// The initiator's 64-bit immediate.
+    pub imm: u64,
+}
+
+type Peer = Arc<dyn PeerTransport>;
+
+#[derive(Default)]
+struct PeerTable {
+    by_node: HashMap<NodeId, Vec<Peer>>,
+    /// Every live connection, replaced whole on change so pollers take it without a lock
+    /// held while they poll.
+    all: Arc<Vec<Peer>>,
+}
+
+/// Shared state of one node's membership in the fabric.
+pub(crate) struct FabricInner {
+    pub id: NodeId,
+    pub cfg: FabricConfig,
+    pub mh: MhClient,
+    pub host: String,
+    pub regions: RwLock<HashMap<RegionId, Arc<RegionInner>>>,
+    next_region: AtomicU32,
+    peers: RwLock<PeerTable>,
+    pub doorbell: Doorbell,
+    pub copy: CopyEngine,
+    pub endpoint: Arc<Endpoint>,
+    connect_lock: Mutex<()>,
+    pub closed: AtomicBool,
+    rr: AtomicUsize,
+    pub weak: Weak<FabricInner>,
+}
+
+/// The kernel's boot id: nodes that share it share this machine's memory.
+fn host_identity() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown-host".into())
+}
+
+impl FabricInner {
+    pub(crate) fn conns_of(&self, node: NodeId) -> Vec<Peer> {
+        read(&self.peers).by_node.get(&node).cloned().unwrap_or_default()
+    }
+
+    fn all_peers(&self) -> Arc<Vec<Peer>> {
+        read(&self.peers).all.clone()
+    }
+
+    pub(crate) fn add_peer(&self, p: Peer) -> Result<(), Error> {
+        let mut t = write(&self.peers);
+        if t.all.len() >= PEERS_MAX {
+            return Err(Error::Limit(format!("{PEERS_MAX} peer connections")));
+        }
+        t.by_node.entry(p.peer()).or_default().push(p.clone());
+        let mut all = (*t.all).clone();
+        all.push(p);
+        t.all = Arc::new(all);
+        Ok(())
+    }
+
+    pub(crate) fn remove_peer(&self, p: &Peer) {
+        let mut t = write(&self.peers);
+        if let Some(v) = t.by_node.get_mut(&p.peer()) {
+            v.retain(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p)));
+            if v.is_empty() {
+                t.by_node.remove(&p.peer());
+            }
+        }
+        let all: Vec<Peer> = t.all.iter().filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))).cloned().collect();
+        t.all = Arc::new(all);
+    }
+
+    /// Refuse grants to nodes the management host has never heard of. While it is down,
+    /// the check is skipped: access is still enforced at every use.
+    pub(crate) fn known_peer(&self, node: NodeId) -> Result<(), Error> {
+        if node == self.id {
+            return Ok(());
+        }
+        match self.mh.resolve(node) {
+            Ok(_) | Err(MhError::Unavailable(_)) => Ok(()),
+            Err(MhError::NotFound(_)) => Err(Error::UnknownPeer(node)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(crate) fn free_region(&self, r: &RegionInner) {
+        write(&self.regions).remove(&r.id);
+        let mappers: Vec<NodeId> = {
+            let mut acl = lock(&r.acl);
+            *acl = Acl::default();
+            acl.mapped_by.drain().collect()
+        };
+        for peer in mappers {
+            for c in self.conns_of(peer) {
+                c.unmap(r.id, FREE_UNMAP_TIMEOUT);
+            }
+        }
+        if !self.closed.load(Ordering::Relaxed) {
+            self.mh.drop_region(r.id);
+        }
+    }
+
+    fn connect(&self, node: NodeId) -> Result<Peer, Error> {
+        if let Some(p) = self.conns_of(node).into_iter().find(|p| p.is_alive()) {
+            return Ok(p);
+        }
+        let _g = lock(&self.connect_lock);
+        if let Some(p) = self.conns_of(node).into_iter().find(|p| p.is_alive()) {
+            return Ok(p);
+        }
+        let info = self.mh.resolve(node).map_err(|e| match e {
+            MhError::NotFound(_) => Error::UnknownPeer(node),
+            e => e.into(),
+        })?;
+        let same_host = info.host == self.host && info.shm_path.is_some();
+        if !same_host {
+            let why = match self.cfg.transport {
+                TransportChoice::Shm => "it does not share memory with this node and only shared memory is enabled",
+                TransportChoice::Auto => "it does not share memory with this node, and no edge (Ethernet) link is configured",
+            };
+            return Err(Error::Unreachable { node, why: why.into() });
+        }
+        let me = self.weak.upgrade().ok_or(Error::Closed)?;
+        let peer = match ShmPeer::connect(&me, &info) {
+            Ok(p) => p,
+            Err(first) => {
+                // The cached endpoint may be stale (the peer restarted): ask afresh once.
+                debug!(node, "connect with cached endpoint failed ({first}); refreshing");
+                let info = self.mh.refresh(node).map_err(|_| first.clone())?;
+                ShmPeer::connect(&me, &info).map_err(|e| if matches!(e, Error::Sys(_)) { Error::PeerGone(node) } else { e })?
+            }
+        };
+        Ok(peer)
+    }
+}
+
+/// Busy-poll `f` for the configured time, then sleep on the doorbell between looks, until it
+/// yields, fails, or `deadline` passes ([`Error::Timeout`]).
+pub(crate) fn poll_until<T>(f: &FabricInner, deadline: Instant, mut probe: impl FnMut() -> Result<Option<T>, Error>) -> Result<T, Error> {
+    let spin_until = Instant::now() + f.cfg.busy_poll;
+    loop {
+        if let Some(v) = probe()? {
+            return Ok(v);
+        }
+        if f.closed.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::Timeout);
+        }
+        if now < spin_until {
+            std::hint::spin_loop();
+            continue;
+        }
+        f.doorbell.arm();
+        let got = probe();
+        if !matches!(got, Ok(None)) {
+            f.doorbell.disarm();
+            return got.map(|v| v.expect("matched Some"));
+        }
+        f.doorbell.wait(Some((deadline - now).min(DOORBELL_SLICE)));
+        f.doorbell.disarm();
+    }
+}
+
+/// This process's membership in a fabric.
+///
+/// Dropping it leaves the fabric: connections are closed and peers see this node as gone.
+pub struct Fabric {
+    inner: Arc<FabricInner>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric").field("id", &self.inner.id).field("name", &self.inner.cfg.name).finish()
+    }
+}
+
+impl Fabric {
+    /// Join the fabric: prove the secret to the management host, get an id, open this node's
+    /// shared-memory endpoint and register it.
+    pub fn join(cfg: FabricConfig) -> Result<Fabric, Error> {
+        cfg.validate()?;
+        let mh = MhClient::join(MhConfig { addr: cfg.mh.clone(), secret: cfg.secret.clone(), name: cfg.name.clone(), role: Role::Node })?;
+        let id = mh.node_id();
+        let dir = cfg.runtime_dir();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| Error::Config(format!("runtime folder {}: {e}", dir.display())))?;
+        let path = dir.join(format!("n{id}-{}-{:08x}.sock", std::process::id(), rackwire_mh::auth::random_u128() as u32));
+        let endpoint = Arc::new(Endpoint::bind(&path).map_err(|e| Error::Sys(format!("endpoint {}: {e}", path.display())))?);
+        let host = host_identity();
+        let doorbell = Doorbell::new()?;
+        let copy = CopyEngine::new(cfg.copy_channels);
+        let inner = Arc::new_cyclic(|weak| FabricInner {
+            id,
+            cfg,
+            mh,
+            host,
+            regions: RwLock::new(HashMap::new()),
+            next_region: AtomicU32::new(1),
+            peers: RwLock::new(PeerTable::default()),
+            doorbell,
+            copy,
+            endpoint: endpoint.clone(),
+            connect_lock: Mutex::new(()),
+            closed: AtomicBool::new(false),
+            rr: AtomicUsize::new(0),
+            weak: weak.clone(),
+        });
+        inner.mh.register(rackwire_mh::NodeInfo {
+            host: inner.host.clone(),
+            shm_path: Some(path.to_string_lossy().into_owned()),
+            pid: std::process::id(),
+            ..Default::default()
+        })?;
+        let weak = Arc::downgrade(&inner);
+        let acceptor = std::thread::Builder::new()
+            .name("rw-accept".into())
+            .spawn(move || accept_loop(weak, endpoint))
+            .map_err(|e| Error::Sys(e.to_string()))?;
+        Ok(Fabric { inner, acceptor: Some(acceptor) })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.inner.id
+    }
+
+    /// This node's name.
+    pub fn name(&self) -> &str {
+        &self.inner.cfg.name
+    }
+
+    /// Allocate a zeroed region of `len` bytes that peers may be granted up to `access`.
+    pub fn alloc(&self, len: u64, access: Access) -> Result<Region, Error> {
+        if len == 0 || len > rackwire_shm::SHM_REGION_BYTES_MAX {
+            return Err(Error::Config(format!("region length {len} outside 1..={}", rackwire_shm::SHM_REGION_BYTES_MAX)));
+        }
+        let mut regions = write(&self.inner.regions);
+        if regions.len() >= REGIONS_MAX {
+            return Err(Error::Limit(format!("{REGIONS_MAX} regions")));
+        }
+        let id = self.inner.next_region.fetch_add(1, Ordering::Relaxed);
+        let mem = SharedMem::create(&format!("rackwire-region-{id}"), len)?;
+        let inner = Arc::new(RegionInner {
+            id,
+            key: rackwire_mh::auth::random_u128(),
+            len,
+            max_access: access,
+            mem: RwLock::new(mem),
+            acl: Mutex::new(Acl::default()),
+            migrating: AtomicBool::new(false),
+        });
+        regions.insert(id, inner.clone());
+        Ok(Region { inner, fabric: self.inner.clone() })
+    }
+
+    /// A connection to `node` (an existing live one if there is one).
+    pub fn connect(&self, node: NodeId) -> Result<Conn, Error> {
+        let t = self.inner.connect(node)?;
+        Ok(Conn { t, fabric: self.inner.clone() })
+    }
+
+    /// A connection to the node called `name`.
+    pub fn connect_name(&self, name: &str) -> Result<Conn, Error> {
+        let info = self.inner.mh.resolve_name(name).map_err(|e| match e {
+            MhError::NotFound(m) => Error::Config(format!("no node called {name:?} ({m})")),
+            e => e.into(),
+        })?;
+        self.connect(info.id)
+    }
+
+    /// Find a published region by name.
+    pub fn lookup(&self, name: &str) -> Result<RemoteRegion, Error> {
+        let e = self.inner.mh.lookup(name)?;
+        let key = u128::from_str_radix(&e.key, 16).map_err(|_| Error::BadHandle(format!("directory entry {name:?} has a bad key")))?;
+        Ok(RemoteRegion { node: e.node, region: e.region, key, len: e.len })
+    }
+
+    /// The next message from any peer, if one is waiting.
+    pub fn try_recv(&self) -> Result<Option<Message>, Error> {
+        let mut data = Vec::new();
+        let from = self.poll_peers(|p| p.try_recv(&mut data).map(|got| got.then_some(())))?;
+        Ok(from.map(|(from, ())| Message { from, data }))
+    }
+
+    /// The next message from any peer, waiting at most `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Message, Error> {
+        poll_until(&self.inner, Instant::now() + timeout, || self.try_recv())
+    }
+
+    /// The next notification, if one is waiting.
+    pub fn try_notification(&self) -> Result<Option<Notification>, Error> {
+        Ok(self.poll_peers(|p| p.try_notification())?.map(|(_, n)| n))
+    }
+
+    /// The next notification, waiting at most `timeout`.
+    pub fn wait_notification(&self, timeout: Duration) -> Result<Notification, Error> {
+        poll_until(&self.inner, Instant::now() + timeout, || self.try_notification())
+    }
+
+    /// Look at every peer once, starting at a rotating position so no peer starves.
+    fn poll_peers<T>(&self, mut f: impl FnMut(&Peer) -> Result<Option<T>, Error>) -> Result<Option<(NodeId, T)>, Error> {
+        let peers = self.inner.all_peers();
+        let n = peers.len();
+        if n == 0 {
+            return Ok(None);
+        }
+        let start = self.inner.rr.fetch_add(1, Ordering::Relaxed);
+        for i in 0..n {
+            let p = &peers[(start + i) % n];
+            match f(p) {
+                Ok(Some(v)) => return Ok(Some((p.peer(), v))),
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(peer = p.peer(), "dropping peer that broke its ring: {e}");
+                    p.cut_off();
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every node the management host knows.
+    pub fn nodes(&self) -> Result<Vec<NodeStatus>, Error> {
+        Ok(self.inner.mh.nodes()?)
+    }
+
+    /// The target-side access rules of this node, for transports.
+    pub fn policy(&self) -> AccessPolicy {
+        AccessPolicy { fabric: Arc::downgrade(&self.inner) }
+    }
+
+    /// Leave the fabric now (also done on drop).
+    pub fn close(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if self.inner.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.inner.endpoint.stop();
+        if let Some(h) = self.acceptor.take() {
+            let _ = h.join();
+        }
+        for p in self.inner.all_peers().iter() {
+            p.cut_off();
+        }
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn accept_loop(fabric: Weak<FabricInner>, endpoint: Arc<Endpoint>) {
+    loop {
+        match endpoint.accept() {
+            Ok(Some(sock)) => {
+                let f = fabric.clone();
+                let spawned = std::thread::Builder::new().name("rw-peer".into()).spawn(move || ShmPeer::accept(f, sock));
+                if let Err(e) = spawned {
+                    warn!("could not start a peer thread: {e}");
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                warn!("accept: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Operation handles and flags.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::Error;
+
+/// Options of one operation. The default is unordered and silent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpFlags {
+    pub(crate) notify: Option<u64>,
+    pub(crate) fence_before: bool,
+    pub(crate) fence_after: bool,
+}
+
+impl OpFlags {
+    /// Unordered, no notification.
+    pub const NONE: OpFlags = OpFlags { notify: None, fence_before: false, fence_after: false };
+
+    /// Tell the target when the operation's data is in place, with this 64-bit immediate.
+    /// The target sees the notification only after the data (see [`crate::Fabric::wait_notification`]).
+    pub fn notify(mut self, imm: u64) -> Self {
+        self.notify = Some(imm);
+        self
+    }
+
+    /// Backward fence: start only after every earlier operation on this connection completed.
+    pub fn fence_before(mut self) -> Self {
+        self.fence_before = true;
+        self
+    }
+
+    /// Forward fence: later operations on this connection start only after this one completed.
+    pub fn fence_after(mut self) -> Self {
+        self.fence_after = true;
+        self
+    }
+
+    /// The immediate, when a notification was asked for.
+    pub fn notification(&self) -> Option<u64> {
+        self.notify
+    }
+}
+
+/// What a completed operation yields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// A write, batch or message is in place.
+    Done,
+    /// The bytes a read returned.
+    Data(Vec<u8>),
+    /// The value an atomic found before it acted (a compare-and-swap succeeded iff this
+    /// equals the expected value).
+    Value(u64),
+}
+
+impl Completion {
+    /// The value of an atomic, if this is one.
+    pub fn value(&self) -> Option<u64> {
+        match self {
+            Completion::Value(v) => Some(*v),
+            _ => None,
+        }
+    }
+    /// The bytes of a read (empty for other operations).
+    pub fn into_data(self) -> Vec<u8> {
+        match self {
+            Completion::Data(d) => d,
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Where an asynchronous transport puts an operation's outcome.
+#[derive(Debug, Default)]
+pub struct OpCell {
+    slot: Mutex<Option<Result<Completion, Error>>>,
+    cv: Condvar,
+}
+
+impl OpCell {
+    /// Record the outcome and wake waiters. Only the first outcome counts.
+    pub fn complete(&self, r: Result<Completion, Error>) {
+        let mut s = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if s.is_none() {
+            *s = Some(r);
+            self.cv.notify_all();
+        }
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    Ready(Result<Completion, Error>),
+    Pending(Arc<OpCell>),
+    Taken,
+}
+
+/// A handle to one operation.
+///
+/// `poll` never blocks; `wait` blocks until the outcome; `wait_timeout` blocks at most the
+/// given time and returns [`Error::Timeout`] if the operation is still running (the handle
+/// stays valid, so it can be waited on again). The outcome is handed out once.
+#[derive(Debug)]
+#[must_use = "an operation's outcome (and its errors) is only seen through its handle"]
+pub struct Op {
+    state: State,
+}
+
+impl Op {
+    /// An operation that already completed.
+    pub fn ready(r: Result<Completion, Error>) -> Op {
+        Op { state: State::Ready(r) }
+    }
+
+    /// An operation completed later through `cell` (for asynchronous transports).
+    pub fn pending(cell: Arc<OpCell>) -> Op {
+        Op { state: State::Pending(cell) }
+    }
+
+    /// The outcome if the operation has completed, else `None`. After the outcome was handed
+    /// out once, `None` for ever.
+    pub fn poll(&mut self) -> Option<Result<Completion, Error>> {
+        match &self.state {
+            State::Ready(_) => match std::mem::replace(&mut self.state, State::Taken) {
+                State::Ready(r) => Some(r),
+                _ => unreachable!("matched Ready above"),
+            },
+            State::Pending(cell) => {
+                let r = cell.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if r.is_some() {
+                    self.state = State::Taken;
+                }
+                r
+            }
+            State::Taken => None,
+        }
+    }
+
+    /// True once the outcome is known (and not yet taken).
+    pub fn is_done(&self) -> bool {
+        match &self.state {
+            State::Ready(_) => true,
+            State::Pending(cell) => cell.slot.lock().unwrap_or_else(|e| e.into_inner()).is_some(),
+            State::Taken => false,
+        }
+    }
+
+    /// Block until the operation completes.
+    pub fn wait(mut self) -> Result<Completion, Error> {
+        loop {
+            match self.wait_timeout(Duration::from_secs(3600)) {
+                Err(Error::Timeout) if !matches!(self.state, State::Taken) => continue,
+                r => return r,
+            }
+        }
+    }
+
+    /// Block at most `d`. [`Error::Timeout`] means still running; the handle stays usable.
+    pub fn wait_timeout(&mut self, d: Duration) -> Result<Completion, Error> {
+        let deadline = Instant::now() + d;
+        if let State::Pending(cell) = &self.state {
+            let cell = cell.clone();
+            let mut s = cell.slot.lock().unwrap_or_else(|e| e.into_inner());
+            while s.is_none() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(Error::Timeout);
+                }
+                s = cell.cv.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            drop(s);
+        }
+        self.poll().unwrap_or(Err(Error::Config("operation outcome was already taken".into())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the handle's contract: a pending op times out without losing itself, completes
+    // from another thread, hands out its outcome once, and then polls as None.
+    #[test]
+    fn pending_op_lifecycle() {
+        let cell = Arc::new(OpCell::default());
+        let mut op = Op::pending(cell.clone());
+        assert!(op.poll().is_none());
+        assert_eq!(op.wait_timeout(Duration::from_millis(5)), Err(Error::Timeout));
+        let c2 = cell.clone();
+        let t = std::thread::spawn(move || c2.complete(Ok(Completion::Value(7))));
+        assert_eq!(op.wait_timeout(Duration::from_secs(10)), Ok(Completion::Value(7)));
+        t.join().unwrap();
+        assert!(op.poll().is_none());
+        cell.complete(Ok(Completion::Done));
+        let ready = Op::ready(Err(Error::Timeout));
+        assert_eq!(ready.wait(), Err(Error::Timeout));
+    }
+}

@@ -1,0 +1,62 @@
+//! The seam between the public API and the transports.
+//!
+//! A [`PeerTransport`] is one live connection to one peer. The shared-memory transport
+//! implements it for peers that share this host's memory; the edge transport (reliable,
+//! multi-link, over Ethernet) implements it for the rest. [`crate::Conn`] is a thin wrapper, so
+//! applications see the same calls, the same [`crate::Op`] handles and the same errors on both.
+//!
+//! What every implementation must guarantee:
+//!
+//! - **Access is the target's decision.** An operation reaches the target's memory only if the
+//!   target's [`AccessPolicy`] (the owner's grant table) allows it: key, grant and bounds. A
+//!   refused operation completes with its own error ([`crate::Error::Ungranted`],
+//!   [`crate::Error::Revoked`], [`crate::Error::BadKey`], [`crate::Error::OutOfBounds`],
+//!   [`crate::Error::Misaligned`], [`crate::Error::UnknownRegion`]) and touches nothing.
+//! - **Notifications follow data.** A notification is delivered only after every byte of its
+//!   operation is visible in the target's memory.
+//! - **Fences.** A `fence_before` operation starts after every earlier operation on the
+//!   connection completed; after a `fence_after` operation, later ones start only once it
+//!   completed. Without fences, operations may complete in any order.
+//! - **Completion means placed.** An operation completes successfully only once its effect is
+//!   in the target's memory (for reads: the data is in the returned buffer).
+//! - **Peer loss is an error, not a hang.** Operations on a connection whose peer is gone
+//!   complete with [`crate::Error::PeerGone`]; waiting is bounded by the configured timeout.
+
+use std::time::Duration;
+
+use crate::{BatchOptions, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion};
+
+pub use crate::region::AccessPolicy;
+
+/// One live connection to one peer, over some transport.
+pub trait PeerTransport: Send + Sync + 'static {
+    /// The peer's node id.
+    fn peer(&self) -> NodeId;
+    /// A short name of the transport (`shm`, `udp`).
+    fn kind(&self) -> &'static str;
+    /// False once the peer is gone or the connection was cut.
+    fn is_alive(&self) -> bool;
+    /// One-sided write of `data` at `offset` of `target`.
+    fn write(&self, target: &RemoteRegion, offset: u64, data: &[u8], flags: OpFlags) -> Op;
+    /// One-sided scatter-gather write: each `(offset, bytes)` of `entries` into `target`.
+    fn write_batch(&self, target: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags, opts: BatchOptions) -> Op;
+    /// One-sided read of `len` bytes at `offset` of `target`.
+    fn read(&self, target: &RemoteRegion, offset: u64, len: u64, flags: OpFlags) -> Op;
+    /// 64-bit compare-and-swap at an 8-byte aligned `offset`; yields the old value.
+    fn compare_swap(&self, target: &RemoteRegion, offset: u64, expected: u64, new: u64, flags: OpFlags) -> Op;
+    /// 64-bit fetch-and-add at an 8-byte aligned `offset`; yields the old value.
+    fn fetch_add(&self, target: &RemoteRegion, offset: u64, add: u64, flags: OpFlags) -> Op;
+    /// Two-sided message, at most [`crate::MESSAGE_BYTES_MAX`] bytes.
+    fn send(&self, msg: &[u8]) -> Op;
+    /// Take the next message from this peer into `out`, if one is waiting.
+    fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error>;
+    /// Take the next notification from this peer, if one is waiting.
+    fn try_notification(&self) -> Result<Option<Notification>, Error>;
+    /// Ask the peer to stop using `region` of ours, and wait up to `timeout` for its word.
+    /// True when it confirmed (or never used it); false when it did not answer in time.
+    fn unmap(&self, region: RegionId, timeout: Duration) -> bool;
+    /// Tear the connection down now; the peer sees it as gone.
+    fn cut_off(&self);
+    /// Counters.
+    fn stats(&self) -> ConnStats;
+}
