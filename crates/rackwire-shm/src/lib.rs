@@ -27,5 +27,5 @@ pub mod socket;
 
 pub use copy::{coalesce, CopyEngine, CopyPiece, COPY_CHANNELS_MAX};
 pub use doorbell::{Doorbell, DoorbellRemote};
-pub use mem::{MapAccess, ShmError, SharedMem, SHM_REGION_BYTES_MAX};
+pub use mem::{MapAccess, SharedMem, ShmError, SHM_REGION_BYTES_MAX};
 pub use socket::{ControlSocket, Endpoint, CONTROL_FDS_MAX, CONTROL_MSG_BYTES_MAX};

@@ -22,7 +22,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::mem::{MapAccess, ShmError, SharedMem};
+use crate::mem::{MapAccess, SharedMem, ShmError};
 
 const TAIL_OFFSET: u64 = 0;
 const HEAD_OFFSET: u64 = 64;
@@ -65,7 +65,8 @@ pub enum PushError {
 }
 
 fn atomic(mem: &SharedMem, off: u64) -> &AtomicU64 {
-    mem.atomic_u64(off).expect("ring header words are aligned and in bounds by construction")
+    mem.atomic_u64(off)
+        .expect("ring header words are aligned and in bounds by construction")
 }
 
 fn capacity_of(mem: &SharedMem) -> Result<u64, ShmError> {
@@ -79,7 +80,10 @@ fn capacity_of(mem: &SharedMem) -> Result<u64, ShmError> {
     }
     mem.read_at(CAPACITY_OFFSET, &mut word);
     let cap = u64::from_le_bytes(word);
-    if !cap.is_power_of_two() || !(RING_BYTES_MIN..=RING_BYTES_MAX).contains(&cap) || DATA_OFFSET + cap > mem.len() as u64 {
+    if !cap.is_power_of_two()
+        || !(RING_BYTES_MIN..=RING_BYTES_MAX).contains(&cap)
+        || DATA_OFFSET + cap > mem.len() as u64
+    {
         return Err(ShmError::BadRing("bad capacity"));
     }
     Ok(cap)
@@ -103,7 +107,11 @@ impl RingReceiver {
         let mem = SharedMem::create(name, DATA_OFFSET + capacity)?;
         mem.write_at(MAGIC_OFFSET, &RING_MAGIC.to_le_bytes());
         mem.write_at(CAPACITY_OFFSET, &capacity.to_le_bytes());
-        Ok(RingReceiver { mem, cap: capacity, head: 0 })
+        Ok(RingReceiver {
+            mem,
+            cap: capacity,
+            head: 0,
+        })
     }
 
     /// The memory to hand to the sender.
@@ -148,7 +156,8 @@ impl RingReceiver {
             }
             out.clear();
             out.resize(len as usize, 0);
-            self.mem.read_at(DATA_OFFSET + idx + RECORD_HEADER_BYTES, out);
+            self.mem
+                .read_at(DATA_OFFSET + idx + RECORD_HEADER_BYTES, out);
             self.advance(need);
             return Ok(Some(kind));
         }
@@ -180,7 +189,13 @@ impl RingSender {
         let cap = capacity_of(&mem)?;
         let tail = atomic(&mem, TAIL_OFFSET).load(Ordering::Acquire);
         let head = atomic(&mem, HEAD_OFFSET).load(Ordering::Acquire);
-        Ok(RingSender { mem, cap, tail, cached_head: head, head_refreshes: 0 })
+        Ok(RingSender {
+            mem,
+            cap,
+            tail,
+            cached_head: head,
+            head_refreshes: 0,
+        })
     }
 
     /// The largest payload this ring accepts.
@@ -193,7 +208,10 @@ impl RingSender {
         debug_assert_ne!(kind, KIND_PAD);
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         if len > self.payload_max() {
-            return Err(PushError::TooLarge { len, max: self.payload_max() });
+            return Err(PushError::TooLarge {
+                len,
+                max: self.payload_max(),
+            });
         }
         let need = padded(len);
         let idx = self.tail & (self.cap - 1);
@@ -305,6 +323,9 @@ mod tests {
     fn oversize_record_is_refused() {
         let (mut tx, _rx) = pair(4096);
         let big = vec![0u8; 4096];
-        assert!(matches!(tx.push(1, &[&big]), Err(PushError::TooLarge { .. })));
+        assert!(matches!(
+            tx.push(1, &[&big]),
+            Err(PushError::TooLarge { .. })
+        ));
     }
 }

@@ -26,7 +26,13 @@ fn io(e: rustix::io::Errno) -> std::io::Error {
 }
 
 fn seqpacket() -> std::io::Result<OwnedFd> {
-    rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).map_err(io)
+    rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(io)
 }
 
 /// A listening control socket bound to a path. The path is removed on drop.
@@ -46,7 +52,11 @@ impl Endpoint {
         rustix::net::bind(&fd, &addr).map_err(io)?;
         rustix::net::listen(&fd, LISTEN_BACKLOG).map_err(io)?;
         let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC).map_err(io)?;
-        Ok(Endpoint { fd, path: path.to_owned(), wake })
+        Ok(Endpoint {
+            fd,
+            path: path.to_owned(),
+            wake,
+        })
     }
 
     /// The path peers connect to.
@@ -57,7 +67,10 @@ impl Endpoint {
     /// Wait for the next connection. Returns `Ok(None)` once [`Endpoint::stop`] was called.
     pub fn accept(&self) -> std::io::Result<Option<ControlSocket>> {
         loop {
-            let mut fds = [PollFd::new(&self.fd, PollFlags::IN), PollFd::new(&self.wake, PollFlags::IN)];
+            let mut fds = [
+                PollFd::new(&self.fd, PollFlags::IN),
+                PollFd::new(&self.wake, PollFlags::IN),
+            ];
             match rustix::event::poll(&mut fds, None) {
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(io(e)),
@@ -103,23 +116,38 @@ impl ControlSocket {
 
     /// A connected pair, for tests and for in-process peers.
     pub fn pair() -> std::io::Result<(Self, Self)> {
-        let (a, b) = rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
-            .map_err(io)?;
+        let (a, b) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(io)?;
         Ok((ControlSocket { fd: a }, ControlSocket { fd: b }))
     }
 
     /// Send one message with up to [`CONTROL_FDS_MAX`] descriptors attached.
     pub fn send(&self, data: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
         if data.len() > CONTROL_MSG_BYTES_MAX || fds.len() > CONTROL_FDS_MAX || data.is_empty() {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "control message size or descriptor count out of range"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "control message size or descriptor count out of range",
+            ));
         }
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(CONTROL_FDS_MAX))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
-            return Err(std::io::Error::other("descriptors do not fit the control buffer"));
+            return Err(std::io::Error::other(
+                "descriptors do not fit the control buffer",
+            ));
         }
         loop {
-            match rustix::net::sendmsg(&self.fd, &[IoSlice::new(data)], &mut control, SendFlags::NOSIGNAL) {
+            match rustix::net::sendmsg(
+                &self.fd,
+                &[IoSlice::new(data)],
+                &mut control,
+                SendFlags::NOSIGNAL,
+            ) {
                 Ok(n) if n == data.len() => return Ok(()),
                 Ok(_) => return Err(std::io::Error::other("control message sent in part")),
                 Err(rustix::io::Errno::INTR) => continue,
@@ -147,15 +175,21 @@ impl ControlSocket {
                 fds.extend(it);
             }
         }
-        if got.flags.contains(rustix::net::ReturnFlags::TRUNC) || got.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "control message truncated"));
+        if got.flags.contains(rustix::net::ReturnFlags::TRUNC)
+            || got.flags.contains(rustix::net::ReturnFlags::CTRUNC)
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "control message truncated",
+            ));
         }
         Ok((got.bytes, fds))
     }
 
     /// Bound how long [`ControlSocket::recv`] blocks (`None`: for ever).
     pub fn set_recv_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
-        rustix::net::sockopt::set_socket_timeout(&self.fd, rustix::net::sockopt::Timeout::Recv, t).map_err(io)
+        rustix::net::sockopt::set_socket_timeout(&self.fd, rustix::net::sockopt::Timeout::Recv, t)
+            .map_err(io)
     }
 
     /// Shut both directions: the peer's and our own pending `recv` return end-of-stream.
@@ -165,7 +199,9 @@ impl ControlSocket {
 
     /// The process id of the peer, as the kernel saw it at connect time.
     pub fn peer_pid(&self) -> Option<i32> {
-        rustix::net::sockopt::socket_peercred(&self.fd).ok().map(|c| c.pid.as_raw_nonzero().get())
+        rustix::net::sockopt::socket_peercred(&self.fd)
+            .ok()
+            .map(|c| c.pid.as_raw_nonzero().get())
     }
 }
 

@@ -14,7 +14,10 @@ use tracing::{debug, warn};
 use crate::region::{AccessPolicy, Acl, RegionInner};
 use crate::shm::ShmPeer;
 use crate::transport::PeerTransport;
-use crate::{Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RegionId, RemoteRegion, TransportChoice, PEERS_MAX, REGIONS_MAX};
+use crate::{
+    Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RegionId, RemoteRegion,
+    TransportChoice, PEERS_MAX, REGIONS_MAX,
+};
 
 /// How long a blocked receiver sleeps at most before it looks again (covers peers that
 /// joined after it went to sleep).
@@ -88,12 +91,18 @@ pub(crate) struct FabricInner {
 
 /// The kernel's boot id: nodes that share it share this machine's memory.
 fn host_identity() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown-host".into())
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown-host".into())
 }
 
 impl FabricInner {
     pub(crate) fn conns_of(&self, node: NodeId) -> Vec<Peer> {
-        read(&self.peers).by_node.get(&node).cloned().unwrap_or_default()
+        read(&self.peers)
+            .by_node
+            .get(&node)
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn all_peers(&self) -> Arc<Vec<Peer>> {
@@ -120,7 +129,12 @@ impl FabricInner {
                 t.by_node.remove(&p.peer());
             }
         }
-        let all: Vec<Peer> = t.all.iter().filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))).cloned().collect();
+        let all: Vec<Peer> = t
+            .all
+            .iter()
+            .filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p)))
+            .cloned()
+            .collect();
         t.all = Arc::new(all);
     }
 
@@ -172,16 +186,28 @@ impl FabricInner {
                 TransportChoice::Shm => "it does not share memory with this node and only shared memory is enabled",
                 TransportChoice::Auto => "it does not share memory with this node, and no edge (Ethernet) link is configured",
             };
-            return Err(Error::Unreachable { node, why: why.into() });
+            return Err(Error::Unreachable {
+                node,
+                why: why.into(),
+            });
         }
         let me = self.weak.upgrade().ok_or(Error::Closed)?;
         let peer = match ShmPeer::connect(&me, &info) {
             Ok(p) => p,
             Err(first) => {
                 // The cached endpoint may be stale (the peer restarted): ask afresh once.
-                debug!(node, "connect with cached endpoint failed ({first}); refreshing");
+                debug!(
+                    node,
+                    "connect with cached endpoint failed ({first}); refreshing"
+                );
                 let info = self.mh.refresh(node).map_err(|_| first.clone())?;
-                ShmPeer::connect(&me, &info).map_err(|e| if matches!(e, Error::Sys(_)) { Error::PeerGone(node) } else { e })?
+                ShmPeer::connect(&me, &info).map_err(|e| {
+                    if matches!(e, Error::Sys(_)) {
+                        Error::PeerGone(node)
+                    } else {
+                        e
+                    }
+                })?
             }
         };
         Ok(peer)
@@ -190,7 +216,11 @@ impl FabricInner {
 
 /// Busy-poll `f` for the configured time, then sleep on the doorbell between looks, until it
 /// yields, fails, or `deadline` passes ([`Error::Timeout`]).
-pub(crate) fn poll_until<T>(f: &FabricInner, deadline: Instant, mut probe: impl FnMut() -> Result<Option<T>, Error>) -> Result<T, Error> {
+pub(crate) fn poll_until<T>(
+    f: &FabricInner,
+    deadline: Instant,
+    mut probe: impl FnMut() -> Result<Option<T>, Error>,
+) -> Result<T, Error> {
     let spin_until = Instant::now() + f.cfg.busy_poll;
     loop {
         if let Some(v) = probe()? {
@@ -228,7 +258,10 @@ pub struct Fabric {
 
 impl std::fmt::Debug for Fabric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fabric").field("id", &self.inner.id).field("name", &self.inner.cfg.name).finish()
+        f.debug_struct("Fabric")
+            .field("id", &self.inner.id)
+            .field("name", &self.inner.cfg.name)
+            .finish()
     }
 }
 
@@ -237,7 +270,12 @@ impl Fabric {
     /// shared-memory endpoint and register it.
     pub fn join(cfg: FabricConfig) -> Result<Fabric, Error> {
         cfg.validate()?;
-        let mh = MhClient::join(MhConfig { addr: cfg.mh.clone(), secret: cfg.secret.clone(), name: cfg.name.clone(), role: Role::Node })?;
+        let mh = MhClient::join(MhConfig {
+            addr: cfg.mh.clone(),
+            secret: cfg.secret.clone(),
+            name: cfg.name.clone(),
+            role: Role::Node,
+        })?;
         let id = mh.node_id();
         let dir = cfg.runtime_dir();
         std::fs::DirBuilder::new()
@@ -245,8 +283,15 @@ impl Fabric {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| Error::Config(format!("runtime folder {}: {e}", dir.display())))?;
-        let path = dir.join(format!("n{id}-{}-{:08x}.sock", std::process::id(), rackwire_mh::auth::random_u128() as u32));
-        let endpoint = Arc::new(Endpoint::bind(&path).map_err(|e| Error::Sys(format!("endpoint {}: {e}", path.display())))?);
+        let path = dir.join(format!(
+            "n{id}-{}-{:08x}.sock",
+            std::process::id(),
+            rackwire_mh::auth::random_u128() as u32
+        ));
+        let endpoint = Arc::new(
+            Endpoint::bind(&path)
+                .map_err(|e| Error::Sys(format!("endpoint {}: {e}", path.display())))?,
+        );
         let host = host_identity();
         let doorbell = Doorbell::new()?;
         let copy = CopyEngine::new(cfg.copy_channels);
@@ -277,7 +322,10 @@ impl Fabric {
             .name("rw-accept".into())
             .spawn(move || accept_loop(weak, endpoint))
             .map_err(|e| Error::Sys(e.to_string()))?;
-        Ok(Fabric { inner, acceptor: Some(acceptor) })
+        Ok(Fabric {
+            inner,
+            acceptor: Some(acceptor),
+        })
     }
 
     /// This node's id.
@@ -293,7 +341,10 @@ impl Fabric {
     /// Allocate a zeroed region of `len` bytes that peers may be granted up to `access`.
     pub fn alloc(&self, len: u64, access: Access) -> Result<Region, Error> {
         if len == 0 || len > rackwire_shm::SHM_REGION_BYTES_MAX {
-            return Err(Error::Config(format!("region length {len} outside 1..={}", rackwire_shm::SHM_REGION_BYTES_MAX)));
+            return Err(Error::Config(format!(
+                "region length {len} outside 1..={}",
+                rackwire_shm::SHM_REGION_BYTES_MAX
+            )));
         }
         let mut regions = write(&self.inner.regions);
         if regions.len() >= REGIONS_MAX {
@@ -311,13 +362,19 @@ impl Fabric {
             migrating: AtomicBool::new(false),
         });
         regions.insert(id, inner.clone());
-        Ok(Region { inner, fabric: self.inner.clone() })
+        Ok(Region {
+            inner,
+            fabric: self.inner.clone(),
+        })
     }
 
     /// A connection to `node` (an existing live one if there is one).
     pub fn connect(&self, node: NodeId) -> Result<Conn, Error> {
         let t = self.inner.connect(node)?;
-        Ok(Conn { t, fabric: self.inner.clone() })
+        Ok(Conn {
+            t,
+            fabric: self.inner.clone(),
+        })
     }
 
     /// A connection to the node called `name`.
@@ -332,8 +389,14 @@ impl Fabric {
     /// Find a published region by name.
     pub fn lookup(&self, name: &str) -> Result<RemoteRegion, Error> {
         let e = self.inner.mh.lookup(name)?;
-        let key = u128::from_str_radix(&e.key, 16).map_err(|_| Error::BadHandle(format!("directory entry {name:?} has a bad key")))?;
-        Ok(RemoteRegion { node: e.node, region: e.region, key, len: e.len })
+        let key = u128::from_str_radix(&e.key, 16)
+            .map_err(|_| Error::BadHandle(format!("directory entry {name:?} has a bad key")))?;
+        Ok(RemoteRegion {
+            node: e.node,
+            region: e.region,
+            key,
+            len: e.len,
+        })
     }
 
     /// The next message from any peer, if one is waiting.
@@ -355,11 +418,16 @@ impl Fabric {
 
     /// The next notification, waiting at most `timeout`.
     pub fn wait_notification(&self, timeout: Duration) -> Result<Notification, Error> {
-        poll_until(&self.inner, Instant::now() + timeout, || self.try_notification())
+        poll_until(&self.inner, Instant::now() + timeout, || {
+            self.try_notification()
+        })
     }
 
     /// Look at every peer once, starting at a rotating position so no peer starves.
-    fn poll_peers<T>(&self, mut f: impl FnMut(&Peer) -> Result<Option<T>, Error>) -> Result<Option<(NodeId, T)>, Error> {
+    fn poll_peers<T>(
+        &self,
+        mut f: impl FnMut(&Peer) -> Result<Option<T>, Error>,
+    ) -> Result<Option<(NodeId, T)>, Error> {
         let peers = self.inner.all_peers();
         let n = peers.len();
         if n == 0 {
@@ -387,7 +455,9 @@ impl Fabric {
 
     /// The target-side access rules of this node, for transports.
     pub fn policy(&self) -> AccessPolicy {
-        AccessPolicy { fabric: Arc::downgrade(&self.inner) }
+        AccessPolicy {
+            fabric: Arc::downgrade(&self.inner),
+        }
     }
 
     /// Leave the fabric now (also done on drop).
@@ -420,7 +490,9 @@ fn accept_loop(fabric: Weak<FabricInner>, endpoint: Arc<Endpoint>) {
         match endpoint.accept() {
             Ok(Some(sock)) => {
                 let f = fabric.clone();
-                let spawned = std::thread::Builder::new().name("rw-peer".into()).spawn(move || ShmPeer::accept(f, sock));
+                let spawned = std::thread::Builder::new()
+                    .name("rw-peer".into())
+                    .spawn(move || ShmPeer::accept(f, sock));
                 if let Err(e) = spawned {
                     warn!("could not start a peer thread: {e}");
                 }

@@ -51,8 +51,8 @@ pub use error::{Error, MhErrorText};
 pub use fabric::{Fabric, Message, Notification};
 pub use handle::{RegionId, RemoteRegion, REMOTE_REGION_BYTES};
 pub use op::{Completion, Op, OpFlags};
-pub use region::{Region, RevokeOutcome};
 pub use rackwire_mh::{ManagementHost, MhHandle, NodeId, NodeInfo, NodeStatus};
+pub use region::{Region, RevokeOutcome};
 
 use std::time::Duration;
 
@@ -75,4 +75,5 @@ pub const REVOKE_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default bound on how long an operation may wait for room or for its peer.
 pub const OP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
-const _: () = assert!(MESSAGE_BYTES_MAX as u64 <= rackwire_shm::ring::payload_bytes_max(MESSAGE_RING_BYTES));
+const _: () =
+    assert!(MESSAGE_BYTES_MAX as u64 <= rackwire_shm::ring::payload_bytes_max(MESSAGE_RING_BYTES));

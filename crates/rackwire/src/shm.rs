@@ -32,8 +32,8 @@ use crate::fabric::{lock, read, FabricInner};
 use crate::region::Refusal;
 use crate::transport::PeerTransport;
 use crate::{
-    Access, BatchOptions, Completion, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion, CONNECT_TIMEOUT,
-    MESSAGE_RING_BYTES, NOTIFY_RING_BYTES,
+    Access, BatchOptions, Completion, ConnStats, Error, NodeId, Notification, Op, OpFlags,
+    RegionId, RemoteRegion, CONNECT_TIMEOUT, MESSAGE_RING_BYTES, NOTIFY_RING_BYTES,
 };
 
 const KIND_MESSAGE: u32 = 1;
@@ -46,31 +46,62 @@ const UNMAP_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 enum PeerMsg {
-    Hello { from: NodeId, to: NodeId, nonce: String },
-    Challenge { nonce: String, proof: String },
-    Proof { proof: String },
+    Hello {
+        from: NodeId,
+        to: NodeId,
+        nonce: String,
+    },
+    Challenge {
+        nonce: String,
+        proof: String,
+    },
+    Proof {
+        proof: String,
+    },
     /// Carries four descriptors: message ring, notification ring, doorbell page, doorbell eventfd.
     Rings,
-    Refused { reason: String },
-    MapRequest { req: u64, region: RegionId, key: String, want: u8 },
+    Refused {
+        reason: String,
+    },
+    MapRequest {
+        req: u64,
+        region: RegionId,
+        key: String,
+        want: u8,
+    },
     /// Carries the region's descriptor.
-    MapGranted { req: u64, access: u8 },
-    MapRefused { req: u64, reason: Refusal },
-    Unmap { region: RegionId, seq: u64 },
-    UnmapAck { seq: u64 },
+    MapGranted {
+        req: u64,
+        access: u8,
+    },
+    MapRefused {
+        req: u64,
+        reason: Refusal,
+    },
+    Unmap {
+        region: RegionId,
+        seq: u64,
+    },
+    UnmapAck {
+        seq: u64,
+    },
 }
 
 fn send(sock: &ControlSocket, msg: &PeerMsg, fds: &[BorrowedFd<'_>]) -> Result<(), Error> {
     let bytes = serde_json::to_vec(msg).map_err(|e| Error::Protocol(e.to_string()))?;
-    sock.send(&bytes, fds).map_err(|e| Error::Sys(format!("control socket: {e}")))
+    sock.send(&bytes, fds)
+        .map_err(|e| Error::Sys(format!("control socket: {e}")))
 }
 
 fn recv(sock: &ControlSocket, buf: &mut [u8]) -> Result<(PeerMsg, Vec<OwnedFd>), Error> {
-    let (n, fds) = sock.recv(buf).map_err(|e| Error::Sys(format!("control socket: {e}")))?;
+    let (n, fds) = sock
+        .recv(buf)
+        .map_err(|e| Error::Sys(format!("control socket: {e}")))?;
     if n == 0 {
         return Err(Error::Protocol("peer closed the connection".into()));
     }
-    let msg = serde_json::from_slice(&buf[..n]).map_err(|e| Error::Protocol(format!("malformed control message: {e}")))?;
+    let msg = serde_json::from_slice(&buf[..n])
+        .map_err(|e| Error::Protocol(format!("malformed control message: {e}")))?;
     Ok((msg, fds))
 }
 
@@ -90,7 +121,11 @@ impl LocalRings {
 
     fn offer(&self, sock: &ControlSocket, f: &FabricInner) -> Result<(), Error> {
         let [page, efd] = f.doorbell.fds();
-        send(sock, &PeerMsg::Rings, &[self.msg.mem().fd(), self.notify.mem().fd(), page, efd])
+        send(
+            sock,
+            &PeerMsg::Rings,
+            &[self.msg.mem().fd(), self.notify.mem().fd(), page, efd],
+        )
     }
 }
 
@@ -105,12 +140,27 @@ impl RemoteRings {
     fn take(msg: PeerMsg, fds: Vec<OwnedFd>) -> Result<Self, Error> {
         match msg {
             PeerMsg::Rings => {}
-            PeerMsg::Refused { reason } => return Err(Error::Protocol(format!("peer refused the connection: {reason}"))),
+            PeerMsg::Refused { reason } => {
+                return Err(Error::Protocol(format!(
+                    "peer refused the connection: {reason}"
+                )))
+            }
             other => return Err(Error::Protocol(format!("expected rings, got {other:?}"))),
         }
-        let [m, n, page, efd]: [OwnedFd; 4] = fds.try_into().map_err(|_| Error::Protocol("rings need four descriptors".into()))?;
-        let ring = |fd| -> Result<RingSender, Error> { Ok(RingSender::attach(SharedMem::from_fd(fd, MapAccess::ReadWrite)?)?) };
-        Ok(RemoteRings { msg: ring(m)?, notify: ring(n)?, bell: DoorbellRemote::attach(page, efd)? })
+        let [m, n, page, efd]: [OwnedFd; 4] = fds
+            .try_into()
+            .map_err(|_| Error::Protocol("rings need four descriptors".into()))?;
+        let ring = |fd| -> Result<RingSender, Error> {
+            Ok(RingSender::attach(SharedMem::from_fd(
+                fd,
+                MapAccess::ReadWrite,
+            )?)?)
+        };
+        Ok(RemoteRings {
+            msg: ring(m)?,
+            notify: ring(n)?,
+            bell: DoorbellRemote::attach(page, efd)?,
+        })
     }
 }
 
@@ -170,7 +220,13 @@ fn context(initiator: NodeId, acceptor: NodeId) -> Vec<u8> {
 }
 
 impl ShmPeer {
-    fn build(f: &FabricInner, peer: NodeId, sock: ControlSocket, local: LocalRings, remote: RemoteRings) -> Arc<ShmPeer> {
+    fn build(
+        f: &FabricInner,
+        peer: NodeId,
+        sock: ControlSocket,
+        local: LocalRings,
+        remote: RemoteRings,
+    ) -> Arc<ShmPeer> {
         Arc::new(ShmPeer {
             peer,
             fabric: f.weak.clone(),
@@ -191,37 +247,77 @@ impl ShmPeer {
     }
 
     /// Connect to the node described by `info` (initiator side of the handshake).
-    pub(crate) fn connect(f: &Arc<FabricInner>, info: &NodeInfo) -> Result<Arc<dyn PeerTransport>, Error> {
-        let path = info.shm_path.as_deref().ok_or_else(|| Error::Unreachable { node: info.id, why: "no shared-memory endpoint".into() })?;
-        let sock = ControlSocket::connect(std::path::Path::new(path)).map_err(|e| Error::Sys(format!("connect to node {}: {e}", info.id)))?;
-        sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::Sys(e.to_string()))?;
+    pub(crate) fn connect(
+        f: &Arc<FabricInner>,
+        info: &NodeInfo,
+    ) -> Result<Arc<dyn PeerTransport>, Error> {
+        let path = info.shm_path.as_deref().ok_or_else(|| Error::Unreachable {
+            node: info.id,
+            why: "no shared-memory endpoint".into(),
+        })?;
+        let sock = ControlSocket::connect(std::path::Path::new(path))
+            .map_err(|e| Error::Sys(format!("connect to node {}: {e}", info.id)))?;
+        sock.set_recv_timeout(Some(CONNECT_TIMEOUT))
+            .map_err(|e| Error::Sys(e.to_string()))?;
         let mut buf = vec![0u8; CONTROL_MSG_BYTES_MAX];
         let ctx = context(f.id, info.id);
         let nonce = auth::nonce();
-        send(&sock, &PeerMsg::Hello { from: f.id, to: info.id, nonce: to_hex(&nonce) }, &[])?;
+        send(
+            &sock,
+            &PeerMsg::Hello {
+                from: f.id,
+                to: info.id,
+                nonce: to_hex(&nonce),
+            },
+            &[],
+        )?;
         let their_nonce = match recv(&sock, &mut buf)?.0 {
             PeerMsg::Challenge { nonce: n, proof } => {
-                let ok = from_hex(&proof).is_some_and(|p| auth::verify(&f.cfg.secret, "rackwire-peer-acceptor", &nonce, &ctx, &p));
+                let ok = from_hex(&proof).is_some_and(|p| {
+                    auth::verify(&f.cfg.secret, "rackwire-peer-acceptor", &nonce, &ctx, &p)
+                });
                 if !ok {
-                    return Err(Error::Protocol(format!("node {} could not prove it holds the fabric secret", info.id)));
+                    return Err(Error::Protocol(format!(
+                        "node {} could not prove it holds the fabric secret",
+                        info.id
+                    )));
                 }
                 from_hex(&n).ok_or_else(|| Error::Protocol("bad nonce".into()))?
             }
-            PeerMsg::Refused { reason } => return Err(Error::Protocol(format!("node {} refused: {reason}", info.id))),
-            other => return Err(Error::Protocol(format!("expected a challenge, got {other:?}"))),
+            PeerMsg::Refused { reason } => {
+                return Err(Error::Protocol(format!(
+                    "node {} refused: {reason}",
+                    info.id
+                )))
+            }
+            other => {
+                return Err(Error::Protocol(format!(
+                    "expected a challenge, got {other:?}"
+                )))
+            }
         };
         let proof = auth::prove(&f.cfg.secret, "rackwire-peer-initiator", &their_nonce, &ctx);
-        send(&sock, &PeerMsg::Proof { proof: to_hex(&proof) }, &[])?;
+        send(
+            &sock,
+            &PeerMsg::Proof {
+                proof: to_hex(&proof),
+            },
+            &[],
+        )?;
         let local = LocalRings::new()?;
         local.offer(&sock, f)?;
         let (msg, fds) = recv(&sock, &mut buf)?;
         let remote = RemoteRings::take(msg, fds)?;
-        sock.set_recv_timeout(None).map_err(|e| Error::Sys(e.to_string()))?;
+        sock.set_recv_timeout(None)
+            .map_err(|e| Error::Sys(e.to_string()))?;
         let peer = ShmPeer::build(f, info.id, sock, local, remote);
         let dynp: Arc<dyn PeerTransport> = peer.clone();
         f.add_peer(dynp.clone())?;
         let reader = peer.clone();
-        std::thread::Builder::new().name("rw-peer".into()).spawn(move || reader.serve(buf)).map_err(|e| Error::Sys(e.to_string()))?;
+        std::thread::Builder::new()
+            .name("rw-peer".into())
+            .spawn(move || reader.serve(buf))
+            .map_err(|e| Error::Sys(e.to_string()))?;
         debug!(peer = info.id, "connected over shared memory");
         Ok(dynp)
     }
@@ -239,10 +335,21 @@ impl ShmPeer {
         }
     }
 
-    fn handshake_accept(f: &Arc<FabricInner>, sock: ControlSocket, buf: &mut [u8]) -> Result<Arc<ShmPeer>, Error> {
-        sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::Sys(e.to_string()))?;
+    fn handshake_accept(
+        f: &Arc<FabricInner>,
+        sock: ControlSocket,
+        buf: &mut [u8],
+    ) -> Result<Arc<ShmPeer>, Error> {
+        sock.set_recv_timeout(Some(CONNECT_TIMEOUT))
+            .map_err(|e| Error::Sys(e.to_string()))?;
         let refuse = |sock: &ControlSocket, reason: String| {
-            let _ = send(sock, &PeerMsg::Refused { reason: reason.clone() }, &[]);
+            let _ = send(
+                sock,
+                &PeerMsg::Refused {
+                    reason: reason.clone(),
+                },
+                &[],
+            );
             Err(Error::Protocol(reason))
         };
         let (from, their_nonce) = match recv(&sock, buf)?.0 {
@@ -250,19 +357,41 @@ impl ShmPeer {
                 if to != f.id {
                     return refuse(&sock, format!("this is node {}, not node {to}", f.id));
                 }
-                (from, from_hex(&nonce).ok_or_else(|| Error::Protocol("bad nonce".into()))?)
+                (
+                    from,
+                    from_hex(&nonce).ok_or_else(|| Error::Protocol("bad nonce".into()))?,
+                )
             }
             other => return Err(Error::Protocol(format!("expected hello, got {other:?}"))),
         };
         if let Err(MhError::NotFound(_)) = f.mh.resolve(from) {
-            return refuse(&sock, format!("node {from} is unknown to the management host"));
+            return refuse(
+                &sock,
+                format!("node {from} is unknown to the management host"),
+            );
         }
         let ctx = context(from, f.id);
         let my_nonce = auth::nonce();
         let proof = auth::prove(&f.cfg.secret, "rackwire-peer-acceptor", &their_nonce, &ctx);
-        send(&sock, &PeerMsg::Challenge { nonce: to_hex(&my_nonce), proof: to_hex(&proof) }, &[])?;
+        send(
+            &sock,
+            &PeerMsg::Challenge {
+                nonce: to_hex(&my_nonce),
+                proof: to_hex(&proof),
+            },
+            &[],
+        )?;
         match recv(&sock, buf)?.0 {
-            PeerMsg::Proof { proof } if from_hex(&proof).is_some_and(|p| auth::verify(&f.cfg.secret, "rackwire-peer-initiator", &my_nonce, &ctx, &p)) => {}
+            PeerMsg::Proof { proof }
+                if from_hex(&proof).is_some_and(|p| {
+                    auth::verify(
+                        &f.cfg.secret,
+                        "rackwire-peer-initiator",
+                        &my_nonce,
+                        &ctx,
+                        &p,
+                    )
+                }) => {}
             PeerMsg::Proof { .. } => return refuse(&sock, "wrong secret".into()),
             other => return Err(Error::Protocol(format!("expected proof, got {other:?}"))),
         }
@@ -270,7 +399,8 @@ impl ShmPeer {
         let remote = RemoteRings::take(msg, fds)?;
         let local = LocalRings::new()?;
         local.offer(&sock, f)?;
-        sock.set_recv_timeout(None).map_err(|e| Error::Sys(e.to_string()))?;
+        sock.set_recv_timeout(None)
+            .map_err(|e| Error::Sys(e.to_string()))?;
         let peer = ShmPeer::build(f, from, sock, local, remote);
         f.add_peer(peer.clone())?;
         debug!(peer = from, "accepted a shared-memory connection");
@@ -288,19 +418,39 @@ impl ShmPeer {
                 }
             };
             match msg {
-                PeerMsg::MapRequest { req, region, key, want } => self.serve_map(req, region, &key, want),
+                PeerMsg::MapRequest {
+                    req,
+                    region,
+                    key,
+                    want,
+                } => self.serve_map(req, region, &key, want),
                 PeerMsg::MapGranted { req, access } => {
-                    let Some(p) = lock(&self.pending).remove(&req) else { continue };
+                    let Some(p) = lock(&self.pending).remove(&req) else {
+                        continue;
+                    };
                     let access = Access::from_bits(access);
-                    let how = if access.stores() { MapAccess::ReadWrite } else { MapAccess::ReadOnly };
+                    let how = if access.stores() {
+                        MapAccess::ReadWrite
+                    } else {
+                        MapAccess::ReadOnly
+                    };
                     let answer = match fds.pop().map(|fd| SharedMem::from_fd(fd, how)) {
                         Some(Ok(mem)) => {
                             self.stats.mappings.fetch_add(1, Relaxed);
-                            self.maps.write().unwrap_or_else(|e| e.into_inner()).insert(p.region, Arc::new(Mapping { mem, key: p.key, access }));
+                            self.maps.write().unwrap_or_else(|e| e.into_inner()).insert(
+                                p.region,
+                                Arc::new(Mapping {
+                                    mem,
+                                    key: p.key,
+                                    access,
+                                }),
+                            );
                             MapAnswer::Granted
                         }
                         Some(Err(e)) => MapAnswer::Failed(e.into()),
-                        None => MapAnswer::Failed(Error::Protocol("grant without a descriptor".into())),
+                        None => {
+                            MapAnswer::Failed(Error::Protocol("grant without a descriptor".into()))
+                        }
                     };
                     let _ = p.reply.send(answer);
                 }
@@ -320,7 +470,10 @@ impl ShmPeer {
                     }
                 }
                 other => {
-                    warn!(peer = self.peer, "unexpected control message {other:?}; closing");
+                    warn!(
+                        peer = self.peer,
+                        "unexpected control message {other:?}; closing"
+                    );
                     break;
                 }
             }
@@ -340,24 +493,48 @@ impl ShmPeer {
 
     /// Owner side: decide a map request and answer it.
     fn serve_map(&self, req: u64, region: RegionId, key: &str, want: u8) {
-        let Some(f) = self.fabric.upgrade() else { return };
-        let Some(key) = u128::from_str_radix(key, 16).ok().filter(|_| key.len() == 32) else {
-            let _ = send(&self.sock, &PeerMsg::MapRefused { req, reason: Refusal::BadKey }, &[]);
+        let Some(f) = self.fabric.upgrade() else {
             return;
         };
-        let decided = f.with_grant(self.peer, region, key, Access::from_bits(want), |r, access| {
-            let mem = read(&r.mem);
-            let granted = PeerMsg::MapGranted { req, access: access.bits() };
-            if access.stores() {
-                send(&self.sock, &granted, &[mem.fd()])
-            } else {
-                let ro = mem.readonly_fd()?;
-                send(&self.sock, &granted, &[ro.as_fd()])
-            }
-        });
+        let Some(key) = u128::from_str_radix(key, 16)
+            .ok()
+            .filter(|_| key.len() == 32)
+        else {
+            let _ = send(
+                &self.sock,
+                &PeerMsg::MapRefused {
+                    req,
+                    reason: Refusal::BadKey,
+                },
+                &[],
+            );
+            return;
+        };
+        let decided = f.with_grant(
+            self.peer,
+            region,
+            key,
+            Access::from_bits(want),
+            |r, access| {
+                let mem = read(&r.mem);
+                let granted = PeerMsg::MapGranted {
+                    req,
+                    access: access.bits(),
+                };
+                if access.stores() {
+                    send(&self.sock, &granted, &[mem.fd()])
+                } else {
+                    let ro = mem.readonly_fd()?;
+                    send(&self.sock, &granted, &[ro.as_fd()])
+                }
+            },
+        );
         match decided {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(peer = self.peer, region, "could not hand over a mapping: {e}"),
+            Ok(Err(e)) => warn!(
+                peer = self.peer,
+                region, "could not hand over a mapping: {e}"
+            ),
             Err(reason) => {
                 self.stats.refused.fetch_add(1, Relaxed);
                 let _ = send(&self.sock, &PeerMsg::MapRefused { req, reason }, &[]);
@@ -368,7 +545,14 @@ impl ShmPeer {
     /// Drop our mapping of the peer's `region` once no operation uses it. False if an
     /// operation held it past the drain timeout (then the owner will cut us off).
     fn drop_mapping(&self, region: RegionId) -> bool {
-        let Some(mut m) = self.maps.write().unwrap_or_else(|e| e.into_inner()).remove(&region) else { return true };
+        let Some(mut m) = self
+            .maps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&region)
+        else {
+            return true;
+        };
         let deadline = Instant::now() + UNMAP_DRAIN_TIMEOUT;
         loop {
             match Arc::try_unwrap(m) {
@@ -403,7 +587,13 @@ impl ShmPeer {
             }
         }
         let r = self.request_mapping(t, need);
-        if matches!(r, Err(Error::Ungranted { .. } | Error::Revoked { .. } | Error::BadKey { .. } | Error::UnknownRegion { .. })) {
+        if matches!(
+            r,
+            Err(Error::Ungranted { .. }
+                | Error::Revoked { .. }
+                | Error::BadKey { .. }
+                | Error::UnknownRegion { .. })
+        ) {
             self.stats.refused.fetch_add(1, Relaxed);
         }
         r
@@ -414,20 +604,37 @@ impl ShmPeer {
         loop {
             let req = self.next_req.fetch_add(1, Relaxed);
             let (tx, rx) = sync_channel(1);
-            lock(&self.pending).insert(req, PendingMap { region: t.region, key: t.key, reply: tx });
-            let ask = PeerMsg::MapRequest { req, region: t.region, key: t.key_hex(), want: need.bits() };
+            lock(&self.pending).insert(
+                req,
+                PendingMap {
+                    region: t.region,
+                    key: t.key,
+                    reply: tx,
+                },
+            );
+            let ask = PeerMsg::MapRequest {
+                req,
+                region: t.region,
+                key: t.key_hex(),
+                want: need.bits(),
+            };
             if send(&self.sock, &ask, &[]).is_err() {
                 lock(&self.pending).remove(&req);
                 return Err(Error::PeerGone(self.peer));
             }
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(MapAnswer::Granted) => {
-                    if let Some(m) = read(&self.maps).get(&t.region).filter(|m| m.access.contains(need)) {
+                    if let Some(m) = read(&self.maps)
+                        .get(&t.region)
+                        .filter(|m| m.access.contains(need))
+                    {
                         return Ok(m.clone());
                     }
                     // Unmapped again right after the grant: ask again.
                 }
-                Ok(MapAnswer::Refused(Refusal::Busy)) => std::thread::sleep(Duration::from_millis(1)),
+                Ok(MapAnswer::Refused(Refusal::Busy)) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
                 Ok(MapAnswer::Refused(r)) => return Err(r.into_error(self.peer, t.region)),
                 Ok(MapAnswer::Failed(e)) => return Err(e),
                 Err(RecvTimeoutError::Timeout) => {
@@ -453,7 +660,12 @@ impl ShmPeer {
                     self.bell.ring();
                     return Ok(());
                 }
-                Err(PushError::TooLarge { len, max }) => return Err(Error::MessageTooLarge { len: len as usize, max: max as usize }),
+                Err(PushError::TooLarge { len, max }) => {
+                    return Err(Error::MessageTooLarge {
+                        len: len as usize,
+                        max: max as usize,
+                    })
+                }
                 Err(PushError::Full) => {
                     if !self.alive.load(Relaxed) {
                         return Err(Error::PeerGone(self.peer));
@@ -470,8 +682,16 @@ impl ShmPeer {
         }
     }
 
-    fn notify_after(&self, region: RegionId, offset: u64, len: u64, flags: OpFlags) -> Result<(), Error> {
-        let Some(imm) = flags.notify else { return Ok(()) };
+    fn notify_after(
+        &self,
+        region: RegionId,
+        offset: u64,
+        len: u64,
+        flags: OpFlags,
+    ) -> Result<(), Error> {
+        let Some(imm) = flags.notify else {
+            return Ok(());
+        };
         let mut rec = [0u8; NOTIFY_RECORD_BYTES];
         rec[0..4].copy_from_slice(&region.to_le_bytes());
         rec[8..16].copy_from_slice(&offset.to_le_bytes());
@@ -483,25 +703,47 @@ impl ShmPeer {
     }
 
     fn oob(t: &RemoteRegion, m: &Mapping, offset: u64, len: u64) -> Error {
-        Error::OutOfBounds { region: t.region, offset, len, region_len: m.mem.len() as u64 }
+        Error::OutOfBounds {
+            region: t.region,
+            offset,
+            len,
+            region_len: m.mem.len() as u64,
+        }
     }
 
-    fn do_write(&self, t: &RemoteRegion, offset: u64, data: &[u8], flags: OpFlags) -> Result<Completion, Error> {
+    fn do_write(
+        &self,
+        t: &RemoteRegion,
+        offset: u64,
+        data: &[u8],
+        flags: OpFlags,
+    ) -> Result<Completion, Error> {
         let m = self.mapping(t, Access::WRITE)?;
         if !m.mem.write_at(offset, data) {
             self.stats.refused.fetch_add(1, Relaxed);
             return Err(Self::oob(t, &m, offset, data.len() as u64));
         }
         self.stats.writes.fetch_add(1, Relaxed);
-        self.stats.bytes_written.fetch_add(data.len() as u64, Relaxed);
+        self.stats
+            .bytes_written
+            .fetch_add(data.len() as u64, Relaxed);
         self.notify_after(t.region, offset, data.len() as u64, flags)?;
         Ok(Completion::Done)
     }
 
-    fn do_batch(&self, t: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags, opts: BatchOptions) -> Result<Completion, Error> {
+    fn do_batch(
+        &self,
+        t: &RemoteRegion,
+        entries: &[(u64, &[u8])],
+        flags: OpFlags,
+        opts: BatchOptions,
+    ) -> Result<Completion, Error> {
         let m = self.mapping(t, Access::WRITE)?;
         let f = self.fabric.upgrade().ok_or(Error::Closed)?;
-        if let Err(i) = f.copy.write_batch(&m.mem, entries, opts.combine, opts.channels) {
+        if let Err(i) = f
+            .copy
+            .write_batch(&m.mem, entries, opts.combine, opts.channels)
+        {
             self.stats.refused.fetch_add(1, Relaxed);
             let (off, d) = entries[i];
             return Err(Self::oob(t, &m, off, d.len() as u64));
@@ -514,9 +756,18 @@ impl ShmPeer {
         Ok(Completion::Done)
     }
 
-    fn do_read(&self, t: &RemoteRegion, offset: u64, len: u64, flags: OpFlags) -> Result<Completion, Error> {
+    fn do_read(
+        &self,
+        t: &RemoteRegion,
+        offset: u64,
+        len: u64,
+        flags: OpFlags,
+    ) -> Result<Completion, Error> {
         let m = self.mapping(t, Access::READ)?;
-        if offset.checked_add(len).is_none_or(|end| end > m.mem.len() as u64) {
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > m.mem.len() as u64)
+        {
             self.stats.refused.fetch_add(1, Relaxed);
             return Err(Self::oob(t, &m, offset, len));
         }
@@ -528,7 +779,13 @@ impl ShmPeer {
         Ok(Completion::Data(out))
     }
 
-    fn do_atomic(&self, t: &RemoteRegion, offset: u64, flags: OpFlags, op: impl FnOnce(&AtomicU64) -> u64) -> Result<Completion, Error> {
+    fn do_atomic(
+        &self,
+        t: &RemoteRegion,
+        offset: u64,
+        flags: OpFlags,
+        op: impl FnOnce(&AtomicU64) -> u64,
+    ) -> Result<Completion, Error> {
         if offset % 8 != 0 {
             return Err(Error::Misaligned { offset });
         }
@@ -561,7 +818,13 @@ impl PeerTransport for ShmPeer {
         Op::ready(self.do_write(t, offset, data, flags))
     }
 
-    fn write_batch(&self, t: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags, opts: BatchOptions) -> Op {
+    fn write_batch(
+        &self,
+        t: &RemoteRegion,
+        entries: &[(u64, &[u8])],
+        flags: OpFlags,
+        opts: BatchOptions,
+    ) -> Op {
         Op::ready(self.do_batch(t, entries, flags, opts))
     }
 
@@ -569,13 +832,25 @@ impl PeerTransport for ShmPeer {
         Op::ready(self.do_read(t, offset, len, flags))
     }
 
-    fn compare_swap(&self, t: &RemoteRegion, offset: u64, expected: u64, new: u64, flags: OpFlags) -> Op {
+    fn compare_swap(
+        &self,
+        t: &RemoteRegion,
+        offset: u64,
+        expected: u64,
+        new: u64,
+        flags: OpFlags,
+    ) -> Op {
         use std::sync::atomic::Ordering::{AcqRel, Acquire};
-        Op::ready(self.do_atomic(t, offset, flags, |w| w.compare_exchange(expected, new, AcqRel, Acquire).unwrap_or_else(|v| v)))
+        Op::ready(self.do_atomic(t, offset, flags, |w| {
+            w.compare_exchange(expected, new, AcqRel, Acquire)
+                .unwrap_or_else(|v| v)
+        }))
     }
 
     fn fetch_add(&self, t: &RemoteRegion, offset: u64, add: u64, flags: OpFlags) -> Op {
-        Op::ready(self.do_atomic(t, offset, flags, |w| w.fetch_add(add, std::sync::atomic::Ordering::AcqRel)))
+        Op::ready(self.do_atomic(t, offset, flags, |w| {
+            w.fetch_add(add, std::sync::atomic::Ordering::AcqRel)
+        }))
     }
 
     fn send(&self, msg: &[u8]) -> Op {
@@ -592,7 +867,9 @@ impl PeerTransport for ShmPeer {
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
         match lock(&self.rx_msg).pop(out) {
             Ok(Some(KIND_MESSAGE)) => Ok(true),
-            Ok(Some(k)) => Err(Error::Protocol(format!("unknown record kind {k} in message ring"))),
+            Ok(Some(k)) => Err(Error::Protocol(format!(
+                "unknown record kind {k} in message ring"
+            ))),
             Ok(None) => Ok(false),
             Err(e) => Err(Error::Protocol(e.to_string())),
         }
@@ -602,7 +879,8 @@ impl PeerTransport for ShmPeer {
         let mut rec = Vec::with_capacity(NOTIFY_RECORD_BYTES);
         match lock(&self.rx_notify).pop(&mut rec) {
             Ok(Some(KIND_NOTIFY)) if rec.len() == NOTIFY_RECORD_BYTES => {
-                let u64_at = |i: usize| u64::from_le_bytes(rec[i..i + 8].try_into().expect("8 bytes"));
+                let u64_at =
+                    |i: usize| u64::from_le_bytes(rec[i..i + 8].try_into().expect("8 bytes"));
                 Ok(Some(Notification {
                     from: self.peer,
                     region: u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")),

@@ -1,0 +1,182 @@
+//! Access control across real processes: every refused access fails at the initiator with its
+//! own error, and the target's bytes are unchanged afterwards.
+
+use rackwire_tests::{hex, Node, TestMh, SECRET};
+
+const CANARY: &[u8] = b"untouched-canary";
+
+fn canary_intact(owner: &mut Node, rid: u32) {
+    assert_eq!(
+        owner.ok(&format!("local-read {rid} 0 {}", CANARY.len())),
+        hex(CANARY),
+        "target bytes changed"
+    );
+}
+
+fn expect_err(n: &mut Node, cmd: &str, kind: &str) {
+    let a = n.cmd(cmd);
+    assert!(
+        a.starts_with(&format!("err {kind}")),
+        "`{cmd}` answered `{a}`, expected err {kind}"
+    );
+}
+
+// Checks the four refusals the issue names, each with its own error at the initiator and the
+// owner's bytes unchanged: a write without a grant (ungranted), a write after the grant was
+// revoked (revoked), a write past the end (out_of_bounds), a write with a forged key (bad_key).
+// Also: a read-only grant refuses writes, a misaligned atomic is refused, an unknown region id
+// is refused.
+#[test]
+fn refused_accesses_have_distinct_errors_and_touch_nothing() {
+    let mh = TestMh::start("acl");
+    let mut owner = Node::spawn(&mh.addr, "acl-owner");
+    let mut good = Node::spawn(&mh.addr, "acl-good");
+    let mut stranger = Node::spawn(&mh.addr, "acl-stranger");
+    // The owner grants itself so that `guarded` can place the canary through the fabric.
+    let a = owner.ok("alloc 4096 rwa");
+    let (rid, h) = a.split_once(' ').unwrap();
+    let rid: u32 = rid.parse().unwrap();
+    owner.ok(&format!("grant {rid} {} rwa", owner.id));
+    owner.ok(&format!("write {h} 0 {}", hex(CANARY)));
+    owner.ok(&format!("grant {rid} {} rwa", good.id));
+    canary_intact(&mut owner, rid);
+
+    // Ungranted.
+    expect_err(
+        &mut stranger,
+        &format!("write {h} 0 {}", hex(b"EVIL")),
+        "ungranted",
+    );
+    expect_err(&mut stranger, &format!("read {h} 0 4"), "ungranted");
+    canary_intact(&mut owner, rid);
+
+    // Out of bounds (the granted node, straddling the end and wholly past it).
+    expect_err(
+        &mut good,
+        &format!("write-len {h} 4090 16 69"),
+        "out_of_bounds",
+    );
+    expect_err(
+        &mut good,
+        &format!("write-len {h} 8192 1 69"),
+        "out_of_bounds",
+    );
+    expect_err(
+        &mut good,
+        &format!("batch {h} 8:{},5000:{}", hex(b"ok"), hex(b"no")),
+        "out_of_bounds",
+    );
+    canary_intact(&mut owner, rid);
+    assert_eq!(
+        owner.ok(&format!("local-read {rid} 8 2")),
+        hex(CANARY)[16..20],
+        "a refused batch writes none of its entries"
+    );
+
+    // Misaligned atomic.
+    expect_err(&mut good, &format!("fadd {h} 3 1"), "misaligned");
+    canary_intact(&mut owner, rid);
+
+    // Forged key: same node and region, another key.
+    let mut parts: Vec<String> = h.split(':').map(String::from).collect();
+    parts[4] = format!("{:032x}", u128::from_str_radix(&parts[4], 16).unwrap() ^ 1);
+    let forged = parts.join(":");
+    expect_err(
+        &mut good,
+        &format!("write {forged} 0 {}", hex(b"EVIL")),
+        "bad_key",
+    );
+    expect_err(
+        &mut stranger,
+        &format!("write {forged} 0 {}", hex(b"EVIL")),
+        "bad_key",
+    );
+    canary_intact(&mut owner, rid);
+
+    // Unknown region id.
+    parts[2] = "999".into();
+    expect_err(
+        &mut good,
+        &format!("write {} 0 00", parts.join(":")),
+        "unknown_region",
+    );
+
+    // Revoked: the granted node writes once (so it holds a mapping), then loses the grant.
+    good.ok(&format!("write {h} 100 {}", hex(b"fine")));
+    assert_eq!(owner.ok(&format!("revoke {rid} {}", good.id)), "unmapped");
+    expect_err(
+        &mut good,
+        &format!("write {h} 0 {}", hex(b"EVIL")),
+        "revoked",
+    );
+    expect_err(&mut good, &format!("read {h} 0 4"), "revoked");
+    canary_intact(&mut owner, rid);
+    assert_eq!(owner.ok(&format!("local-read {rid} 100 4")), hex(b"fine"));
+
+    // Read-only grant: reads work, writes and atomics are refused.
+    owner.ok(&format!("grant {rid} {} r", good.id));
+    assert_eq!(
+        good.ok(&format!("read {h} 0 {}", CANARY.len())),
+        hex(CANARY)
+    );
+    expect_err(
+        &mut good,
+        &format!("write {h} 0 {}", hex(b"EVIL")),
+        "ungranted",
+    );
+    expect_err(&mut good, &format!("fadd {h} 0 1"), "ungranted");
+    canary_intact(&mut owner, rid);
+
+    // Granting a node the management host never admitted is refused.
+    expect_err(&mut owner, &format!("grant {rid} 4242 rw"), "unknown_peer");
+}
+
+// Checks that a node with the wrong secret cannot join: the process reports `denied` and
+// exits with status 2, and the management host lists no such node.
+#[test]
+fn wrong_secret_cannot_join() {
+    let mh = TestMh::start("secret");
+    let mut intruder = Node::spawn_with_secret(&mh.addr, "intruder", "not-the-secret");
+    let line = intruder.line();
+    assert!(line.starts_with("join-failed denied"), "{line}");
+    assert_eq!(intruder.wait().code(), Some(2));
+    let nodes = mh.observer().nodes().unwrap();
+    assert!(nodes.iter().all(|n| n.info.name != "intruder"));
+    assert!(!SECRET.is_empty());
+}
+
+// Checks revocation of a peer that does not answer: the peer process is stopped (SIGSTOP)
+// after it mapped the region, so it cannot confirm the unmap; revoke returns `cutoff` after the
+// acknowledgement timeout, and once resumed the peer finds its connection gone. The owner's
+// bytes written before the revocation survive the move to fresh memory.
+#[test]
+fn unresponsive_peer_is_cut_off() {
+    let mh = TestMh::start("cutoff");
+    let mut owner = Node::spawn(&mh.addr, "cut-owner");
+    let mut peer = Node::spawn(&mh.addr, "cut-peer");
+    let a = owner.ok("alloc 65536 rwa");
+    let (rid, h) = a.split_once(' ').unwrap();
+    owner.ok(&format!("grant {rid} {} rw", peer.id));
+    peer.ok(&format!("write {h} 0 {}", hex(b"before")));
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &peer.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(stop.success());
+    let t0 = std::time::Instant::now();
+    let outcome = owner.ok(&format!("revoke {rid} {}", peer.id));
+    let cont = std::process::Command::new("kill")
+        .args(["-CONT", &peer.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(cont.success());
+    assert_eq!(outcome, "cutoff");
+    assert!(
+        t0.elapsed() >= rackwire::REVOKE_ACK_TIMEOUT,
+        "cut off only after the acknowledgement timeout"
+    );
+    assert_eq!(owner.ok(&format!("local-read {rid} 0 6")), hex(b"before"));
+    let after = peer.cmd(&format!("write {h} 0 {}", hex(b"after!")));
+    assert!(after.starts_with("err"), "{after}");
+    assert_eq!(owner.ok(&format!("local-read {rid} 0 6")), hex(b"before"));
+}

@@ -1,0 +1,104 @@
+//! The fabric around the data path: the management host going away and coming back, peers
+//! going away, names that do not exist.
+
+use std::time::{Duration, Instant};
+
+use rackwire_tests::{hex, Node, TestMh};
+
+// Checks management-host restart: two nodes resolve each other and exchange traffic; the
+// management host stops; writes, notifications, messages and a cached lookup between them go
+// on; a new name cannot be looked up meanwhile (clear error, not a hang); after a restart on
+// the same state folder, the published name and both nodes are back (up again once their
+// heartbeats reconnect).
+#[test]
+fn traffic_continues_while_management_host_is_down() {
+    let mut mh = TestMh::start("mhdown");
+    let mut a = Node::spawn(&mh.addr, "mhdown-a");
+    let mut b = Node::spawn(&mh.addr, "mhdown-b");
+    let r = a.ok("alloc 4096 rw");
+    let (rid, _) = r.split_once(' ').unwrap();
+    a.ok(&format!("grant {rid} {} rw", b.id));
+    a.ok(&format!("publish {rid} mhdown-buf"));
+    let h = b.ok("lookup mhdown-buf");
+    b.ok(&format!("write {h} 0 {}", hex(b"one")));
+    a.ok(&format!("send {} {}", b.id, hex(b"hi")));
+    b.ok("recv 5000");
+
+    mh.stop();
+    b.ok(&format!("write {h} 0 {} notify=1", hex(b"two")));
+    assert_eq!(a.ok("notif 5000"), format!("{} {rid} 0 3 1", b.id));
+    assert_eq!(a.ok(&format!("local-read {rid} 0 3")), hex(b"two"));
+    b.ok(&format!("send {} {}", a.id, hex(b"still here")));
+    assert_eq!(
+        a.ok("recv 5000"),
+        format!("{} {}", b.id, hex(b"still here"))
+    );
+    assert_eq!(
+        b.ok("lookup mhdown-buf"),
+        h,
+        "cached lookup answers while the host is down"
+    );
+    let missing = b.cmd("lookup never-published");
+    assert!(missing.starts_with("err mh"), "{missing}");
+
+    mh.restart();
+    let obs = mh.observer();
+    assert_eq!(obs.lookup("mhdown-buf").unwrap().region.to_string(), rid);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let nodes = obs.nodes().unwrap();
+        let up = nodes
+            .iter()
+            .filter(|n| n.up && n.info.name.starts_with("mhdown-"))
+            .count();
+        if up == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodes did not come back: {nodes:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    b.ok(&format!("write {h} 0 {}", hex(b"three")));
+    assert_eq!(a.ok(&format!("local-read {rid} 0 5")), hex(b"three"));
+}
+
+// Checks that a peer that dies is reported as gone, not waited on: after the owner process is
+// killed, the initiator's operations on its region fail with peer_gone within a bounded time.
+#[test]
+fn dead_peer_is_reported_gone() {
+    let mh = TestMh::start("gone");
+    let mut owner = Node::spawn(&mh.addr, "gone-owner");
+    let mut init = Node::spawn(&mh.addr, "gone-init");
+    let r = owner.ok("alloc 4096 rw");
+    let (rid, h) = r.split_once(' ').unwrap();
+    owner.ok(&format!("grant {rid} {} rw", init.id));
+    init.ok(&format!("write {h} 0 {}", hex(b"alive")));
+    owner.kill();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let a = init.cmd(&format!("write {h} 0 {}", hex(b"again")));
+        if a.starts_with("err peer_gone") {
+            break;
+        }
+        assert!(
+            a == "ok" && Instant::now() < deadline,
+            "unexpected answer {a}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let send = init.cmd(&format!("send {} 00", owner.id));
+    assert!(send.starts_with("err"), "{send}");
+}
+
+// Checks the unknown-peer error: connecting to a node id the management host never gave out.
+#[test]
+fn unknown_peer_is_refused() {
+    let mh = TestMh::start("unknown");
+    let mut a = Node::spawn(&mh.addr, "unknown-a");
+    let ans = a.cmd("connect 777");
+    assert!(ans.starts_with("err unknown_peer"), "{ans}");
+    let ans = a.cmd(&format!("write rw1:777:1:4096:{} 0 00", "0".repeat(32)));
+    assert!(ans.starts_with("err unknown_peer"), "{ans}");
+}
