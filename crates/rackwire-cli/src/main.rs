@@ -1,3 +1,270 @@
-fn main() {
-    println!("Hello, world!");
+//! `rackwire`: run a management host, inspect a fabric, benchmark it, or see it all in a demo.
+
+#![deny(unsafe_code)]
+
+mod demo;
+mod inspect;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use rackwire_bench::{parse_size, print_table, Pattern, ShmBench};
+
+/// rackwire: a rack-area network stack in software.
+#[derive(Parser)]
+#[command(name = "rackwire", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+/// Where the management host is and the secret that admits us.
+#[derive(Args, Clone)]
+pub(crate) struct FabricArgs {
+    /// Management host address, host:port [env: RACKWIRE_MH]
+    #[arg(long)]
+    mh: Option<String>,
+    /// File holding the fabric's shared secret [env: RACKWIRE_SECRET_FILE, or RACKWIRE_SECRET]
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+    /// Configuration file (TOML) [env: RACKWIRE_CONFIG]
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl FabricArgs {
+    /// The configuration: file, then environment, then these flags.
+    pub(crate) fn resolve(&self, name: &str) -> Result<rackwire::FabricConfig> {
+        if let Some(c) = &self.config {
+            std::env::set_var("RACKWIRE_CONFIG", c);
+        }
+        let mut cfg = rackwire::FabricConfig::from_env()?;
+        if let Some(m) = &self.mh {
+            cfg.mh = m.clone();
+        }
+        if let Some(p) = &self.secret_file {
+            cfg.secret = std::fs::read_to_string(p)
+                .with_context(|| format!("secret file {}", p.display()))?
+                .trim_end()
+                .as_bytes()
+                .to_vec();
+        }
+        if std::env::var_os("RACKWIRE_NAME").is_none() {
+            cfg.name = name.into();
+        }
+        Ok(cfg)
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a management host: admits nodes, names them and their regions, keeps grants.
+    Mh {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:7700")]
+        listen: String,
+        /// Folder for the persistent state (created if missing).
+        #[arg(long)]
+        state: PathBuf,
+        /// File holding the fabric's shared secret [env: RACKWIRE_SECRET_FILE, or RACKWIRE_SECRET]
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+    },
+    /// List the nodes the management host knows.
+    Nodes {
+        #[command(flatten)]
+        fabric: FabricArgs,
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List published regions and recorded grants.
+    Regions {
+        #[command(flatten)]
+        fabric: FabricArgs,
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Micro-benchmarks between two processes on this machine.
+    Bench(BenchArgs),
+    /// Bring up a management host and several nodes on this machine, exercise them, run the
+    /// benchmarks, and write a report.
+    Demo(demo::DemoArgs),
+    /// (internal) The responder side of `rackwire bench`.
+    #[command(name = "bench-responder", hide = true)]
+    BenchResponder,
+    /// (internal) A worker node of `rackwire demo`.
+    #[command(name = "demo-worker", hide = true)]
+    DemoWorker,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Transport to measure.
+    #[arg(long, default_value = "shm", value_parser = ["shm"])]
+    transport: String,
+    /// Patterns: pingpong, oneway, twoway, rate, table1 (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "pingpong,oneway")]
+    pattern: Vec<String>,
+    /// Sizes, 8 B to 4 MiB typical, suffixes K and M (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "8,64,4K,64K,1M,4M")]
+    size: Vec<String>,
+    /// Add memcpy rows for the same sizes (the physical limit), measured in the same run.
+    #[arg(long)]
+    with_limit: bool,
+    /// Add peer rows (UCX over shared memory, from ucx_perftest) where installed.
+    #[arg(long)]
+    peers: bool,
+    /// Copy channels for large batches.
+    #[arg(long, default_value_t = 2)]
+    copy_channels: usize,
+    /// Iteration budget scale (1.0 full; smaller is quicker and noisier).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Print one JSON document with a `rows` array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn init_logging(default: tracing::Level) {
+    let level = match std::env::var("RUST_LOG")
+        .ok()
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        Some("error") => tracing::Level::ERROR,
+        Some("warn") => tracing::Level::WARN,
+        Some("info") => tracing::Level::INFO,
+        Some("debug") => tracing::Level::DEBUG,
+        Some("trace") => tracing::Level::TRACE,
+        _ => default,
+    };
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+pub(crate) fn read_secret(file: &Option<PathBuf>) -> Result<Vec<u8>> {
+    if let Some(p) = file {
+        return Ok(std::fs::read_to_string(p)
+            .with_context(|| format!("secret file {}", p.display()))?
+            .trim_end()
+            .as_bytes()
+            .to_vec());
+    }
+    if let Some(p) = std::env::var_os("RACKWIRE_SECRET_FILE") {
+        return read_secret(&Some(PathBuf::from(p)));
+    }
+    if let Ok(s) = std::env::var("RACKWIRE_SECRET") {
+        return Ok(s.into_bytes());
+    }
+    bail!("no fabric secret: pass --secret-file, or set RACKWIRE_SECRET_FILE or RACKWIRE_SECRET")
+}
+
+impl BenchArgs {
+    fn to_bench(&self) -> Result<ShmBench> {
+        let patterns = self
+            .pattern
+            .iter()
+            .map(|p| p.parse::<Pattern>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(anyhow::Error::msg)?;
+        let sizes = self
+            .size
+            .iter()
+            .map(|s| parse_size(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(anyhow::Error::msg)?;
+        if !(1..=rackwire::COPY_CHANNELS_MAX).contains(&self.copy_channels) {
+            bail!(
+                "--copy-channels must be 1..={}",
+                rackwire::COPY_CHANNELS_MAX
+            );
+        }
+        if !(self.scale > 0.0 && self.scale <= 10.0) {
+            bail!("--scale must be in (0, 10]");
+        }
+        Ok(ShmBench {
+            patterns,
+            sizes,
+            with_limit: self.with_limit,
+            peers: self.peers,
+            scale: self.scale,
+            progress: !self.json,
+            responder_exe: None,
+            copy_channels: self.copy_channels,
+        })
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Mh {
+            listen,
+            state,
+            secret_file,
+        } => {
+            init_logging(tracing::Level::INFO);
+            let secret = read_secret(&secret_file)?;
+            let h = rackwire::ManagementHost::start(&listen, Some(&state), &secret)?;
+            eprintln!(
+                "management host on {} (state in {})",
+                h.addr(),
+                state.display()
+            );
+            h.wait();
+            Ok(())
+        }
+        Cmd::Nodes { fabric, json } => {
+            init_logging(tracing::Level::WARN);
+            inspect::nodes(&fabric, json)
+        }
+        Cmd::Regions { fabric, json } => {
+            init_logging(tracing::Level::WARN);
+            inspect::regions(&fabric, json)
+        }
+        Cmd::Bench(b) => {
+            init_logging(tracing::Level::WARN);
+            let cfg = b.to_bench()?;
+            let mut report = rackwire_bench::run_shm(&cfg)?;
+            report.meta.insert(
+                "command".into(),
+                std::env::args().collect::<Vec<_>>().join(" ").into(),
+            );
+            if b.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{}", print_table(&report));
+            }
+            Ok(())
+        }
+        Cmd::Demo(d) => {
+            init_logging(tracing::Level::WARN);
+            demo::run(&d)
+        }
+        Cmd::BenchResponder => {
+            init_logging(tracing::Level::WARN);
+            rackwire_bench::responder_main()
+        }
+        Cmd::DemoWorker => {
+            init_logging(tracing::Level::WARN);
+            demo::worker()
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rackwire: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -52,6 +52,7 @@ pub use fabric::{Fabric, Message, Notification};
 pub use handle::{RegionId, RemoteRegion, REMOTE_REGION_BYTES};
 pub use op::{Completion, Op, OpFlags};
 pub use rackwire_mh::{ManagementHost, MhHandle, NodeId, NodeInfo, NodeStatus};
+pub use rackwire_shm::COPY_CHANNELS_MAX;
 pub use region::{Region, RevokeOutcome};
 
 use std::time::Duration;

@@ -1,0 +1,35 @@
+//! The physical limit: memcpy of the same sizes, in the same run.
+
+use crate::report::Row;
+use crate::stats::{iterations, Meter};
+
+/// Bytes each memcpy row moves (about), so rows take similar time.
+const LIMIT_BUDGET_BYTES: u64 = 4 << 30;
+
+/// memcpy of `size` bytes between two buffers, repeated; one row.
+pub(crate) fn memcpy_row(size: u64) -> Row {
+    let n = iterations(LIMIT_BUDGET_BYTES, size, 100, 2_000_000);
+    let src: Vec<u8> = (0..size).map(|i| i as u8).collect();
+    let mut dst = vec![0u8; size as usize];
+    for _ in 0..(n / 10).max(1) {
+        dst.copy_from_slice(std::hint::black_box(&src));
+    }
+    let m = Meter::start();
+    for _ in 0..n {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+    }
+    let (wall, cpu) = m.stop();
+    let secs = wall.as_secs_f64();
+    Row {
+        transport: "memcpy".into(),
+        pattern: "oneway".into(),
+        size,
+        iters: n,
+        lat_us_avg: Some(secs * 1e6 / n as f64),
+        mb_per_s: Some((size * n) as f64 / secs / 1e6),
+        msgs_per_s: Some(n as f64 / secs),
+        cpu_pct: Some(cpu),
+        ..Row::default()
+    }
+}

@@ -1,0 +1,145 @@
+//! Result rows, the table and the JSON document.
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
+use serde::Serialize;
+
+use crate::show_size;
+
+/// One measured row. Peer and limit rows use the same keys with their own `transport`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Row {
+    /// `shm`, `memcpy`, `ucx-posix`, ...
+    pub transport: String,
+    /// `pingpong`, `oneway`, `twoway`, `rate`, `table1`.
+    pub pattern: String,
+    /// For rows of one pattern measured several ways (Table 1): which way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// Payload bytes per operation.
+    pub size: u64,
+    /// Operations measured.
+    pub iters: u64,
+    /// Median one-way latency (ping-pong: half the round trip; streams: time per operation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lat_us_p50: Option<f64>,
+    /// 99th percentile of the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lat_us_p99: Option<f64>,
+    /// Mean of the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lat_us_avg: Option<f64>,
+    /// Payload throughput, 10^6 bytes per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mb_per_s: Option<f64>,
+    /// Operations (messages) per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msgs_per_s: Option<f64>,
+    /// CPU used by the measuring process, percent of one core.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_pct: Option<f64>,
+}
+
+/// A benchmark run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    /// What ran (command line, machine facts).
+    pub meta: serde_json::Map<String, serde_json::Value>,
+    /// Every row measured.
+    pub rows: Vec<Row>,
+    /// Things worth knowing (peers not installed, sizes skipped).
+    pub notes: Vec<String>,
+}
+
+fn f(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
+}
+
+/// The rows as a table.
+pub fn print_table(report: &Report) -> String {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header([
+        "transport",
+        "pattern",
+        "size",
+        "iters",
+        "lat p50 µs",
+        "lat p99 µs",
+        "lat avg µs",
+        "MB/s",
+        "msgs/s",
+        "cpu %",
+    ]);
+    for r in &report.rows {
+        let pattern = match &r.variant {
+            Some(v) => format!("{} ({v})", r.pattern),
+            None => r.pattern.clone(),
+        };
+        let cells = [
+            Cell::new(&r.transport),
+            Cell::new(pattern),
+            Cell::new(show_size(r.size)).set_alignment(CellAlignment::Right),
+            Cell::new(r.iters).set_alignment(CellAlignment::Right),
+            Cell::new(f(r.lat_us_p50, 3)).set_alignment(CellAlignment::Right),
+            Cell::new(f(r.lat_us_p99, 3)).set_alignment(CellAlignment::Right),
+            Cell::new(f(r.lat_us_avg, 3)).set_alignment(CellAlignment::Right),
+            Cell::new(f(r.mb_per_s, 1)).set_alignment(CellAlignment::Right),
+            Cell::new(f(r.msgs_per_s, 0)).set_alignment(CellAlignment::Right),
+            Cell::new(f(r.cpu_pct, 0)).set_alignment(CellAlignment::Right),
+        ];
+        t.add_row(cells);
+    }
+    let mut out = t.to_string();
+    for n in &report.notes {
+        out.push_str("\nnote: ");
+        out.push_str(n);
+    }
+    out
+}
+
+/// The rows as a Markdown table.
+pub fn markdown(report: &Report) -> String {
+    let mut out = String::from("| transport | pattern | size | iters | lat p50 µs | lat p99 µs | lat avg µs | MB/s | msgs/s | cpu % |\n");
+    out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for r in &report.rows {
+        let pattern = match &r.variant {
+            Some(v) => format!("{} ({v})", r.pattern),
+            None => r.pattern.clone(),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.transport,
+            pattern,
+            show_size(r.size),
+            r.iters,
+            f(r.lat_us_p50, 3),
+            f(r.lat_us_p99, 3),
+            f(r.lat_us_avg, 3),
+            f(r.mb_per_s, 1),
+            f(r.msgs_per_s, 0),
+            f(r.cpu_pct, 0)
+        ));
+    }
+    for n in &report.notes {
+        out.push_str(&format!("\n_note: {n}_\n"));
+    }
+    out
+}
+
+impl Report {
+    /// Append another run's rows and notes.
+    pub fn merge(&mut self, other: Report) {
+        self.rows.extend(other.rows);
+        self.notes.extend(other.notes);
+    }
+
+    /// The first row matching transport, pattern and size.
+    pub fn find(&self, transport: &str, pattern: &str, size: u64) -> Option<&Row> {
+        self.rows.iter().find(|r| {
+            r.transport == transport
+                && r.pattern == pattern
+                && r.size == size
+                && r.variant.is_none()
+        })
+    }
+}

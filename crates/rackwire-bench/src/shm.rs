@@ -1,0 +1,587 @@
+//! The shared-memory benchmarks: an initiator (this process) and a responder (a child process
+//! of the same executable), joined through an embedded management host.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use rackwire::{
+    Access, BatchOptions, Conn, Fabric, FabricConfig, ManagementHost, OpFlags, RemoteRegion,
+    MESSAGE_BYTES_MAX,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::report::{Report, Row};
+use crate::stats::{iterations, Latencies, Meter};
+use crate::{limit, peers, Pattern};
+
+/// The hidden subcommand of the `rackwire` binary that runs the responder.
+pub const RESPONDER_SUBCOMMAND: &str = "bench-responder";
+
+/// How long either side waits for the other before it gives up on a benchmark.
+const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+/// Requests in Marlin's Table 1 experiment, and their size.
+const TABLE1_REQUESTS: u64 = 10_000;
+const TABLE1_REQUEST_BYTES: u64 = 4096;
+/// Requests per batch in Table 1's batched configurations.
+const TABLE1_BATCH: u64 = 256;
+/// Region size floor: Table 1 writes 40 MB of distinct pages.
+const REGION_BYTES_MIN: u64 = 48 << 20;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct ShmBench {
+    /// Patterns, in order.
+    pub patterns: Vec<Pattern>,
+    /// Sizes in bytes.
+    pub sizes: Vec<u64>,
+    /// Add memcpy rows for the same sizes.
+    pub with_limit: bool,
+    /// Add UCX rows where `ucx_perftest` is installed.
+    pub peers: bool,
+    /// Scale of the iteration budget (1.0 = full; the demo uses less).
+    pub scale: f64,
+    /// Show a progress bar on a terminal.
+    pub progress: bool,
+    /// The executable that has the responder subcommand (default: this one).
+    pub responder_exe: Option<PathBuf>,
+    /// Copy channels of the initiator node.
+    pub copy_channels: usize,
+}
+
+impl Default for ShmBench {
+    fn default() -> Self {
+        ShmBench {
+            patterns: vec![Pattern::Pingpong, Pattern::Oneway],
+            sizes: vec![8, 4096, 65536, 1 << 20],
+            with_limit: false,
+            peers: false,
+            scale: 1.0,
+            progress: true,
+            responder_exe: None,
+            copy_channels: 2,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+enum Cmd {
+    Hello,
+    Ready,
+    Pingpong { size: u64, iters: u64 },
+    Oneway { size: u64 },
+    Twoway { size: u64, iters: u64 },
+    Rate { size: u64, iters: u64 },
+    Done,
+    Quit,
+}
+
+fn send_cmd(c: &Conn, cmd: &Cmd) -> Result<()> {
+    c.send(&serde_json::to_vec(cmd)?).wait()?;
+    Ok(())
+}
+
+fn recv_cmd(c: &Conn) -> Result<Cmd> {
+    let m = c
+        .recv_timeout(STEP_TIMEOUT)
+        .context("waiting for the other side")?;
+    serde_json::from_slice(&m).map_err(|e| anyhow!("bad control message: {e}"))
+}
+
+fn expect(c: &Conn, want: &str) -> Result<()> {
+    let got = recv_cmd(c)?;
+    let name = serde_json::to_value(&got)?
+        .get("cmd")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string();
+    if name != want {
+        bail!("expected {want}, got {got:?}");
+    }
+    Ok(())
+}
+
+fn bench_config(mh: &str, secret: &str, name: &str, channels: usize) -> FabricConfig {
+    let mut c = FabricConfig::new(mh, secret, name);
+    // Both sides poll: this is a latency benchmark, and each has a core.
+    c.busy_poll = Duration::from_secs(1);
+    c.copy_channels = channels;
+    c.op_timeout = STEP_TIMEOUT;
+    c
+}
+
+fn region_bytes(sizes: &[u64]) -> u64 {
+    sizes
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .saturating_mul(2)
+        .max(REGION_BYTES_MIN)
+}
+
+/// The responder: started by the initiator with its parameters in the environment.
+pub fn responder_main() -> Result<()> {
+    let var = |k: &str| {
+        std::env::var(k)
+            .with_context(|| format!("{k} not set (the responder is started by `rackwire bench`)"))
+    };
+    let cfg = bench_config(
+        &var("RACKWIRE_MH")?,
+        &var("RACKWIRE_SECRET")?,
+        &var("RACKWIRE_NAME")?,
+        1,
+    );
+    let initiator: u32 = var("RW_BENCH_INITIATOR")?.parse()?;
+    let bytes: u64 = var("RW_BENCH_REGION")?.parse()?;
+    let fabric = Fabric::join(cfg)?;
+    let region = fabric.alloc(bytes, Access::ALL)?;
+    region.grant(initiator, Access::ALL)?;
+    region.publish(&format!("bench/{initiator}/responder"))?;
+    let conn = fabric.connect(initiator)?;
+    let target = fabric.lookup(&format!("bench/{initiator}/initiator"))?;
+    send_cmd(&conn, &Cmd::Hello)?;
+    let buf = vec![0x5au8; bytes as usize / 2];
+    loop {
+        match recv_cmd(&conn)? {
+            Cmd::Pingpong { size, iters } => {
+                for _ in 0..iters {
+                    let n = fabric.wait_notification(STEP_TIMEOUT)?;
+                    conn.write(
+                        &target,
+                        0,
+                        &buf[..size as usize],
+                        OpFlags::NONE.notify(n.imm),
+                    )
+                    .wait()?;
+                }
+            }
+            Cmd::Oneway { .. } => {
+                send_cmd(&conn, &Cmd::Ready)?;
+                let n = fabric.wait_notification(STEP_TIMEOUT)?;
+                conn.write(&target, 0, &buf[..8], OpFlags::NONE.notify(n.imm))
+                    .wait()?;
+            }
+            Cmd::Twoway { size, iters } => {
+                send_cmd(&conn, &Cmd::Ready)?;
+                stream_writes(&conn, &target, &buf[..size as usize], iters)?;
+                fabric.wait_notification(STEP_TIMEOUT)?;
+            }
+            Cmd::Rate { iters, .. } => {
+                send_cmd(&conn, &Cmd::Ready)?;
+                for _ in 0..iters {
+                    conn.recv_timeout(STEP_TIMEOUT)?;
+                }
+                send_cmd(&conn, &Cmd::Done)?;
+            }
+            Cmd::Quit => return Ok(()),
+            other => bail!("unexpected command {other:?}"),
+        }
+    }
+}
+
+/// `iters` writes of `data` at offset 0, the last one notifying.
+fn stream_writes(conn: &Conn, target: &RemoteRegion, data: &[u8], iters: u64) -> Result<()> {
+    for i in 0..iters {
+        let flags = if i + 1 == iters {
+            OpFlags::NONE.notify(i)
+        } else {
+            OpFlags::NONE
+        };
+        conn.write(target, 0, data, flags).wait()?;
+    }
+    Ok(())
+}
+
+struct Session {
+    fabric: Fabric,
+    conn: Conn,
+    target: RemoteRegion,
+    child: Child,
+    buf: Vec<u8>,
+    channels: usize,
+    _mh: rackwire::MhHandle,
+    _region: rackwire::Region,
+}
+
+impl Session {
+    fn start(cfg: &ShmBench) -> Result<Session> {
+        let secret = format!("{:032x}", rackwire_mh::auth::random_u128());
+        let mh = ManagementHost::start("127.0.0.1:0", None, secret.as_bytes())?;
+        let addr = mh.addr().to_string();
+        let pid = std::process::id();
+        let fabric = Fabric::join(bench_config(
+            &addr,
+            &secret,
+            &format!("bench-initiator-{pid}"),
+            cfg.copy_channels,
+        ))?;
+        let bytes = region_bytes(&cfg.sizes);
+        let region = fabric.alloc(bytes, Access::ALL)?;
+        region.publish(&format!("bench/{}/initiator", fabric.id()))?;
+        let exe = match &cfg.responder_exe {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()?,
+        };
+        let child = Command::new(exe)
+            .arg(RESPONDER_SUBCOMMAND)
+            .env("RACKWIRE_MH", &addr)
+            .env("RACKWIRE_SECRET", &secret)
+            .env("RACKWIRE_NAME", format!("bench-responder-{pid}"))
+            .env("RW_BENCH_INITIATOR", fabric.id().to_string())
+            .env("RW_BENCH_REGION", bytes.to_string())
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting the responder process")?;
+        let hello = fabric
+            .recv_timeout(Duration::from_secs(30))
+            .context("the responder did not come up")?;
+        region.grant(hello.from, Access::ALL)?;
+        let conn = fabric.connect(hello.from)?;
+        let target = fabric.lookup(&format!("bench/{}/responder", fabric.id()))?;
+        let buf: Vec<u8> = (0..bytes / 2).map(|i| i as u8).collect();
+        Ok(Session {
+            fabric,
+            conn,
+            target,
+            child,
+            buf,
+            channels: cfg.copy_channels,
+            _mh: mh,
+            _region: region,
+        })
+    }
+
+    fn pingpong(&self, size: u64, scale: f64) -> Result<Row> {
+        let iters = iterations(
+            (2e9 * scale) as u64,
+            size,
+            200,
+            (100_000.0 * scale).max(1000.0) as u64,
+        );
+        let warm = (iters / 10).max(10);
+        send_cmd(
+            &self.conn,
+            &Cmd::Pingpong {
+                size,
+                iters: iters + warm,
+            },
+        )?;
+        let data = &self.buf[..size as usize];
+        let mut lat = Latencies::new();
+        let mut meter = None;
+        for i in 0..iters + warm {
+            if i == warm {
+                meter = Some(Meter::start());
+            }
+            let t0 = Instant::now();
+            self.conn
+                .write(&self.target, 0, data, OpFlags::NONE.notify(i))
+                .wait()?;
+            let n = self.fabric.wait_notification(STEP_TIMEOUT)?;
+            let rtt = t0.elapsed();
+            if n.imm != i {
+                bail!("ping-pong out of step: sent {i}, got {}", n.imm);
+            }
+            if i >= warm {
+                lat.record(rtt.as_nanos() as u64 / 2);
+            }
+        }
+        let (wall, cpu) = meter.expect("warm-up is shorter than the run").stop();
+        Ok(Row {
+            transport: "shm".into(),
+            pattern: "pingpong".into(),
+            size,
+            iters,
+            lat_us_p50: Some(lat.p_us(0.5)),
+            lat_us_p99: Some(lat.p_us(0.99)),
+            lat_us_avg: Some(lat.avg_us()),
+            mb_per_s: Some((size * iters) as f64 / wall.as_secs_f64() / 1e6),
+            msgs_per_s: Some(iters as f64 / wall.as_secs_f64()),
+            cpu_pct: Some(cpu),
+            ..Row::default()
+        })
+    }
+
+    fn oneway(&self, size: u64, scale: f64) -> Result<Row> {
+        let iters = iterations((4e9 * scale) as u64, size, 100, 1_000_000);
+        let data = &self.buf[..size as usize];
+        // Warm the mapping and the pages.
+        for _ in 0..(iters / 10).max(1) {
+            self.conn
+                .write(&self.target, 0, data, OpFlags::NONE)
+                .wait()?;
+        }
+        send_cmd(&self.conn, &Cmd::Oneway { size })?;
+        expect(&self.conn, "ready")?;
+        let m = Meter::start();
+        stream_writes(&self.conn, &self.target, data, iters)?;
+        self.fabric.wait_notification(STEP_TIMEOUT)?;
+        let (wall, cpu) = m.stop();
+        Ok(stream_row("oneway", size, iters, size * iters, wall, cpu))
+    }
+
+    fn twoway(&self, size: u64, scale: f64) -> Result<Row> {
+        let iters = iterations((2e9 * scale) as u64, size, 100, 500_000);
+        send_cmd(&self.conn, &Cmd::Twoway { size, iters })?;
+        expect(&self.conn, "ready")?;
+        let m = Meter::start();
+        stream_writes(&self.conn, &self.target, &self.buf[..size as usize], iters)?;
+        self.fabric.wait_notification(STEP_TIMEOUT)?;
+        let (wall, cpu) = m.stop();
+        Ok(stream_row(
+            "twoway",
+            size,
+            iters,
+            2 * size * iters,
+            wall,
+            cpu,
+        ))
+    }
+
+    fn rate(&self, size: u64, scale: f64) -> Result<Row> {
+        let iters = iterations(
+            (1e9 * scale) as u64,
+            size,
+            1000,
+            (1_000_000.0 * scale).max(10_000.0) as u64,
+        );
+        send_cmd(&self.conn, &Cmd::Rate { size, iters })?;
+        expect(&self.conn, "ready")?;
+        let data = &self.buf[..size as usize];
+        let m = Meter::start();
+        for _ in 0..iters {
+            self.conn.send(data).wait()?;
+        }
+        expect(&self.conn, "done")?;
+        let (wall, cpu) = m.stop();
+        Ok(stream_row("rate", size, iters, size * iters, wall, cpu))
+    }
+
+    /// Marlin's Table 1, in software: 10,000 writes of 4 KiB.
+    fn table1(&self) -> Result<Vec<Row>> {
+        let src = &self.buf[..(TABLE1_REQUESTS * TABLE1_REQUEST_BYTES) as usize];
+        let page = TABLE1_REQUEST_BYTES as usize;
+        let entries: Vec<(u64, &[u8])> = src
+            .chunks(page)
+            .enumerate()
+            .map(|(i, c)| ((i * page) as u64, c))
+            .collect();
+        let channels = self.channels.max(1);
+        let variants: [(&str, Box<dyn Fn() -> Result<()> + '_>); 4] = [
+            (
+                "baseline",
+                Box::new(|| {
+                    for (off, d) in &entries {
+                        self.conn
+                            .write(&self.target, *off, d, OpFlags::NONE)
+                            .wait()?;
+                    }
+                    Ok(())
+                }),
+            ),
+            (
+                "multi-channel",
+                Box::new(|| {
+                    let per = entries.len().div_ceil(channels);
+                    std::thread::scope(|s| {
+                        let hs: Vec<_> = entries
+                            .chunks(per)
+                            .map(|part| {
+                                s.spawn(move || -> Result<()> {
+                                    for (off, d) in part {
+                                        self.conn
+                                            .write(&self.target, *off, d, OpFlags::NONE)
+                                            .wait()?;
+                                    }
+                                    Ok(())
+                                })
+                            })
+                            .collect();
+                        hs.into_iter().try_for_each(|h| {
+                            h.join().map_err(|_| anyhow!("channel thread panicked"))?
+                        })
+                    })
+                }),
+            ),
+            (
+                "batched",
+                Box::new(|| {
+                    for b in entries.chunks(TABLE1_BATCH as usize) {
+                        self.conn
+                            .write_batch_with(
+                                &self.target,
+                                b,
+                                OpFlags::NONE,
+                                BatchOptions {
+                                    combine: false,
+                                    channels: 0,
+                                },
+                            )
+                            .wait()?;
+                    }
+                    Ok(())
+                }),
+            ),
+            (
+                "combined",
+                Box::new(|| {
+                    for b in entries.chunks(TABLE1_BATCH as usize) {
+                        self.conn
+                            .write_batch_with(
+                                &self.target,
+                                b,
+                                OpFlags::NONE,
+                                BatchOptions {
+                                    combine: true,
+                                    channels: 0,
+                                },
+                            )
+                            .wait()?;
+                    }
+                    Ok(())
+                }),
+            ),
+        ];
+        const ROUNDS: u32 = 5;
+        let mut rows = Vec::new();
+        for (name, run) in &variants {
+            run()?;
+            let m = Meter::start();
+            for _ in 0..ROUNDS {
+                run()?;
+            }
+            let (wall, cpu) = m.stop();
+            let ops = TABLE1_REQUESTS * u64::from(ROUNDS);
+            let mut row = stream_row(
+                "table1",
+                TABLE1_REQUEST_BYTES,
+                ops,
+                ops * TABLE1_REQUEST_BYTES,
+                wall,
+                cpu,
+            );
+            row.variant = Some((*name).into());
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
+    fn finish(mut self) {
+        let _ = send_cmd(&self.conn, &Cmd::Quit);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stream_row(pattern: &str, size: u64, iters: u64, bytes: u64, wall: Duration, cpu: f64) -> Row {
+    let secs = wall.as_secs_f64();
+    Row {
+        transport: "shm".into(),
+        pattern: pattern.into(),
+        size,
+        iters,
+        lat_us_avg: Some(secs * 1e6 / iters as f64),
+        mb_per_s: Some(bytes as f64 / secs / 1e6),
+        msgs_per_s: Some(iters as f64 / secs),
+        cpu_pct: Some(cpu),
+        ..Row::default()
+    }
+}
+
+/// Run the shared-memory benchmarks as configured.
+pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
+    let mut report = Report::default();
+    report.meta.insert("transport".into(), "shm".into());
+    report.meta.insert(
+        "cores".into(),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .into(),
+    );
+    report
+        .meta
+        .insert("copy_channels".into(), cfg.copy_channels.into());
+    let steps: u64 = cfg
+        .patterns
+        .iter()
+        .map(|p| {
+            if *p == Pattern::Table1 {
+                1
+            } else {
+                cfg.sizes.len() as u64
+            }
+        })
+        .sum::<u64>()
+        + if cfg.with_limit {
+            cfg.sizes.len() as u64
+        } else {
+            0
+        };
+    let bar = if cfg.progress {
+        ProgressBar::new(steps)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .expect("valid template"),
+    );
+    let s = Session::start(cfg)?;
+    let result = (|| -> Result<()> {
+        for &p in &cfg.patterns {
+            if p == Pattern::Table1 {
+                bar.set_message("table1");
+                report.rows.extend(s.table1()?);
+                bar.inc(1);
+                continue;
+            }
+            for &size in &cfg.sizes {
+                bar.set_message(format!("{} {}", p.name(), crate::show_size(size)));
+                let row = match p {
+                    Pattern::Pingpong => s.pingpong(size, cfg.scale)?,
+                    Pattern::Oneway => s.oneway(size, cfg.scale)?,
+                    Pattern::Twoway => s.twoway(size, cfg.scale)?,
+                    Pattern::Rate if size as usize > MESSAGE_BYTES_MAX => {
+                        report.notes.push(format!(
+                            "rate at {} skipped: messages are at most {MESSAGE_BYTES_MAX} bytes",
+                            crate::show_size(size)
+                        ));
+                        bar.inc(1);
+                        continue;
+                    }
+                    Pattern::Rate => s.rate(size, cfg.scale)?,
+                    Pattern::Table1 => unreachable!("handled above"),
+                };
+                report.rows.push(row);
+                bar.inc(1);
+            }
+        }
+        Ok(())
+    })();
+    s.finish();
+    result?;
+    if cfg.with_limit {
+        for &size in &cfg.sizes {
+            bar.set_message(format!("memcpy {}", crate::show_size(size)));
+            report.rows.push(limit::memcpy_row(size));
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    if cfg.peers {
+        peers::ucx_rows(&cfg.patterns, &cfg.sizes, cfg.scale, &mut report);
+    }
+    Ok(report)
+}
