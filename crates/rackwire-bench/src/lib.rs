@@ -61,35 +61,26 @@ impl FromStr for Pattern {
             "twoway" => Pattern::Twoway,
             "rate" => Pattern::Rate,
             "table1" => Pattern::Table1,
-            _ => {
-                return Err(format!(
-                    "unknown pattern {s:?} (pingpong, oneway, twoway, rate, table1)"
-                ))
-            }
+            _ => return Err(format!("unknown pattern {s:?} (pingpong, oneway, twoway, rate, table1)")),
         })
     }
 }
 
 /// Parse a size: a number with an optional `K`, `M` or `G` suffix (binary: 1K = 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
+    let bad = || format!("size {s:?} is not a number with an optional K/M/G suffix");
     let t = s.trim();
-    let (num, mul) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
-        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let (num, mul) = match t.as_bytes().last() {
+        Some(b'k' | b'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some(b'm' | b'M') => (&t[..t.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1),
     };
-    let n: u64 = num
-        .trim_end_matches(['i', 'B', 'b'])
-        .parse()
-        .map_err(|_| format!("size {s:?} is not a number with an optional K/M/G suffix"))?;
-    let v = n
-        .checked_mul(mul)
-        .ok_or_else(|| format!("size {s:?} is too large"))?;
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let v = n.checked_mul(mul).ok_or_else(|| format!("size {s:?} is too large"))?;
     if !(BENCH_SIZE_MIN..=BENCH_SIZE_MAX).contains(&v) {
-        return Err(format!(
-            "size {s:?} outside {BENCH_SIZE_MIN}..={BENCH_SIZE_MAX} bytes"
-        ));
+        return Err(format!("size {s:?} outside {BENCH_SIZE_MIN}..={BENCH_SIZE_MAX} bytes"));
     }
     Ok(v)
 }
@@ -119,6 +110,9 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("1G").is_err());
         assert!(parse_size("lots").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("é").is_err());
+        assert_eq!(parse_size("64B").unwrap(), 64);
         assert_eq!(show_size(4 << 20), "4M");
         assert_eq!(show_size(4096), "4K");
         assert_eq!(show_size(100), "100");

@@ -15,31 +15,18 @@ const UCX_RUN_TIMEOUT: Duration = Duration::from_secs(120);
 const MIB_IN_MB: f64 = 1.048_576;
 
 fn installed(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("-h")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
+    Command::new(tool).arg("-h").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
 }
 
 fn free_port() -> Option<u16> {
-    TcpListener::bind("127.0.0.1:0")
-        .ok()?
-        .local_addr()
-        .ok()
-        .map(|a| a.port())
+    TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok().map(|a| a.port())
 }
 
 /// Fields of UCX's `Final:` line: iterations, latency p50 / average / overall (µs),
 /// bandwidth average / overall (MiB/s), message rate average / overall.
 fn parse_final(out: &str) -> Option<[f64; 8]> {
     let line = out.lines().find(|l| l.trim_start().starts_with("Final:"))?;
-    let v: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let v: Vec<f64> = line.split_whitespace().skip(1).filter_map(|w| w.parse().ok()).collect();
     v.try_into().ok()
 }
 
@@ -55,17 +42,7 @@ fn run_ucx(tls: &str, test: &str, size: u64, iters: u64) -> Result<[f64; 8], Str
         .map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(700));
     let mut client = Command::new("ucx_perftest")
-        .args([
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-t",
-            test,
-            "-s",
-            &size.to_string(),
-            "-n",
-            &iters.to_string(),
-        ])
+        .args(["127.0.0.1", "-p", &port, "-t", test, "-s", &size.to_string(), "-n", &iters.to_string()])
         .env("UCX_TLS", tls)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -98,9 +75,7 @@ fn run_ucx(tls: &str, test: &str, size: u64, iters: u64) -> Result<[f64; 8], Str
 /// `ucx-posix` rows for the patterns UCX has a counterpart for.
 pub(crate) fn ucx_rows(patterns: &[Pattern], sizes: &[u64], scale: f64, report: &mut Report) {
     if !installed("ucx_perftest") {
-        report.notes.push(
-            "ucx_perftest is not installed (Debian: ucx-utils); ucx-posix rows skipped".into(),
-        );
+        report.notes.push("ucx_perftest is not installed (Debian: ucx-utils); ucx-posix rows skipped".into());
         return;
     }
     for &p in patterns {
@@ -109,21 +84,15 @@ pub(crate) fn ucx_rows(patterns: &[Pattern], sizes: &[u64], scale: f64, report: 
             Pattern::Oneway => ("ucp_put_bw", "oneway"),
             Pattern::Rate => ("tag_bw", "rate"),
             Pattern::Twoway | Pattern::Table1 => {
-                report.notes.push(format!(
-                    "ucx_perftest has no {} counterpart; no ucx-posix rows for it",
-                    p.name()
-                ));
+                report.notes.push(format!("ucx_perftest has no {} counterpart; no ucx-posix rows for it", p.name()));
                 continue;
             }
         };
         for &size in sizes {
             let iters = match p {
-                Pattern::Pingpong => iterations(
-                    (2e9 * scale) as u64,
-                    size,
-                    200,
-                    (100_000.0 * scale).max(1000.0) as u64,
-                ),
+                Pattern::Pingpong => {
+                    iterations((2e9 * scale) as u64, size, 200, (100_000.0 * scale).max(1000.0) as u64)
+                }
                 _ => iterations((4e9 * scale) as u64, size, 100, 1_000_000),
             };
             match run_ucx("posix,self", test, size, iters) {

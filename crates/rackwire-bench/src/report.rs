@@ -99,7 +99,9 @@ pub fn print_table(report: &Report) -> String {
 
 /// The rows as a Markdown table.
 pub fn markdown(report: &Report) -> String {
-    let mut out = String::from("| transport | pattern | size | iters | lat p50 µs | lat p99 µs | lat avg µs | MB/s | msgs/s | cpu % |\n");
+    let mut out = String::from(
+        "| transport | pattern | size | iters | lat p50 µs | lat p99 µs | lat avg µs | MB/s | msgs/s | cpu % |\n",
+    );
     out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in &report.rows {
         let pattern = match &r.variant {
@@ -135,11 +137,8 @@ impl Report {
 
     /// The first row matching transport, pattern and size.
     pub fn find(&self, transport: &str, pattern: &str, size: u64) -> Option<&Row> {
-        self.rows.iter().find(|r| {
-            r.transport == transport
-                && r.pattern == pattern
-                && r.size == size
-                && r.variant.is_none()
-        })
+        self.rows
+            .iter()
+            .find(|r| r.transport == transport && r.pattern == pattern && r.size == size && r.variant.is_none())
     }
 }

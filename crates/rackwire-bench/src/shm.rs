@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use rackwire::{
-    Access, BatchOptions, Conn, Fabric, FabricConfig, ManagementHost, OpFlags, RemoteRegion,
-    MESSAGE_BYTES_MAX,
+    Access, BatchOptions, Conn, Fabric, FabricConfig, ManagementHost, OpFlags, RemoteRegion, MESSAGE_BYTES_MAX,
 };
 use serde::{Deserialize, Serialize};
 
@@ -85,19 +84,13 @@ fn send_cmd(c: &Conn, cmd: &Cmd) -> Result<()> {
 }
 
 fn recv_cmd(c: &Conn) -> Result<Cmd> {
-    let m = c
-        .recv_timeout(STEP_TIMEOUT)
-        .context("waiting for the other side")?;
+    let m = c.recv_timeout(STEP_TIMEOUT).context("waiting for the other side")?;
     serde_json::from_slice(&m).map_err(|e| anyhow!("bad control message: {e}"))
 }
 
 fn expect(c: &Conn, want: &str) -> Result<()> {
     let got = recv_cmd(c)?;
-    let name = serde_json::to_value(&got)?
-        .get("cmd")
-        .and_then(|v| v.as_str())
-        .unwrap_or_default()
-        .to_string();
+    let name = serde_json::to_value(&got)?.get("cmd").and_then(|v| v.as_str()).unwrap_or_default().to_string();
     if name != want {
         bail!("expected {want}, got {got:?}");
     }
@@ -114,27 +107,15 @@ fn bench_config(mh: &str, secret: &str, name: &str, channels: usize) -> FabricCo
 }
 
 fn region_bytes(sizes: &[u64]) -> u64 {
-    sizes
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .saturating_mul(2)
-        .max(REGION_BYTES_MIN)
+    sizes.iter().copied().max().unwrap_or(0).saturating_mul(2).max(REGION_BYTES_MIN)
 }
 
 /// The responder: started by the initiator with its parameters in the environment.
 pub fn responder_main() -> Result<()> {
     let var = |k: &str| {
-        std::env::var(k)
-            .with_context(|| format!("{k} not set (the responder is started by `rackwire bench`)"))
+        std::env::var(k).with_context(|| format!("{k} not set (the responder is started by `rackwire bench`)"))
     };
-    let cfg = bench_config(
-        &var("RACKWIRE_MH")?,
-        &var("RACKWIRE_SECRET")?,
-        &var("RACKWIRE_NAME")?,
-        1,
-    );
+    let cfg = bench_config(&var("RACKWIRE_MH")?, &var("RACKWIRE_SECRET")?, &var("RACKWIRE_NAME")?, 1);
     let initiator: u32 = var("RW_BENCH_INITIATOR")?.parse()?;
     let bytes: u64 = var("RW_BENCH_REGION")?.parse()?;
     let fabric = Fabric::join(cfg)?;
@@ -150,20 +131,13 @@ pub fn responder_main() -> Result<()> {
             Cmd::Pingpong { size, iters } => {
                 for _ in 0..iters {
                     let n = fabric.wait_notification(STEP_TIMEOUT)?;
-                    conn.write(
-                        &target,
-                        0,
-                        &buf[..size as usize],
-                        OpFlags::NONE.notify(n.imm),
-                    )
-                    .wait()?;
+                    conn.write(&target, 0, &buf[..size as usize], OpFlags::NONE.notify(n.imm)).wait()?;
                 }
             }
             Cmd::Oneway { .. } => {
                 send_cmd(&conn, &Cmd::Ready)?;
                 let n = fabric.wait_notification(STEP_TIMEOUT)?;
-                conn.write(&target, 0, &buf[..8], OpFlags::NONE.notify(n.imm))
-                    .wait()?;
+                conn.write(&target, 0, &buf[..8], OpFlags::NONE.notify(n.imm)).wait()?;
             }
             Cmd::Twoway { size, iters } => {
                 send_cmd(&conn, &Cmd::Ready)?;
@@ -186,11 +160,7 @@ pub fn responder_main() -> Result<()> {
 /// `iters` writes of `data` at offset 0, the last one notifying.
 fn stream_writes(conn: &Conn, target: &RemoteRegion, data: &[u8], iters: u64) -> Result<()> {
     for i in 0..iters {
-        let flags = if i + 1 == iters {
-            OpFlags::NONE.notify(i)
-        } else {
-            OpFlags::NONE
-        };
+        let flags = if i + 1 == iters { OpFlags::NONE.notify(i) } else { OpFlags::NONE };
         conn.write(target, 0, data, flags).wait()?;
     }
     Ok(())
@@ -213,12 +183,7 @@ impl Session {
         let mh = ManagementHost::start("127.0.0.1:0", None, secret.as_bytes())?;
         let addr = mh.addr().to_string();
         let pid = std::process::id();
-        let fabric = Fabric::join(bench_config(
-            &addr,
-            &secret,
-            &format!("bench-initiator-{pid}"),
-            cfg.copy_channels,
-        ))?;
+        let fabric = Fabric::join(bench_config(&addr, &secret, &format!("bench-initiator-{pid}"), cfg.copy_channels))?;
         let bytes = region_bytes(&cfg.sizes);
         let region = fabric.alloc(bytes, Access::ALL)?;
         region.publish(&format!("bench/{}/initiator", fabric.id()))?;
@@ -236,40 +201,18 @@ impl Session {
             .stdin(Stdio::null())
             .spawn()
             .context("starting the responder process")?;
-        let hello = fabric
-            .recv_timeout(Duration::from_secs(30))
-            .context("the responder did not come up")?;
+        let hello = fabric.recv_timeout(Duration::from_secs(30)).context("the responder did not come up")?;
         region.grant(hello.from, Access::ALL)?;
         let conn = fabric.connect(hello.from)?;
         let target = fabric.lookup(&format!("bench/{}/responder", fabric.id()))?;
         let buf: Vec<u8> = (0..bytes / 2).map(|i| i as u8).collect();
-        Ok(Session {
-            fabric,
-            conn,
-            target,
-            child,
-            buf,
-            channels: cfg.copy_channels,
-            _mh: mh,
-            _region: region,
-        })
+        Ok(Session { fabric, conn, target, child, buf, channels: cfg.copy_channels, _mh: mh, _region: region })
     }
 
     fn pingpong(&self, size: u64, scale: f64) -> Result<Row> {
-        let iters = iterations(
-            (2e9 * scale) as u64,
-            size,
-            200,
-            (100_000.0 * scale).max(1000.0) as u64,
-        );
+        let iters = iterations((2e9 * scale) as u64, size, 200, (100_000.0 * scale).max(1000.0) as u64);
         let warm = (iters / 10).max(10);
-        send_cmd(
-            &self.conn,
-            &Cmd::Pingpong {
-                size,
-                iters: iters + warm,
-            },
-        )?;
+        send_cmd(&self.conn, &Cmd::Pingpong { size, iters: iters + warm })?;
         let data = &self.buf[..size as usize];
         let mut lat = Latencies::new();
         let mut meter = None;
@@ -278,9 +221,7 @@ impl Session {
                 meter = Some(Meter::start());
             }
             let t0 = Instant::now();
-            self.conn
-                .write(&self.target, 0, data, OpFlags::NONE.notify(i))
-                .wait()?;
+            self.conn.write(&self.target, 0, data, OpFlags::NONE.notify(i)).wait()?;
             let n = self.fabric.wait_notification(STEP_TIMEOUT)?;
             let rtt = t0.elapsed();
             if n.imm != i {
@@ -311,9 +252,7 @@ impl Session {
         let data = &self.buf[..size as usize];
         // Warm the mapping and the pages.
         for _ in 0..(iters / 10).max(1) {
-            self.conn
-                .write(&self.target, 0, data, OpFlags::NONE)
-                .wait()?;
+            self.conn.write(&self.target, 0, data, OpFlags::NONE).wait()?;
         }
         send_cmd(&self.conn, &Cmd::Oneway { size })?;
         expect(&self.conn, "ready")?;
@@ -332,23 +271,11 @@ impl Session {
         stream_writes(&self.conn, &self.target, &self.buf[..size as usize], iters)?;
         self.fabric.wait_notification(STEP_TIMEOUT)?;
         let (wall, cpu) = m.stop();
-        Ok(stream_row(
-            "twoway",
-            size,
-            iters,
-            2 * size * iters,
-            wall,
-            cpu,
-        ))
+        Ok(stream_row("twoway", size, iters, 2 * size * iters, wall, cpu))
     }
 
     fn rate(&self, size: u64, scale: f64) -> Result<Row> {
-        let iters = iterations(
-            (1e9 * scale) as u64,
-            size,
-            1000,
-            (1_000_000.0 * scale).max(10_000.0) as u64,
-        );
+        let iters = iterations((1e9 * scale) as u64, size, 1000, (1_000_000.0 * scale).max(10_000.0) as u64);
         send_cmd(&self.conn, &Cmd::Rate { size, iters })?;
         expect(&self.conn, "ready")?;
         let data = &self.buf[..size as usize];
@@ -365,20 +292,14 @@ impl Session {
     fn table1(&self) -> Result<Vec<Row>> {
         let src = &self.buf[..(TABLE1_REQUESTS * TABLE1_REQUEST_BYTES) as usize];
         let page = TABLE1_REQUEST_BYTES as usize;
-        let entries: Vec<(u64, &[u8])> = src
-            .chunks(page)
-            .enumerate()
-            .map(|(i, c)| ((i * page) as u64, c))
-            .collect();
+        let entries: Vec<(u64, &[u8])> = src.chunks(page).enumerate().map(|(i, c)| ((i * page) as u64, c)).collect();
         let channels = self.channels.max(1);
         let variants: [(&str, Box<dyn Fn() -> Result<()> + '_>); 4] = [
             (
                 "baseline",
                 Box::new(|| {
                     for (off, d) in &entries {
-                        self.conn
-                            .write(&self.target, *off, d, OpFlags::NONE)
-                            .wait()?;
+                        self.conn.write(&self.target, *off, d, OpFlags::NONE).wait()?;
                     }
                     Ok(())
                 }),
@@ -393,17 +314,13 @@ impl Session {
                             .map(|part| {
                                 s.spawn(move || -> Result<()> {
                                     for (off, d) in part {
-                                        self.conn
-                                            .write(&self.target, *off, d, OpFlags::NONE)
-                                            .wait()?;
+                                        self.conn.write(&self.target, *off, d, OpFlags::NONE).wait()?;
                                     }
                                     Ok(())
                                 })
                             })
                             .collect();
-                        hs.into_iter().try_for_each(|h| {
-                            h.join().map_err(|_| anyhow!("channel thread panicked"))?
-                        })
+                        hs.into_iter().try_for_each(|h| h.join().map_err(|_| anyhow!("channel thread panicked"))?)
                     })
                 }),
             ),
@@ -416,10 +333,7 @@ impl Session {
                                 &self.target,
                                 b,
                                 OpFlags::NONE,
-                                BatchOptions {
-                                    combine: false,
-                                    channels: 0,
-                                },
+                                BatchOptions { combine: false, channels: 0 },
                             )
                             .wait()?;
                     }
@@ -435,10 +349,7 @@ impl Session {
                                 &self.target,
                                 b,
                                 OpFlags::NONE,
-                                BatchOptions {
-                                    combine: true,
-                                    channels: 0,
-                                },
+                                BatchOptions { combine: true, channels: 0 },
                             )
                             .wait()?;
                     }
@@ -456,14 +367,7 @@ impl Session {
             }
             let (wall, cpu) = m.stop();
             let ops = TABLE1_REQUESTS * u64::from(ROUNDS);
-            let mut row = stream_row(
-                "table1",
-                TABLE1_REQUEST_BYTES,
-                ops,
-                ops * TABLE1_REQUEST_BYTES,
-                wall,
-                cpu,
-            );
+            let mut row = stream_row("table1", TABLE1_REQUEST_BYTES, ops, ops * TABLE1_REQUEST_BYTES, wall, cpu);
             row.variant = Some((*name).into());
             rows.push(row);
         }
@@ -503,37 +407,12 @@ fn stream_row(pattern: &str, size: u64, iters: u64, bytes: u64, wall: Duration, 
 pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
     let mut report = Report::default();
     report.meta.insert("transport".into(), "shm".into());
-    report.meta.insert(
-        "cores".into(),
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .into(),
-    );
-    report
-        .meta
-        .insert("copy_channels".into(), cfg.copy_channels.into());
-    let steps: u64 = cfg
-        .patterns
-        .iter()
-        .map(|p| {
-            if *p == Pattern::Table1 {
-                1
-            } else {
-                cfg.sizes.len() as u64
-            }
-        })
-        .sum::<u64>()
-        + if cfg.with_limit {
-            cfg.sizes.len() as u64
-        } else {
-            0
-        };
-    let bar = if cfg.progress {
-        ProgressBar::new(steps)
-    } else {
-        ProgressBar::hidden()
-    };
+    report.meta.insert("cores".into(), std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).into());
+    report.meta.insert("copy_channels".into(), cfg.copy_channels.into());
+    let steps: u64 =
+        cfg.patterns.iter().map(|p| if *p == Pattern::Table1 { 1 } else { cfg.sizes.len() as u64 }).sum::<u64>()
+            + if cfg.with_limit { cfg.sizes.len() as u64 } else { 0 };
+    let bar = if cfg.progress { ProgressBar::new(steps) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .expect("valid template"),

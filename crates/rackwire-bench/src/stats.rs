@@ -12,10 +12,7 @@ pub(crate) struct Latencies {
 
 impl Latencies {
     pub fn new() -> Self {
-        Latencies {
-            h: Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("valid histogram bounds"),
-            sum_ns: 0,
-        }
+        Latencies { h: Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("valid histogram bounds"), sum_ns: 0 }
     }
     pub fn record(&mut self, ns: u64) {
         let _ = self.h.record(ns.max(1));
@@ -47,19 +44,13 @@ pub(crate) struct Meter {
 
 impl Meter {
     pub fn start() -> Self {
-        Meter {
-            wall: Instant::now(),
-            cpu: cpu_time(),
-        }
+        Meter { wall: Instant::now(), cpu: cpu_time() }
     }
     /// (elapsed wall time, CPU percent of one core).
     pub fn stop(&self) -> (Duration, f64) {
         let wall = self.wall.elapsed();
         let cpu = cpu_time().saturating_sub(self.cpu);
-        (
-            wall,
-            100.0 * cpu.as_secs_f64() / wall.as_secs_f64().max(1e-9),
-        )
+        (wall, 100.0 * cpu.as_secs_f64() / wall.as_secs_f64().max(1e-9))
     }
 }
 

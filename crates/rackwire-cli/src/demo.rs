@@ -38,18 +38,13 @@ pub(crate) struct DemoArgs {
 }
 
 fn env(k: &str) -> Result<String> {
-    std::env::var(k)
-        .with_context(|| format!("{k} not set (demo workers are started by `rackwire demo`)"))
+    std::env::var(k).with_context(|| format!("{k} not set (demo workers are started by `rackwire demo`)"))
 }
 
 /// A worker: joins, adds to the shared counter, signs the board, shows that a revoked grant
 /// is refused, and leaves when told.
 pub(crate) fn worker() -> Result<()> {
-    let mut cfg = FabricConfig::new(
-        env("RACKWIRE_MH")?,
-        env("RACKWIRE_SECRET")?,
-        env("RACKWIRE_NAME")?,
-    );
+    let mut cfg = FabricConfig::new(env("RACKWIRE_MH")?, env("RACKWIRE_SECRET")?, env("RACKWIRE_NAME")?);
     cfg.op_timeout = STEP_TIMEOUT;
     let coordinator: u32 = env("RW_DEMO_COORD")?.parse()?;
     let slot: u64 = env("RW_DEMO_SLOT")?.parse()?;
@@ -69,21 +64,13 @@ pub(crate) fn worker() -> Result<()> {
     }
     let per_add_ns = t0.elapsed().as_nanos() as u64 / adds.max(1);
     let sign = format!("{} (node {}) was here", fabric.name(), fabric.id());
-    conn.write(
-        &board,
-        slot * SLOT_BYTES,
-        sign.as_bytes(),
-        OpFlags::NONE.notify(slot),
-    )
-    .wait()?;
+    conn.write(&board, slot * SLOT_BYTES, sign.as_bytes(), OpFlags::NONE.notify(slot)).wait()?;
     conn.send(format!("done {per_add_ns}").as_bytes()).wait()?;
     loop {
         let m = conn.recv_timeout(Duration::from_secs(300))?;
         match m.as_slice() {
             b"try-write" => {
-                let r = conn
-                    .write(&board, slot * SLOT_BYTES, b"after revoke", OpFlags::NONE)
-                    .wait();
+                let r = conn.write(&board, slot * SLOT_BYTES, b"after revoke", OpFlags::NONE).wait();
                 let answer = match r {
                     Ok(_) => "write succeeded".to_string(),
                     Err(e @ Error::Revoked { .. }) => format!("refused: {e}"),
@@ -109,9 +96,7 @@ impl Drop for Workers {
 }
 
 fn recv_text(f: &Fabric) -> Result<(u32, String)> {
-    let m = f
-        .recv_timeout(STEP_TIMEOUT)
-        .context("waiting for a worker")?;
+    let m = f.recv_timeout(STEP_TIMEOUT).context("waiting for a worker")?;
     Ok((m.from, String::from_utf8_lossy(&m.data).into_owned()))
 }
 
@@ -128,10 +113,7 @@ fn tour(args: &DemoArgs, out: &mut String) -> Result<()> {
     let fabric = Fabric::join(cfg)?;
     let counter = fabric.alloc(4096, Access::ALL)?;
     counter.publish("demo/counter")?;
-    let board = fabric.alloc(
-        SLOT_BYTES * DEMO_WORKERS_MAX as u64,
-        Access::READ | Access::WRITE,
-    )?;
+    let board = fabric.alloc(SLOT_BYTES * DEMO_WORKERS_MAX as u64, Access::READ | Access::WRITE)?;
     board.publish("demo/board")?;
     let exe = std::env::current_exe()?;
     let mut workers = Workers(Vec::new());
@@ -209,9 +191,7 @@ fn tour(args: &DemoArgs, out: &mut String) -> Result<()> {
     let c = fabric.connect(victim)?;
     c.send(b"try-write").wait()?;
     let (_, answer) = recv_text(&fabric)?;
-    lines.push(format!(
-        "- revoked node {victim}'s grant of the board ({outcome:?}); its next write: {answer}"
-    ));
+    lines.push(format!("- revoked node {victim}'s grant of the board ({outcome:?}); its next write: {answer}"));
     let nodes = fabric.nodes()?;
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
@@ -243,53 +223,25 @@ fn tour(args: &DemoArgs, out: &mut String) -> Result<()> {
 
 fn ratio_line(what: &str, ours: Option<f64>, theirs: Option<f64>, better: &str) -> Option<String> {
     let (a, b) = (ours?, theirs?);
-    Some(format!(
-        "- {what}: rackwire {a:.3} vs {b:.3} → ratio {:.2} ({better})",
-        a / b
-    ))
+    Some(format!("- {what}: rackwire {a:.3} vs {b:.3} → ratio {:.2} ({better})", a / b))
 }
 
 pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     if !(1..=DEMO_WORKERS_MAX).contains(&args.workers) {
         bail!("--workers must be 1..={DEMO_WORKERS_MAX}");
     }
-    std::fs::create_dir_all(&args.report)
-        .with_context(|| format!("report folder {}", args.report.display()))?;
+    std::fs::create_dir_all(&args.report).with_context(|| format!("report folder {}", args.report.display()))?;
     let mut md = String::from("# rackwire demo report\n\n");
-    println!(
-        "== rackwire demo: a management host and {} worker processes on this machine ==",
-        args.workers
-    );
+    println!("== rackwire demo: a management host and {} worker processes on this machine ==", args.workers);
     tour(args, &mut md)?;
 
-    println!(
-        "\n== benchmarks (shared-memory transport; memcpy and UCX measured in the same run) =="
-    );
+    println!("\n== benchmarks (shared-memory transport; memcpy and UCX measured in the same run) ==");
     let scale = if args.quick { 0.05 } else { 0.3 };
-    let base = ShmBench {
-        with_limit: true,
-        peers: !args.no_peers,
-        scale,
-        progress: true,
-        ..ShmBench::default()
-    };
+    let base = ShmBench { with_limit: true, peers: !args.no_peers, scale, progress: true, ..ShmBench::default() };
     let runs = [
-        ShmBench {
-            patterns: vec![Pattern::Pingpong],
-            sizes: vec![8, 4096, 65536],
-            ..base.clone()
-        },
-        ShmBench {
-            patterns: vec![Pattern::Oneway],
-            sizes: vec![65536, 1 << 20, 4 << 20],
-            ..base.clone()
-        },
-        ShmBench {
-            patterns: vec![Pattern::Rate],
-            sizes: vec![64],
-            with_limit: false,
-            ..base.clone()
-        },
+        ShmBench { patterns: vec![Pattern::Pingpong], sizes: vec![8, 4096, 65536], ..base.clone() },
+        ShmBench { patterns: vec![Pattern::Oneway], sizes: vec![65536, 1 << 20, 4 << 20], ..base.clone() },
+        ShmBench { patterns: vec![Pattern::Rate], sizes: vec![64], with_limit: false, ..base.clone() },
         ShmBench {
             patterns: vec![Pattern::Table1],
             sizes: vec![4096],
@@ -338,13 +290,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     md.push_str(&summary.join("\n"));
     md.push('\n');
     std::fs::write(args.report.join("report.md"), md)?;
-    std::fs::write(
-        args.report.join("results.json"),
-        serde_json::to_string_pretty(&report)?,
-    )?;
-    println!(
-        "\nreport written to {}/ (report.md, results.json)",
-        args.report.display()
-    );
+    std::fs::write(args.report.join("results.json"), serde_json::to_string_pretty(&report)?)?;
+    println!("\nreport written to {}/ (report.md, results.json)", args.report.display());
     Ok(())
 }

@@ -23,36 +23,20 @@ fn age(last_seen_ms: u64) -> String {
     if last_seen_ms == 0 {
         return "-".into();
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    format!(
-        "{:.1}s ago",
-        now.saturating_sub(last_seen_ms) as f64 / 1000.0
-    )
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    format!("{:.1}s ago", now.saturating_sub(last_seen_ms) as f64 / 1000.0)
 }
 
 pub(crate) fn nodes(args: &FabricArgs, json: bool) -> Result<()> {
     let nodes = observer(args)?.nodes()?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "nodes": nodes }))?
-        );
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "nodes": nodes }))?);
         return Ok(());
     }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header([
-        "id",
-        "name",
-        "state",
-        "last seen",
-        "pid",
-        "shared-memory endpoint",
-        "links",
-    ]);
+    t.set_header(["id", "name", "state", "last seen", "pid", "shared-memory endpoint", "links"]);
     for n in &nodes {
         t.add_row([
             n.info.id.to_string(),
@@ -61,11 +45,7 @@ pub(crate) fn nodes(args: &FabricArgs, json: bool) -> Result<()> {
             age(n.last_seen_ms),
             n.info.pid.to_string(),
             n.info.shm_path.clone().unwrap_or_else(|| "-".into()),
-            if n.info.links.is_empty() {
-                "-".into()
-            } else {
-                n.info.links.join(", ")
-            },
+            if n.info.links.is_empty() { "-".into() } else { n.info.links.join(", ") },
         ]);
     }
     println!("{t}");
@@ -75,12 +55,7 @@ pub(crate) fn nodes(args: &FabricArgs, json: bool) -> Result<()> {
 pub(crate) fn regions(args: &FabricArgs, json: bool) -> Result<()> {
     let (regions, grants) = observer(args)?.regions()?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "regions": regions, "grants": grants })
-            )?
-        );
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "regions": regions, "grants": grants }))?);
         return Ok(());
     }
     let mut t = Table::new();
@@ -97,22 +72,12 @@ pub(crate) fn regions(args: &FabricArgs, json: bool) -> Result<()> {
             r.node.to_string(),
             r.region.to_string(),
             r.len.to_string(),
-            if to.is_empty() {
-                "-".into()
-            } else {
-                to.join(", ")
-            },
+            if to.is_empty() { "-".into() } else { to.join(", ") },
         ]);
     }
     println!("{t}");
-    let unpublished = grants
-        .iter()
-        .filter(|g| {
-            !regions
-                .iter()
-                .any(|r| r.node == g.node && r.region == g.region)
-        })
-        .count();
+    let unpublished =
+        grants.iter().filter(|g| !regions.iter().any(|r| r.node == g.node && r.region == g.region)).count();
     if unpublished > 0 {
         println!("{unpublished} grant(s) on unpublished regions (see --json)");
     }

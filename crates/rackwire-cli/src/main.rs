@@ -130,12 +130,7 @@ struct BenchArgs {
 }
 
 fn init_logging(default: tracing::Level) {
-    let level = match std::env::var("RUST_LOG")
-        .ok()
-        .as_deref()
-        .map(str::to_ascii_lowercase)
-        .as_deref()
-    {
+    let level = match std::env::var("RUST_LOG").ok().as_deref().map(str::to_ascii_lowercase).as_deref() {
         Some("error") => tracing::Level::ERROR,
         Some("warn") => tracing::Level::WARN,
         Some("info") => tracing::Level::INFO,
@@ -143,10 +138,7 @@ fn init_logging(default: tracing::Level) {
         Some("trace") => tracing::Level::TRACE,
         _ => default,
     };
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .init();
+    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
 }
 
 pub(crate) fn read_secret(file: &Option<PathBuf>) -> Result<Vec<u8>> {
@@ -174,17 +166,10 @@ impl BenchArgs {
             .map(|p| p.parse::<Pattern>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(anyhow::Error::msg)?;
-        let sizes = self
-            .size
-            .iter()
-            .map(|s| parse_size(s))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(anyhow::Error::msg)?;
+        let sizes =
+            self.size.iter().map(|s| parse_size(s)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
         if !(1..=rackwire::COPY_CHANNELS_MAX).contains(&self.copy_channels) {
-            bail!(
-                "--copy-channels must be 1..={}",
-                rackwire::COPY_CHANNELS_MAX
-            );
+            bail!("--copy-channels must be 1..={}", rackwire::COPY_CHANNELS_MAX);
         }
         if !(self.scale > 0.0 && self.scale <= 10.0) {
             bail!("--scale must be in (0, 10]");
@@ -204,19 +189,11 @@ impl BenchArgs {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Mh {
-            listen,
-            state,
-            secret_file,
-        } => {
+        Cmd::Mh { listen, state, secret_file } => {
             init_logging(tracing::Level::INFO);
             let secret = read_secret(&secret_file)?;
             let h = rackwire::ManagementHost::start(&listen, Some(&state), &secret)?;
-            eprintln!(
-                "management host on {} (state in {})",
-                h.addr(),
-                state.display()
-            );
+            eprintln!("management host on {} (state in {})", h.addr(), state.display());
             h.wait();
             Ok(())
         }
@@ -232,10 +209,7 @@ fn run(cli: Cli) -> Result<()> {
             init_logging(tracing::Level::WARN);
             let cfg = b.to_bench()?;
             let mut report = rackwire_bench::run_shm(&cfg)?;
-            report.meta.insert(
-                "command".into(),
-                std::env::args().collect::<Vec<_>>().join(" ").into(),
-            );
+            report.meta.insert("command".into(), std::env::args().collect::<Vec<_>>().join(" ").into());
             if b.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

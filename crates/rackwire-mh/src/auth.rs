@@ -41,17 +41,12 @@ fn mac(secret: &[u8], label: &str, nonce: &[u8], context: &[u8]) -> Hmac<Sha256>
 
 /// The proof that we hold `secret`, answering the peer's `nonce`.
 pub fn prove(secret: &[u8], label: &str, nonce: &[u8], context: &[u8]) -> [u8; PROOF_BYTES] {
-    mac(secret, label, nonce, context)
-        .finalize()
-        .into_bytes()
-        .into()
+    mac(secret, label, nonce, context).finalize().into_bytes().into()
 }
 
 /// Check a peer's proof in constant time.
 pub fn verify(secret: &[u8], label: &str, nonce: &[u8], context: &[u8], proof: &[u8]) -> bool {
-    mac(secret, label, nonce, context)
-        .verify_slice(proof)
-        .is_ok()
+    mac(secret, label, nonce, context).verify_slice(proof).is_ok()
 }
 
 /// Lower-case hex.
@@ -64,10 +59,7 @@ pub fn from_hex(s: &str) -> Option<Vec<u8>> {
     if s.len() % 2 != 0 {
         return None;
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 #[cfg(test)]
@@ -91,10 +83,7 @@ mod tests {
     // Checks hex round trip and rejection of bad input.
     #[test]
     fn hex_round_trip() {
-        assert_eq!(
-            from_hex(&to_hex(&[0, 1, 254, 255])).unwrap(),
-            vec![0, 1, 254, 255]
-        );
+        assert_eq!(from_hex(&to_hex(&[0, 1, 254, 255])).unwrap(), vec![0, 1, 254, 255]);
         assert!(from_hex("abc").is_none());
         assert!(from_hex("zz").is_none());
         assert!(from_hex("é1").is_none());

@@ -83,10 +83,7 @@ pub struct MhClient {
 
 impl std::fmt::Debug for MhClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MhClient")
-            .field("cfg", &self.inner.cfg)
-            .field("node_id", &self.inner.node_id)
-            .finish()
+        f.debug_struct("MhClient").field("cfg", &self.inner.cfg).field("node_id", &self.inner.node_id).finish()
     }
 }
 
@@ -100,9 +97,7 @@ fn unavailable(e: impl std::fmt::Display) -> MhError {
 
 fn recv<T: serde::de::DeserializeOwned>(r: &mut BufReader<TcpStream>) -> Result<T, MhError> {
     let mut line = String::new();
-    read_line(r, &mut line)
-        .map_err(unavailable)?
-        .ok_or_else(|| unavailable("management host closed the session"))?;
+    read_line(r, &mut line).map_err(unavailable)?.ok_or_else(|| unavailable("management host closed the session"))?;
     serde_json::from_str(&line).map_err(|e| MhError::Protocol(e.to_string()))
 }
 
@@ -116,17 +111,9 @@ fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
     let mut last = None;
     let stream = addrs
         .iter()
-        .find_map(|a| {
-            TcpStream::connect_timeout(a, MH_REQUEST_TIMEOUT)
-                .map_err(|e| last = Some(e))
-                .ok()
-        })
-        .ok_or_else(|| {
-            unavailable(last.map_or_else(|| "no address".to_string(), |e| e.to_string()))
-        })?;
-    stream
-        .set_read_timeout(Some(MH_REQUEST_TIMEOUT))
-        .map_err(unavailable)?;
+        .find_map(|a| TcpStream::connect_timeout(a, MH_REQUEST_TIMEOUT).map_err(|e| last = Some(e)).ok())
+        .ok_or_else(|| unavailable(last.map_or_else(|| "no address".to_string(), |e| e.to_string())))?;
+    stream.set_read_timeout(Some(MH_REQUEST_TIMEOUT)).map_err(unavailable)?;
     let _ = stream.set_nodelay(true);
     let mut w = stream.try_clone().map_err(unavailable)?;
     let mut r = BufReader::new(stream);
@@ -135,35 +122,19 @@ fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
         Role::Node => "node",
         Role::Observer => "observer",
     };
-    write_json(
-        &mut w,
-        &Hello {
-            name: cfg.name.clone(),
-            role: role.into(),
-            nonce: to_hex(&nonce),
-        },
-    )
-    .map_err(unavailable)?;
+    write_json(&mut w, &Hello { name: cfg.name.clone(), role: role.into(), nonce: to_hex(&nonce) })
+        .map_err(unavailable)?;
     let ch: Challenge = recv(&mut r)?;
     let ctx = cfg.name.as_bytes();
-    let server_ok = from_hex(&ch.proof)
-        .is_some_and(|p| auth::verify(&cfg.secret, "rackwire-mh-server", &nonce, ctx, &p));
+    let server_ok =
+        from_hex(&ch.proof).is_some_and(|p| auth::verify(&cfg.secret, "rackwire-mh-server", &nonce, ctx, &p));
     if !server_ok {
         // Either the server does not hold our secret or we hold the wrong one; say so plainly.
-        return Err(MhError::Denied(
-            "wrong secret (the management host's proof does not match ours)".into(),
-        ));
+        return Err(MhError::Denied("wrong secret (the management host's proof does not match ours)".into()));
     }
-    let server_nonce =
-        from_hex(&ch.nonce).ok_or_else(|| MhError::Protocol("bad server nonce".into()))?;
+    let server_nonce = from_hex(&ch.nonce).ok_or_else(|| MhError::Protocol("bad server nonce".into()))?;
     let proof = auth::prove(&cfg.secret, "rackwire-mh-client", &server_nonce, ctx);
-    write_json(
-        &mut w,
-        &Proof {
-            proof: to_hex(&proof),
-        },
-    )
-    .map_err(unavailable)?;
+    write_json(&mut w, &Proof { proof: to_hex(&proof) }).map_err(unavailable)?;
     match recv::<Admission>(&mut r)? {
         Admission::Welcome { node_id } => Ok((Session { w, r }, node_id)),
         Admission::Denied { reason } => Err(MhError::Denied(reason)),
@@ -205,27 +176,15 @@ impl Inner {
     fn reconnect(&self) -> Result<Session, MhError> {
         let (mut s, id) = connect(&self.cfg)?;
         if id != self.node_id {
-            warn!(
-                old = self.node_id,
-                new = id,
-                "management host gave a different id; it lost its state"
-            );
+            warn!(old = self.node_id, new = id, "management host gave a different id; it lost its state");
         }
         let mine = lock(&self.mine);
         let replay = mine
             .info
             .iter()
             .map(|info| Request::Register { info: info.clone() })
-            .chain(
-                mine.published
-                    .values()
-                    .map(|e| Request::Publish { entry: e.clone() }),
-            )
-            .chain(
-                mine.grants
-                    .iter()
-                    .map(|g| Request::Grant { grant: g.clone() }),
-            );
+            .chain(mine.published.values().map(|e| Request::Publish { entry: e.clone() }))
+            .chain(mine.grants.iter().map(|g| Request::Grant { grant: g.clone() }));
         for req in replay {
             if let Err(e) = exchange(&mut s, &req).and_then(check) {
                 warn!("replaying to the management host: {e}");
@@ -240,10 +199,7 @@ impl MhClient {
     /// Join as configured: connect, pass admission, start heartbeats (nodes only).
     pub fn join(cfg: MhConfig) -> Result<Self, MhError> {
         if cfg.secret.len() < auth::SECRET_BYTES_MIN {
-            return Err(MhError::Config(format!(
-                "the secret must be at least {} bytes",
-                auth::SECRET_BYTES_MIN
-            )));
+            return Err(MhError::Config(format!("the secret must be at least {} bytes", auth::SECRET_BYTES_MIN)));
         }
         if cfg.role == Role::Node {
             check_name(&cfg.name)?;
@@ -267,11 +223,7 @@ impl MhClient {
                 .spawn(move || heartbeat_loop(weak, stop))
                 .expect("spawn heartbeat thread")
         });
-        Ok(MhClient {
-            inner,
-            stop,
-            heartbeat,
-        })
+        Ok(MhClient { inner, stop, heartbeat })
     }
 
     /// This node's id (0 for observers).
@@ -311,20 +263,15 @@ impl MhClient {
 
     /// How to reach the node called `name` (management host first, cache when it is down).
     pub fn resolve_name(&self, name: &str) -> Result<NodeInfo, MhError> {
-        match self
-            .inner
-            .request(&Request::ResolveName { name: name.into() })
-        {
+        match self.inner.request(&Request::ResolveName { name: name.into() }) {
             Ok(Reply::Node { info }) => {
                 lock(&self.inner.nodes).insert(info.id, info.clone());
                 Ok(info)
             }
             Ok(other) => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
-            Err(MhError::Unavailable(e)) => lock(&self.inner.nodes)
-                .values()
-                .find(|n| n.name == name)
-                .cloned()
-                .ok_or(MhError::Unavailable(e)),
+            Err(MhError::Unavailable(e)) => {
+                lock(&self.inner.nodes).values().find(|n| n.name == name).cloned().ok_or(MhError::Unavailable(e))
+            }
             Err(e) => Err(e),
         }
     }
@@ -339,21 +286,15 @@ impl MhClient {
 
     /// Publish one of this node's regions under a name.
     pub fn publish(&self, entry: RegionEntry) -> Result<(), MhError> {
-        self.inner.request(&Request::Publish {
-            entry: entry.clone(),
-        })?;
-        lock(&self.inner.mine)
-            .published
-            .insert(entry.name.clone(), entry);
+        self.inner.request(&Request::Publish { entry: entry.clone() })?;
+        lock(&self.inner.mine).published.insert(entry.name.clone(), entry);
         Ok(())
     }
 
     /// Withdraw a name this node published.
     pub fn unpublish(&self, name: &str) -> Result<(), MhError> {
         lock(&self.inner.mine).published.remove(name);
-        self.inner
-            .request(&Request::Unpublish { name: name.into() })
-            .map(drop)
+        self.inner.request(&Request::Unpublish { name: name.into() }).map(drop)
     }
 
     /// Find a region by name (management host first, cache when it is down).
@@ -364,10 +305,7 @@ impl MhClient {
                 Ok(entry)
             }
             Ok(other) => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
-            Err(MhError::Unavailable(e)) => lock(&self.inner.regions)
-                .get(name)
-                .cloned()
-                .ok_or(MhError::Unavailable(e)),
+            Err(MhError::Unavailable(e)) => lock(&self.inner.regions).get(name).cloned().ok_or(MhError::Unavailable(e)),
             Err(e) => Err(e),
         }
     }
@@ -385,8 +323,7 @@ impl MhClient {
     pub fn record_grant(&self, grant: GrantEntry) {
         {
             let mut mine = lock(&self.inner.mine);
-            mine.grants
-                .retain(|g| !(g.region == grant.region && g.peer == grant.peer));
+            mine.grants.retain(|g| !(g.region == grant.region && g.peer == grant.peer));
             mine.grants.push(grant.clone());
         }
         if let Err(e) = self.inner.request(&Request::Grant { grant }) {
@@ -396,9 +333,7 @@ impl MhClient {
 
     /// Remove a grant record (deferred like [`MhClient::record_grant`]).
     pub fn record_revoke(&self, region: u32, peer: NodeId) {
-        lock(&self.inner.mine)
-            .grants
-            .retain(|g| !(g.region == region && g.peer == peer));
+        lock(&self.inner.mine).grants.retain(|g| !(g.region == region && g.peer == peer));
         if let Err(e) = self.inner.request(&Request::Revoke { region, peer }) {
             warn!("revoke record deferred: {e}");
         }
@@ -446,12 +381,7 @@ mod tests {
     use crate::ManagementHost;
 
     fn cfg(addr: &str, secret: &[u8], name: &str) -> MhConfig {
-        MhConfig {
-            addr: addr.into(),
-            secret: secret.to_vec(),
-            name: name.into(),
-            role: Role::Node,
-        }
+        MhConfig { addr: addr.into(), secret: secret.to_vec(), name: name.into(), role: Role::Node }
     }
 
     // Checks admission: the right secret gets an id, the same name gets the same id again after
@@ -463,14 +393,8 @@ mod tests {
         let a = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
         let id = a.node_id();
         assert!(id >= 1);
-        assert!(matches!(
-            MhClient::join(cfg(&addr, b"correct-secret", "a")),
-            Err(MhError::Denied(_))
-        ));
-        assert!(matches!(
-            MhClient::join(cfg(&addr, b"wrong-secret!", "b")),
-            Err(MhError::Denied(_))
-        ));
+        assert!(matches!(MhClient::join(cfg(&addr, b"correct-secret", "a")), Err(MhError::Denied(_))));
+        assert!(matches!(MhClient::join(cfg(&addr, b"wrong-secret!", "b")), Err(MhError::Denied(_))));
         drop(a);
         // The session close is seen by the server's session thread shortly after.
         let again = (0..100).find_map(|_| {
@@ -486,36 +410,19 @@ mod tests {
     fn state_survives_restart() {
         let dir = std::env::temp_dir().join(format!("rw-mh-state-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let entry = RegionEntry {
-            name: "r1".into(),
-            node: 0,
-            region: 7,
-            key: "00".repeat(16),
-            len: 4096,
-        };
+        let entry = RegionEntry { name: "r1".into(), node: 0, region: 7, key: "00".repeat(16), len: 4096 };
         {
             let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
             let c = MhClient::join(cfg(&mh.addr().to_string(), b"correct-secret", "n1")).unwrap();
-            c.register(NodeInfo {
-                host: "h".into(),
-                pid: 1,
-                ..NodeInfo::default()
-            })
-            .unwrap();
-            c.publish(RegionEntry {
-                node: c.node_id(),
-                ..entry.clone()
-            })
-            .unwrap();
+            c.register(NodeInfo { host: "h".into(), pid: 1, ..NodeInfo::default() }).unwrap();
+            c.publish(RegionEntry { node: c.node_id(), ..entry.clone() }).unwrap();
             drop(c);
             mh.stop();
         }
         let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
-        let o = MhClient::join(MhConfig {
-            role: Role::Observer,
-            ..cfg(&mh.addr().to_string(), b"correct-secret", "obs")
-        })
-        .unwrap();
+        let o =
+            MhClient::join(MhConfig { role: Role::Observer, ..cfg(&mh.addr().to_string(), b"correct-secret", "obs") })
+                .unwrap();
         let found = o.lookup("r1").unwrap();
         assert_eq!(found.region, 7);
         let nodes = o.nodes().unwrap();

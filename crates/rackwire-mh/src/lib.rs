@@ -73,14 +73,10 @@ pub enum MhError {
 pub fn check_name(name: &str) -> Result<(), MhError> {
     let ok = !name.is_empty()
         && name.len() <= NAME_BYTES_MAX
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./:@".contains(&b));
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:@".contains(&b));
     if ok {
         Ok(())
     } else {
-        Err(MhError::Config(format!(
-            "name {name:?} must be 1..={NAME_BYTES_MAX} bytes of letters, digits and -_./:@"
-        )))
+        Err(MhError::Config(format!("name {name:?} must be 1..={NAME_BYTES_MAX} bytes of letters, digits and -_./:@")))
     }
 }

@@ -15,8 +15,8 @@ use crate::auth::{self, from_hex, to_hex};
 use crate::proto::*;
 use crate::state::Store;
 use crate::{
-    check_name, MhError, GRANTS_MAX, HEARTBEATS_MISSED_MAX, HEARTBEAT_INTERVAL, MH_LINE_BYTES_MAX,
-    NODES_MAX, REGION_NAMES_MAX,
+    check_name, MhError, GRANTS_MAX, HEARTBEATS_MISSED_MAX, HEARTBEAT_INTERVAL, MH_LINE_BYTES_MAX, NODES_MAX,
+    REGION_NAMES_MAX,
 };
 
 /// How long a client has to complete admission.
@@ -25,10 +25,7 @@ const ADMISSION_TIMEOUT: Duration = Duration::from_secs(5);
 const ACCEPT_POLL: Duration = Duration::from_millis(20);
 
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// Read one line of at most [`MH_LINE_BYTES_MAX`] bytes. `Ok(None)` at end of stream.
@@ -39,10 +36,7 @@ pub(crate) fn read_line(r: &mut impl BufRead, buf: &mut String) -> std::io::Resu
         return Ok(None);
     }
     if n > MH_LINE_BYTES_MAX {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "line too long",
-        ));
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "line too long"));
     }
     Ok(Some(()))
 }
@@ -82,35 +76,21 @@ pub struct MhHandle {
 
 impl std::fmt::Debug for MhHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MhHandle")
-            .field("addr", &self.addr)
-            .finish()
+        f.debug_struct("MhHandle").field("addr", &self.addr).finish()
     }
 }
 
 impl ManagementHost {
     /// Listen on `listen` (for example `127.0.0.1:7700`; port 0 picks one), keep state in
     /// `state_dir` (`None`: memory only), admit nodes that hold `secret`.
-    pub fn start(
-        listen: &str,
-        state_dir: Option<&Path>,
-        secret: &[u8],
-    ) -> Result<MhHandle, MhError> {
+    pub fn start(listen: &str, state_dir: Option<&Path>, secret: &[u8]) -> Result<MhHandle, MhError> {
         if secret.len() < auth::SECRET_BYTES_MIN {
-            return Err(MhError::Config(format!(
-                "the secret must be at least {} bytes",
-                auth::SECRET_BYTES_MIN
-            )));
+            return Err(MhError::Config(format!("the secret must be at least {} bytes", auth::SECRET_BYTES_MIN)));
         }
         let store = Store::open(state_dir)?;
-        let listener = TcpListener::bind(listen)
-            .map_err(|e| MhError::Config(format!("listen on {listen}: {e}")))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| MhError::Config(e.to_string()))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| MhError::Config(e.to_string()))?;
+        let listener = TcpListener::bind(listen).map_err(|e| MhError::Config(format!("listen on {listen}: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| MhError::Config(e.to_string()))?;
+        listener.set_nonblocking(true).map_err(|e| MhError::Config(e.to_string()))?;
         let shared = Arc::new(Shared {
             secret: secret.to_vec(),
             store: Mutex::new(store),
@@ -125,11 +105,7 @@ impl ManagementHost {
             .spawn(move || accept_loop(listener, s))
             .map_err(|e| MhError::Config(e.to_string()))?;
         info!(%addr, "management host listening");
-        Ok(MhHandle {
-            addr,
-            shared,
-            accept: Some(accept),
-        })
+        Ok(MhHandle { addr, shared, accept: Some(accept) })
     }
 }
 
@@ -182,14 +158,12 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 if let Ok(clone) = stream.try_clone() {
                     lock(&s.sessions).insert(id, clone);
                 }
-                let spawned = std::thread::Builder::new()
-                    .name("rw-mh-session".into())
-                    .spawn(move || {
-                        if let Err(e) = session(&s, stream, id) {
-                            debug!(%peer, "session ended: {e}");
-                        }
-                        lock(&s.sessions).remove(&id);
-                    });
+                let spawned = std::thread::Builder::new().name("rw-mh-session".into()).spawn(move || {
+                    if let Err(e) = session(&s, stream, id) {
+                        debug!(%peer, "session ended: {e}");
+                    }
+                    lock(&s.sessions).remove(&id);
+                });
                 if spawned.is_err() {
                     warn!("could not start a session thread");
                 }
@@ -212,16 +186,9 @@ fn io_err(e: std::io::Error) -> MhError {
 }
 
 /// Admission: hello → challenge (with our proof) → client proof → welcome / denied.
-fn admit(
-    shared: &Shared,
-    r: &mut impl BufRead,
-    w: &mut TcpStream,
-    session: u64,
-) -> Result<(NodeId, String), MhError> {
+fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64) -> Result<(NodeId, String), MhError> {
     let mut line = String::new();
-    read_line(r, &mut line)
-        .map_err(io_err)?
-        .ok_or_else(|| MhError::Protocol("closed before hello".into()))?;
+    read_line(r, &mut line).map_err(io_err)?.ok_or_else(|| MhError::Protocol("closed before hello".into()))?;
     let hello: Hello = parse(&line)?;
     let client_nonce = from_hex(&hello.nonce)
         .filter(|n| n.len() == auth::NONCE_BYTES)
@@ -229,28 +196,13 @@ fn admit(
     let server_nonce = auth::nonce();
     let ctx = hello.name.as_bytes();
     let proof = auth::prove(&shared.secret, "rackwire-mh-server", &client_nonce, ctx);
-    write_json(
-        w,
-        &Challenge {
-            nonce: to_hex(&server_nonce),
-            proof: to_hex(&proof),
-        },
-    )
-    .map_err(io_err)?;
-    read_line(r, &mut line)
-        .map_err(io_err)?
-        .ok_or_else(|| MhError::Protocol("closed before proof".into()))?;
+    write_json(w, &Challenge { nonce: to_hex(&server_nonce), proof: to_hex(&proof) }).map_err(io_err)?;
+    read_line(r, &mut line).map_err(io_err)?.ok_or_else(|| MhError::Protocol("closed before proof".into()))?;
     let client_proof: Proof = parse(&line)?;
-    let ok = from_hex(&client_proof.proof).is_some_and(|p| {
-        auth::verify(&shared.secret, "rackwire-mh-client", &server_nonce, ctx, &p)
-    });
+    let ok = from_hex(&client_proof.proof)
+        .is_some_and(|p| auth::verify(&shared.secret, "rackwire-mh-client", &server_nonce, ctx, &p));
     let deny = |w: &mut TcpStream, reason: &str| {
-        let _ = write_json(
-            w,
-            &Admission::Denied {
-                reason: reason.into(),
-            },
-        );
+        let _ = write_json(w, &Admission::Denied { reason: reason.into() });
         Err(MhError::Denied(reason.into()))
     };
     if !ok {
@@ -264,12 +216,7 @@ fn admit(
                 return deny(w, &e.to_string());
             }
             let mut store = lock(&shared.store);
-            let existing = store
-                .state
-                .nodes
-                .values()
-                .find(|n| n.name == hello.name)
-                .map(|n| n.id);
+            let existing = store.state.nodes.values().find(|n| n.name == hello.name).map(|n| n.id);
             let mut live = lock(&shared.live);
             let id = match existing {
                 Some(id) if live.contains_key(&id) => {
@@ -286,25 +233,12 @@ fn admit(
                     }
                     let id = store.state.next_id;
                     store.state.next_id += 1;
-                    store.state.nodes.insert(
-                        id,
-                        NodeInfo {
-                            id,
-                            name: hello.name.clone(),
-                            ..NodeInfo::default()
-                        },
-                    );
+                    store.state.nodes.insert(id, NodeInfo { id, name: hello.name.clone(), ..NodeInfo::default() });
                     store.save()?;
                     id
                 }
             };
-            live.insert(
-                id,
-                Live {
-                    session,
-                    last_seen_ms: now_ms(),
-                },
-            );
+            live.insert(id, Live { session, last_seen_ms: now_ms() });
             id
         }
         other => return deny(w, &format!("unknown role {other:?}")),
@@ -315,17 +249,13 @@ fn admit(
 }
 
 fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhError> {
-    stream
-        .set_read_timeout(Some(ADMISSION_TIMEOUT))
-        .map_err(io_err)?;
+    stream.set_read_timeout(Some(ADMISSION_TIMEOUT)).map_err(io_err)?;
     let _ = stream.set_nodelay(true);
     let mut w = stream.try_clone().map_err(io_err)?;
     let mut r = BufReader::new(stream);
     let (id, name) = admit(shared, &mut r, &mut w, session)?;
     // A node that misses this many heartbeats is down; its session is closed.
-    r.get_ref()
-        .set_read_timeout(Some(HEARTBEAT_INTERVAL * HEARTBEATS_MISSED_MAX))
-        .map_err(io_err)?;
+    r.get_ref().set_read_timeout(Some(HEARTBEAT_INTERVAL * HEARTBEATS_MISSED_MAX)).map_err(io_err)?;
     let mut line = String::new();
     let result = loop {
         match read_line(&mut r, &mut line) {
@@ -365,10 +295,7 @@ fn error_reply(e: &MhError) -> Reply {
         MhError::NotFound(m) | MhError::Refused(m) => m.clone(),
         other => other.to_string(),
     };
-    Reply::Error {
-        kind: kind.into(),
-        message,
-    }
+    Reply::Error { kind: kind.into(), message }
 }
 
 fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
@@ -385,10 +312,7 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
         Request::Heartbeat => return Ok(Reply::Ok),
         Request::Register { mut info } => {
             need_node()?;
-            let known = st
-                .nodes
-                .get(&me)
-                .ok_or_else(|| MhError::NotFound(format!("node {me}")))?;
+            let known = st.nodes.get(&me).ok_or_else(|| MhError::NotFound(format!("node {me}")))?;
             info.id = me;
             info.name = known.name.clone();
             if info.links.len() > 64 {
@@ -414,11 +338,7 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             return Ok(Reply::Nodes { nodes });
         }
         Request::Resolve { node } => {
-            let info = st
-                .nodes
-                .get(&node)
-                .cloned()
-                .ok_or_else(|| MhError::NotFound(format!("node {node}")))?;
+            let info = st.nodes.get(&node).cloned().ok_or_else(|| MhError::NotFound(format!("node {node}")))?;
             return Ok(Reply::Node { info });
         }
         Request::ResolveName { name } => {
@@ -431,33 +351,21 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             return Ok(Reply::Node { info });
         }
         Request::Lookup { name } => {
-            let entry = st
-                .regions
-                .get(&name)
-                .cloned()
-                .ok_or_else(|| MhError::NotFound(format!("region {name:?}")))?;
+            let entry = st.regions.get(&name).cloned().ok_or_else(|| MhError::NotFound(format!("region {name:?}")))?;
             return Ok(Reply::Region { entry });
         }
         Request::Regions => {
-            return Ok(Reply::Regions {
-                regions: st.regions.values().cloned().collect(),
-                grants: st.grants.clone(),
-            });
+            return Ok(Reply::Regions { regions: st.regions.values().cloned().collect(), grants: st.grants.clone() });
         }
         Request::Publish { entry } => {
             need_node()?;
             check_name(&entry.name).map_err(|e| MhError::Refused(e.to_string()))?;
             if entry.node != me {
-                return Err(MhError::Refused(
-                    "a node may publish only its own regions".into(),
-                ));
+                return Err(MhError::Refused("a node may publish only its own regions".into()));
             }
             match st.regions.get(&entry.name) {
                 Some(old) if old.node != me => {
-                    return Err(MhError::Refused(format!(
-                        "name {:?} is published by node {}",
-                        entry.name, old.node
-                    )))
+                    return Err(MhError::Refused(format!("name {:?} is published by node {}", entry.name, old.node)))
                 }
                 Some(old) if *old == entry => return Ok(Reply::Ok),
                 None if st.regions.len() >= REGION_NAMES_MAX => {
@@ -474,11 +382,7 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
                 Some(e) if e.node == me => {
                     st.regions.remove(&name);
                 }
-                Some(_) => {
-                    return Err(MhError::Refused(format!(
-                        "name {name:?} belongs to another node"
-                    )))
-                }
+                Some(_) => return Err(MhError::Refused(format!("name {name:?} belongs to another node"))),
                 None => return Err(MhError::NotFound(format!("region {name:?}"))),
             }
             Reply::Ok
@@ -486,14 +390,10 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
         Request::Grant { grant } => {
             need_node()?;
             if grant.node != me {
-                return Err(MhError::Refused(
-                    "a node may record grants only of its own regions".into(),
-                ));
+                return Err(MhError::Refused("a node may record grants only of its own regions".into()));
             }
-            if let Some(g) = st
-                .grants
-                .iter_mut()
-                .find(|g| g.node == me && g.region == grant.region && g.peer == grant.peer)
+            if let Some(g) =
+                st.grants.iter_mut().find(|g| g.node == me && g.region == grant.region && g.peer == grant.peer)
             {
                 if g.access == grant.access {
                     return Ok(Reply::Ok);
@@ -508,15 +408,13 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
         }
         Request::Revoke { region, peer } => {
             need_node()?;
-            st.grants
-                .retain(|g| !(g.node == me && g.region == region && g.peer == peer));
+            st.grants.retain(|g| !(g.node == me && g.region == region && g.peer == peer));
             Reply::Ok
         }
         Request::DropRegion { region } => {
             need_node()?;
             st.grants.retain(|g| !(g.node == me && g.region == region));
-            st.regions
-                .retain(|_, e| !(e.node == me && e.region == region));
+            st.regions.retain(|_, e| !(e.node == me && e.region == region));
             Reply::Ok
         }
     };

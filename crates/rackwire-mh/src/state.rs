@@ -31,34 +31,21 @@ pub(crate) struct Store {
 impl Store {
     /// Open the state in `dir` (created if missing); `None` keeps it in memory only.
     pub fn open(dir: Option<&Path>) -> Result<Self, MhError> {
-        let mut state = State {
-            next_id: 1,
-            ..State::default()
-        };
+        let mut state = State { next_id: 1, ..State::default() };
         if let Some(dir) = dir {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| MhError::Config(format!("state dir {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| MhError::Config(format!("state dir {}: {e}", dir.display())))?;
             let path = dir.join(STATE_FILE);
             match std::fs::read(&path) {
                 Ok(bytes) => {
-                    state = serde_json::from_slice(&bytes).map_err(|e| {
-                        MhError::Config(format!("state file {} is damaged: {e}", path.display()))
-                    })?;
+                    state = serde_json::from_slice(&bytes)
+                        .map_err(|e| MhError::Config(format!("state file {} is damaged: {e}", path.display())))?;
                     state.next_id = state.next_id.max(1);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(MhError::Config(format!(
-                        "state file {}: {e}",
-                        path.display()
-                    )))
-                }
+                Err(e) => return Err(MhError::Config(format!("state file {}: {e}", path.display()))),
             }
         }
-        Ok(Store {
-            dir: dir.map(Path::to_owned),
-            state,
-        })
+        Ok(Store { dir: dir.map(Path::to_owned), state })
     }
 
     /// Write the state: to a temporary file, synced, then renamed over the old one, so a
@@ -66,8 +53,7 @@ impl Store {
     pub fn save(&self) -> Result<(), MhError> {
         let Some(dir) = &self.dir else { return Ok(()) };
         let tmp = dir.join(format!("{STATE_FILE}.tmp"));
-        let bytes =
-            serde_json::to_vec_pretty(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
+        let bytes = serde_json::to_vec_pretty(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
         let write = || -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(&bytes)?;

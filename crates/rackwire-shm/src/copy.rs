@@ -40,8 +40,7 @@ pub fn coalesce(pieces: &mut Vec<CopyPiece>) -> usize {
     let mut out: Vec<CopyPiece> = Vec::with_capacity(pieces.len());
     for p in pieces.drain(..) {
         if let Some(last) = out.last_mut() {
-            if last.src.wrapping_add(last.len) == p.src && last.dst.wrapping_add(last.len) == p.dst
-            {
+            if last.src.wrapping_add(last.len) == p.src && last.dst.wrapping_add(last.len) == p.dst {
                 last.len += p.len;
                 continue;
             }
@@ -108,9 +107,7 @@ pub struct CopyEngine {
 
 impl std::fmt::Debug for CopyEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CopyEngine")
-            .field("channels", &self.channels())
-            .finish()
+        f.debug_struct("CopyEngine").field("channels", &self.channels()).finish()
     }
 }
 
@@ -167,40 +164,19 @@ impl CopyEngine {
             });
         }
         let combined = if combine { coalesce(&mut pieces) } else { 0 };
-        let want = if channels == 0 {
-            self.channels()
-        } else {
-            channels.min(self.channels())
-        };
-        let n = if total < PARALLEL_COPY_BYTES_MIN {
-            1
-        } else {
-            want
-        };
-        let stats = BatchStats {
-            pieces: pieces.len(),
-            combined,
-            channels: n,
-        };
+        let want = if channels == 0 { self.channels() } else { channels.min(self.channels()) };
+        let n = if total < PARALLEL_COPY_BYTES_MIN { 1 } else { want };
+        let stats = BatchStats { pieces: pieces.len(), combined, channels: n };
         if n == 1 {
             run(&pieces);
             return Ok(stats);
         }
         let shares = split(&pieces, total, n);
-        let latch = Arc::new(Latch {
-            left: Mutex::new(n - 1),
-            cv: Condvar::new(),
-        });
+        let latch = Arc::new(Latch { left: Mutex::new(n - 1), cv: Condvar::new() });
         let mut shares = shares.into_iter();
         let mine = shares.next().unwrap_or_default();
         for ((tx, _), share) in self.workers.iter().zip(shares) {
-            if tx
-                .send(Job {
-                    pieces: share.clone(),
-                    latch: latch.clone(),
-                })
-                .is_err()
-            {
+            if tx.send(Job { pieces: share.clone(), latch: latch.clone() }).is_err() {
                 // A channel thread is gone; do its share here.
                 run(&share);
                 latch.done();
@@ -221,16 +197,8 @@ fn split(pieces: &[CopyPiece], total: usize, n: usize) -> Vec<Vec<CopyPiece>> {
         let mut p = *p;
         while p.len > 0 {
             let take = p.len.min(room);
-            shares[cur].push(CopyPiece {
-                src: p.src,
-                dst: p.dst,
-                len: take,
-            });
-            p = CopyPiece {
-                src: p.src.wrapping_add(take),
-                dst: p.dst.wrapping_add(take),
-                len: p.len - take,
-            };
+            shares[cur].push(CopyPiece { src: p.src, dst: p.dst, len: take });
+            p = CopyPiece { src: p.src.wrapping_add(take), dst: p.dst.wrapping_add(take), len: p.len - take };
             room -= take;
             if room == 0 && cur + 1 < n {
                 cur += 1;
@@ -263,11 +231,7 @@ mod tests {
         let engine = CopyEngine::new(3);
         let dst = SharedMem::create("d", 4 << 20).unwrap();
         let src: Vec<u8> = (0..(3 << 20)).map(|i| (i % 251) as u8).collect();
-        let entries: Vec<(u64, &[u8])> = src
-            .chunks(4096)
-            .enumerate()
-            .map(|(i, c)| ((i * 4096) as u64, c))
-            .collect();
+        let entries: Vec<(u64, &[u8])> = src.chunks(4096).enumerate().map(|(i, c)| ((i * 4096) as u64, c)).collect();
         let stats = engine.write_batch(&dst, &entries, true, 0).unwrap();
         assert_eq!(stats.pieces, 1, "contiguous pieces combine to one");
         assert_eq!(stats.channels, 3);
@@ -282,10 +246,7 @@ mod tests {
         let engine = CopyEngine::new(2);
         let dst = SharedMem::create("d", 4096).unwrap();
         let a = [1u8; 16];
-        assert_eq!(
-            engine.write_batch(&dst, &[(0, &a), (4090, &a)], false, 0),
-            Err(1)
-        );
+        assert_eq!(engine.write_batch(&dst, &[(0, &a), (4090, &a)], false, 0), Err(1));
         let mut back = [0u8; 16];
         assert!(dst.read_at(0, &mut back));
         assert_eq!(back, [0u8; 16]);
@@ -295,16 +256,9 @@ mod tests {
     #[test]
     fn split_covers_every_byte_once() {
         let buf = [0u8; 1000];
-        let p = CopyPiece {
-            src: buf.as_ptr(),
-            dst: std::ptr::null_mut::<u8>().wrapping_add(4096),
-            len: 1000,
-        };
+        let p = CopyPiece { src: buf.as_ptr(), dst: std::ptr::null_mut::<u8>().wrapping_add(4096), len: 1000 };
         let shares = split(&[p, p], 2000, 3);
-        let sizes: Vec<usize> = shares
-            .iter()
-            .map(|s| s.iter().map(|p| p.len).sum())
-            .collect();
+        let sizes: Vec<usize> = shares.iter().map(|s| s.iter().map(|p| p.len).sum()).collect();
         assert_eq!(sizes.iter().sum::<usize>(), 2000);
         assert!(sizes.iter().all(|&s| s <= 667));
     }

@@ -40,27 +40,18 @@ impl Doorbell {
 
     /// Announce that we are about to sleep. Look at the rings once more after this.
     pub fn arm(&self) {
-        self.page
-            .atomic_u64(0)
-            .expect("flag word")
-            .store(1, Ordering::SeqCst);
+        self.page.atomic_u64(0).expect("flag word").store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
     }
 
     /// Announce that we are polling again.
     pub fn disarm(&self) {
-        self.page
-            .atomic_u64(0)
-            .expect("flag word")
-            .store(0, Ordering::Relaxed);
+        self.page.atomic_u64(0).expect("flag word").store(0, Ordering::Relaxed);
     }
 
     /// Block until rung or until `timeout` passes. Returns true when rung.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
-        let ts = timeout.map(|d| rustix::time::Timespec {
-            tv_sec: d.as_secs() as i64,
-            tv_nsec: d.subsec_nanos() as _,
-        });
+        let ts = timeout.map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as _ });
         let mut fds = [PollFd::new(&self.efd, PollFlags::IN)];
         let rung = matches!(rustix::event::poll(&mut fds, ts.as_ref()), Ok(n) if n > 0);
         let mut drain = [0u8; 8];
@@ -84,11 +75,7 @@ impl DoorbellRemote {
         if page.atomic_u64(0).is_none() {
             return Err(ShmError::BadRing("doorbell page too small"));
         }
-        Ok(DoorbellRemote {
-            page,
-            efd,
-            rings: AtomicU64::new(0),
-        })
+        Ok(DoorbellRemote { page, efd, rings: AtomicU64::new(0) })
     }
 
     /// How many rings made a system call (the rest were coalesced away).
@@ -100,13 +87,7 @@ impl DoorbellRemote {
     #[inline]
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
-        if self
-            .page
-            .atomic_u64(0)
-            .expect("checked at attach")
-            .load(Ordering::Relaxed)
-            != 0
-        {
+        if self.page.atomic_u64(0).expect("checked at attach").load(Ordering::Relaxed) != 0 {
             self.rings.fetch_add(1, Ordering::Relaxed);
             let _ = rustix::io::write(&self.efd, &1u64.to_ne_bytes());
         }
@@ -123,9 +104,7 @@ mod tests {
     fn rings_only_when_armed() {
         let bell = Doorbell::new().unwrap();
         let [p, e] = bell.fds();
-        let remote =
-            DoorbellRemote::attach(rustix::io::dup(p).unwrap(), rustix::io::dup(e).unwrap())
-                .unwrap();
+        let remote = DoorbellRemote::attach(rustix::io::dup(p).unwrap(), rustix::io::dup(e).unwrap()).unwrap();
         remote.ring();
         assert_eq!(remote.rings(), 0);
         assert!(!bell.wait(Some(Duration::from_millis(1))));

@@ -35,10 +35,7 @@ pub enum ShmError {
 
 impl ShmError {
     pub(crate) fn sys(op: &'static str) -> impl FnOnce(rustix::io::Errno) -> Self {
-        move |e| ShmError::Sys {
-            op,
-            source: e.into(),
-        }
+        move |e| ShmError::Sys { op, source: e.into() }
     }
 }
 
@@ -112,12 +109,7 @@ impl SharedMem {
         let fd = new_memfd(name, len)?;
         let len = len as usize;
         let ptr = map(fd.as_fd(), len, MapAccess::ReadWrite)?;
-        Ok(SharedMem {
-            ptr,
-            len,
-            fd,
-            access: MapAccess::ReadWrite,
-        })
+        Ok(SharedMem { ptr, len, fd, access: MapAccess::ReadWrite })
     }
 
     /// Map a descriptor received from a peer. The length is taken from the file itself, never
@@ -133,12 +125,7 @@ impl SharedMem {
             return Err(ShmError::BadLength(len));
         }
         let ptr = map(fd.as_fd(), len as usize, access)?;
-        Ok(SharedMem {
-            ptr,
-            len: len as usize,
-            fd,
-            access,
-        })
+        Ok(SharedMem { ptr, len: len as usize, fd, access })
     }
 
     /// The descriptor, to pass to a peer that may read and write.
@@ -150,12 +137,8 @@ impl SharedMem {
     /// the kernel then refuses any writable mapping of it.
     pub fn readonly_fd(&self) -> Result<OwnedFd, ShmError> {
         let path = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
-        rustix::fs::open(
-            path.as_str(),
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(ShmError::sys("reopen read-only"))
+        rustix::fs::open(path.as_str(), OFlags::RDONLY | OFlags::CLOEXEC, rustix::fs::Mode::empty())
+            .map_err(ShmError::sys("reopen read-only"))
     }
 
     /// Length in bytes.
@@ -179,9 +162,7 @@ impl SharedMem {
     }
 
     fn range_ok(&self, offset: u64, len: usize) -> bool {
-        offset
-            .checked_add(len as u64)
-            .is_some_and(|end| end <= self.len as u64)
+        offset.checked_add(len as u64).is_some_and(|end| end <= self.len as u64)
     }
 
     /// Copy `data` into the window at `offset`. Returns false, touching nothing, when the
@@ -195,11 +176,7 @@ impl SharedMem {
         // mapping of the same memfd (copies between two views are not overlapping borrows).
         #[allow(unsafe_code)]
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.as_ptr().add(offset as usize),
-                data.len(),
-            )
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.as_ptr().add(offset as usize), data.len())
         };
         true
     }
@@ -214,11 +191,7 @@ impl SharedMem {
         // Rust slice the mapping cannot alias.
         #[allow(unsafe_code)]
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.as_ptr().add(offset as usize),
-                out.as_mut_ptr(),
-                out.len(),
-            )
+            std::ptr::copy_nonoverlapping(self.as_ptr().add(offset as usize), out.as_mut_ptr(), out.len())
         };
         true
     }
@@ -249,25 +222,15 @@ impl SharedMem {
         let current = unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len) };
         let mut done = 0;
         while done < self.len {
-            done += rustix::io::pwrite(&fd, &current[done..], done as u64)
-                .map_err(ShmError::sys("pwrite"))?;
+            done += rustix::io::pwrite(&fd, &current[done..], done as u64).map_err(ShmError::sys("pwrite"))?;
         }
         let prot = ProtFlags::READ | ProtFlags::WRITE;
         // SAFETY: MAP_FIXED replaces exactly our own mapping [ptr, ptr+len) in one step with a
         // mapping of a file of the same sealed size, so every address that was valid stays
         // valid and now shows the copied contents.
         #[allow(unsafe_code)]
-        unsafe {
-            rustix::mm::mmap(
-                self.as_ptr().cast(),
-                self.len,
-                prot,
-                MapFlags::SHARED | MapFlags::FIXED,
-                &fd,
-                0,
-            )
-        }
-        .map_err(ShmError::sys("mmap fixed"))?;
+        unsafe { rustix::mm::mmap(self.as_ptr().cast(), self.len, prot, MapFlags::SHARED | MapFlags::FIXED, &fd, 0) }
+            .map_err(ShmError::sys("mmap fixed"))?;
         self.fd = fd;
         Ok(())
     }
@@ -303,14 +266,8 @@ mod tests {
         let ro = SharedMem::from_fd(owner.readonly_fd().unwrap(), MapAccess::ReadOnly).unwrap();
         assert!(!ro.write_at(0, b"x"));
         assert!(ro.atomic_u64(0).is_none());
-        assert!(
-            !owner.write_at(4095, b"ab"),
-            "range past the end must be refused"
-        );
-        assert!(
-            owner.atomic_u64(4).is_none(),
-            "misaligned atomic must be refused"
-        );
+        assert!(!owner.write_at(4095, b"ab"), "range past the end must be refused");
+        assert!(owner.atomic_u64(4).is_none(), "misaligned atomic must be refused");
     }
 
     // Checks that a writable mapping of a read-only descriptor is refused by the kernel, which
@@ -328,8 +285,7 @@ mod tests {
     fn replace_backing_cuts_off_old_mappings() {
         let mut owner = SharedMem::create("t", 8192).unwrap();
         assert!(owner.write_at(0, b"keep"));
-        let peer =
-            SharedMem::from_fd(rustix::io::dup(owner.fd()).unwrap(), MapAccess::ReadWrite).unwrap();
+        let peer = SharedMem::from_fd(rustix::io::dup(owner.fd()).unwrap(), MapAccess::ReadWrite).unwrap();
         owner.replace_backing("t2").unwrap();
         assert!(peer.write_at(0, b"evil"));
         let mut buf = [0u8; 4];
@@ -342,9 +298,6 @@ mod tests {
     fn unsealed_fd_is_refused() {
         let fd = rustix::fs::memfd_create("u", MemfdFlags::CLOEXEC).unwrap();
         rustix::fs::ftruncate(&fd, 4096).unwrap();
-        assert!(matches!(
-            SharedMem::from_fd(fd, MapAccess::ReadWrite),
-            Err(ShmError::NotSealed)
-        ));
+        assert!(matches!(SharedMem::from_fd(fd, MapAccess::ReadWrite), Err(ShmError::NotSealed)));
     }
 }

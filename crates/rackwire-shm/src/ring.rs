@@ -1,36 +1,44 @@
 //! A byte ring in the receiver's memory, managed by the sender.
 //!
 //! The receiver creates the ring (a [`SharedMem`]) and hands its descriptor to exactly one
-//! sender. The sender writes records and advances `tail`; the receiver reads them and advances
-//! `head`. The sender keeps its own copy of `head` and re-reads the shared one only when the
-//! ring looks full (Marlin's cached tail with lazy update): a sender that is not running out of
-//! room never touches the cache line the receiver writes.
+//! sender. The sender writes records; the receiver reads them and advances `head`. The sender
+//! keeps its own copy of `head` and re-reads the shared one only when the ring looks full
+//! (Marlin's cached tail with lazy update): a sender that is not running out of room never
+//! touches the cache line the receiver writes.
 //!
-//! Layout (each index on its own cache line so the two sides never share one for writing):
+//! There is no shared tail index. Each record header carries a *stamp*, its position in the
+//! ring's byte stream plus one, written last with release ordering. The receiver knows the
+//! position of the next record, so it polls that header alone: a record is there when its stamp
+//! matches. A small record is found and read with a single cache-line transfer, where a tail
+//! index would cost a second one.
+//!
+//! Layout:
 //!
 //! ```text
-//! 0    tail  u64   written by the sender
-//! 64   head  u64   written by the receiver
+//! 0    head  u64   written by the receiver
 //! 128  magic u64, capacity u64   written once by the receiver
 //! 256  data  capacity bytes (a power of two)
 //! ```
 //!
-//! A record is an 8-byte header (payload length u32, kind u32) and the payload, padded to 8
-//! bytes. A record never wraps: when it does not fit before the end, a padding record fills
-//! the rest and the record starts at offset 0. Every header is checked by the receiver before
-//! use, since the sender may be faulty: a malformed ring is reported, never trusted.
+//! A record is a 16-byte header (stamp u64, payload length u32, kind u32) and the payload,
+//! padded to 16 bytes. A record never wraps: when it does not fit before the end, a padding
+//! record fills the rest and the record starts at offset 0. Every header is checked by the
+//! receiver before use, since the sender may be faulty: a malformed ring is reported, never
+//! trusted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::mem::{MapAccess, SharedMem, ShmError};
 
-const TAIL_OFFSET: u64 = 0;
-const HEAD_OFFSET: u64 = 64;
+const HEAD_OFFSET: u64 = 0;
 const MAGIC_OFFSET: u64 = 128;
 const CAPACITY_OFFSET: u64 = 136;
 const DATA_OFFSET: u64 = 256;
-const RING_MAGIC: u64 = 0x7277_7269_6e67_0001; // "rwring" v1
-const RECORD_HEADER_BYTES: u64 = 8;
+const RING_MAGIC: u64 = 0x7277_7269_6e67_0002; // "rwring" v2
+/// Bytes of a record header.
+pub const RECORD_HEADER_BYTES: u64 = 16;
+const RECORD_ALIGN: u64 = 16;
 const KIND_PAD: u32 = u32::MAX;
 
 /// The smallest ring capacity in bytes.
@@ -44,8 +52,14 @@ pub const fn payload_bytes_max(capacity: u64) -> u64 {
     capacity / 2 - RECORD_HEADER_BYTES
 }
 
-const fn padded(len: u64) -> u64 {
-    (RECORD_HEADER_BYTES + len + 7) & !7
+/// Bytes a record with `len` payload bytes takes in the ring.
+pub const fn record_bytes(len: u64) -> u64 {
+    (RECORD_HEADER_BYTES + len + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1)
+}
+
+/// The stamp of the record at stream position `pos` (never 0, so zeroed memory is no record).
+const fn stamp(pos: u64) -> u64 {
+    pos.wrapping_add(1)
 }
 
 /// Why a push did not happen.
@@ -65,8 +79,7 @@ pub enum PushError {
 }
 
 fn atomic(mem: &SharedMem, off: u64) -> &AtomicU64 {
-    mem.atomic_u64(off)
-        .expect("ring header words are aligned and in bounds by construction")
+    mem.atomic_u64(off).expect("ring header words are aligned and in bounds by construction")
 }
 
 fn capacity_of(mem: &SharedMem) -> Result<u64, ShmError> {
@@ -92,7 +105,7 @@ fn capacity_of(mem: &SharedMem) -> Result<u64, ShmError> {
 /// The receiving side of a ring; it owns the memory.
 #[derive(Debug)]
 pub struct RingReceiver {
-    mem: SharedMem,
+    mem: Arc<SharedMem>,
     cap: u64,
     head: u64,
 }
@@ -107,11 +120,12 @@ impl RingReceiver {
         let mem = SharedMem::create(name, DATA_OFFSET + capacity)?;
         mem.write_at(MAGIC_OFFSET, &RING_MAGIC.to_le_bytes());
         mem.write_at(CAPACITY_OFFSET, &capacity.to_le_bytes());
-        Ok(RingReceiver {
-            mem,
-            cap: capacity,
-            head: 0,
-        })
+        Ok(RingReceiver { mem: Arc::new(mem), cap: capacity, head: 0 })
+    }
+
+    /// A handle that tells, without the receiver's lock, whether records are waiting.
+    pub fn watch(&self) -> RingWatch {
+        RingWatch { mem: self.mem.clone(), cap: self.cap }
     }
 
     /// The memory to hand to the sender.
@@ -122,42 +136,34 @@ impl RingReceiver {
     /// True when no record is waiting.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        atomic(&self.mem, TAIL_OFFSET).load(Ordering::Acquire) == self.head
+        stamp_at(&self.mem, self.cap, self.head) != stamp(self.head)
     }
 
     /// Take the next record, copying its payload into `out`. Returns its kind, or `None` when
     /// the ring is empty. An error means the sender broke the ring; the connection must go.
     pub fn pop(&mut self, out: &mut Vec<u8>) -> Result<Option<u32>, ShmError> {
-        let tail = atomic(&self.mem, TAIL_OFFSET).load(Ordering::Acquire);
         loop {
-            if tail == self.head {
+            let idx = self.head & (self.cap - 1);
+            if stamp_at(&self.mem, self.cap, self.head) != stamp(self.head) {
                 return Ok(None);
             }
-            let avail = tail.wrapping_sub(self.head);
-            if avail > self.cap || avail % 8 != 0 {
-                return Err(ShmError::BadRing("tail out of range"));
-            }
-            let idx = self.head & (self.cap - 1);
+            // The stamp was loaded with acquire ordering: the rest of the record is visible.
             let contiguous = self.cap - idx;
             let mut hdr = [0u8; 8];
-            self.mem.read_at(DATA_OFFSET + idx, &mut hdr);
+            self.mem.read_at(DATA_OFFSET + idx + 8, &mut hdr);
             let len = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as u64;
             let kind = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
             if kind == KIND_PAD {
-                if contiguous > avail {
-                    return Err(ShmError::BadRing("padding past tail"));
-                }
                 self.advance(contiguous);
                 continue;
             }
-            let need = padded(len);
-            if need > contiguous || need > avail {
+            let need = record_bytes(len);
+            if need > contiguous || len > payload_bytes_max(self.cap) {
                 return Err(ShmError::BadRing("record length out of range"));
             }
             out.clear();
             out.resize(len as usize, 0);
-            self.mem
-                .read_at(DATA_OFFSET + idx + RECORD_HEADER_BYTES, out);
+            self.mem.read_at(DATA_OFFSET + idx + RECORD_HEADER_BYTES, out);
             self.advance(need);
             return Ok(Some(kind));
         }
@@ -167,6 +173,30 @@ impl RingReceiver {
         self.head = self.head.wrapping_add(by);
         atomic(&self.mem, HEAD_OFFSET).store(self.head, Ordering::Release);
     }
+}
+
+/// Tells whether a ring has records waiting, from any thread and without taking the
+/// receiver's lock: pollers look here first and lock only when there is something to take.
+/// Only a hint (the sender can write the indices): [`RingReceiver::pop`] still checks all.
+#[derive(Debug, Clone)]
+pub struct RingWatch {
+    mem: Arc<SharedMem>,
+    cap: u64,
+}
+
+impl RingWatch {
+    /// True when the ring looks non-empty.
+    #[inline]
+    pub fn pending(&self) -> bool {
+        let head = atomic(&self.mem, HEAD_OFFSET).load(Ordering::Relaxed);
+        stamp_at(&self.mem, self.cap, head) == stamp(head)
+    }
+}
+
+/// The stamp word of the record slot at stream position `pos`.
+#[inline]
+fn stamp_at(mem: &SharedMem, cap: u64, pos: u64) -> u64 {
+    atomic(mem, DATA_OFFSET + (pos & (cap - 1))).load(Ordering::Acquire)
 }
 
 /// The sending side of a ring, attached to memory the receiver sent.
@@ -187,15 +217,9 @@ impl RingSender {
             return Err(ShmError::BadRing("ring mapped read-only"));
         }
         let cap = capacity_of(&mem)?;
-        let tail = atomic(&mem, TAIL_OFFSET).load(Ordering::Acquire);
+        // A ring is handed to its one sender before anything is written to it.
         let head = atomic(&mem, HEAD_OFFSET).load(Ordering::Acquire);
-        Ok(RingSender {
-            mem,
-            cap,
-            tail,
-            cached_head: head,
-            head_refreshes: 0,
-        })
+        Ok(RingSender { mem, cap, tail: head, cached_head: head, head_refreshes: 0 })
     }
 
     /// The largest payload this ring accepts.
@@ -208,12 +232,9 @@ impl RingSender {
         debug_assert_ne!(kind, KIND_PAD);
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         if len > self.payload_max() {
-            return Err(PushError::TooLarge {
-                len,
-                max: self.payload_max(),
-            });
+            return Err(PushError::TooLarge { len, max: self.payload_max() });
         }
-        let need = padded(len);
+        let need = record_bytes(len);
         let idx = self.tail & (self.cap - 1);
         let contiguous = self.cap - idx;
         let pad = if need > contiguous { contiguous } else { 0 };
@@ -221,24 +242,28 @@ impl RingSender {
             return Err(PushError::Full);
         }
         if pad > 0 {
-            let mut hdr = [0u8; 8];
-            hdr[4..].copy_from_slice(&KIND_PAD.to_le_bytes());
-            self.mem.write_at(DATA_OFFSET + idx, &hdr);
+            self.write_header(idx, KIND_PAD, pad - RECORD_HEADER_BYTES);
             self.tail = self.tail.wrapping_add(pad);
         }
-        let at = DATA_OFFSET + (self.tail & (self.cap - 1));
-        let mut hdr = [0u8; 8];
-        hdr[..4].copy_from_slice(&(len as u32).to_le_bytes());
-        hdr[4..].copy_from_slice(&kind.to_le_bytes());
-        self.mem.write_at(at, &hdr);
-        let mut off = at + RECORD_HEADER_BYTES;
+        let idx = self.tail & (self.cap - 1);
+        let mut off = DATA_OFFSET + idx + RECORD_HEADER_BYTES;
         for p in parts {
             self.mem.write_at(off, p);
             off += p.len() as u64;
         }
+        self.write_header(idx, kind, len);
         self.tail = self.tail.wrapping_add(need);
-        atomic(&self.mem, TAIL_OFFSET).store(self.tail, Ordering::Release);
         Ok(())
+    }
+
+    /// Write the length and kind, then publish the record with its stamp (release: whoever
+    /// sees the stamp sees everything written before it).
+    fn write_header(&self, idx: u64, kind: u32, len: u64) {
+        let mut hdr = [0u8; 8];
+        hdr[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        hdr[4..].copy_from_slice(&kind.to_le_bytes());
+        self.mem.write_at(DATA_OFFSET + idx + 8, &hdr);
+        atomic(&self.mem, DATA_OFFSET + idx).store(stamp(self.tail), Ordering::Release);
     }
 
     fn has_room(&mut self, bytes: u64) -> bool {
@@ -313,7 +338,7 @@ mod tests {
         let (mut tx, mut rx) = pair(4096);
         tx.push(1, &[b"abc"]).unwrap();
         // Corrupt the length field of the first record through the sender's view.
-        tx.mem.write_at(DATA_OFFSET, &u32::MAX.to_le_bytes());
+        tx.mem.write_at(DATA_OFFSET + 8, &u32::MAX.to_le_bytes());
         let mut out = Vec::new();
         assert!(matches!(rx.pop(&mut out), Err(ShmError::BadRing(_))));
     }
@@ -323,9 +348,6 @@ mod tests {
     fn oversize_record_is_refused() {
         let (mut tx, _rx) = pair(4096);
         let big = vec![0u8; 4096];
-        assert!(matches!(
-            tx.push(1, &[&big]),
-            Err(PushError::TooLarge { .. })
-        ));
+        assert!(matches!(tx.push(1, &[&big]), Err(PushError::TooLarge { .. })));
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, Shutdown, SocketAddrUnix, SocketFlags, SocketType,
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
+    SendFlags, Shutdown, SocketAddrUnix, SocketFlags, SocketType,
 };
 
 /// The largest control message, in bytes.
@@ -26,13 +26,7 @@ fn io(e: rustix::io::Errno) -> std::io::Error {
 }
 
 fn seqpacket() -> std::io::Result<OwnedFd> {
-    rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(io)
+    rustix::net::socket_with(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).map_err(io)
 }
 
 /// A listening control socket bound to a path. The path is removed on drop.
@@ -52,11 +46,7 @@ impl Endpoint {
         rustix::net::bind(&fd, &addr).map_err(io)?;
         rustix::net::listen(&fd, LISTEN_BACKLOG).map_err(io)?;
         let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC).map_err(io)?;
-        Ok(Endpoint {
-            fd,
-            path: path.to_owned(),
-            wake,
-        })
+        Ok(Endpoint { fd, path: path.to_owned(), wake })
     }
 
     /// The path peers connect to.
@@ -67,10 +57,7 @@ impl Endpoint {
     /// Wait for the next connection. Returns `Ok(None)` once [`Endpoint::stop`] was called.
     pub fn accept(&self) -> std::io::Result<Option<ControlSocket>> {
         loop {
-            let mut fds = [
-                PollFd::new(&self.fd, PollFlags::IN),
-                PollFd::new(&self.wake, PollFlags::IN),
-            ];
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN), PollFd::new(&self.wake, PollFlags::IN)];
             match rustix::event::poll(&mut fds, None) {
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(io(e)),
@@ -116,13 +103,8 @@ impl ControlSocket {
 
     /// A connected pair, for tests and for in-process peers.
     pub fn pair() -> std::io::Result<(Self, Self)> {
-        let (a, b) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(io)?;
+        let (a, b) = rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
+            .map_err(io)?;
         Ok((ControlSocket { fd: a }, ControlSocket { fd: b }))
     }
 
@@ -137,17 +119,10 @@ impl ControlSocket {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(CONTROL_FDS_MAX))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
-            return Err(std::io::Error::other(
-                "descriptors do not fit the control buffer",
-            ));
+            return Err(std::io::Error::other("descriptors do not fit the control buffer"));
         }
         loop {
-            match rustix::net::sendmsg(
-                &self.fd,
-                &[IoSlice::new(data)],
-                &mut control,
-                SendFlags::NOSIGNAL,
-            ) {
+            match rustix::net::sendmsg(&self.fd, &[IoSlice::new(data)], &mut control, SendFlags::NOSIGNAL) {
                 Ok(n) if n == data.len() => return Ok(()),
                 Ok(_) => return Err(std::io::Error::other("control message sent in part")),
                 Err(rustix::io::Errno::INTR) => continue,
@@ -175,21 +150,15 @@ impl ControlSocket {
                 fds.extend(it);
             }
         }
-        if got.flags.contains(rustix::net::ReturnFlags::TRUNC)
-            || got.flags.contains(rustix::net::ReturnFlags::CTRUNC)
-        {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "control message truncated",
-            ));
+        if got.flags.contains(rustix::net::ReturnFlags::TRUNC) || got.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "control message truncated"));
         }
         Ok((got.bytes, fds))
     }
 
     /// Bound how long [`ControlSocket::recv`] blocks (`None`: for ever).
     pub fn set_recv_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
-        rustix::net::sockopt::set_socket_timeout(&self.fd, rustix::net::sockopt::Timeout::Recv, t)
-            .map_err(io)
+        rustix::net::sockopt::set_socket_timeout(&self.fd, rustix::net::sockopt::Timeout::Recv, t).map_err(io)
     }
 
     /// Shut both directions: the peer's and our own pending `recv` return end-of-stream.
@@ -199,9 +168,7 @@ impl ControlSocket {
 
     /// The process id of the peer, as the kernel saw it at connect time.
     pub fn peer_pid(&self) -> Option<i32> {
-        rustix::net::sockopt::socket_peercred(&self.fd)
-            .ok()
-            .map(|c| c.pid.as_raw_nonzero().get())
+        rustix::net::sockopt::socket_peercred(&self.fd).ok().map(|c| c.pid.as_raw_nonzero().get())
     }
 }
 

@@ -78,11 +78,7 @@ impl TestMh {
         let state = TempDir::new(tag);
         let h = rackwire::ManagementHost::start("127.0.0.1:0", Some(&state.0), SECRET.as_bytes())
             .expect("start management host");
-        TestMh {
-            addr: h.addr().to_string(),
-            handle: Some(h),
-            state,
-        }
+        TestMh { addr: h.addr().to_string(), handle: Some(h), state }
     }
 
     /// Stop it (state stays on disk).
@@ -120,11 +116,7 @@ pub fn testnode_bin() -> PathBuf {
     }
     let exe = std::env::current_exe().expect("current exe");
     let dir = exe.parent().expect("exe folder");
-    let dir = if dir.ends_with("deps") {
-        dir.parent().expect("target profile folder")
-    } else {
-        dir
-    };
+    let dir = if dir.ends_with("deps") { dir.parent().expect("target profile folder") } else { dir };
     dir.join("rw-testnode")
 }
 
@@ -144,9 +136,7 @@ impl Node {
     pub fn spawn(mh: &str, name: &str) -> Node {
         let mut n = Node::spawn_with_secret(mh, name, SECRET);
         let ready = n.line();
-        let id = ready
-            .strip_prefix("ready ")
-            .unwrap_or_else(|| panic!("{name} did not join: {ready}"));
+        let id = ready.strip_prefix("ready ").unwrap_or_else(|| panic!("{name} did not join: {ready}"));
         n.id = id.parse().expect("node id");
         n
     }
@@ -173,27 +163,17 @@ impl Node {
                 }
             }
         });
-        Node {
-            child,
-            stdin,
-            lines,
-            id: 0,
-            name: name.into(),
-        }
+        Node { child, stdin, lines, id: 0, name: name.into() }
     }
 
     /// The next line the node prints.
     pub fn line(&mut self) -> String {
-        self.lines
-            .recv_timeout(ANSWER_TIMEOUT)
-            .unwrap_or_else(|_| panic!("node {} gave no answer in time", self.name))
+        self.lines.recv_timeout(ANSWER_TIMEOUT).unwrap_or_else(|_| panic!("node {} gave no answer in time", self.name))
     }
 
     /// Send a command without waiting for its answer.
     pub fn start_cmd(&mut self, cmd: &str) {
-        writeln!(self.stdin, "{cmd}")
-            .and_then(|_| self.stdin.flush())
-            .expect("write to node");
+        writeln!(self.stdin, "{cmd}").and_then(|_| self.stdin.flush()).expect("write to node");
     }
 
     /// Run one command and return its one-line answer.

@@ -6,19 +6,12 @@ use rackwire_tests::{hex, Node, TestMh, SECRET};
 const CANARY: &[u8] = b"untouched-canary";
 
 fn canary_intact(owner: &mut Node, rid: u32) {
-    assert_eq!(
-        owner.ok(&format!("local-read {rid} 0 {}", CANARY.len())),
-        hex(CANARY),
-        "target bytes changed"
-    );
+    assert_eq!(owner.ok(&format!("local-read {rid} 0 {}", CANARY.len())), hex(CANARY), "target bytes changed");
 }
 
 fn expect_err(n: &mut Node, cmd: &str, kind: &str) {
     let a = n.cmd(cmd);
-    assert!(
-        a.starts_with(&format!("err {kind}")),
-        "`{cmd}` answered `{a}`, expected err {kind}"
-    );
+    assert!(a.starts_with(&format!("err {kind}")), "`{cmd}` answered `{a}`, expected err {kind}");
 }
 
 // Checks the four refusals the issue names, each with its own error at the initiator and the
@@ -42,30 +35,14 @@ fn refused_accesses_have_distinct_errors_and_touch_nothing() {
     canary_intact(&mut owner, rid);
 
     // Ungranted.
-    expect_err(
-        &mut stranger,
-        &format!("write {h} 0 {}", hex(b"EVIL")),
-        "ungranted",
-    );
+    expect_err(&mut stranger, &format!("write {h} 0 {}", hex(b"EVIL")), "ungranted");
     expect_err(&mut stranger, &format!("read {h} 0 4"), "ungranted");
     canary_intact(&mut owner, rid);
 
     // Out of bounds (the granted node, straddling the end and wholly past it).
-    expect_err(
-        &mut good,
-        &format!("write-len {h} 4090 16 69"),
-        "out_of_bounds",
-    );
-    expect_err(
-        &mut good,
-        &format!("write-len {h} 8192 1 69"),
-        "out_of_bounds",
-    );
-    expect_err(
-        &mut good,
-        &format!("batch {h} 8:{},5000:{}", hex(b"ok"), hex(b"no")),
-        "out_of_bounds",
-    );
+    expect_err(&mut good, &format!("write-len {h} 4090 16 69"), "out_of_bounds");
+    expect_err(&mut good, &format!("write-len {h} 8192 1 69"), "out_of_bounds");
+    expect_err(&mut good, &format!("batch {h} 8:{},5000:{}", hex(b"ok"), hex(b"no")), "out_of_bounds");
     canary_intact(&mut owner, rid);
     assert_eq!(
         owner.ok(&format!("local-read {rid} 8 2")),
@@ -81,49 +58,26 @@ fn refused_accesses_have_distinct_errors_and_touch_nothing() {
     let mut parts: Vec<String> = h.split(':').map(String::from).collect();
     parts[4] = format!("{:032x}", u128::from_str_radix(&parts[4], 16).unwrap() ^ 1);
     let forged = parts.join(":");
-    expect_err(
-        &mut good,
-        &format!("write {forged} 0 {}", hex(b"EVIL")),
-        "bad_key",
-    );
-    expect_err(
-        &mut stranger,
-        &format!("write {forged} 0 {}", hex(b"EVIL")),
-        "bad_key",
-    );
+    expect_err(&mut good, &format!("write {forged} 0 {}", hex(b"EVIL")), "bad_key");
+    expect_err(&mut stranger, &format!("write {forged} 0 {}", hex(b"EVIL")), "bad_key");
     canary_intact(&mut owner, rid);
 
     // Unknown region id.
     parts[2] = "999".into();
-    expect_err(
-        &mut good,
-        &format!("write {} 0 00", parts.join(":")),
-        "unknown_region",
-    );
+    expect_err(&mut good, &format!("write {} 0 00", parts.join(":")), "unknown_region");
 
     // Revoked: the granted node writes once (so it holds a mapping), then loses the grant.
     good.ok(&format!("write {h} 100 {}", hex(b"fine")));
     assert_eq!(owner.ok(&format!("revoke {rid} {}", good.id)), "unmapped");
-    expect_err(
-        &mut good,
-        &format!("write {h} 0 {}", hex(b"EVIL")),
-        "revoked",
-    );
+    expect_err(&mut good, &format!("write {h} 0 {}", hex(b"EVIL")), "revoked");
     expect_err(&mut good, &format!("read {h} 0 4"), "revoked");
     canary_intact(&mut owner, rid);
     assert_eq!(owner.ok(&format!("local-read {rid} 100 4")), hex(b"fine"));
 
     // Read-only grant: reads work, writes and atomics are refused.
     owner.ok(&format!("grant {rid} {} r", good.id));
-    assert_eq!(
-        good.ok(&format!("read {h} 0 {}", CANARY.len())),
-        hex(CANARY)
-    );
-    expect_err(
-        &mut good,
-        &format!("write {h} 0 {}", hex(b"EVIL")),
-        "ungranted",
-    );
+    assert_eq!(good.ok(&format!("read {h} 0 {}", CANARY.len())), hex(CANARY));
+    expect_err(&mut good, &format!("write {h} 0 {}", hex(b"EVIL")), "ungranted");
     expect_err(&mut good, &format!("fadd {h} 0 1"), "ungranted");
     canary_intact(&mut owner, rid);
 
@@ -158,23 +112,14 @@ fn unresponsive_peer_is_cut_off() {
     let (rid, h) = a.split_once(' ').unwrap();
     owner.ok(&format!("grant {rid} {} rw", peer.id));
     peer.ok(&format!("write {h} 0 {}", hex(b"before")));
-    let stop = std::process::Command::new("kill")
-        .args(["-STOP", &peer.pid().to_string()])
-        .status()
-        .unwrap();
+    let stop = std::process::Command::new("kill").args(["-STOP", &peer.pid().to_string()]).status().unwrap();
     assert!(stop.success());
     let t0 = std::time::Instant::now();
     let outcome = owner.ok(&format!("revoke {rid} {}", peer.id));
-    let cont = std::process::Command::new("kill")
-        .args(["-CONT", &peer.pid().to_string()])
-        .status()
-        .unwrap();
+    let cont = std::process::Command::new("kill").args(["-CONT", &peer.pid().to_string()]).status().unwrap();
     assert!(cont.success());
     assert_eq!(outcome, "cutoff");
-    assert!(
-        t0.elapsed() >= rackwire::REVOKE_ACK_TIMEOUT,
-        "cut off only after the acknowledgement timeout"
-    );
+    assert!(t0.elapsed() >= rackwire::REVOKE_ACK_TIMEOUT, "cut off only after the acknowledgement timeout");
     assert_eq!(owner.ok(&format!("local-read {rid} 0 6")), hex(b"before"));
     let after = peer.cmd(&format!("write {h} 0 {}", hex(b"after!")));
     assert!(after.starts_with("err"), "{after}");

@@ -29,15 +29,8 @@ fn traffic_continues_while_management_host_is_down() {
     assert_eq!(a.ok("notif 5000"), format!("{} {rid} 0 3 1", b.id));
     assert_eq!(a.ok(&format!("local-read {rid} 0 3")), hex(b"two"));
     b.ok(&format!("send {} {}", a.id, hex(b"still here")));
-    assert_eq!(
-        a.ok("recv 5000"),
-        format!("{} {}", b.id, hex(b"still here"))
-    );
-    assert_eq!(
-        b.ok("lookup mhdown-buf"),
-        h,
-        "cached lookup answers while the host is down"
-    );
+    assert_eq!(a.ok("recv 5000"), format!("{} {}", b.id, hex(b"still here")));
+    assert_eq!(b.ok("lookup mhdown-buf"), h, "cached lookup answers while the host is down");
     let missing = b.cmd("lookup never-published");
     assert!(missing.starts_with("err mh"), "{missing}");
 
@@ -47,17 +40,11 @@ fn traffic_continues_while_management_host_is_down() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let nodes = obs.nodes().unwrap();
-        let up = nodes
-            .iter()
-            .filter(|n| n.up && n.info.name.starts_with("mhdown-"))
-            .count();
+        let up = nodes.iter().filter(|n| n.up && n.info.name.starts_with("mhdown-")).count();
         if up == 2 {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "nodes did not come back: {nodes:?}"
-        );
+        assert!(Instant::now() < deadline, "nodes did not come back: {nodes:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
     b.ok(&format!("write {h} 0 {}", hex(b"three")));
@@ -82,10 +69,7 @@ fn dead_peer_is_reported_gone() {
         if a.starts_with("err peer_gone") {
             break;
         }
-        assert!(
-            a == "ok" && Instant::now() < deadline,
-            "unexpected answer {a}"
-        );
+        assert!(a == "ok" && Instant::now() < deadline, "unexpected answer {a}");
         std::thread::sleep(Duration::from_millis(20));
     }
     let send = init.cmd(&format!("send {} 00", owner.id));

@@ -32,34 +32,17 @@ fn write_read_notify_and_batch_across_processes() {
     init.ok(&format!("write {h} 100 {} notify=77", hex(b"hello fabric")));
     let n = owner.ok("notif 5000");
     assert_eq!(n, format!("{} {rid} 100 12 77", init.id));
-    assert_eq!(
-        owner.ok(&format!("local-read {rid} 100 12")),
-        hex(b"hello fabric")
-    );
+    assert_eq!(owner.ok(&format!("local-read {rid} 100 12")), hex(b"hello fabric"));
     assert_eq!(init.ok(&format!("read {h} 100 12")), hex(b"hello fabric"));
 
-    init.ok(&format!(
-        "batch {h} 4096:{},4099:{},65536:{} notify=5",
-        hex(b"abc"),
-        hex(b"def"),
-        hex(b"xyz")
-    ));
-    assert_eq!(
-        owner.ok("notif 5000"),
-        format!("{} {rid} 4096 9 5", init.id)
-    );
-    assert_eq!(
-        owner.ok(&format!("local-read {rid} 4096 6")),
-        hex(b"abcdef")
-    );
+    init.ok(&format!("batch {h} 4096:{},4099:{},65536:{} notify=5", hex(b"abc"), hex(b"def"), hex(b"xyz")));
+    assert_eq!(owner.ok("notif 5000"), format!("{} {rid} 4096 9 5", init.id));
+    assert_eq!(owner.ok(&format!("local-read {rid} 4096 6")), hex(b"abcdef"));
     assert_eq!(owner.ok(&format!("local-read {rid} 65536 3")), hex(b"xyz"));
     // A large write crosses the copy-channel threshold and still lands exactly.
     init.ok(&format!("write-len {h} 131072 700000 171"));
     assert_eq!(owner.ok(&format!("local-read {rid} 131072 4")), "abababab");
-    assert_eq!(
-        owner.ok(&format!("local-read {rid} {} 2", 131072 + 700000 - 1)),
-        "ab00"
-    );
+    assert_eq!(owner.ok(&format!("local-read {rid} {} 2", 131072 + 700000 - 1)), "ab00");
 }
 
 // Checks the atomics and fences: compare-and-swap succeeds only on the expected value and
@@ -71,28 +54,15 @@ fn atomics_and_fences_across_processes() {
     let (rid, _) = shared_region(&mut owner, init.id, 4096, "rwa", "atf-buf");
     let h = init.ok("lookup atf-buf");
     assert_eq!(init.ok(&format!("cas {h} 8 0 5")), "0");
-    assert_eq!(
-        init.ok(&format!("cas {h} 8 0 9")),
-        "5",
-        "a failed swap returns the current value"
-    );
+    assert_eq!(init.ok(&format!("cas {h} 8 0 9")), "5", "a failed swap returns the current value");
     assert_eq!(owner.ok(&format!("local-load {rid} 8")), "5");
     assert_eq!(init.ok(&format!("fadd {h} 8 10")), "5");
     assert_eq!(owner.ok(&format!("local-load {rid} 8")), "15");
 
     init.ok(&format!("write {h} 1024 {} fence=after", hex(&[0xee; 64])));
-    init.ok(&format!(
-        "write {h} 2048 {} fence=before notify=9",
-        hex(b"flag")
-    ));
-    assert_eq!(
-        owner.ok("notif 5000"),
-        format!("{} {rid} 2048 4 9", init.id)
-    );
-    assert_eq!(
-        owner.ok(&format!("local-read {rid} 1024 64")),
-        hex(&[0xee; 64])
-    );
+    init.ok(&format!("write {h} 2048 {} fence=before notify=9", hex(b"flag")));
+    assert_eq!(owner.ok("notif 5000"), format!("{} {rid} 2048 4 9", init.id));
+    assert_eq!(owner.ok(&format!("local-read {rid} 1024 64")), hex(&[0xee; 64]));
 }
 
 // Checks two-sided messages both ways, including the largest allowed message and the clear
@@ -104,26 +74,12 @@ fn messages_both_ways() {
     assert_eq!(b.ok("recv 5000"), format!("{} {}", a.id, hex(b"ping")));
     b.ok(&format!("send {} {}", a.id, hex(b"pong")));
     assert_eq!(a.ok("recv 5000"), format!("{} {}", b.id, hex(b"pong")));
-    a.ok(&format!(
-        "send-len {} {}",
-        b.id,
-        rackwire::MESSAGE_BYTES_MAX
-    ));
+    a.ok(&format!("send-len {} {}", b.id, rackwire::MESSAGE_BYTES_MAX));
     let got = b.ok("recv 5000");
-    assert_eq!(
-        got.split_once(' ').unwrap().1.len(),
-        2 * rackwire::MESSAGE_BYTES_MAX
-    );
-    let too_big = a.cmd(&format!(
-        "send-len {} {}",
-        b.id,
-        rackwire::MESSAGE_BYTES_MAX + 1
-    ));
+    assert_eq!(got.split_once(' ').unwrap().1.len(), 2 * rackwire::MESSAGE_BYTES_MAX);
+    let too_big = a.cmd(&format!("send-len {} {}", b.id, rackwire::MESSAGE_BYTES_MAX + 1));
     assert!(too_big.starts_with("err message_too_large"), "{too_big}");
-    assert!(
-        b.cmd("recv 50").starts_with("err timeout"),
-        "nothing else was sent"
-    );
+    assert!(b.cmd("recv 50").starts_with("err timeout"), "nothing else was sent");
 }
 
 // Checks that two processes each doing N fetch-and-adds of 1 on one counter end at exactly 2N.
@@ -140,10 +96,7 @@ fn two_processes_fetch_add_exactly() {
     c.start_cmd(&format!("fadd-loop {h} 0 {N}"));
     assert_eq!(b.line(), "ok");
     assert_eq!(c.line(), "ok");
-    assert_eq!(
-        owner.ok(&format!("local-load {rid} 0")),
-        (2 * N).to_string()
-    );
+    assert_eq!(owner.ok(&format!("local-load {rid} 0")), (2 * N).to_string());
 }
 
 // Checks mutual exclusion built from remote compare-and-swap: four processes guard a plain
@@ -154,9 +107,7 @@ fn four_processes_cas_lock_guard_plain_counter() {
     const N: u64 = 2_000;
     let mh = TestMh::start("lock");
     let mut owner = Node::spawn(&mh.addr, "lock-owner");
-    let mut workers: Vec<Node> = (0..4)
-        .map(|i| Node::spawn(&mh.addr, &format!("lock-w{i}")))
-        .collect();
+    let mut workers: Vec<Node> = (0..4).map(|i| Node::spawn(&mh.addr, &format!("lock-w{i}"))).collect();
     let a = owner.ok("alloc 4096 rwa");
     let (rid, h) = a.split_once(' ').unwrap();
     for w in &workers {
@@ -169,16 +120,7 @@ fn four_processes_cas_lock_guard_plain_counter() {
         assert_eq!(w.line(), "ok");
     }
     let bytes = owner.ok(&format!("local-read {rid} 64 8"));
-    let v = u64::from_le_bytes(
-        rackwire_mh::auth::from_hex(&bytes)
-            .unwrap()
-            .try_into()
-            .unwrap(),
-    );
+    let v = u64::from_le_bytes(rackwire_mh::auth::from_hex(&bytes).unwrap().try_into().unwrap());
     assert_eq!(v, 4 * N);
-    assert_eq!(
-        owner.ok(&format!("local-load {rid} 0")),
-        "0",
-        "lock released"
-    );
+    assert_eq!(owner.ok(&format!("local-load {rid} 0")), "0", "lock released");
 }

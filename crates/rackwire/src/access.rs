@@ -50,13 +50,7 @@ impl BitOr for Access {
 impl fmt::Display for Access {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = |a: Access, ch: char| if self.contains(a) { ch } else { '-' };
-        write!(
-            f,
-            "{}{}{}",
-            c(Access::READ, 'r'),
-            c(Access::WRITE, 'w'),
-            c(Access::ATOMIC, 'a')
-        )
+        write!(f, "{}{}{}", c(Access::READ, 'r'), c(Access::WRITE, 'w'), c(Access::ATOMIC, 'a'))
     }
 }
 
@@ -77,11 +71,7 @@ impl std::str::FromStr for Access {
                 'w' => Access::WRITE,
                 'a' => Access::ATOMIC,
                 '-' => Access::NONE,
-                _ => {
-                    return Err(crate::Error::Config(format!(
-                        "access {s:?}: use the letters r, w, a"
-                    )))
-                }
+                _ => return Err(crate::Error::Config(format!("access {s:?}: use the letters r, w, a"))),
             };
         }
         Ok(a)

@@ -85,8 +85,7 @@ fn default_name() -> String {
 }
 
 fn read_secret_file(p: &Path) -> Result<Vec<u8>, Error> {
-    let s = std::fs::read_to_string(p)
-        .map_err(|e| Error::Config(format!("secret file {}: {e}", p.display())))?;
+    let s = std::fs::read_to_string(p).map_err(|e| Error::Config(format!("secret file {}: {e}", p.display())))?;
     Ok(s.trim_end_matches(['\n', '\r']).as_bytes().to_vec())
 }
 
@@ -107,10 +106,8 @@ impl FabricConfig {
 
     /// Read a TOML file (see the type's documentation for the keys).
     pub fn from_file(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-        let f: FileConfig =
-            toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let f: FileConfig = toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
         let mut c = FabricConfig::new(
             f.mh.unwrap_or_default(),
             f.secret.unwrap_or_default(),
@@ -160,8 +157,7 @@ impl FabricConfig {
     pub fn validate(&self) -> Result<(), Error> {
         if self.mh.is_empty() {
             return Err(Error::Config(
-                "no management host address (set RACKWIRE_MH, `mh` in the config file, or --mh)"
-                    .into(),
+                "no management host address (set RACKWIRE_MH, `mh` in the config file, or --mh)".into(),
             ));
         }
         if self.secret.len() < rackwire_mh::auth::SECRET_BYTES_MIN {
@@ -172,10 +168,7 @@ impl FabricConfig {
         }
         rackwire_mh::check_name(&self.name)?;
         if !(1..=rackwire_shm::COPY_CHANNELS_MAX).contains(&self.copy_channels) {
-            return Err(Error::Config(format!(
-                "copy_channels must be 1..={}",
-                rackwire_shm::COPY_CHANNELS_MAX
-            )));
+            return Err(Error::Config(format!("copy_channels must be 1..={}", rackwire_shm::COPY_CHANNELS_MAX)));
         }
         Ok(())
     }
@@ -221,10 +214,7 @@ mod tests {
         let good = dir.join("good.toml");
         std::fs::write(
             &good,
-            format!(
-                "mh = \"127.0.0.1:1\"\nname = \"n1\"\nsecret_file = {:?}\ncopy_channels = 3\n",
-                dir.join("secret")
-            ),
+            format!("mh = \"127.0.0.1:1\"\nname = \"n1\"\nsecret_file = {:?}\ncopy_channels = 3\n", dir.join("secret")),
         )
         .unwrap();
         let c = FabricConfig::from_file(&good).unwrap();
@@ -234,22 +224,16 @@ mod tests {
         c.validate().unwrap();
         let bad = dir.join("bad.toml");
         std::fs::write(&bad, "mh = \"x\"\nsecrett = \"typo\"\n").unwrap();
-        assert!(
-            matches!(FabricConfig::from_file(&bad), Err(Error::Config(m)) if m.contains("bad.toml"))
-        );
+        assert!(matches!(FabricConfig::from_file(&bad), Err(Error::Config(m)) if m.contains("bad.toml")));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     // Checks that validation names what is missing.
     #[test]
     fn validation_says_what_is_missing() {
-        let e = FabricConfig::new("", "long-enough", "n")
-            .validate()
-            .unwrap_err();
+        let e = FabricConfig::new("", "long-enough", "n").validate().unwrap_err();
         assert!(e.to_string().contains("management host"));
-        let e = FabricConfig::new("h:1", "short", "n")
-            .validate()
-            .unwrap_err();
+        let e = FabricConfig::new("h:1", "short", "n").validate().unwrap_err();
         assert!(e.to_string().contains("secret"));
     }
 }

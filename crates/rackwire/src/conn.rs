@@ -18,10 +18,7 @@ pub struct BatchOptions {
 
 impl Default for BatchOptions {
     fn default() -> Self {
-        BatchOptions {
-            combine: true,
-            channels: 0,
-        }
+        BatchOptions { combine: true, channels: 0 }
     }
 }
 
@@ -62,10 +59,7 @@ pub struct Conn {
 
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Conn")
-            .field("peer", &self.t.peer())
-            .field("transport", &self.t.kind())
-            .finish()
+        f.debug_struct("Conn").field("peer", &self.t.peer()).field("transport", &self.t.kind()).finish()
     }
 }
 
@@ -92,12 +86,7 @@ impl Conn {
 
     /// Write every `(offset, bytes)` entry into `target` as one operation (scatter-gather);
     /// contiguous entries are combined, large batches spread over the copy channels.
-    pub fn write_batch(
-        &self,
-        target: &RemoteRegion,
-        entries: &[(u64, &[u8])],
-        flags: OpFlags,
-    ) -> Op {
+    pub fn write_batch(&self, target: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags) -> Op {
         self.write_batch_with(target, entries, flags, BatchOptions::default())
     }
 
@@ -125,14 +114,7 @@ impl Conn {
 
     /// Compare-and-swap the 64-bit word at `offset`: if it equals `expected`, store `new`.
     /// Yields the old value ([`crate::Completion::Value`]).
-    pub fn compare_swap(
-        &self,
-        target: &RemoteRegion,
-        offset: u64,
-        expected: u64,
-        new: u64,
-        flags: OpFlags,
-    ) -> Op {
+    pub fn compare_swap(&self, target: &RemoteRegion, offset: u64, expected: u64, new: u64, flags: OpFlags) -> Op {
         self.t.compare_swap(target, offset, expected, new, flags)
     }
 
@@ -145,10 +127,7 @@ impl Conn {
     /// peer's receive ring.
     pub fn send(&self, msg: &[u8]) -> Op {
         if msg.len() > MESSAGE_BYTES_MAX {
-            return Op::ready(Err(Error::MessageTooLarge {
-                len: msg.len(),
-                max: MESSAGE_BYTES_MAX,
-            }));
+            return Op::ready(Err(Error::MessageTooLarge { len: msg.len(), max: MESSAGE_BYTES_MAX }));
         }
         self.t.send(msg)
     }

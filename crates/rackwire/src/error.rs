@@ -124,11 +124,7 @@ impl From<rackwire_mh::MhError> for Error {
         if let M::Config(c) = e {
             return Error::Config(c);
         }
-        Error::Mh(MhErrorText {
-            denied,
-            not_found,
-            text: e.to_string(),
-        })
+        Error::Mh(MhErrorText { denied, not_found, text: e.to_string() })
     }
 }
 

@@ -15,13 +15,15 @@ use crate::region::{AccessPolicy, Acl, RegionInner};
 use crate::shm::ShmPeer;
 use crate::transport::PeerTransport;
 use crate::{
-    Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RegionId, RemoteRegion,
-    TransportChoice, PEERS_MAX, REGIONS_MAX,
+    Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RegionId, RemoteRegion, TransportChoice, PEERS_MAX,
+    REGIONS_MAX,
 };
 
 /// How long a blocked receiver sleeps at most before it looks again (covers peers that
 /// joined after it went to sleep).
 const DOORBELL_SLICE: Duration = Duration::from_millis(10);
+/// A busy-polling waiter reads the clock once per this many looks.
+const CLOCK_EVERY_SPINS: u32 = 64;
 /// How long a freed region's peers have to confirm they unmapped it.
 const FREE_UNMAP_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -98,11 +100,7 @@ fn host_identity() -> String {
 
 impl FabricInner {
     pub(crate) fn conns_of(&self, node: NodeId) -> Vec<Peer> {
-        read(&self.peers)
-            .by_node
-            .get(&node)
-            .cloned()
-            .unwrap_or_default()
+        read(&self.peers).by_node.get(&node).cloned().unwrap_or_default()
     }
 
     fn all_peers(&self) -> Arc<Vec<Peer>> {
@@ -129,12 +127,8 @@ impl FabricInner {
                 t.by_node.remove(&p.peer());
             }
         }
-        let all: Vec<Peer> = t
-            .all
-            .iter()
-            .filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p)))
-            .cloned()
-            .collect();
+        let all: Vec<Peer> =
+            t.all.iter().filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))).cloned().collect();
         t.all = Arc::new(all);
     }
 
@@ -184,22 +178,18 @@ impl FabricInner {
         if !same_host {
             let why = match self.cfg.transport {
                 TransportChoice::Shm => "it does not share memory with this node and only shared memory is enabled",
-                TransportChoice::Auto => "it does not share memory with this node, and no edge (Ethernet) link is configured",
+                TransportChoice::Auto => {
+                    "it does not share memory with this node, and no edge (Ethernet) link is configured"
+                }
             };
-            return Err(Error::Unreachable {
-                node,
-                why: why.into(),
-            });
+            return Err(Error::Unreachable { node, why: why.into() });
         }
         let me = self.weak.upgrade().ok_or(Error::Closed)?;
         let peer = match ShmPeer::connect(&me, &info) {
             Ok(p) => p,
             Err(first) => {
                 // The cached endpoint may be stale (the peer restarted): ask afresh once.
-                debug!(
-                    node,
-                    "connect with cached endpoint failed ({first}); refreshing"
-                );
+                debug!(node, "connect with cached endpoint failed ({first}); refreshing");
                 let info = self.mh.refresh(node).map_err(|_| first.clone())?;
                 ShmPeer::connect(&me, &info).map_err(|e| {
                     if matches!(e, Error::Sys(_)) {
@@ -222,9 +212,16 @@ pub(crate) fn poll_until<T>(
     mut probe: impl FnMut() -> Result<Option<T>, Error>,
 ) -> Result<T, Error> {
     let spin_until = Instant::now() + f.cfg.busy_poll;
+    let mut spins = 0u32;
     loop {
         if let Some(v) = probe()? {
             return Ok(v);
+        }
+        // Reading the clock costs more than a look at the rings: do it every so often.
+        spins = spins.wrapping_add(1);
+        if spins % CLOCK_EVERY_SPINS != 0 {
+            std::hint::spin_loop();
+            continue;
         }
         if f.closed.load(Ordering::Relaxed) {
             return Err(Error::Closed);
@@ -258,10 +255,7 @@ pub struct Fabric {
 
 impl std::fmt::Debug for Fabric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fabric")
-            .field("id", &self.inner.id)
-            .field("name", &self.inner.cfg.name)
-            .finish()
+        f.debug_struct("Fabric").field("id", &self.inner.id).field("name", &self.inner.cfg.name).finish()
     }
 }
 
@@ -283,15 +277,10 @@ impl Fabric {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| Error::Config(format!("runtime folder {}: {e}", dir.display())))?;
-        let path = dir.join(format!(
-            "n{id}-{}-{:08x}.sock",
-            std::process::id(),
-            rackwire_mh::auth::random_u128() as u32
-        ));
-        let endpoint = Arc::new(
-            Endpoint::bind(&path)
-                .map_err(|e| Error::Sys(format!("endpoint {}: {e}", path.display())))?,
-        );
+        let path =
+            dir.join(format!("n{id}-{}-{:08x}.sock", std::process::id(), rackwire_mh::auth::random_u128() as u32));
+        let endpoint =
+            Arc::new(Endpoint::bind(&path).map_err(|e| Error::Sys(format!("endpoint {}: {e}", path.display())))?);
         let host = host_identity();
         let doorbell = Doorbell::new()?;
         let copy = CopyEngine::new(cfg.copy_channels);
@@ -322,10 +311,7 @@ impl Fabric {
             .name("rw-accept".into())
             .spawn(move || accept_loop(weak, endpoint))
             .map_err(|e| Error::Sys(e.to_string()))?;
-        Ok(Fabric {
-            inner,
-            acceptor: Some(acceptor),
-        })
+        Ok(Fabric { inner, acceptor: Some(acceptor) })
     }
 
     /// This node's id.
@@ -362,19 +348,13 @@ impl Fabric {
             migrating: AtomicBool::new(false),
         });
         regions.insert(id, inner.clone());
-        Ok(Region {
-            inner,
-            fabric: self.inner.clone(),
-        })
+        Ok(Region { inner, fabric: self.inner.clone() })
     }
 
     /// A connection to `node` (an existing live one if there is one).
     pub fn connect(&self, node: NodeId) -> Result<Conn, Error> {
         let t = self.inner.connect(node)?;
-        Ok(Conn {
-            t,
-            fabric: self.inner.clone(),
-        })
+        Ok(Conn { t, fabric: self.inner.clone() })
     }
 
     /// A connection to the node called `name`.
@@ -391,12 +371,7 @@ impl Fabric {
         let e = self.inner.mh.lookup(name)?;
         let key = u128::from_str_radix(&e.key, 16)
             .map_err(|_| Error::BadHandle(format!("directory entry {name:?} has a bad key")))?;
-        Ok(RemoteRegion {
-            node: e.node,
-            region: e.region,
-            key,
-            len: e.len,
-        })
+        Ok(RemoteRegion { node: e.node, region: e.region, key, len: e.len })
     }
 
     /// The next message from any peer, if one is waiting.
@@ -418,9 +393,7 @@ impl Fabric {
 
     /// The next notification, waiting at most `timeout`.
     pub fn wait_notification(&self, timeout: Duration) -> Result<Notification, Error> {
-        poll_until(&self.inner, Instant::now() + timeout, || {
-            self.try_notification()
-        })
+        poll_until(&self.inner, Instant::now() + timeout, || self.try_notification())
     }
 
     /// Look at every peer once, starting at a rotating position so no peer starves.
@@ -455,9 +428,7 @@ impl Fabric {
 
     /// The target-side access rules of this node, for transports.
     pub fn policy(&self) -> AccessPolicy {
-        AccessPolicy {
-            fabric: Arc::downgrade(&self.inner),
-        }
+        AccessPolicy { fabric: Arc::downgrade(&self.inner) }
     }
 
     /// Leave the fabric now (also done on drop).
@@ -490,9 +461,8 @@ fn accept_loop(fabric: Weak<FabricInner>, endpoint: Arc<Endpoint>) {
         match endpoint.accept() {
             Ok(Some(sock)) => {
                 let f = fabric.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("rw-peer".into())
-                    .spawn(move || ShmPeer::accept(f, sock));
+                let spawned =
+                    std::thread::Builder::new().name("rw-peer".into()).spawn(move || ShmPeer::accept(f, sock));
                 if let Err(e) = spawned {
                     warn!("could not start a peer thread: {e}");
                 }

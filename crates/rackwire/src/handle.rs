@@ -28,12 +28,7 @@ pub struct RemoteRegion {
 impl RemoteRegion {
     /// Assemble a handle from its parts (as carried by another protocol).
     pub fn from_parts(node: NodeId, region: RegionId, key: u128, len: u64) -> Self {
-        RemoteRegion {
-            node,
-            region,
-            key,
-            len,
-        }
+        RemoteRegion { node, region, key, len }
     }
     /// Owner node.
     pub fn node(&self) -> NodeId {
@@ -70,10 +65,7 @@ impl RemoteRegion {
     /// Parse what [`RemoteRegion::to_bytes`] made.
     pub fn from_bytes(b: &[u8]) -> Result<Self, Error> {
         if b.len() != REMOTE_REGION_BYTES {
-            return Err(Error::BadHandle(format!(
-                "{} bytes, expected {REMOTE_REGION_BYTES}",
-                b.len()
-            )));
+            return Err(Error::BadHandle(format!("{} bytes, expected {REMOTE_REGION_BYTES}", b.len())));
         }
         if b[0..4] != MAGIC {
             return Err(Error::BadHandle("bad magic or version".into()));
@@ -95,33 +87,22 @@ impl RemoteRegion {
 impl fmt::Display for RemoteRegion {
     /// `rw1:NODE:REGION:LEN:KEY`, numbers in decimal, key in 32 hex digits.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{TEXT_PREFIX}:{}:{}:{}:{:032x}",
-            self.node, self.region, self.len, self.key
-        )
+        write!(f, "{TEXT_PREFIX}:{}:{}:{}:{:032x}", self.node, self.region, self.len, self.key)
     }
 }
 
 impl fmt::Debug for RemoteRegion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The key is a capability: keep it out of logs.
-        write!(
-            f,
-            "RemoteRegion(node {}, region {}, {} bytes)",
-            self.node, self.region, self.len
-        )
+        write!(f, "RemoteRegion(node {}, region {}, {} bytes)", self.node, self.region, self.len)
     }
 }
 
 impl FromStr for RemoteRegion {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self, Error> {
-        let bad = |what: &str| {
-            Error::BadHandle(format!(
-                "{what} in {s:?} (expected {TEXT_PREFIX}:NODE:REGION:LEN:KEY)"
-            ))
-        };
+        let bad =
+            |what: &str| Error::BadHandle(format!("{what} in {s:?} (expected {TEXT_PREFIX}:NODE:REGION:LEN:KEY)"));
         let parts: Vec<&str> = s.trim().split(':').collect();
         let [prefix, node, region, len, key] = parts[..] else {
             return Err(bad("wrong number of fields"));
@@ -166,23 +147,14 @@ mod tests {
     // Checks that malformed handles get a BadHandle error naming the problem.
     #[test]
     fn malformed_handles_are_refused() {
-        assert!(matches!(
-            "rw1:1:2:3".parse::<RemoteRegion>(),
-            Err(Error::BadHandle(_))
-        ));
+        assert!(matches!("rw1:1:2:3".parse::<RemoteRegion>(), Err(Error::BadHandle(_))));
         assert!(matches!(
             "xx1:1:2:3:00000000000000000000000000000000".parse::<RemoteRegion>(),
             Err(Error::BadHandle(_))
         ));
-        assert!(matches!(
-            "rw1:1:2:3:0000".parse::<RemoteRegion>(),
-            Err(Error::BadHandle(_))
-        ));
+        assert!(matches!("rw1:1:2:3:0000".parse::<RemoteRegion>(), Err(Error::BadHandle(_))));
         let mut b = RemoteRegion::from_parts(1, 2, 3, 4).to_bytes();
         b[3] = 9;
-        assert!(matches!(
-            RemoteRegion::from_bytes(&b),
-            Err(Error::BadHandle(_))
-        ));
+        assert!(matches!(RemoteRegion::from_bytes(&b), Err(Error::BadHandle(_))));
     }
 }

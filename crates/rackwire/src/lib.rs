@@ -76,5 +76,4 @@ pub const REVOKE_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default bound on how long an operation may wait for room or for its peer.
 pub const OP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
-const _: () =
-    assert!(MESSAGE_BYTES_MAX as u64 <= rackwire_shm::ring::payload_bytes_max(MESSAGE_RING_BYTES));
+const _: () = assert!(MESSAGE_BYTES_MAX as u64 <= rackwire_shm::ring::payload_bytes_max(MESSAGE_RING_BYTES));

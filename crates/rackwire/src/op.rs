@@ -15,11 +15,7 @@ pub struct OpFlags {
 
 impl OpFlags {
     /// Unordered, no notification.
-    pub const NONE: OpFlags = OpFlags {
-        notify: None,
-        fence_before: false,
-        fence_after: false,
-    };
+    pub const NONE: OpFlags = OpFlags { notify: None, fence_before: false, fence_after: false };
 
     /// Tell the target when the operation's data is in place, with this 64-bit immediate.
     /// The target sees the notification only after the data (see [`crate::Fabric::wait_notification`]).
@@ -114,16 +110,12 @@ pub struct Op {
 impl Op {
     /// An operation that already completed.
     pub fn ready(r: Result<Completion, Error>) -> Op {
-        Op {
-            state: State::Ready(r),
-        }
+        Op { state: State::Ready(r) }
     }
 
     /// An operation completed later through `cell` (for asynchronous transports).
     pub fn pending(cell: Arc<OpCell>) -> Op {
-        Op {
-            state: State::Pending(cell),
-        }
+        Op { state: State::Pending(cell) }
     }
 
     /// The outcome if the operation has completed, else `None`. After the outcome was handed
@@ -149,11 +141,7 @@ impl Op {
     pub fn is_done(&self) -> bool {
         match &self.state {
             State::Ready(_) => true,
-            State::Pending(cell) => cell
-                .slot
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some(),
+            State::Pending(cell) => cell.slot.lock().unwrap_or_else(|e| e.into_inner()).is_some(),
             State::Taken => false,
         }
     }
@@ -179,17 +167,11 @@ impl Op {
                 if left.is_zero() {
                     return Err(Error::Timeout);
                 }
-                s = cell
-                    .cv
-                    .wait_timeout(s, left)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+                s = cell.cv.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
             }
             drop(s);
         }
-        self.poll().unwrap_or(Err(Error::Config(
-            "operation outcome was already taken".into(),
-        )))
+        self.poll().unwrap_or(Err(Error::Config("operation outcome was already taken".into())))
     }
 }
 
@@ -204,16 +186,10 @@ mod tests {
         let cell = Arc::new(OpCell::default());
         let mut op = Op::pending(cell.clone());
         assert!(op.poll().is_none());
-        assert_eq!(
-            op.wait_timeout(Duration::from_millis(5)),
-            Err(Error::Timeout)
-        );
+        assert_eq!(op.wait_timeout(Duration::from_millis(5)), Err(Error::Timeout));
         let c2 = cell.clone();
         let t = std::thread::spawn(move || c2.complete(Ok(Completion::Value(7))));
-        assert_eq!(
-            op.wait_timeout(Duration::from_secs(10)),
-            Ok(Completion::Value(7))
-        );
+        assert_eq!(op.wait_timeout(Duration::from_secs(10)), Ok(Completion::Value(7)));
         t.join().unwrap();
         assert!(op.poll().is_none());
         cell.complete(Ok(Completion::Done));

@@ -47,10 +47,7 @@ pub(crate) enum Refusal {
 impl Refusal {
     pub fn into_error(self, node: NodeId, region: RegionId) -> Error {
         match self {
-            Refusal::Ungranted { needed } => Error::Ungranted {
-                region,
-                needed: Access::from_bits(needed),
-            },
+            Refusal::Ungranted { needed } => Error::Ungranted { region, needed: Access::from_bits(needed) },
             Refusal::Revoked => Error::Revoked { region },
             Refusal::BadKey => Error::BadKey { region },
             Refusal::UnknownRegion => Error::UnknownRegion { node, region },
@@ -70,17 +67,10 @@ pub struct AccessPolicy {
 impl AccessPolicy {
     /// Decide whether `peer` may do `need` to `region` with `key`. On success, returns the
     /// peer's full grant.
-    pub fn check(
-        &self,
-        peer: NodeId,
-        region: RegionId,
-        key: u128,
-        need: Access,
-    ) -> Result<Access, Error> {
+    pub fn check(&self, peer: NodeId, region: RegionId, key: u128, need: Access) -> Result<Access, Error> {
         let f = self.fabric.upgrade().ok_or(Error::Closed)?;
         let me = f.id;
-        f.with_grant(peer, region, key, need, |_, a| Ok(a))
-            .map_err(|r| r.into_error(me, region))?
+        f.with_grant(peer, region, key, need, |_, a| Ok(a)).map_err(|r| r.into_error(me, region))?
     }
 }
 
@@ -96,10 +86,7 @@ impl FabricInner {
         need: Access,
         then: impl FnOnce(&RegionInner, Access) -> T,
     ) -> Result<T, Refusal> {
-        let r = read(&self.regions)
-            .get(&region)
-            .cloned()
-            .ok_or(Refusal::UnknownRegion)?;
+        let r = read(&self.regions).get(&region).cloned().ok_or(Refusal::UnknownRegion)?;
         if r.key != key {
             return Err(Refusal::BadKey);
         }
@@ -112,13 +99,9 @@ impl FabricInner {
                 acl.mapped_by.insert(peer);
                 Ok(then(&r, g))
             }
-            Some(_) => Err(Refusal::Ungranted {
-                needed: need.bits(),
-            }),
+            Some(_) => Err(Refusal::Ungranted { needed: need.bits() }),
             None if acl.revoked.contains(&peer) => Err(Refusal::Revoked),
-            None => Err(Refusal::Ungranted {
-                needed: need.bits(),
-            }),
+            None => Err(Refusal::Ungranted { needed: need.bits() }),
         }
     }
 }
@@ -177,12 +160,7 @@ impl Region {
 
     /// The handle peers use to name it.
     pub fn handle(&self) -> RemoteRegion {
-        RemoteRegion {
-            node: self.fabric.id,
-            region: self.inner.id,
-            key: self.inner.key,
-            len: self.inner.len,
-        }
+        RemoteRegion { node: self.fabric.id, region: self.inner.id, key: self.inner.key, len: self.inner.len }
     }
 
     /// Allow `peer` to do `access` (a subset of the region's access flags). Replaces an
@@ -190,10 +168,7 @@ impl Region {
     /// peer unmapped (or was cut off), as a revocation does.
     pub fn grant(&self, peer: NodeId, access: Access) -> Result<(), Error> {
         if !self.inner.max_access.contains(access) {
-            return Err(Error::Config(format!(
-                "grant {access} exceeds the region's access {}",
-                self.inner.max_access
-            )));
+            return Err(Error::Config(format!("grant {access} exceeds the region's access {}", self.inner.max_access)));
         }
         self.fabric.known_peer(peer)?;
         let must_unmap = {
@@ -222,20 +197,13 @@ impl Region {
         let was_mapped = {
             let mut acl = lock(&self.inner.acl);
             if acl.grants.remove(&peer).is_none() {
-                return Err(Error::Config(format!(
-                    "node {peer} holds no grant of region {}",
-                    self.inner.id
-                )));
+                return Err(Error::Config(format!("node {peer} holds no grant of region {}", self.inner.id)));
             }
             acl.revoked.insert(peer);
             acl.mapped_by.remove(&peer)
         };
         self.fabric.mh.record_revoke(self.inner.id, peer);
-        Ok(if was_mapped {
-            self.withdraw(peer)
-        } else {
-            RevokeOutcome::NotMapped
-        })
+        Ok(if was_mapped { self.withdraw(peer) } else { RevokeOutcome::NotMapped })
     }
 
     /// Ask every connection to `peer` to unmap; cut off those that do not answer.
@@ -243,11 +211,7 @@ impl Region {
         let mut cut = false;
         for c in self.fabric.conns_of(peer) {
             if !c.unmap(self.inner.id, REVOKE_ACK_TIMEOUT) {
-                warn!(
-                    peer,
-                    region = self.inner.id,
-                    "peer did not confirm unmap; cutting it off"
-                );
+                warn!(peer, region = self.inner.id, "peer did not confirm unmap; cutting it off");
                 c.cut_off();
                 cut = true;
             }
@@ -279,12 +243,7 @@ impl Region {
     }
 
     fn oob(&self, offset: u64, len: u64) -> Error {
-        Error::OutOfBounds {
-            region: self.inner.id,
-            offset,
-            len,
-            region_len: self.inner.len,
-        }
+        Error::OutOfBounds { region: self.inner.id, offset, len, region_len: self.inner.len }
     }
 
     /// Copy `data` into the region at `offset` (local access).
@@ -318,9 +277,7 @@ impl Region {
         if offset % 8 != 0 {
             return Err(Error::Misaligned { offset });
         }
-        mem.atomic_u64(offset)
-            .map(|a| a.load(Ordering::Acquire))
-            .ok_or_else(|| self.oob(offset, 8))
+        mem.atomic_u64(offset).map(|a| a.load(Ordering::Acquire)).ok_or_else(|| self.oob(offset, 8))
     }
 
     /// Store the 64-bit word at an 8-byte aligned `offset` atomically (local access).
@@ -329,9 +286,7 @@ impl Region {
         if offset % 8 != 0 {
             return Err(Error::Misaligned { offset });
         }
-        mem.atomic_u64(offset)
-            .map(|a| a.store(v, Ordering::Release))
-            .ok_or_else(|| self.oob(offset, 8))
+        mem.atomic_u64(offset).map(|a| a.store(v, Ordering::Release)).ok_or_else(|| self.oob(offset, 8))
     }
 }
 
@@ -351,18 +306,10 @@ pub(crate) fn migrate(fabric: &FabricInner, r: &RegionInner) {
         }
     }
     let name = format!("rackwire-region-{}", r.id);
-    if let Err(e) = r
-        .mem
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .replace_backing(&name)
-    {
+    if let Err(e) = r.mem.write().unwrap_or_else(|e| e.into_inner()).replace_backing(&name) {
         warn!(region = r.id, "could not move region to fresh memory: {e}");
     } else {
-        info!(
-            region = r.id,
-            "region moved to fresh memory; cut-off peers no longer reach it"
-        );
+        info!(region = r.id, "region moved to fresh memory; cut-off peers no longer reach it");
     }
     r.migrating.store(false, Ordering::SeqCst);
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use rackwire_mh::auth::{self, from_hex, to_hex};
 use rackwire_mh::{MhError, NodeInfo};
-use rackwire_shm::ring::{PushError, RingReceiver, RingSender};
+use rackwire_shm::ring::{PushError, RingReceiver, RingSender, RingWatch};
 use rackwire_shm::{ControlSocket, DoorbellRemote, MapAccess, SharedMem, CONTROL_MSG_BYTES_MAX};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
@@ -32,13 +32,16 @@ use crate::fabric::{lock, read, FabricInner};
 use crate::region::Refusal;
 use crate::transport::PeerTransport;
 use crate::{
-    Access, BatchOptions, Completion, ConnStats, Error, NodeId, Notification, Op, OpFlags,
-    RegionId, RemoteRegion, CONNECT_TIMEOUT, MESSAGE_RING_BYTES, NOTIFY_RING_BYTES,
+    Access, BatchOptions, Completion, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion,
+    CONNECT_TIMEOUT, MESSAGE_RING_BYTES, NOTIFY_RING_BYTES,
 };
 
 const KIND_MESSAGE: u32 = 1;
 const KIND_NOTIFY: u32 = 2;
-const NOTIFY_RECORD_BYTES: usize = 32;
+/// Notification payload: region u32, reserved u32, offset u64, length u64, immediate u64, and
+/// 16 reserved bytes that make a record (with its 16-byte header) exactly one cache line.
+const NOTIFY_RECORD_BYTES: usize = 48;
+const _: () = assert!(rackwire_shm::ring::record_bytes(NOTIFY_RECORD_BYTES as u64) == 64);
 /// How long an unmap waits for operations in flight on the mapping to finish.
 const UNMAP_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -89,19 +92,16 @@ enum PeerMsg {
 
 fn send(sock: &ControlSocket, msg: &PeerMsg, fds: &[BorrowedFd<'_>]) -> Result<(), Error> {
     let bytes = serde_json::to_vec(msg).map_err(|e| Error::Protocol(e.to_string()))?;
-    sock.send(&bytes, fds)
-        .map_err(|e| Error::Sys(format!("control socket: {e}")))
+    sock.send(&bytes, fds).map_err(|e| Error::Sys(format!("control socket: {e}")))
 }
 
 fn recv(sock: &ControlSocket, buf: &mut [u8]) -> Result<(PeerMsg, Vec<OwnedFd>), Error> {
-    let (n, fds) = sock
-        .recv(buf)
-        .map_err(|e| Error::Sys(format!("control socket: {e}")))?;
+    let (n, fds) = sock.recv(buf).map_err(|e| Error::Sys(format!("control socket: {e}")))?;
     if n == 0 {
         return Err(Error::Protocol("peer closed the connection".into()));
     }
-    let msg = serde_json::from_slice(&buf[..n])
-        .map_err(|e| Error::Protocol(format!("malformed control message: {e}")))?;
+    let msg =
+        serde_json::from_slice(&buf[..n]).map_err(|e| Error::Protocol(format!("malformed control message: {e}")))?;
     Ok((msg, fds))
 }
 
@@ -121,11 +121,7 @@ impl LocalRings {
 
     fn offer(&self, sock: &ControlSocket, f: &FabricInner) -> Result<(), Error> {
         let [page, efd] = f.doorbell.fds();
-        send(
-            sock,
-            &PeerMsg::Rings,
-            &[self.msg.mem().fd(), self.notify.mem().fd(), page, efd],
-        )
+        send(sock, &PeerMsg::Rings, &[self.msg.mem().fd(), self.notify.mem().fd(), page, efd])
     }
 }
 
@@ -141,26 +137,16 @@ impl RemoteRings {
         match msg {
             PeerMsg::Rings => {}
             PeerMsg::Refused { reason } => {
-                return Err(Error::Protocol(format!(
-                    "peer refused the connection: {reason}"
-                )))
+                return Err(Error::Protocol(format!("peer refused the connection: {reason}")))
             }
             other => return Err(Error::Protocol(format!("expected rings, got {other:?}"))),
         }
-        let [m, n, page, efd]: [OwnedFd; 4] = fds
-            .try_into()
-            .map_err(|_| Error::Protocol("rings need four descriptors".into()))?;
+        let [m, n, page, efd]: [OwnedFd; 4] =
+            fds.try_into().map_err(|_| Error::Protocol("rings need four descriptors".into()))?;
         let ring = |fd| -> Result<RingSender, Error> {
-            Ok(RingSender::attach(SharedMem::from_fd(
-                fd,
-                MapAccess::ReadWrite,
-            )?)?)
+            Ok(RingSender::attach(SharedMem::from_fd(fd, MapAccess::ReadWrite)?)?)
         };
-        Ok(RemoteRings {
-            msg: ring(m)?,
-            notify: ring(n)?,
-            bell: DoorbellRemote::attach(page, efd)?,
-        })
+        Ok(RemoteRings { msg: ring(m)?, notify: ring(n)?, bell: DoorbellRemote::attach(page, efd)? })
     }
 }
 
@@ -206,6 +192,8 @@ pub(crate) struct ShmPeer {
     bell: DoorbellRemote,
     rx_msg: Mutex<RingReceiver>,
     rx_notify: Mutex<RingReceiver>,
+    rx_msg_watch: RingWatch,
+    rx_notify_watch: RingWatch,
     maps: RwLock<HashMap<RegionId, Arc<Mapping>>>,
     pending: Mutex<HashMap<u64, PendingMap>>,
     unmap_waiters: Mutex<HashMap<u64, SyncSender<()>>>,
@@ -234,6 +222,8 @@ impl ShmPeer {
             tx_msg: Mutex::new(remote.msg),
             tx_notify: Mutex::new(remote.notify),
             bell: remote.bell,
+            rx_msg_watch: local.msg.watch(),
+            rx_notify_watch: local.notify.watch(),
             rx_msg: Mutex::new(local.msg),
             rx_notify: Mutex::new(local.notify),
             maps: RwLock::new(HashMap::new()),
@@ -247,35 +237,22 @@ impl ShmPeer {
     }
 
     /// Connect to the node described by `info` (initiator side of the handshake).
-    pub(crate) fn connect(
-        f: &Arc<FabricInner>,
-        info: &NodeInfo,
-    ) -> Result<Arc<dyn PeerTransport>, Error> {
-        let path = info.shm_path.as_deref().ok_or_else(|| Error::Unreachable {
-            node: info.id,
-            why: "no shared-memory endpoint".into(),
-        })?;
+    pub(crate) fn connect(f: &Arc<FabricInner>, info: &NodeInfo) -> Result<Arc<dyn PeerTransport>, Error> {
+        let path = info
+            .shm_path
+            .as_deref()
+            .ok_or_else(|| Error::Unreachable { node: info.id, why: "no shared-memory endpoint".into() })?;
         let sock = ControlSocket::connect(std::path::Path::new(path))
             .map_err(|e| Error::Sys(format!("connect to node {}: {e}", info.id)))?;
-        sock.set_recv_timeout(Some(CONNECT_TIMEOUT))
-            .map_err(|e| Error::Sys(e.to_string()))?;
+        sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::Sys(e.to_string()))?;
         let mut buf = vec![0u8; CONTROL_MSG_BYTES_MAX];
         let ctx = context(f.id, info.id);
         let nonce = auth::nonce();
-        send(
-            &sock,
-            &PeerMsg::Hello {
-                from: f.id,
-                to: info.id,
-                nonce: to_hex(&nonce),
-            },
-            &[],
-        )?;
+        send(&sock, &PeerMsg::Hello { from: f.id, to: info.id, nonce: to_hex(&nonce) }, &[])?;
         let their_nonce = match recv(&sock, &mut buf)?.0 {
             PeerMsg::Challenge { nonce: n, proof } => {
-                let ok = from_hex(&proof).is_some_and(|p| {
-                    auth::verify(&f.cfg.secret, "rackwire-peer-acceptor", &nonce, &ctx, &p)
-                });
+                let ok = from_hex(&proof)
+                    .is_some_and(|p| auth::verify(&f.cfg.secret, "rackwire-peer-acceptor", &nonce, &ctx, &p));
                 if !ok {
                     return Err(Error::Protocol(format!(
                         "node {} could not prove it holds the fabric secret",
@@ -284,32 +261,16 @@ impl ShmPeer {
                 }
                 from_hex(&n).ok_or_else(|| Error::Protocol("bad nonce".into()))?
             }
-            PeerMsg::Refused { reason } => {
-                return Err(Error::Protocol(format!(
-                    "node {} refused: {reason}",
-                    info.id
-                )))
-            }
-            other => {
-                return Err(Error::Protocol(format!(
-                    "expected a challenge, got {other:?}"
-                )))
-            }
+            PeerMsg::Refused { reason } => return Err(Error::Protocol(format!("node {} refused: {reason}", info.id))),
+            other => return Err(Error::Protocol(format!("expected a challenge, got {other:?}"))),
         };
         let proof = auth::prove(&f.cfg.secret, "rackwire-peer-initiator", &their_nonce, &ctx);
-        send(
-            &sock,
-            &PeerMsg::Proof {
-                proof: to_hex(&proof),
-            },
-            &[],
-        )?;
+        send(&sock, &PeerMsg::Proof { proof: to_hex(&proof) }, &[])?;
         let local = LocalRings::new()?;
         local.offer(&sock, f)?;
         let (msg, fds) = recv(&sock, &mut buf)?;
         let remote = RemoteRings::take(msg, fds)?;
-        sock.set_recv_timeout(None)
-            .map_err(|e| Error::Sys(e.to_string()))?;
+        sock.set_recv_timeout(None).map_err(|e| Error::Sys(e.to_string()))?;
         let peer = ShmPeer::build(f, info.id, sock, local, remote);
         let dynp: Arc<dyn PeerTransport> = peer.clone();
         f.add_peer(dynp.clone())?;
@@ -335,21 +296,10 @@ impl ShmPeer {
         }
     }
 
-    fn handshake_accept(
-        f: &Arc<FabricInner>,
-        sock: ControlSocket,
-        buf: &mut [u8],
-    ) -> Result<Arc<ShmPeer>, Error> {
-        sock.set_recv_timeout(Some(CONNECT_TIMEOUT))
-            .map_err(|e| Error::Sys(e.to_string()))?;
+    fn handshake_accept(f: &Arc<FabricInner>, sock: ControlSocket, buf: &mut [u8]) -> Result<Arc<ShmPeer>, Error> {
+        sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::Sys(e.to_string()))?;
         let refuse = |sock: &ControlSocket, reason: String| {
-            let _ = send(
-                sock,
-                &PeerMsg::Refused {
-                    reason: reason.clone(),
-                },
-                &[],
-            );
+            let _ = send(sock, &PeerMsg::Refused { reason: reason.clone() }, &[]);
             Err(Error::Protocol(reason))
         };
         let (from, their_nonce) = match recv(&sock, buf)?.0 {
@@ -357,41 +307,21 @@ impl ShmPeer {
                 if to != f.id {
                     return refuse(&sock, format!("this is node {}, not node {to}", f.id));
                 }
-                (
-                    from,
-                    from_hex(&nonce).ok_or_else(|| Error::Protocol("bad nonce".into()))?,
-                )
+                (from, from_hex(&nonce).ok_or_else(|| Error::Protocol("bad nonce".into()))?)
             }
             other => return Err(Error::Protocol(format!("expected hello, got {other:?}"))),
         };
         if let Err(MhError::NotFound(_)) = f.mh.resolve(from) {
-            return refuse(
-                &sock,
-                format!("node {from} is unknown to the management host"),
-            );
+            return refuse(&sock, format!("node {from} is unknown to the management host"));
         }
         let ctx = context(from, f.id);
         let my_nonce = auth::nonce();
         let proof = auth::prove(&f.cfg.secret, "rackwire-peer-acceptor", &their_nonce, &ctx);
-        send(
-            &sock,
-            &PeerMsg::Challenge {
-                nonce: to_hex(&my_nonce),
-                proof: to_hex(&proof),
-            },
-            &[],
-        )?;
+        send(&sock, &PeerMsg::Challenge { nonce: to_hex(&my_nonce), proof: to_hex(&proof) }, &[])?;
         match recv(&sock, buf)?.0 {
             PeerMsg::Proof { proof }
-                if from_hex(&proof).is_some_and(|p| {
-                    auth::verify(
-                        &f.cfg.secret,
-                        "rackwire-peer-initiator",
-                        &my_nonce,
-                        &ctx,
-                        &p,
-                    )
-                }) => {}
+                if from_hex(&proof)
+                    .is_some_and(|p| auth::verify(&f.cfg.secret, "rackwire-peer-initiator", &my_nonce, &ctx, &p)) => {}
             PeerMsg::Proof { .. } => return refuse(&sock, "wrong secret".into()),
             other => return Err(Error::Protocol(format!("expected proof, got {other:?}"))),
         }
@@ -399,8 +329,7 @@ impl ShmPeer {
         let remote = RemoteRings::take(msg, fds)?;
         let local = LocalRings::new()?;
         local.offer(&sock, f)?;
-        sock.set_recv_timeout(None)
-            .map_err(|e| Error::Sys(e.to_string()))?;
+        sock.set_recv_timeout(None).map_err(|e| Error::Sys(e.to_string()))?;
         let peer = ShmPeer::build(f, from, sock, local, remote);
         f.add_peer(peer.clone())?;
         debug!(peer = from, "accepted a shared-memory connection");
@@ -418,39 +347,24 @@ impl ShmPeer {
                 }
             };
             match msg {
-                PeerMsg::MapRequest {
-                    req,
-                    region,
-                    key,
-                    want,
-                } => self.serve_map(req, region, &key, want),
+                PeerMsg::MapRequest { req, region, key, want } => self.serve_map(req, region, &key, want),
                 PeerMsg::MapGranted { req, access } => {
                     let Some(p) = lock(&self.pending).remove(&req) else {
                         continue;
                     };
                     let access = Access::from_bits(access);
-                    let how = if access.stores() {
-                        MapAccess::ReadWrite
-                    } else {
-                        MapAccess::ReadOnly
-                    };
+                    let how = if access.stores() { MapAccess::ReadWrite } else { MapAccess::ReadOnly };
                     let answer = match fds.pop().map(|fd| SharedMem::from_fd(fd, how)) {
                         Some(Ok(mem)) => {
                             self.stats.mappings.fetch_add(1, Relaxed);
-                            self.maps.write().unwrap_or_else(|e| e.into_inner()).insert(
-                                p.region,
-                                Arc::new(Mapping {
-                                    mem,
-                                    key: p.key,
-                                    access,
-                                }),
-                            );
+                            self.maps
+                                .write()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .insert(p.region, Arc::new(Mapping { mem, key: p.key, access }));
                             MapAnswer::Granted
                         }
                         Some(Err(e)) => MapAnswer::Failed(e.into()),
-                        None => {
-                            MapAnswer::Failed(Error::Protocol("grant without a descriptor".into()))
-                        }
+                        None => MapAnswer::Failed(Error::Protocol("grant without a descriptor".into())),
                     };
                     let _ = p.reply.send(answer);
                 }
@@ -470,10 +384,7 @@ impl ShmPeer {
                     }
                 }
                 other => {
-                    warn!(
-                        peer = self.peer,
-                        "unexpected control message {other:?}; closing"
-                    );
+                    warn!(peer = self.peer, "unexpected control message {other:?}; closing");
                     break;
                 }
             }
@@ -496,45 +407,23 @@ impl ShmPeer {
         let Some(f) = self.fabric.upgrade() else {
             return;
         };
-        let Some(key) = u128::from_str_radix(key, 16)
-            .ok()
-            .filter(|_| key.len() == 32)
-        else {
-            let _ = send(
-                &self.sock,
-                &PeerMsg::MapRefused {
-                    req,
-                    reason: Refusal::BadKey,
-                },
-                &[],
-            );
+        let Some(key) = u128::from_str_radix(key, 16).ok().filter(|_| key.len() == 32) else {
+            let _ = send(&self.sock, &PeerMsg::MapRefused { req, reason: Refusal::BadKey }, &[]);
             return;
         };
-        let decided = f.with_grant(
-            self.peer,
-            region,
-            key,
-            Access::from_bits(want),
-            |r, access| {
-                let mem = read(&r.mem);
-                let granted = PeerMsg::MapGranted {
-                    req,
-                    access: access.bits(),
-                };
-                if access.stores() {
-                    send(&self.sock, &granted, &[mem.fd()])
-                } else {
-                    let ro = mem.readonly_fd()?;
-                    send(&self.sock, &granted, &[ro.as_fd()])
-                }
-            },
-        );
+        let decided = f.with_grant(self.peer, region, key, Access::from_bits(want), |r, access| {
+            let mem = read(&r.mem);
+            let granted = PeerMsg::MapGranted { req, access: access.bits() };
+            if access.stores() {
+                send(&self.sock, &granted, &[mem.fd()])
+            } else {
+                let ro = mem.readonly_fd()?;
+                send(&self.sock, &granted, &[ro.as_fd()])
+            }
+        });
         match decided {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(
-                peer = self.peer,
-                region, "could not hand over a mapping: {e}"
-            ),
+            Ok(Err(e)) => warn!(peer = self.peer, region, "could not hand over a mapping: {e}"),
             Err(reason) => {
                 self.stats.refused.fetch_add(1, Relaxed);
                 let _ = send(&self.sock, &PeerMsg::MapRefused { req, reason }, &[]);
@@ -545,12 +434,7 @@ impl ShmPeer {
     /// Drop our mapping of the peer's `region` once no operation uses it. False if an
     /// operation held it past the drain timeout (then the owner will cut us off).
     fn drop_mapping(&self, region: RegionId) -> bool {
-        let Some(mut m) = self
-            .maps
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&region)
-        else {
+        let Some(mut m) = self.maps.write().unwrap_or_else(|e| e.into_inner()).remove(&region) else {
             return true;
         };
         let deadline = Instant::now() + UNMAP_DRAIN_TIMEOUT;
@@ -589,10 +473,7 @@ impl ShmPeer {
         let r = self.request_mapping(t, need);
         if matches!(
             r,
-            Err(Error::Ungranted { .. }
-                | Error::Revoked { .. }
-                | Error::BadKey { .. }
-                | Error::UnknownRegion { .. })
+            Err(Error::Ungranted { .. } | Error::Revoked { .. } | Error::BadKey { .. } | Error::UnknownRegion { .. })
         ) {
             self.stats.refused.fetch_add(1, Relaxed);
         }
@@ -604,37 +485,20 @@ impl ShmPeer {
         loop {
             let req = self.next_req.fetch_add(1, Relaxed);
             let (tx, rx) = sync_channel(1);
-            lock(&self.pending).insert(
-                req,
-                PendingMap {
-                    region: t.region,
-                    key: t.key,
-                    reply: tx,
-                },
-            );
-            let ask = PeerMsg::MapRequest {
-                req,
-                region: t.region,
-                key: t.key_hex(),
-                want: need.bits(),
-            };
+            lock(&self.pending).insert(req, PendingMap { region: t.region, key: t.key, reply: tx });
+            let ask = PeerMsg::MapRequest { req, region: t.region, key: t.key_hex(), want: need.bits() };
             if send(&self.sock, &ask, &[]).is_err() {
                 lock(&self.pending).remove(&req);
                 return Err(Error::PeerGone(self.peer));
             }
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(MapAnswer::Granted) => {
-                    if let Some(m) = read(&self.maps)
-                        .get(&t.region)
-                        .filter(|m| m.access.contains(need))
-                    {
+                    if let Some(m) = read(&self.maps).get(&t.region).filter(|m| m.access.contains(need)) {
                         return Ok(m.clone());
                     }
                     // Unmapped again right after the grant: ask again.
                 }
-                Ok(MapAnswer::Refused(Refusal::Busy)) => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
+                Ok(MapAnswer::Refused(Refusal::Busy)) => std::thread::sleep(Duration::from_millis(1)),
                 Ok(MapAnswer::Refused(r)) => return Err(r.into_error(self.peer, t.region)),
                 Ok(MapAnswer::Failed(e)) => return Err(e),
                 Err(RecvTimeoutError::Timeout) => {
@@ -661,10 +525,7 @@ impl ShmPeer {
                     return Ok(());
                 }
                 Err(PushError::TooLarge { len, max }) => {
-                    return Err(Error::MessageTooLarge {
-                        len: len as usize,
-                        max: max as usize,
-                    })
+                    return Err(Error::MessageTooLarge { len: len as usize, max: max as usize })
                 }
                 Err(PushError::Full) => {
                     if !self.alive.load(Relaxed) {
@@ -682,13 +543,7 @@ impl ShmPeer {
         }
     }
 
-    fn notify_after(
-        &self,
-        region: RegionId,
-        offset: u64,
-        len: u64,
-        flags: OpFlags,
-    ) -> Result<(), Error> {
+    fn notify_after(&self, region: RegionId, offset: u64, len: u64, flags: OpFlags) -> Result<(), Error> {
         let Some(imm) = flags.notify else {
             return Ok(());
         };
@@ -703,30 +558,17 @@ impl ShmPeer {
     }
 
     fn oob(t: &RemoteRegion, m: &Mapping, offset: u64, len: u64) -> Error {
-        Error::OutOfBounds {
-            region: t.region,
-            offset,
-            len,
-            region_len: m.mem.len() as u64,
-        }
+        Error::OutOfBounds { region: t.region, offset, len, region_len: m.mem.len() as u64 }
     }
 
-    fn do_write(
-        &self,
-        t: &RemoteRegion,
-        offset: u64,
-        data: &[u8],
-        flags: OpFlags,
-    ) -> Result<Completion, Error> {
+    fn do_write(&self, t: &RemoteRegion, offset: u64, data: &[u8], flags: OpFlags) -> Result<Completion, Error> {
         let m = self.mapping(t, Access::WRITE)?;
         if !m.mem.write_at(offset, data) {
             self.stats.refused.fetch_add(1, Relaxed);
             return Err(Self::oob(t, &m, offset, data.len() as u64));
         }
         self.stats.writes.fetch_add(1, Relaxed);
-        self.stats
-            .bytes_written
-            .fetch_add(data.len() as u64, Relaxed);
+        self.stats.bytes_written.fetch_add(data.len() as u64, Relaxed);
         self.notify_after(t.region, offset, data.len() as u64, flags)?;
         Ok(Completion::Done)
     }
@@ -740,10 +582,7 @@ impl ShmPeer {
     ) -> Result<Completion, Error> {
         let m = self.mapping(t, Access::WRITE)?;
         let f = self.fabric.upgrade().ok_or(Error::Closed)?;
-        if let Err(i) = f
-            .copy
-            .write_batch(&m.mem, entries, opts.combine, opts.channels)
-        {
+        if let Err(i) = f.copy.write_batch(&m.mem, entries, opts.combine, opts.channels) {
             self.stats.refused.fetch_add(1, Relaxed);
             let (off, d) = entries[i];
             return Err(Self::oob(t, &m, off, d.len() as u64));
@@ -756,18 +595,9 @@ impl ShmPeer {
         Ok(Completion::Done)
     }
 
-    fn do_read(
-        &self,
-        t: &RemoteRegion,
-        offset: u64,
-        len: u64,
-        flags: OpFlags,
-    ) -> Result<Completion, Error> {
+    fn do_read(&self, t: &RemoteRegion, offset: u64, len: u64, flags: OpFlags) -> Result<Completion, Error> {
         let m = self.mapping(t, Access::READ)?;
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > m.mem.len() as u64)
-        {
+        if offset.checked_add(len).is_none_or(|end| end > m.mem.len() as u64) {
             self.stats.refused.fetch_add(1, Relaxed);
             return Err(Self::oob(t, &m, offset, len));
         }
@@ -818,13 +648,7 @@ impl PeerTransport for ShmPeer {
         Op::ready(self.do_write(t, offset, data, flags))
     }
 
-    fn write_batch(
-        &self,
-        t: &RemoteRegion,
-        entries: &[(u64, &[u8])],
-        flags: OpFlags,
-        opts: BatchOptions,
-    ) -> Op {
+    fn write_batch(&self, t: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags, opts: BatchOptions) -> Op {
         Op::ready(self.do_batch(t, entries, flags, opts))
     }
 
@@ -832,25 +656,17 @@ impl PeerTransport for ShmPeer {
         Op::ready(self.do_read(t, offset, len, flags))
     }
 
-    fn compare_swap(
-        &self,
-        t: &RemoteRegion,
-        offset: u64,
-        expected: u64,
-        new: u64,
-        flags: OpFlags,
-    ) -> Op {
+    fn compare_swap(&self, t: &RemoteRegion, offset: u64, expected: u64, new: u64, flags: OpFlags) -> Op {
         use std::sync::atomic::Ordering::{AcqRel, Acquire};
-        Op::ready(self.do_atomic(t, offset, flags, |w| {
-            w.compare_exchange(expected, new, AcqRel, Acquire)
-                .unwrap_or_else(|v| v)
-        }))
+        Op::ready(
+            self.do_atomic(t, offset, flags, |w| {
+                w.compare_exchange(expected, new, AcqRel, Acquire).unwrap_or_else(|v| v)
+            }),
+        )
     }
 
     fn fetch_add(&self, t: &RemoteRegion, offset: u64, add: u64, flags: OpFlags) -> Op {
-        Op::ready(self.do_atomic(t, offset, flags, |w| {
-            w.fetch_add(add, std::sync::atomic::Ordering::AcqRel)
-        }))
+        Op::ready(self.do_atomic(t, offset, flags, |w| w.fetch_add(add, std::sync::atomic::Ordering::AcqRel)))
     }
 
     fn send(&self, msg: &[u8]) -> Op {
@@ -865,22 +681,25 @@ impl PeerTransport for ShmPeer {
     }
 
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
+        if !self.rx_msg_watch.pending() {
+            return Ok(false);
+        }
         match lock(&self.rx_msg).pop(out) {
             Ok(Some(KIND_MESSAGE)) => Ok(true),
-            Ok(Some(k)) => Err(Error::Protocol(format!(
-                "unknown record kind {k} in message ring"
-            ))),
+            Ok(Some(k)) => Err(Error::Protocol(format!("unknown record kind {k} in message ring"))),
             Ok(None) => Ok(false),
             Err(e) => Err(Error::Protocol(e.to_string())),
         }
     }
 
     fn try_notification(&self) -> Result<Option<Notification>, Error> {
+        if !self.rx_notify_watch.pending() {
+            return Ok(None);
+        }
         let mut rec = Vec::with_capacity(NOTIFY_RECORD_BYTES);
         match lock(&self.rx_notify).pop(&mut rec) {
             Ok(Some(KIND_NOTIFY)) if rec.len() == NOTIFY_RECORD_BYTES => {
-                let u64_at =
-                    |i: usize| u64::from_le_bytes(rec[i..i + 8].try_into().expect("8 bytes"));
+                let u64_at = |i: usize| u64::from_le_bytes(rec[i..i + 8].try_into().expect("8 bytes"));
                 Ok(Some(Notification {
                     from: self.peer,
                     region: u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")),

@@ -24,9 +24,7 @@
 
 use std::time::Duration;
 
-use crate::{
-    BatchOptions, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion,
-};
+use crate::{BatchOptions, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion};
 
 pub use crate::region::AccessPolicy;
 
@@ -41,24 +39,11 @@ pub trait PeerTransport: Send + Sync + 'static {
     /// One-sided write of `data` at `offset` of `target`.
     fn write(&self, target: &RemoteRegion, offset: u64, data: &[u8], flags: OpFlags) -> Op;
     /// One-sided scatter-gather write: each `(offset, bytes)` of `entries` into `target`.
-    fn write_batch(
-        &self,
-        target: &RemoteRegion,
-        entries: &[(u64, &[u8])],
-        flags: OpFlags,
-        opts: BatchOptions,
-    ) -> Op;
+    fn write_batch(&self, target: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags, opts: BatchOptions) -> Op;
     /// One-sided read of `len` bytes at `offset` of `target`.
     fn read(&self, target: &RemoteRegion, offset: u64, len: u64, flags: OpFlags) -> Op;
     /// 64-bit compare-and-swap at an 8-byte aligned `offset`; yields the old value.
-    fn compare_swap(
-        &self,
-        target: &RemoteRegion,
-        offset: u64,
-        expected: u64,
-        new: u64,
-        flags: OpFlags,
-    ) -> Op;
+    fn compare_swap(&self, target: &RemoteRegion, offset: u64, expected: u64, new: u64, flags: OpFlags) -> Op;
     /// 64-bit fetch-and-add at an 8-byte aligned `offset`; yields the old value.
     fn fetch_add(&self, target: &RemoteRegion, offset: u64, add: u64, flags: OpFlags) -> Op;
     /// Two-sided message, at most [`crate::MESSAGE_BYTES_MAX`] bytes.

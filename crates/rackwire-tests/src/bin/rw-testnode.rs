@@ -20,15 +20,11 @@ struct Node {
 }
 
 fn arg<'a>(a: &[&'a str], i: usize) -> Result<&'a str, String> {
-    a.get(i)
-        .copied()
-        .ok_or_else(|| format!("missing argument {i}"))
+    a.get(i).copied().ok_or_else(|| format!("missing argument {i}"))
 }
 
 fn num<T: std::str::FromStr>(a: &[&str], i: usize) -> Result<T, String> {
-    arg(a, i)?
-        .parse()
-        .map_err(|_| format!("argument {i} is not a number"))
+    arg(a, i)?.parse().map_err(|_| format!("argument {i} is not a number"))
 }
 
 fn flags(a: &[&str]) -> OpFlags {
@@ -61,9 +57,7 @@ impl Node {
     }
 
     fn region(&self, a: &[&str]) -> Result<&Region, String> {
-        self.regions
-            .get(&num(a, 1)?)
-            .ok_or_else(|| "no such local region".into())
+        self.regions.get(&num(a, 1)?).ok_or_else(|| "no such local region".into())
     }
 
     fn run(&mut self, a: &[&str]) -> Result<String, String> {
@@ -81,19 +75,12 @@ impl Node {
                 "ok".into()
             }
             "grant" => {
-                let (peer, access) = (
-                    num(a, 2)?,
-                    arg(a, 3)?.parse().map_err(|e: Error| e.to_string())?,
-                );
+                let (peer, access) = (num(a, 2)?, arg(a, 3)?.parse().map_err(|e: Error| e.to_string())?);
                 show(self.region(a)?.grant(peer, access).map(|_| String::new()))
             }
             "revoke" => {
                 let peer = num(a, 2)?;
-                show(
-                    self.region(a)?
-                        .revoke(peer)
-                        .map(|o| format!("{o:?}").to_lowercase()),
-                )
+                show(self.region(a)?.revoke(peer).map(|o| format!("{o:?}").to_lowercase()))
             }
             "publish" => show(self.region(a)?.publish(arg(a, 2)?).map(|_| String::new())),
             "lookup" => show(f.lookup(arg(a, 1)?).map(|h| h.to_string())),
@@ -140,13 +127,9 @@ impl Node {
                 let mut owned = Vec::new();
                 for e in arg(a, 2)?.split(',') {
                     let (off, data) = e.split_once(':').ok_or("entry must be OFF:HEX")?;
-                    owned.push((
-                        off.parse::<u64>().map_err(|_| "bad offset")?,
-                        from_hex(data).ok_or("bad hex")?,
-                    ));
+                    owned.push((off.parse::<u64>().map_err(|_| "bad offset")?, from_hex(data).ok_or("bad hex")?));
                 }
-                let entries: Vec<(u64, &[u8])> =
-                    owned.iter().map(|(o, d)| (*o, d.as_slice())).collect();
+                let entries: Vec<(u64, &[u8])> = owned.iter().map(|(o, d)| (*o, d.as_slice())).collect();
                 show(
                     f.connect(h.node())
                         .and_then(|c| c.write_batch(&h, &entries, flags(&a[3..])).wait())
@@ -156,13 +139,8 @@ impl Node {
             "cas" => {
                 let h = self.handle(a)?;
                 let (off, exp, new) = (num(a, 2)?, num(a, 3)?, num(a, 4)?);
-                let op = f
-                    .connect(h.node())
-                    .map(|c| c.compare_swap(&h, off, exp, new, OpFlags::NONE));
-                show(
-                    op.and_then(|o| o.wait())
-                        .map(|c| c.value().unwrap_or(0).to_string()),
-                )
+                let op = f.connect(h.node()).map(|c| c.compare_swap(&h, off, exp, new, OpFlags::NONE));
+                show(op.and_then(|o| o.wait()).map(|c| c.value().unwrap_or(0).to_string()))
             }
             "fadd" => {
                 let h = self.handle(a)?;
@@ -179,9 +157,7 @@ impl Node {
                 let c = f.connect(h.node()).map_err(|e| e.to_string())?;
                 let (off, n): (u64, u64) = (num(a, 2)?, num(a, 3)?);
                 for _ in 0..n {
-                    c.fetch_add(&h, off, 1, OpFlags::NONE)
-                        .wait()
-                        .map_err(|e| e.to_string())?;
+                    c.fetch_add(&h, off, 1, OpFlags::NONE).wait().map_err(|e| e.to_string())?;
                 }
                 "ok".into()
             }
@@ -194,29 +170,13 @@ impl Node {
                 let me = u64::from(f.id());
                 let e = |e: Error| e.to_string();
                 for _ in 0..n {
-                    while c
-                        .compare_swap(&h, lock, 0, me, OpFlags::NONE)
-                        .wait()
-                        .map_err(e)?
-                        .value()
-                        != Some(0)
-                    {
+                    while c.compare_swap(&h, lock, 0, me, OpFlags::NONE).wait().map_err(e)?.value() != Some(0) {
                         std::hint::spin_loop();
                     }
-                    let bytes = c
-                        .read(&h, ctr, 8, OpFlags::NONE)
-                        .wait()
-                        .map_err(e)?
-                        .into_data();
+                    let bytes = c.read(&h, ctr, 8, OpFlags::NONE).wait().map_err(e)?.into_data();
                     let v = u64::from_le_bytes(bytes.try_into().map_err(|_| "short read")?);
-                    c.write(&h, ctr, &(v + 1).to_le_bytes(), OpFlags::NONE)
-                        .wait()
-                        .map_err(e)?;
-                    let old = c
-                        .compare_swap(&h, lock, me, 0, OpFlags::NONE)
-                        .wait()
-                        .map_err(e)?
-                        .value();
+                    c.write(&h, ctr, &(v + 1).to_le_bytes(), OpFlags::NONE).wait().map_err(e)?;
+                    let old = c.compare_swap(&h, lock, me, 0, OpFlags::NONE).wait().map_err(e)?.value();
                     if old != Some(me) {
                         return Err("lock was not held by us at release".into());
                     }
@@ -226,34 +186,22 @@ impl Node {
             "send" => {
                 let data = from_hex(arg(a, 2)?).ok_or("bad hex")?;
                 let node = num(a, 1)?;
-                show(
-                    f.connect(node)
-                        .and_then(|c| c.send(&data).wait())
-                        .map(|_| String::new()),
-                )
+                show(f.connect(node).and_then(|c| c.send(&data).wait()).map(|_| String::new()))
             }
             "send-len" => {
                 let data = vec![7u8; num(a, 2)?];
                 let node = num(a, 1)?;
-                show(
-                    f.connect(node)
-                        .and_then(|c| c.send(&data).wait())
-                        .map(|_| String::new()),
-                )
+                show(f.connect(node).and_then(|c| c.send(&data).wait()).map(|_| String::new()))
             }
             "recv" => {
                 let ms = num(a, 1)?;
-                show(
-                    f.recv_timeout(Duration::from_millis(ms))
-                        .map(|m| format!("{} {}", m.from, to_hex(&m.data))),
-                )
+                show(f.recv_timeout(Duration::from_millis(ms)).map(|m| format!("{} {}", m.from, to_hex(&m.data))))
             }
             "notif" => {
                 let ms = num(a, 1)?;
                 show(
-                    f.wait_notification(Duration::from_millis(ms)).map(|n| {
-                        format!("{} {} {} {} {}", n.from, n.region, n.offset, n.len, n.imm)
-                    }),
+                    f.wait_notification(Duration::from_millis(ms))
+                        .map(|n| format!("{} {} {} {} {}", n.from, n.region, n.offset, n.len, n.imm)),
                 )
             }
             "connect" => {
@@ -262,10 +210,7 @@ impl Node {
             }
             "stats" => {
                 let c = f.connect(num(a, 1)?).map_err(|e| e.to_string())?;
-                format!(
-                    "ok {}",
-                    serde_json::to_string(&c.stats()).map_err(|e| e.to_string())?
-                )
+                format!("ok {}", serde_json::to_string(&c.stats()).map_err(|e| e.to_string())?)
             }
             other => return Err(format!("unknown command {other}")),
         })
@@ -285,10 +230,7 @@ fn main() {
         }
     };
     println!("ready {}", fabric.id());
-    let mut node = Node {
-        fabric,
-        regions: HashMap::new(),
-    };
+    let mut node = Node { fabric, regions: HashMap::new() };
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
     for line in stdin.lock().lines() {
@@ -300,9 +242,7 @@ fn main() {
         if words[0] == "quit" {
             break;
         }
-        let answer = node
-            .run(&words)
-            .unwrap_or_else(|e| format!("bad-command {e}"));
+        let answer = node.run(&words).unwrap_or_else(|e| format!("bad-command {e}"));
         let _ = writeln!(out, "{answer}");
         let _ = out.flush();
     }
