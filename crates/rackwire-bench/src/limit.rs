@@ -6,10 +6,14 @@ use crate::stats::{iterations, Meter};
 /// Bytes each memcpy row moves (about), so rows take similar time.
 const LIMIT_BUDGET_BYTES: u64 = 4 << 30;
 
-/// memcpy of `size` bytes between two buffers, repeated; one row.
-pub(crate) fn memcpy_row(size: u64) -> Row {
-    let n = iterations(LIMIT_BUDGET_BYTES, size, 100, 2_000_000);
-    let src: Vec<u8> = (0..size).map(|i| i as u8).collect();
+/// Iterations of a memcpy row measured on its own.
+pub(crate) fn default_iterations(size: u64) -> u64 {
+    iterations(LIMIT_BUDGET_BYTES, size, 100, 2_000_000)
+}
+
+/// memcpy of the first `size` bytes of `src` into another buffer, `n` times; one row.
+pub(crate) fn memcpy_row(src: &[u8], size: u64, n: u64) -> Row {
+    let src = &src[..size as usize];
     let mut dst = vec![0u8; size as usize];
     for _ in 0..(n / 10).max(1) {
         dst.copy_from_slice(std::hint::black_box(&src));

@@ -26,6 +26,8 @@ const TABLE1_REQUESTS: u64 = 10_000;
 const TABLE1_REQUEST_BYTES: u64 = 4096;
 /// Requests per batch in Table 1's batched configurations.
 const TABLE1_BATCH: u64 = 256;
+/// Rounds of a one-way measurement (the median round is reported).
+const ONEWAY_ROUNDS: u64 = 5;
 /// Region size floor: Table 1 writes 40 MB of distinct pages.
 const REGION_BYTES_MIN: u64 = 48 << 20;
 
@@ -173,8 +175,9 @@ struct Session {
     child: Child,
     buf: Vec<u8>,
     channels: usize,
-    _mh: rackwire::MhHandle,
+    // Dropped in this order: the region is freed while the management host still runs.
     _region: rackwire::Region,
+    _mh: rackwire::MhHandle,
 }
 
 impl Session {
@@ -205,8 +208,8 @@ impl Session {
         region.grant(hello.from, Access::ALL)?;
         let conn = fabric.connect(hello.from)?;
         let target = fabric.lookup(&format!("bench/{}/responder", fabric.id()))?;
-        let buf: Vec<u8> = (0..bytes / 2).map(|i| i as u8).collect();
-        Ok(Session { fabric, conn, target, child, buf, channels: cfg.copy_channels, _mh: mh, _region: region })
+        let buf: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
+        Ok(Session { fabric, conn, target, child, buf, channels: cfg.copy_channels, _region: region, _mh: mh })
     }
 
     fn pingpong(&self, size: u64, scale: f64) -> Result<Row> {
@@ -247,20 +250,33 @@ impl Session {
         })
     }
 
-    fn oneway(&self, size: u64, scale: f64) -> Result<Row> {
+    /// One-way stream of writes, in [`ONEWAY_ROUNDS`] rounds; with `limit`, each round is
+    /// followed by a memcpy round of the same size and count, so both face the same machine.
+    /// Each row reports its median round.
+    fn oneway(&self, size: u64, scale: f64, limit: bool) -> Result<(Row, Option<Row>)> {
         let iters = iterations((4e9 * scale) as u64, size, 100, 1_000_000);
+        let per = (iters / ONEWAY_ROUNDS).max(20);
         let data = &self.buf[..size as usize];
         // Warm the mapping and the pages.
-        for _ in 0..(iters / 10).max(1) {
+        for _ in 0..(per / 2).max(1) {
             self.conn.write(&self.target, 0, data, OpFlags::NONE).wait()?;
         }
-        send_cmd(&self.conn, &Cmd::Oneway { size })?;
-        expect(&self.conn, "ready")?;
-        let m = Meter::start();
-        stream_writes(&self.conn, &self.target, data, iters)?;
-        self.fabric.wait_notification(STEP_TIMEOUT)?;
-        let (wall, cpu) = m.stop();
-        Ok(stream_row("oneway", size, iters, size * iters, wall, cpu))
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        for _ in 0..ONEWAY_ROUNDS {
+            send_cmd(&self.conn, &Cmd::Oneway { size })?;
+            expect(&self.conn, "ready")?;
+            let m = Meter::start();
+            stream_writes(&self.conn, &self.target, data, per)?;
+            self.fabric.wait_notification(STEP_TIMEOUT)?;
+            let (wall, cpu) = m.stop();
+            ours.push(stream_row("oneway", size, per, size * per, wall, cpu));
+            if limit {
+                theirs.push(limit::memcpy_row(&self.buf, size, per));
+            }
+        }
+        let n = per * ONEWAY_ROUNDS;
+        Ok((median_round(ours, n), (!theirs.is_empty()).then(|| median_round(theirs, n))))
     }
 
     fn twoway(&self, size: u64, scale: f64) -> Result<Row> {
@@ -388,6 +404,14 @@ impl Session {
     }
 }
 
+/// The row of the round with the median throughput, counted over all `iters` of the rounds.
+fn median_round(mut rounds: Vec<Row>, iters: u64) -> Row {
+    rounds.sort_by(|a, b| a.mb_per_s.partial_cmp(&b.mb_per_s).unwrap_or(std::cmp::Ordering::Equal));
+    let mut r = rounds.swap_remove(rounds.len() / 2);
+    r.iters = iters;
+    r
+}
+
 fn stream_row(pattern: &str, size: u64, iters: u64, bytes: u64, wall: Duration, cpu: f64) -> Row {
     let secs = wall.as_secs_f64();
     Row {
@@ -411,13 +435,14 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
     report.meta.insert("copy_channels".into(), cfg.copy_channels.into());
     let steps: u64 =
         cfg.patterns.iter().map(|p| if *p == Pattern::Table1 { 1 } else { cfg.sizes.len() as u64 }).sum::<u64>()
-            + if cfg.with_limit { cfg.sizes.len() as u64 } else { 0 };
+            + if cfg.with_limit && !cfg.patterns.contains(&Pattern::Oneway) { cfg.sizes.len() as u64 } else { 0 };
     let bar = if cfg.progress { ProgressBar::new(steps) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .expect("valid template"),
     );
     let s = Session::start(cfg)?;
+    let mut limit_sizes = cfg.sizes.clone();
     let result = (|| -> Result<()> {
         for &p in &cfg.patterns {
             if p == Pattern::Table1 {
@@ -430,7 +455,16 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
                 bar.set_message(format!("{} {}", p.name(), crate::show_size(size)));
                 let row = match p {
                     Pattern::Pingpong => s.pingpong(size, cfg.scale)?,
-                    Pattern::Oneway => s.oneway(size, cfg.scale)?,
+                    Pattern::Oneway => {
+                        let (row, memcpy) = s.oneway(size, cfg.scale, cfg.with_limit)?;
+                        if let Some(m) = memcpy {
+                            report.rows.push(row);
+                            limit_sizes.retain(|&x| x != size);
+                            m
+                        } else {
+                            row
+                        }
+                    }
                     Pattern::Twoway => s.twoway(size, cfg.scale)?,
                     Pattern::Rate if size as usize > MESSAGE_BYTES_MAX => {
                         report.notes.push(format!(
@@ -452,9 +486,10 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
     s.finish();
     result?;
     if cfg.with_limit {
-        for &size in &cfg.sizes {
+        let src: Vec<u8> = (0..cfg.sizes.iter().copied().max().unwrap_or(1)).map(|i| i as u8).collect();
+        for size in limit_sizes {
             bar.set_message(format!("memcpy {}", crate::show_size(size)));
-            report.rows.push(limit::memcpy_row(size));
+            report.rows.push(limit::memcpy_row(&src, size, limit::default_iterations(size)));
             bar.inc(1);
         }
     }
