@@ -16,11 +16,11 @@ pub(crate) fn memcpy_row(src: &[u8], size: u64, n: u64) -> Row {
     let src = &src[..size as usize];
     let mut dst = vec![0u8; size as usize];
     for _ in 0..(n / 10).max(1) {
-        dst.copy_from_slice(std::hint::black_box(&src));
+        dst.copy_from_slice(std::hint::black_box(src));
     }
     let m = Meter::start();
     for _ in 0..n {
-        dst.copy_from_slice(std::hint::black_box(&src));
+        dst.copy_from_slice(std::hint::black_box(src));
         std::hint::black_box(&mut dst);
     }
     let (wall, cpu) = m.stop();

@@ -56,7 +56,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 
 /// Parse lower- or upper-case hex; `None` on any other character or an odd length.
 pub fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()

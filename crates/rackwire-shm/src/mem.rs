@@ -199,7 +199,7 @@ impl SharedMem {
     /// The 64-bit word at `offset` as an atomic, when it is 8-byte aligned, inside the window,
     /// and the mapping is writable (atomics store even when they fail to swap).
     pub fn atomic_u64(&self, offset: u64) -> Option<&AtomicU64> {
-        if offset % 8 != 0 || !self.range_ok(offset, 8) || self.access != MapAccess::ReadWrite {
+        if !offset.is_multiple_of(8) || !self.range_ok(offset, 8) || self.access != MapAccess::ReadWrite {
             return None;
         }
         // SAFETY: aligned (mapping base is page-aligned, offset is a multiple of 8), in bounds,

@@ -219,7 +219,7 @@ pub(crate) fn poll_until<T>(
         }
         // Reading the clock costs more than a look at the rings: do it every so often.
         spins = spins.wrapping_add(1);
-        if spins % CLOCK_EVERY_SPINS != 0 {
+        if !spins.is_multiple_of(CLOCK_EVERY_SPINS) {
             std::hint::spin_loop();
             continue;
         }

@@ -274,7 +274,7 @@ impl Region {
     /// The 64-bit word at an 8-byte aligned `offset`, read atomically (local access).
     pub fn load_u64(&self, offset: u64) -> Result<u64, Error> {
         let mem = read(&self.inner.mem);
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(Error::Misaligned { offset });
         }
         mem.atomic_u64(offset).map(|a| a.load(Ordering::Acquire)).ok_or_else(|| self.oob(offset, 8))
@@ -283,7 +283,7 @@ impl Region {
     /// Store the 64-bit word at an 8-byte aligned `offset` atomically (local access).
     pub fn store_u64(&self, offset: u64, v: u64) -> Result<(), Error> {
         let mem = read(&self.inner.mem);
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(Error::Misaligned { offset });
         }
         mem.atomic_u64(offset).map(|a| a.store(v, Ordering::Release)).ok_or_else(|| self.oob(offset, 8))

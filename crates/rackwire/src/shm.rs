@@ -616,7 +616,7 @@ impl ShmPeer {
         flags: OpFlags,
         op: impl FnOnce(&AtomicU64) -> u64,
     ) -> Result<Completion, Error> {
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(Error::Misaligned { offset });
         }
         let m = self.mapping(t, Access::ATOMIC)?;

@@ -1,0 +1,166 @@
+//! The `rackwire` command as a user runs it: benchmarks with small parameters (so they do not
+//! rot), the management host with `nodes` and `regions`, bad input, and a short demo.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rackwire_tests::TempDir;
+
+const SECRET: &str = "cli-test-secret";
+
+fn rackwire(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rackwire"))
+        .args(args)
+        .env("RACKWIRE_SECRET", SECRET)
+        .output()
+        .expect("run rackwire")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+// Checks every benchmark pattern end to end at tiny scale, with the memcpy limit: the JSON
+// document has a `rows` array, each pattern has a shm row per size with the keys DESIGN.md
+// asks for and positive figures, and memcpy rows are there for the same sizes.
+#[test]
+fn bench_json_has_rows_for_every_pattern() {
+    let o = rackwire(&[
+        "bench",
+        "--transport",
+        "shm",
+        "--pattern",
+        "pingpong,oneway,twoway,rate,table1",
+        "--size",
+        "8,64K",
+        "--scale",
+        "0.01",
+        "--with-limit",
+        "--json",
+    ]);
+    assert!(o.status.success(), "bench failed: {}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    let rows = doc["rows"].as_array().expect("rows array");
+    let find = |t: &str, p: &str, size: u64| {
+        rows.iter().find(|r| r["transport"] == t && r["pattern"] == p && r["size"] == size)
+    };
+    for size in [8u64, 65536] {
+        let pp = find("shm", "pingpong", size).expect("pingpong row");
+        assert!(pp["lat_us_p50"].as_f64().unwrap() > 0.0);
+        assert!(pp["lat_us_p99"].as_f64().unwrap() >= pp["lat_us_p50"].as_f64().unwrap());
+        for p in ["oneway", "twoway", "rate"] {
+            let r = find("shm", p, size).unwrap_or_else(|| panic!("{p} row at {size}"));
+            assert!(r["mb_per_s"].as_f64().unwrap() > 0.0);
+            assert!(r["msgs_per_s"].as_f64().unwrap() > 0.0);
+            assert!(r["cpu_pct"].as_f64().is_some());
+        }
+        assert!(find("memcpy", "oneway", size).is_some(), "memcpy row at {size}");
+    }
+    let t1: Vec<_> =
+        rows.iter().filter(|r| r["pattern"] == "table1").map(|r| r["variant"].as_str().unwrap().to_string()).collect();
+    assert_eq!(t1, ["baseline", "multi-channel", "batched", "combined"]);
+}
+
+// Checks that bad arguments get a clear error and a failing exit status, not a panic.
+#[test]
+fn bad_arguments_are_refused_clearly() {
+    for (args, needle) in [
+        (&["bench", "--size", "0"][..], "size"),
+        (&["bench", "--size", "lots"][..], "size"),
+        (&["bench", "--pattern", "sideways"][..], "pattern"),
+        (&["bench", "--transport", "carrier-pigeon"][..], "transport"),
+        (&["bench", "--copy-channels", "99"][..], "copy-channels"),
+        (&["nodes", "--mh", "127.0.0.1:1"][..], "management host"),
+        (&["demo", "--workers", "9"][..], "workers"),
+    ] {
+        let o = rackwire(args);
+        assert!(!o.status.success(), "{args:?} should fail");
+        let e = stderr(&o);
+        assert!(e.contains(needle), "{args:?}: stderr does not mention {needle}: {e}");
+        assert!(!e.contains("panicked"), "{args:?} panicked: {e}");
+    }
+}
+
+// Checks the management host as a user runs it: `rackwire mh` in its own process, a node joins
+// and publishes a region, `rackwire nodes --json` and `rackwire regions --json` list them, and
+// inspection with the wrong secret is refused.
+#[test]
+fn mh_nodes_and_regions_from_the_command_line() {
+    let state = TempDir::new("cli-mh");
+    let mut mh = Command::new(env!("CARGO_BIN_EXE_rackwire"))
+        .args(["mh", "--listen", "127.0.0.1:0", "--state", state.0.to_str().unwrap()])
+        .env("RACKWIRE_SECRET", SECRET)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start mh");
+    let mut lines = BufReader::new(mh.stderr.take().unwrap()).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = loop {
+        assert!(Instant::now() < deadline, "mh did not report its address");
+        let line = lines.next().expect("mh output").unwrap();
+        if let Some(rest) = line.strip_prefix("management host on ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    let fabric = rackwire::Fabric::join(rackwire::FabricConfig::new(&addr, SECRET, "cli-node")).expect("join");
+    let region = fabric.alloc(8192, rackwire::Access::ALL).unwrap();
+    region.publish("cli-region").unwrap();
+    region.grant(fabric.id(), rackwire::Access::READ).unwrap();
+
+    let o = rackwire(&["nodes", "--mh", &addr, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let node = v["nodes"].as_array().unwrap().iter().find(|n| n["info"]["name"] == "cli-node").expect("node listed");
+    assert_eq!(node["up"], true);
+
+    let o = rackwire(&["regions", "--mh", &addr, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = v["regions"].as_array().unwrap().iter().find(|r| r["name"] == "cli-region").expect("region listed");
+    assert_eq!(r["len"], 8192);
+    assert_eq!(v["grants"][0]["access"], 1);
+
+    let table = rackwire(&["nodes", "--mh", &addr]);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("cli-node"));
+
+    let o = Command::new(env!("CARGO_BIN_EXE_rackwire"))
+        .args(["nodes", "--mh", &addr])
+        .env("RACKWIRE_SECRET", "wrong-secret!")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("wrong secret"), "{}", stderr(&o));
+    drop(region);
+    drop(fabric);
+    let _ = mh.kill();
+    let _ = mh.wait();
+}
+
+// Checks the main job at small scale: `rackwire demo --quick` succeeds, says the shared counter
+// was exact, and writes report.md and results.json with benchmark rows.
+#[test]
+fn quick_demo_writes_a_report() {
+    let dir = TempDir::new("cli-demo");
+    let report = dir.0.join("report");
+    let o = rackwire(&[
+        "demo",
+        "--quick",
+        "--no-peers",
+        "--workers",
+        "2",
+        "--adds",
+        "500",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "demo failed: {}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("reads 1000 (expected 1000) — exact"), "{out}");
+    let md = std::fs::read_to_string(report.join("report.md")).unwrap();
+    assert!(md.contains("| shm | pingpong |"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("results.json")).unwrap()).unwrap();
+    assert!(json["rows"].as_array().unwrap().len() >= 8);
+}
