@@ -148,6 +148,9 @@ impl Op {
 
     /// Block until the operation completes.
     pub fn wait(mut self) -> Result<Completion, Error> {
+        if let State::Ready(_) = self.state {
+            return self.poll().expect("a ready operation has its outcome");
+        }
         loop {
             match self.wait_timeout(Duration::from_secs(3600)) {
                 Err(Error::Timeout) if !matches!(self.state, State::Taken) => continue,

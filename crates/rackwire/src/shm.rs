@@ -42,8 +42,6 @@ const KIND_NOTIFY: u32 = 2;
 /// 16 reserved bytes that make a record (with its 16-byte header) exactly one cache line.
 const NOTIFY_RECORD_BYTES: usize = 48;
 const _: () = assert!(rackwire_shm::ring::record_bytes(NOTIFY_RECORD_BYTES as u64) == 64);
-/// How long an unmap waits for operations in flight on the mapping to finish.
-const UNMAP_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Control messages between two nodes that share memory.
 #[derive(Debug, Serialize, Deserialize)]
@@ -194,7 +192,7 @@ pub(crate) struct ShmPeer {
     rx_notify: Mutex<RingReceiver>,
     rx_msg_watch: RingWatch,
     rx_notify_watch: RingWatch,
-    maps: RwLock<HashMap<RegionId, Arc<Mapping>>>,
+    maps: RwLock<HashMap<RegionId, Mapping>>,
     pending: Mutex<HashMap<u64, PendingMap>>,
     unmap_waiters: Mutex<HashMap<u64, SyncSender<()>>>,
     next_req: AtomicU64,
@@ -360,7 +358,7 @@ impl ShmPeer {
                             self.maps
                                 .write()
                                 .unwrap_or_else(|e| e.into_inner())
-                                .insert(p.region, Arc::new(Mapping { mem, key: p.key, access }));
+                                .insert(p.region, Mapping { mem, key: p.key, access });
                             MapAnswer::Granted
                         }
                         Some(Err(e)) => MapAnswer::Failed(e.into()),
@@ -374,9 +372,8 @@ impl ShmPeer {
                     }
                 }
                 PeerMsg::Unmap { region, seq } => {
-                    if self.drop_mapping(region) {
-                        let _ = send(&self.sock, &PeerMsg::UnmapAck { seq }, &[]);
-                    }
+                    self.drop_mapping(region);
+                    let _ = send(&self.sock, &PeerMsg::UnmapAck { seq }, &[]);
                 }
                 PeerMsg::UnmapAck { seq } => {
                     if let Some(w) = lock(&self.unmap_waiters).remove(&seq) {
@@ -431,58 +428,63 @@ impl ShmPeer {
         }
     }
 
-    /// Drop our mapping of the peer's `region` once no operation uses it. False if an
-    /// operation held it past the drain timeout (then the owner will cut us off).
-    fn drop_mapping(&self, region: RegionId) -> bool {
-        let Some(mut m) = self.maps.write().unwrap_or_else(|e| e.into_inner()).remove(&region) else {
-            return true;
-        };
-        let deadline = Instant::now() + UNMAP_DRAIN_TIMEOUT;
-        loop {
-            match Arc::try_unwrap(m) {
-                Ok(mapping) => {
-                    drop(mapping);
-                    return true;
-                }
-                Err(still) if Instant::now() < deadline => {
-                    m = still;
-                    std::thread::yield_now();
-                }
-                Err(_) => return false,
-            }
-        }
+    /// Drop our mapping of the peer's `region`. Operations hold the map shared while they use
+    /// a mapping, so taking it exclusively waits until none is in flight.
+    fn drop_mapping(&self, region: RegionId) {
+        let removed = self.maps.write().unwrap_or_else(|e| e.into_inner()).remove(&region);
+        drop(removed);
     }
 
-    /// The mapping of `t` with at least `need`, asking the owner if we have none.
-    fn mapping(&self, t: &RemoteRegion, need: Access) -> Result<Arc<Mapping>, Error> {
+    /// Run `place` on the mapping of `t` that allows `need`, asking the owner for it first when
+    /// we have none. The map is held shared while `place` runs, so an unmap (which takes it
+    /// exclusively) waits until no operation is using the mapping.
+    fn with_mapping<T>(
+        &self,
+        t: &RemoteRegion,
+        need: Access,
+        place: impl FnOnce(&Mapping) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         if t.node != self.peer {
             return Err(Error::UnknownPeer(t.node));
         }
-        if !self.alive.load(Relaxed) {
-            return Err(Error::PeerGone(self.peer));
-        }
-        if let Some(m) = read(&self.maps).get(&t.region) {
-            if m.key != t.key {
-                self.stats.refused.fetch_add(1, Relaxed);
-                return Err(Error::BadKey { region: t.region });
-            }
-            if m.access.contains(need) {
-                return Ok(m.clone());
-            }
-        }
-        let r = self.request_mapping(t, need);
-        if matches!(
-            r,
-            Err(Error::Ungranted { .. } | Error::Revoked { .. } | Error::BadKey { .. } | Error::UnknownRegion { .. })
-        ) {
-            self.stats.refused.fetch_add(1, Relaxed);
-        }
-        r
-    }
-
-    fn request_mapping(&self, t: &RemoteRegion, need: Access) -> Result<Arc<Mapping>, Error> {
         let deadline = Instant::now() + self.op_timeout;
         loop {
+            if !self.alive.load(Relaxed) {
+                return Err(Error::PeerGone(self.peer));
+            }
+            {
+                let maps = read(&self.maps);
+                if let Some(m) = maps.get(&t.region) {
+                    if m.key != t.key {
+                        self.stats.refused.fetch_add(1, Relaxed);
+                        return Err(Error::BadKey { region: t.region });
+                    }
+                    if m.access.contains(need) {
+                        return place(m);
+                    }
+                }
+            }
+            let r = self.request_mapping(t, need, deadline);
+            if matches!(
+                r,
+                Err(Error::Ungranted { .. }
+                    | Error::Revoked { .. }
+                    | Error::BadKey { .. }
+                    | Error::UnknownRegion { .. })
+            ) {
+                self.stats.refused.fetch_add(1, Relaxed);
+            }
+            r?;
+            // Installed; unless it was unmapped again at once, the next look finds it.
+        }
+    }
+
+    /// Ask the owner for a mapping of `t`; the reader thread installs it before we are told.
+    fn request_mapping(&self, t: &RemoteRegion, need: Access, deadline: Instant) -> Result<(), Error> {
+        loop {
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
             let req = self.next_req.fetch_add(1, Relaxed);
             let (tx, rx) = sync_channel(1);
             lock(&self.pending).insert(req, PendingMap { region: t.region, key: t.key, reply: tx });
@@ -492,12 +494,7 @@ impl ShmPeer {
                 return Err(Error::PeerGone(self.peer));
             }
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(MapAnswer::Granted) => {
-                    if let Some(m) = read(&self.maps).get(&t.region).filter(|m| m.access.contains(need)) {
-                        return Ok(m.clone());
-                    }
-                    // Unmapped again right after the grant: ask again.
-                }
+                Ok(MapAnswer::Granted) => return Ok(()),
                 Ok(MapAnswer::Refused(Refusal::Busy)) => std::thread::sleep(Duration::from_millis(1)),
                 Ok(MapAnswer::Refused(r)) => return Err(r.into_error(self.peer, t.region)),
                 Ok(MapAnswer::Failed(e)) => return Err(e),
@@ -506,9 +503,6 @@ impl ShmPeer {
                     return Err(Error::Timeout);
                 }
                 Err(RecvTimeoutError::Disconnected) => return Err(Error::PeerGone(self.peer)),
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout);
             }
         }
     }
@@ -561,12 +555,19 @@ impl ShmPeer {
         Error::OutOfBounds { region: t.region, offset, len, region_len: m.mem.len() as u64 }
     }
 
+    fn refused(&self, e: Error) -> Error {
+        self.stats.refused.fetch_add(1, Relaxed);
+        e
+    }
+
     fn do_write(&self, t: &RemoteRegion, offset: u64, data: &[u8], flags: OpFlags) -> Result<Completion, Error> {
-        let m = self.mapping(t, Access::WRITE)?;
-        if !m.mem.write_at(offset, data) {
-            self.stats.refused.fetch_add(1, Relaxed);
-            return Err(Self::oob(t, &m, offset, data.len() as u64));
-        }
+        self.with_mapping(t, Access::WRITE, |m| {
+            if m.mem.write_at(offset, data) {
+                Ok(())
+            } else {
+                Err(self.refused(Self::oob(t, m, offset, data.len() as u64)))
+            }
+        })?;
         self.stats.writes.fetch_add(1, Relaxed);
         self.stats.bytes_written.fetch_add(data.len() as u64, Relaxed);
         self.notify_after(t.region, offset, data.len() as u64, flags)?;
@@ -580,13 +581,13 @@ impl ShmPeer {
         flags: OpFlags,
         opts: BatchOptions,
     ) -> Result<Completion, Error> {
-        let m = self.mapping(t, Access::WRITE)?;
         let f = self.fabric.upgrade().ok_or(Error::Closed)?;
-        if let Err(i) = f.copy.write_batch(&m.mem, entries, opts.combine, opts.channels) {
-            self.stats.refused.fetch_add(1, Relaxed);
-            let (off, d) = entries[i];
-            return Err(Self::oob(t, &m, off, d.len() as u64));
-        }
+        self.with_mapping(t, Access::WRITE, |m| {
+            f.copy.write_batch(&m.mem, entries, opts.combine, opts.channels).map(drop).map_err(|i| {
+                let (off, d) = entries[i];
+                self.refused(Self::oob(t, m, off, d.len() as u64))
+            })
+        })?;
         let total: u64 = entries.iter().map(|(_, d)| d.len() as u64).sum();
         self.stats.writes.fetch_add(1, Relaxed);
         self.stats.bytes_written.fetch_add(total, Relaxed);
@@ -596,13 +597,14 @@ impl ShmPeer {
     }
 
     fn do_read(&self, t: &RemoteRegion, offset: u64, len: u64, flags: OpFlags) -> Result<Completion, Error> {
-        let m = self.mapping(t, Access::READ)?;
-        if offset.checked_add(len).is_none_or(|end| end > m.mem.len() as u64) {
-            self.stats.refused.fetch_add(1, Relaxed);
-            return Err(Self::oob(t, &m, offset, len));
-        }
-        let mut out = vec![0u8; len as usize];
-        m.mem.read_at(offset, &mut out);
+        let out = self.with_mapping(t, Access::READ, |m| {
+            if offset.checked_add(len).is_none_or(|end| end > m.mem.len() as u64) {
+                return Err(self.refused(Self::oob(t, m, offset, len)));
+            }
+            let mut out = vec![0u8; len as usize];
+            m.mem.read_at(offset, &mut out);
+            Ok(out)
+        })?;
         self.stats.reads.fetch_add(1, Relaxed);
         self.stats.bytes_read.fetch_add(len, Relaxed);
         self.notify_after(t.region, offset, len, flags)?;
@@ -619,12 +621,10 @@ impl ShmPeer {
         if !offset.is_multiple_of(8) {
             return Err(Error::Misaligned { offset });
         }
-        let m = self.mapping(t, Access::ATOMIC)?;
-        let Some(word) = m.mem.atomic_u64(offset) else {
-            self.stats.refused.fetch_add(1, Relaxed);
-            return Err(Self::oob(t, &m, offset, 8));
-        };
-        let old = op(word);
+        let old = self.with_mapping(t, Access::ATOMIC, |m| match m.mem.atomic_u64(offset) {
+            Some(word) => Ok(op(word)),
+            None => Err(self.refused(Self::oob(t, m, offset, 8))),
+        })?;
         self.stats.atomics.fetch_add(1, Relaxed);
         self.notify_after(t.region, offset, 8, flags)?;
         Ok(Completion::Value(old))
