@@ -1,7 +1,7 @@
 //! Connections: the one-sided and two-sided calls, whatever the transport.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::fabric::{poll_until, FabricInner};
 use crate::transport::PeerTransport;
@@ -140,9 +140,8 @@ impl Conn {
 
     /// The next message from this peer, waiting at most `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Vec<u8>, Error> {
-        let deadline = Instant::now() + timeout;
         let mut out = Vec::new();
-        poll_until(&self.fabric, deadline, || {
+        poll_until(&self.fabric, timeout, || {
             if self.t.try_recv(&mut out)? {
                 return Ok(Some(()));
             }

@@ -204,14 +204,20 @@ impl FabricInner {
     }
 }
 
-/// Busy-poll `f` for the configured time, then sleep on the doorbell between looks, until it
-/// yields, fails, or `deadline` passes ([`Error::Timeout`]).
+/// Busy-poll `probe` for the configured time, then sleep on the doorbell between looks, until
+/// it yields, fails, or `timeout` passes ([`Error::Timeout`]). The clock is first read after a
+/// look found nothing, so draining a full ring costs no clock reads.
 pub(crate) fn poll_until<T>(
     f: &FabricInner,
-    deadline: Instant,
+    timeout: Duration,
     mut probe: impl FnMut() -> Result<Option<T>, Error>,
 ) -> Result<T, Error> {
-    let spin_until = Instant::now() + f.cfg.busy_poll;
+    if let Some(v) = probe()? {
+        return Ok(v);
+    }
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let spin_until = start + f.cfg.busy_poll;
     let mut spins = 0u32;
     loop {
         if let Some(v) = probe()? {
@@ -231,7 +237,6 @@ pub(crate) fn poll_until<T>(
             return Err(Error::Timeout);
         }
         if now < spin_until {
-            std::hint::spin_loop();
             continue;
         }
         f.doorbell.arm();
@@ -383,7 +388,7 @@ impl Fabric {
 
     /// The next message from any peer, waiting at most `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Message, Error> {
-        poll_until(&self.inner, Instant::now() + timeout, || self.try_recv())
+        poll_until(&self.inner, timeout, || self.try_recv())
     }
 
     /// The next notification, if one is waiting.
@@ -393,7 +398,7 @@ impl Fabric {
 
     /// The next notification, waiting at most `timeout`.
     pub fn wait_notification(&self, timeout: Duration) -> Result<Notification, Error> {
-        poll_until(&self.inner, Instant::now() + timeout, || self.try_notification())
+        poll_until(&self.inner, timeout, || self.try_notification())
     }
 
     /// Look at every peer once, starting at a rotating position so no peer starves.
