@@ -1,0 +1,56 @@
+//! Wire formats of the rackwire edge transport.
+//!
+//! Every frame starts with a fixed 32-byte [header](frame) that carries a version and its own
+//! CRC32C; the payload has a CRC32C of its own. Each format is a checked *view* over a byte
+//! buffer (`new_checked` validates everything once, after which no accessor can panic) and a
+//! small validated *representation* with `parse`, `emit` and `buffer_len`. Errors name the
+//! field that failed. Parsing arbitrary bytes never panics: [`check_any`] is the body shared by
+//! the property tests and the fuzz target.
+//!
+//! All multi-byte fields are big-endian (network order).
+
+#![deny(unsafe_code)]
+
+pub mod auth;
+mod error;
+pub mod frame;
+pub mod payload;
+
+pub use error::WireError;
+pub use frame::{Frame, FrameKind, FrameRepr, HEADER_LEN};
+pub use payload::{
+    AckRepr, CloseRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind, Segment, SegmentRepr,
+    ACK_RANGES_MAX, SEGMENT_LEN,
+};
+
+/// Parse `data` as a frame and its payload in every way a receiver would, discarding the
+/// results. Never panics, whatever the bytes: the property tests and the fuzz target run it.
+pub fn check_any(data: &[u8]) {
+    let Ok(frame) = Frame::new_checked(data) else { return };
+    let Ok(repr) = FrameRepr::parse(&frame) else { return };
+    let payload = frame.payload();
+    match repr.kind {
+        FrameKind::Data => {
+            if let Ok(seg) = Segment::new_checked(payload) {
+                let _ = SegmentRepr::parse(&seg);
+                let _ = seg.body().len();
+            }
+        }
+        FrameKind::Ack => {
+            let _ = AckRepr::parse(payload);
+        }
+        FrameKind::Nack => {
+            let _ = RangesRepr::parse(payload);
+        }
+        FrameKind::Handshake => {
+            let _ = HandshakeRepr::parse(payload);
+        }
+        FrameKind::Probe => {
+            let _ = ProbeRepr::parse(payload);
+        }
+        FrameKind::Close => {
+            let _ = CloseRepr::parse(payload);
+        }
+        FrameKind::Unknown(_) => {}
+    }
+}
