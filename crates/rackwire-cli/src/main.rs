@@ -4,6 +4,7 @@
 
 mod demo;
 mod inspect;
+mod sim;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -93,6 +94,9 @@ enum Cmd {
     /// Bring up a management host and several nodes on this machine, exercise them, run the
     /// benchmarks, and write a report.
     Demo(demo::DemoArgs),
+    /// Run the edge transport in the deterministic simulator: `--seeds N` for a swarm,
+    /// `--seed S --stats` to reproduce one run with its counters.
+    Sim(sim::SimArgs),
     /// (internal) The responder side of `rackwire bench`.
     #[command(name = "bench-responder", hide = true)]
     BenchResponder,
@@ -220,6 +224,10 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Demo(d) => {
             init_logging(tracing::Level::WARN);
             demo::run(&d)
+        }
+        Cmd::Sim(a) => {
+            init_logging(tracing::Level::WARN);
+            sim::run(&a)
         }
         Cmd::BenchResponder => {
             init_logging(tracing::Level::WARN);

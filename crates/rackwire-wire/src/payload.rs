@@ -580,7 +580,7 @@ mod tests {
             SegmentRepr::parse(&Segment::new_checked(&b[..]).unwrap()).unwrap_err(),
             WireError::BadValue { field: "segment frag_off" }
         );
-        let mut b = vec![0u8; SEGMENT_LEN];
+        let mut b = [0u8; SEGMENT_LEN];
         b[28] = 1;
         assert_eq!(
             SegmentRepr::parse(&Segment::new_checked(&b[..]).unwrap()).unwrap_err(),

@@ -1,0 +1,1028 @@
+//! The connection state machine.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use rackwire_wire::auth;
+use rackwire_wire::frame::PAYLOAD_LEN_MAX;
+use rackwire_wire::payload::{CLOSE_LEN, HANDSHAKE_LEN, PROBE_LEN};
+use rackwire_wire::{
+    AckRepr, CloseRepr, Frame, FrameKind, FrameRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind,
+    Segment, SegmentRepr, SEGMENT_LEN,
+};
+
+use crate::link::Link;
+use crate::ops::{Body, Incomings, Ops, WriteOutcome};
+use crate::recv::{Arrival, RecvState};
+use crate::stats::ConnStats;
+use crate::{
+    AtomicOp, Completion, Config, OpError, OpFlags, OpId, Refusal, RegionRef, Target, Time, MESSAGE_BYTES_MAX,
+    OP_BYTES_MAX,
+};
+
+const LABEL_ACCEPTOR: &str = "rackwire-edge-acceptor";
+const LABEL_INITIATOR: &str = "rackwire-edge-initiator";
+/// Close reason codes on the wire.
+const CLOSE_NORMAL: u8 = 0;
+const CLOSE_AUTH: u8 = 1;
+
+/// Where a connection is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Authenticating.
+    Handshaking,
+    /// Carrying operations.
+    Established,
+    /// Over.
+    Closed(CloseReason),
+}
+
+/// Why a connection closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Closed here.
+    Local,
+    /// The peer closed (with its code).
+    Peer(u8),
+    /// Nothing heard from the peer on any link for the idle timeout.
+    IdleTimeout,
+    /// The peer could not prove it holds the secret (or we could not).
+    AuthFailed,
+}
+
+/// Something the caller should know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The handshake completed; operations flow.
+    Connected {
+        /// The peer's node id.
+        peer: u32,
+    },
+    /// An operation completed, once.
+    Completed {
+        /// Its id.
+        op: OpId,
+        /// Its outcome.
+        result: Result<Completion, OpError>,
+    },
+    /// A two-sided message arrived (in the order sent).
+    Message {
+        /// Payload.
+        data: Vec<u8>,
+    },
+    /// An operation with a notification placed its data here.
+    Notification {
+        /// Region.
+        region: u32,
+        /// Offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// Immediate.
+        imm: u64,
+    },
+    /// A link stopped answering; its traffic moved to the others.
+    LinkDown(usize),
+    /// A link answers again.
+    LinkUp(usize),
+    /// The connection ended.
+    Closed(CloseReason),
+}
+
+/// A frame to send: `len` bytes at the start of the caller's buffer, on `link`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Link index.
+    pub link: usize,
+    /// Frame length.
+    pub len: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Initiator,
+    Acceptor,
+}
+
+#[derive(Debug)]
+struct Sent {
+    payload: Vec<u8>,
+    /// The link it last went on, while it counts against that link's window.
+    counted_on: Option<usize>,
+    link: usize,
+    sent_at: Time,
+    retransmitted: bool,
+}
+
+/// One reliable, authenticated connection over several links. See the crate documentation
+/// for how to drive it.
+pub struct Connection {
+    cfg: Config,
+    role: Role,
+    state: State,
+    me: u32,
+    peer: u32,
+    secret: Vec<u8>,
+    local_conn: u32,
+    peer_conn: u32,
+    my_nonce: [u8; 32],
+    their_nonce: [u8; 32],
+    hs_send: Option<HandshakeStep>,
+    hs_last: Option<Time>,
+    hs_rr: usize,
+    links: Vec<Link>,
+    rr: usize,
+    body_max: usize,
+    next_seq: u64,
+    inflight: BTreeMap<u64, Sent>,
+    retx: VecDeque<u64>,
+    /// Latest send time of a frame known delivered (first transmissions only).
+    rack_time: Time,
+    recv: RecvState,
+    ops: Ops,
+    responses: VecDeque<Vec<u8>>,
+    incoming: Incomings,
+    events: VecDeque<Event>,
+    probe_replies: VecDeque<(usize, u32, u32)>,
+    close_send: Option<u8>,
+    last_heard: Time,
+    probe_token: u32,
+    stats: ConnStats,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("me", &self.me)
+            .field("peer", &self.peer)
+            .field("state", &self.state)
+            .field("inflight", &self.inflight.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Widen a 32-bit sequence number to the 64-bit one nearest `near`.
+fn unwrap_seq(near: u64, wire: u32) -> u64 {
+    let base = near & !0xffff_ffff;
+    let cands =
+        [base.wrapping_sub(1 << 32) | wire as u64, base | wire as u64, base.wrapping_add(1 << 32) | wire as u64];
+    cands.into_iter().min_by_key(|c| c.abs_diff(near)).expect("three candidates")
+}
+
+fn context(initiator: u32, acceptor: u32) -> Vec<u8> {
+    format!("rackwire-edge {initiator}->{acceptor}").into_bytes()
+}
+
+impl Connection {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        cfg: Config,
+        role: Role,
+        me: u32,
+        peer: u32,
+        secret: &[u8],
+        nonce: [u8; 32],
+        local_conn: u32,
+        now: Time,
+    ) -> Self {
+        cfg.validate().expect("invalid connection config");
+        let links = (0..cfg.links).map(|_| Link::new(&cfg, now)).collect();
+        let body_max = (0..cfg.links).map(|l| cfg.body_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX - SEGMENT_LEN);
+        let stats = ConnStats { links: vec![Default::default(); cfg.links], ..Default::default() };
+        Connection {
+            role,
+            state: State::Handshaking,
+            me,
+            peer,
+            secret: secret.to_vec(),
+            local_conn,
+            peer_conn: 0,
+            my_nonce: nonce,
+            their_nonce: [0; 32],
+            hs_send: (role == Role::Initiator).then_some(HandshakeStep::Hello),
+            hs_last: None,
+            hs_rr: 0,
+            links,
+            rr: 0,
+            body_max,
+            next_seq: 0,
+            inflight: BTreeMap::new(),
+            retx: VecDeque::new(),
+            rack_time: 0,
+            recv: RecvState::default(),
+            ops: Ops::default(),
+            responses: VecDeque::new(),
+            incoming: Incomings::default(),
+            events: VecDeque::new(),
+            probe_replies: VecDeque::new(),
+            close_send: None,
+            last_heard: now,
+            probe_token: 0,
+            stats,
+            cfg,
+        }
+    }
+
+    /// Start a connection from node `me` to node `peer`. `nonce` must be fresh random bytes;
+    /// `local_conn` is this side's connection id (nonzero), which the peer puts in its frames.
+    /// Panics if `cfg` does not validate (check it first with [`Config::validate`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect(
+        cfg: Config,
+        me: u32,
+        peer: u32,
+        secret: &[u8],
+        nonce: [u8; 32],
+        local_conn: u32,
+        now: Time,
+    ) -> Self {
+        Self::new(cfg, Role::Initiator, me, peer, secret, nonce, local_conn, now)
+    }
+
+    /// Wait for a connection to node `me` from any node holding the secret.
+    pub fn accept(cfg: Config, me: u32, secret: &[u8], nonce: [u8; 32], local_conn: u32, now: Time) -> Self {
+        Self::new(cfg, Role::Acceptor, me, 0, secret, nonce, local_conn, now)
+    }
+
+    /// Where it is.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// The peer's node id (0 until an acceptor heard from it).
+    pub fn peer(&self) -> u32 {
+        self.peer
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ConnStats {
+        let mut s = self.stats.clone();
+        for (i, l) in self.links.iter().enumerate() {
+            s.links[i] = l.stats;
+            s.links[i].window = l.window() as u64;
+        }
+        s
+    }
+
+    /// Whether link `l` is in use.
+    pub fn link_up(&self, l: usize) -> bool {
+        self.links.get(l).is_some_and(|k| k.up)
+    }
+
+    /// Frames in flight.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// True when nothing is queued, in flight, or owed to the peer.
+    pub fn is_idle(&self) -> bool {
+        self.ops.is_empty() && self.inflight.is_empty() && self.responses.is_empty() && self.retx.is_empty()
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Submitting operations.
+
+    fn submit(&mut self, body: Body, flags: OpFlags, now: Time) -> Result<OpId, OpError> {
+        match self.state {
+            State::Closed(_) => return Err(OpError::Closed),
+            State::Handshaking | State::Established => {}
+        }
+        self.ops.submit(body, flags, now, self.cfg.op_timeout_us)
+    }
+
+    /// Write `data` at `offset` of the peer's region. The data is copied.
+    pub fn write(
+        &mut self,
+        now: Time,
+        target: RegionRef,
+        offset: u64,
+        data: &[u8],
+        flags: OpFlags,
+    ) -> Result<OpId, OpError> {
+        if data.len() as u64 > OP_BYTES_MAX {
+            return Err(OpError::Limit);
+        }
+        self.submit(Body::Write { target, offset, data: data.to_vec() }, flags, now)
+    }
+
+    /// Read `len` bytes at `offset` of the peer's region.
+    pub fn read(
+        &mut self,
+        now: Time,
+        target: RegionRef,
+        offset: u64,
+        len: u64,
+        flags: OpFlags,
+    ) -> Result<OpId, OpError> {
+        if len > OP_BYTES_MAX {
+            return Err(OpError::Limit);
+        }
+        self.submit(Body::Read { target, offset, len, got: 0, buf: Vec::new() }, flags, now)
+    }
+
+    /// A 64-bit atomic at `offset` (8-byte aligned) of the peer's region.
+    pub fn atomic(
+        &mut self,
+        now: Time,
+        target: RegionRef,
+        offset: u64,
+        op: AtomicOp,
+        flags: OpFlags,
+    ) -> Result<OpId, OpError> {
+        self.submit(Body::Atomic { target, offset, op }, flags, now)
+    }
+
+    /// Send a message of at most [`MESSAGE_BYTES_MAX`] bytes; delivered in order. Fences in
+    /// `flags` apply; a notification does not (the message itself is the notice).
+    pub fn send(&mut self, now: Time, data: &[u8], flags: OpFlags) -> Result<OpId, OpError> {
+        if data.len() > MESSAGE_BYTES_MAX {
+            return Err(OpError::Limit);
+        }
+        self.submit(Body::Msg { data: data.to_vec(), seq: 0 }, OpFlags { notify: None, ..flags }, now)
+    }
+
+    /// Close: operations in progress fail with [`OpError::Closed`]; the peer is told.
+    pub fn close(&mut self, _now: Time) {
+        if !matches!(self.state, State::Closed(_)) {
+            self.close_send = Some(CLOSE_NORMAL);
+            self.shut(CloseReason::Local);
+        }
+    }
+
+    fn shut(&mut self, why: CloseReason) {
+        if matches!(self.state, State::Closed(_)) {
+            return;
+        }
+        self.state = State::Closed(why);
+        for op in self.ops.drain() {
+            self.events.push_back(Event::Completed { op, result: Err(OpError::Closed) });
+        }
+        self.inflight.clear();
+        self.retx.clear();
+        self.responses.clear();
+        self.events.push_back(Event::Closed(why));
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Input.
+
+    /// A frame arrived on `link`. Damaged, malformed or foreign frames are counted and dropped.
+    pub fn handle_frame(&mut self, now: Time, link: usize, bytes: &[u8], target: &mut dyn Target) {
+        let Ok(frame) = Frame::new_checked(bytes) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let Ok(repr) = FrameRepr::parse(&frame) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        if link >= self.links.len() || matches!(self.state, State::Closed(_)) {
+            self.stats.malformed += 1;
+            return;
+        }
+        let first_hello = repr.kind == FrameKind::Handshake && repr.conn == 0;
+        if repr.conn != self.local_conn && !first_hello {
+            self.stats.malformed += 1;
+            return;
+        }
+        let len = frame.total_len() as u64;
+        self.stats.frames_received += 1;
+        self.stats.bytes_received += len;
+        let l = &mut self.links[link];
+        l.stats.frames_received += 1;
+        l.stats.bytes_received += len;
+        l.last_heard = now;
+        self.last_heard = now;
+        let established = self.state == State::Established;
+        if let (Some(ack), true) = (repr.ack, established) {
+            let ack = unwrap_seq(self.next_seq, ack);
+            self.on_cumulative_ack(now, ack);
+        }
+        let payload = frame.payload();
+        match repr.kind {
+            FrameKind::Handshake => match HandshakeRepr::parse(payload) {
+                Ok(h) => self.on_handshake(now, h),
+                Err(_) => self.stats.malformed += 1,
+            },
+            FrameKind::Data if established => self.on_data(now, link, &repr, payload, target),
+            FrameKind::Ack if established => match AckRepr::parse(payload) {
+                Ok(a) => {
+                    for (s, e) in a.ranges {
+                        let s = unwrap_seq(self.next_seq, s);
+                        let e = s + e.wrapping_sub(s as u32) as u64;
+                        self.on_delivered_range(now, s, e);
+                    }
+                }
+                Err(_) => self.stats.malformed += 1,
+            },
+            FrameKind::Nack if established => match RangesRepr::parse(payload) {
+                Ok(n) => {
+                    for (s, e) in n.ranges {
+                        let s = unwrap_seq(self.next_seq, s);
+                        let e = s + e.wrapping_sub(s as u32) as u64;
+                        self.on_reported_missing(now, s, e);
+                    }
+                }
+                Err(_) => self.stats.malformed += 1,
+            },
+            FrameKind::Probe => match ProbeRepr::parse(payload) {
+                Ok(p) if !p.reply => self.probe_replies.push_back((link, p.token, repr.ts)),
+                Ok(p) => self.on_probe_reply(now, link, p),
+                Err(_) => self.stats.malformed += 1,
+            },
+            FrameKind::Close => match CloseRepr::parse(payload) {
+                Ok(c) => self.shut(CloseReason::Peer(c.reason)),
+                Err(_) => self.stats.malformed += 1,
+            },
+            FrameKind::Data | FrameKind::Ack | FrameKind::Nack | FrameKind::Unknown(_) => {}
+        }
+        self.detect_losses(now);
+    }
+
+    fn on_handshake(&mut self, now: Time, h: HandshakeRepr) {
+        match (self.role, h.step) {
+            (Role::Acceptor, HandshakeStep::Hello) => {
+                if h.to != self.me || (self.state == State::Established && h.from != self.peer) {
+                    return;
+                }
+                if self.state == State::Established {
+                    return;
+                }
+                self.peer = h.from;
+                self.peer_conn = h.conn;
+                self.their_nonce = h.nonce;
+                self.hs_send = Some(HandshakeStep::Challenge);
+            }
+            (Role::Acceptor, HandshakeStep::Proof) => {
+                if h.from != self.peer || self.hs_send.is_none() && self.state != State::Established {
+                    return;
+                }
+                if self.state == State::Established {
+                    self.hs_send = Some(HandshakeStep::Done);
+                    return;
+                }
+                let ctx = context(self.peer, self.me);
+                if auth::verify(&self.secret, LABEL_INITIATOR, &self.my_nonce, &ctx, &h.proof) {
+                    self.established(now);
+                    self.hs_send = Some(HandshakeStep::Done);
+                } else {
+                    self.close_send = Some(CLOSE_AUTH);
+                    self.shut(CloseReason::AuthFailed);
+                }
+            }
+            (Role::Initiator, HandshakeStep::Challenge) => {
+                if h.from != self.peer || h.to != self.me {
+                    return;
+                }
+                let ctx = context(self.me, self.peer);
+                if !auth::verify(&self.secret, LABEL_ACCEPTOR, &self.my_nonce, &ctx, &h.proof) {
+                    self.close_send = Some(CLOSE_AUTH);
+                    self.shut(CloseReason::AuthFailed);
+                    return;
+                }
+                self.peer_conn = h.conn;
+                self.their_nonce = h.nonce;
+                if self.state != State::Established {
+                    self.hs_send = Some(HandshakeStep::Proof);
+                }
+            }
+            (Role::Initiator, HandshakeStep::Done)
+                if h.from == self.peer && self.state == State::Handshaking && self.peer_conn != 0 =>
+            {
+                self.established(now);
+            }
+            _ => {}
+        }
+    }
+
+    fn established(&mut self, now: Time) {
+        self.state = State::Established;
+        self.hs_send = None;
+        for l in &mut self.links {
+            l.last_heard = now;
+        }
+        self.events.push_back(Event::Connected { peer: self.peer });
+    }
+
+    fn on_data(&mut self, now: Time, link: usize, repr: &FrameRepr, payload: &[u8], target: &mut dyn Target) {
+        let seq = unwrap_seq(self.recv.next, repr.seq);
+        let Ok(seg) = Segment::new_checked(payload) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let Ok(s) = SegmentRepr::parse(&seg) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        match self.recv.on_data(seq, repr.ts, link as u8, now, &self.cfg) {
+            Arrival::Duplicate => {
+                self.stats.duplicates += 1;
+                return;
+            }
+            Arrival::New { beyond_gap } => {
+                if beyond_gap {
+                    self.stats.out_of_order += 1;
+                }
+            }
+        }
+        let body = seg.body();
+        let peer = self.peer;
+        match s.kind {
+            SegKind::Write => {
+                let r =
+                    target.write(peer, s.region, s.key, s.offset, s.op_len as u64, s.offset + s.frag_off as u64, body);
+                match self.incoming.write_fragment(&s, body.len() as u64, r) {
+                    WriteOutcome::Partial => {}
+                    WriteOutcome::Complete { refused, notify } => {
+                        self.answer(s.op, refused, 0);
+                        if let Some((region, offset, len, imm)) = notify {
+                            self.events.push_back(Event::Notification { region, offset, len, imm });
+                        }
+                    }
+                }
+            }
+            SegKind::ReadReq => {
+                let mut data = vec![0u8; s.op_len as usize];
+                match target.read(peer, s.region, s.key, s.offset, &mut data) {
+                    Ok(()) => {
+                        for (i, chunk) in data.chunks(self.body_max).enumerate() {
+                            self.respond(SegKind::ReadData, s.op, 0, (i * self.body_max) as u32, s.op_len, 0, chunk);
+                        }
+                        if data.is_empty() {
+                            self.respond(SegKind::ReadData, s.op, 0, 0, 0, 0, &[]);
+                        }
+                        if s.flags & rackwire_wire::payload::SEG_NOTIFY != 0 {
+                            self.events.push_back(Event::Notification {
+                                region: s.region,
+                                offset: s.offset,
+                                len: s.op_len as u64,
+                                imm: s.imm,
+                            });
+                        }
+                    }
+                    Err(r) => self.answer(s.op, Some(r), 0),
+                }
+            }
+            SegKind::Cas | SegKind::Fadd => {
+                let op = if s.kind == SegKind::Cas {
+                    let new = body.get(..8).map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+                    match new {
+                        Some(new) => AtomicOp::CompareSwap { expected: s.imm, new },
+                        None => {
+                            self.stats.malformed += 1;
+                            return;
+                        }
+                    }
+                } else {
+                    AtomicOp::FetchAdd(s.imm)
+                };
+                match target.atomic(peer, s.region, s.key, s.offset, op) {
+                    Ok(old) => self.answer(s.op, None, old),
+                    Err(r) => self.answer(s.op, Some(r), 0),
+                }
+            }
+            SegKind::Msg => match self.incoming.msg_fragment(&s, body) {
+                Ok(done) => {
+                    for (op, data) in done {
+                        self.answer(op, None, 0);
+                        self.events.push_back(Event::Message { data });
+                    }
+                }
+                Err((op, r)) => self.answer(op, Some(r), 0),
+            },
+            SegKind::ReadData => {
+                if let Some(result) = self.ops.on_read_data(s.op, s.frag_off as u64, body) {
+                    self.completed(s.op, result);
+                }
+            }
+            SegKind::Done => {
+                if let Some(result) = self.ops.on_done(s.op, s.imm) {
+                    self.completed(s.op, result);
+                }
+            }
+            SegKind::Refused => {
+                if let Some(result) = self.ops.on_refused(s.op, Refusal::from_code(s.reason)) {
+                    self.stats.refused += 1;
+                    self.completed(s.op, result);
+                }
+            }
+            SegKind::Unknown(_) => self.stats.malformed += 1,
+        }
+    }
+
+    fn completed(&mut self, op: OpId, result: Result<Completion, OpError>) {
+        self.events.push_back(Event::Completed { op, result });
+    }
+
+    /// Queue the target's answer to an operation: `Done` (with an atomic's old value in `imm`)
+    /// or `Refused`.
+    fn answer(&mut self, op: OpId, refused: Option<Refusal>, value: u64) {
+        match refused {
+            None => self.respond(SegKind::Done, op, 0, 0, 0, value, &[]),
+            Some(r) => {
+                self.stats.refused_here += 1;
+                self.respond(SegKind::Refused, op, r.code(), 0, 0, 0, &[]);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn respond(&mut self, kind: SegKind, op: OpId, reason: u8, frag_off: u32, op_len: u32, imm: u64, body: &[u8]) {
+        let seg = SegmentRepr { op, kind, flags: 0, reason, region: 0, frag_off, offset: 0, op_len, key: 0, imm };
+        let mut out = vec![0u8; SEGMENT_LEN + body.len()];
+        seg.emit(&mut out);
+        out[SEGMENT_LEN..].copy_from_slice(body);
+        self.responses.push_back(out);
+    }
+
+    fn on_cumulative_ack(&mut self, now: Time, ack: u64) {
+        let first = match self.inflight.keys().next() {
+            Some(&f) => f,
+            None => return,
+        };
+        if ack > first {
+            self.on_delivered_range(now, first, ack);
+        }
+    }
+
+    fn on_delivered_range(&mut self, now: Time, start: u64, end: u64) {
+        if end <= start || end > self.next_seq {
+            return;
+        }
+        let seqs: Vec<u64> = self.inflight.range(start..end).map(|(&s, _)| s).collect();
+        for seq in seqs {
+            let s = self.inflight.remove(&seq).expect("listed");
+            if let Some(l) = s.counted_on {
+                let link = &mut self.links[l];
+                link.inflight -= 1;
+                link.on_ack(&self.cfg);
+            }
+            if !s.retransmitted {
+                self.links[s.link].rtt_sample(now.saturating_sub(s.sent_at));
+                self.rack_time = self.rack_time.max(s.sent_at);
+            }
+        }
+    }
+
+    /// The peer says these are missing: resend those that had time to arrive.
+    fn on_reported_missing(&mut self, now: Time, start: u64, end: u64) {
+        let seqs: Vec<u64> = self.inflight.range(start..end).map(|(&s, _)| s).collect();
+        for seq in seqs {
+            let s = &self.inflight[&seq];
+            if s.counted_on.is_some() && now >= self.loss_deadline(s) {
+                self.lose(now, seq, false);
+            }
+        }
+    }
+
+    /// When a frame overtaken by later ones counts as lost: its link's round trip plus slack.
+    fn loss_deadline(&self, s: &Sent) -> Time {
+        let l = &self.links[s.link];
+        s.sent_at + l.srtt(&self.cfg) + self.cfg.reorder_slack_us.max(4 * l.rttvar())
+    }
+
+    fn lose(&mut self, now: Time, seq: u64, timeout: bool) {
+        let Some(s) = self.inflight.get_mut(&seq) else { return };
+        if let Some(l) = s.counted_on.take() {
+            self.links[l].inflight -= 1;
+            if timeout {
+                self.links[l].on_timeout(&self.cfg, now);
+            } else {
+                self.links[l].on_loss(&self.cfg, now);
+            }
+            self.retx.push_back(seq);
+        }
+    }
+
+    fn detect_losses(&mut self, now: Time) {
+        if self.state != State::Established {
+            return;
+        }
+        let mut lost = Vec::new();
+        for (&seq, s) in &self.inflight {
+            if s.counted_on.is_none() {
+                continue;
+            }
+            if s.sent_at < self.rack_time && now >= self.loss_deadline(s) {
+                lost.push((seq, false));
+            } else if now >= s.sent_at + self.links[s.link].rto(&self.cfg) {
+                lost.push((seq, true));
+            }
+        }
+        for (seq, timeout) in lost {
+            self.lose(now, seq, timeout);
+        }
+    }
+
+    fn on_probe_reply(&mut self, now: Time, link: usize, p: ProbeRepr) {
+        let l = &mut self.links[link];
+        if let Some((token, sent)) = l.probe {
+            if token == p.token {
+                l.probe = None;
+                l.missed = 0;
+                l.suspect = false;
+                l.rtt_sample(now.saturating_sub(sent));
+                if !l.up {
+                    l.up = true;
+                    self.events.push_back(Event::LinkUp(link));
+                }
+            }
+        }
+    }
+
+    /// Time passed: losses, probes, timeouts.
+    pub fn handle_timeout(&mut self, now: Time, _target: &mut dyn Target) {
+        if matches!(self.state, State::Closed(_)) {
+            return;
+        }
+        if now.saturating_sub(self.last_heard) >= self.cfg.idle_timeout_us {
+            self.shut(CloseReason::IdleTimeout);
+            return;
+        }
+        for op in self.ops.expire(now) {
+            self.events.push_back(Event::Completed { op, result: Err(OpError::Timeout) });
+        }
+        if self.state != State::Established {
+            return;
+        }
+        self.detect_losses(now);
+        for i in 0..self.links.len() {
+            let l = &mut self.links[i];
+            match l.probe {
+                Some((_, sent)) if now >= sent + self.cfg.probe_timeout_us => {
+                    l.probe = None;
+                    l.missed += 1;
+                    l.probe_due = true;
+                    if l.up && l.missed >= self.cfg.probes_missed_max {
+                        l.up = false;
+                        l.stats.downs += 1;
+                        self.events.push_back(Event::LinkDown(i));
+                        let seqs: Vec<u64> =
+                            self.inflight.iter().filter(|(_, s)| s.counted_on == Some(i)).map(|(&q, _)| q).collect();
+                        for seq in seqs {
+                            self.lose(now, seq, false);
+                        }
+                    }
+                }
+                Some(_) => {}
+                None if now.saturating_sub(l.last_heard) >= self.cfg.probe_interval_us => l.probe_due = true,
+                None => {}
+            }
+        }
+    }
+
+    /// When [`Connection::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        if matches!(self.state, State::Closed(_)) {
+            return None;
+        }
+        let mut t = self.last_heard + self.cfg.idle_timeout_us;
+        let mut at = |x: Time| t = t.min(x);
+        if let Some(d) = self.ops.next_deadline() {
+            at(d);
+        }
+        if self.state == State::Handshaking {
+            if let Some(last) = self.hs_last {
+                at(last + self.cfg.handshake_retry_us);
+            }
+            return Some(t);
+        }
+        if let Some(d) = self.recv.ack_deadline() {
+            at(d);
+        }
+        for s in self.inflight.values().filter(|s| s.counted_on.is_some()) {
+            let rto = s.sent_at + self.links[s.link].rto(&self.cfg);
+            at(if s.sent_at < self.rack_time { self.loss_deadline(s).min(rto) } else { rto });
+        }
+        for l in &self.links {
+            match l.probe {
+                Some((_, sent)) => at(sent + self.cfg.probe_timeout_us),
+                None => at(l.last_heard + self.cfg.probe_interval_us),
+            }
+        }
+        Some(t)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Output.
+
+    #[allow(clippy::too_many_arguments)]
+    fn emit(
+        &mut self,
+        now: Time,
+        buf: &mut [u8],
+        link: usize,
+        kind: FrameKind,
+        seq: u64,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<Transmit> {
+        let conn = if kind == FrameKind::Handshake && self.role == Role::Initiator && self.peer_conn == 0 {
+            0
+        } else {
+            self.peer_conn
+        };
+        let ack = (self.state == State::Established && self.recv.any).then_some(self.recv.next as u32);
+        let repr = FrameRepr {
+            kind,
+            link: link as u8,
+            conn,
+            seq: seq as u32,
+            ack,
+            ts: now as u32,
+            payload_len: payload_len as u16,
+        };
+        if buf.len() < repr.buffer_len() {
+            return None;
+        }
+        let mut f = repr.emit(buf);
+        fill(f.payload_mut());
+        f.fill_checksums();
+        if ack.is_some() {
+            self.recv.acked(kind == FrameKind::Ack);
+        }
+        let len = repr.buffer_len();
+        self.stats.frames_sent += 1;
+        self.stats.bytes_sent += len as u64;
+        self.links[link].stats.frames_sent += 1;
+        self.links[link].stats.bytes_sent += len as u64;
+        Some(Transmit { link, len })
+    }
+
+    /// A link for data: up, not suspect, with window left; round-robin. `avoid` is skipped
+    /// when another qualifies (retransmissions prefer another link).
+    fn pick_link(&mut self, avoid: Option<usize>) -> Option<usize> {
+        let n = self.links.len();
+        let ok = |l: &Link, strict: bool| l.has_room() && (!strict || !l.suspect);
+        for strict in [true, false] {
+            for pass in 0..2 {
+                for i in 0..n {
+                    let c = (self.rr + i) % n;
+                    if pass == 0 && Some(c) == avoid && n > 1 {
+                        continue;
+                    }
+                    if ok(&self.links[c], strict) {
+                        self.rr = c + 1;
+                        return Some(c);
+                    }
+                }
+            }
+            // Only if every link that is up is suspect do we use a suspect one.
+            if self.links.iter().any(|l| l.up && !l.suspect) {
+                break;
+            }
+        }
+        None
+    }
+
+    fn any_link_up(&self) -> Option<usize> {
+        (0..self.links.len()).map(|i| (self.rr + i) % self.links.len()).find(|&i| self.links[i].up)
+    }
+
+    /// The next frame to send, written into `buf` (at least the largest MTU). Call until `None`.
+    pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(code) = self.close_send.take() {
+            let link = self.any_link_up().unwrap_or(0);
+            return self.emit(now, buf, link, FrameKind::Close, 0, CLOSE_LEN, |p| CloseRepr { reason: code }.emit(p));
+        }
+        if matches!(self.state, State::Closed(_)) {
+            return None;
+        }
+        if let Some(t) = self.poll_handshake(now, buf) {
+            return Some(t);
+        }
+        if let Some((link, token, ts)) = self.probe_replies.pop_front() {
+            let p = ProbeRepr { reply: true, token, echo_ts: ts };
+            return self.emit(now, buf, link, FrameKind::Probe, 0, PROBE_LEN, |b| p.emit(b));
+        }
+        if self.state != State::Established {
+            return None;
+        }
+        for i in 0..self.links.len() {
+            if self.links[i].probe_due {
+                self.links[i].probe_due = false;
+                self.probe_token = self.probe_token.wrapping_add(1);
+                let token = self.probe_token;
+                self.links[i].probe = Some((token, now));
+                self.links[i].stats.probes += 1;
+                let p = ProbeRepr { reply: false, token, echo_ts: 0 };
+                return self.emit(now, buf, i, FrameKind::Probe, 0, PROBE_LEN, |b| p.emit(b));
+            }
+        }
+        if self.recv.nack_due {
+            let ranges = self.recv.take_nacks(now);
+            if !ranges.is_empty() {
+                let n = RangesRepr { ranges };
+                let link = self.any_link_up().unwrap_or(0);
+                self.stats.nacks_sent += 1;
+                return self.emit(now, buf, link, FrameKind::Nack, 0, n.buffer_len(), |b| n.emit(b));
+            }
+        }
+        if self.recv.ack_due(now) {
+            let (ts, l) = self.recv.echo;
+            let a = AckRepr { echo_ts: ts, echo_link: l, ranges: self.recv.sack_ranges() };
+            let link = if self.links.get(l as usize).is_some_and(|k| k.up) {
+                l as usize
+            } else {
+                self.any_link_up().unwrap_or(0)
+            };
+            self.stats.acks_sent += 1;
+            return self.emit(now, buf, link, FrameKind::Ack, 0, a.buffer_len(), |b| a.emit(b));
+        }
+        while let Some(&seq) = self.retx.front() {
+            let Some(s) = self.inflight.get(&seq) else {
+                self.retx.pop_front();
+                continue;
+            };
+            let prev = s.link;
+            let link = self.pick_link(Some(prev))?;
+            self.retx.pop_front();
+            let s = self.inflight.get_mut(&seq).expect("checked");
+            s.counted_on = Some(link);
+            s.link = link;
+            s.sent_at = now;
+            s.retransmitted = true;
+            let payload = std::mem::take(&mut s.payload);
+            self.links[link].inflight += 1;
+            self.links[link].stats.retransmits += 1;
+            self.stats.retransmits += 1;
+            let t = self.emit(now, buf, link, FrameKind::Data, seq, payload.len(), |b| b.copy_from_slice(&payload));
+            self.inflight.get_mut(&seq).expect("checked").payload = payload;
+            return t;
+        }
+        if self.inflight.len() >= self.cfg.window_frames_max || self.incoming.len() >= crate::OPS_MAX {
+            return None;
+        }
+        if self.responses.is_empty() && !self.ops.can_emit() {
+            return None;
+        }
+        let link = self.pick_link(None)?;
+        let payload = match self.responses.pop_front() {
+            Some(p) => p,
+            None => self.ops.next_segment(self.body_max)?.1,
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.links[link].inflight += 1;
+        self.stats.data_frames += 1;
+        let t = self.emit(now, buf, link, FrameKind::Data, seq, payload.len(), |b| b.copy_from_slice(&payload));
+        self.inflight.insert(seq, Sent { payload, counted_on: Some(link), link, sent_at: now, retransmitted: false });
+        t
+    }
+
+    fn poll_handshake(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+        let step = self.hs_send?;
+        let waiting_reply = matches!(step, HandshakeStep::Hello | HandshakeStep::Challenge | HandshakeStep::Proof);
+        if let Some(last) = self.hs_last {
+            if waiting_reply && now < last + self.cfg.handshake_retry_us {
+                return None;
+            }
+        }
+        let (proof, nonce) = match step {
+            HandshakeStep::Hello => ([0u8; 32], self.my_nonce),
+            HandshakeStep::Challenge => (
+                auth::prove(&self.secret, LABEL_ACCEPTOR, &self.their_nonce, &context(self.peer, self.me)),
+                self.my_nonce,
+            ),
+            HandshakeStep::Proof => {
+                (auth::prove(&self.secret, LABEL_INITIATOR, &self.their_nonce, &context(self.me, self.peer)), [0u8; 32])
+            }
+            HandshakeStep::Done => ([0u8; 32], [0u8; 32]),
+        };
+        let h = HandshakeRepr {
+            step,
+            links: self.links.len() as u8,
+            mtu: self.cfg.mtu.iter().copied().min().unwrap_or(0) as u16,
+            from: self.me,
+            to: self.peer,
+            conn: self.local_conn,
+            nonce,
+            proof,
+        };
+        let link = self.hs_rr % self.links.len();
+        self.hs_rr += 1;
+        if step == HandshakeStep::Done {
+            self.hs_send = None;
+        } else {
+            self.hs_last = Some(now);
+        }
+        self.emit(now, buf, link, FrameKind::Handshake, 0, HANDSHAKE_LEN, |b| h.emit(b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks sequence-number widening across the 32-bit wrap in both directions.
+    #[test]
+    fn sequence_numbers_widen_across_wrap() {
+        assert_eq!(unwrap_seq(5, 7), 7);
+        assert_eq!(unwrap_seq((1 << 32) + 3, 0xffff_fffe), 0xffff_fffe);
+        assert_eq!(unwrap_seq(0xffff_fff0, 2), (1 << 32) + 2);
+    }
+}

@@ -1,0 +1,140 @@
+//! Per-link state: round-trip estimate, window, liveness.
+
+use crate::stats::LinkStats;
+use crate::{Config, Time};
+
+/// How much a link's window shrinks on loss (once per round trip).
+const LOSS_BETA: f64 = 0.7;
+/// Queueing delay a link may build before its window stops growing, beyond its minimum round
+/// trip (µs), as a floor; the allowance is otherwise one minimum round trip.
+const QUEUE_DELAY_FLOOR_US: f64 = 100.0;
+
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub up: bool,
+    /// Timed out recently: no new data until it shows signs of life.
+    pub suspect: bool,
+    srtt: Option<f64>,
+    rttvar: f64,
+    min_rtt: f64,
+    latest_rtt: f64,
+    backoff: u32,
+    pub cwnd: f64,
+    ssthresh: f64,
+    pub inflight: usize,
+    last_cut: Time,
+    pub last_heard: Time,
+    pub probe: Option<(u32, Time)>,
+    pub probe_due: bool,
+    pub missed: u32,
+    pub stats: LinkStats,
+}
+
+impl Link {
+    pub fn new(cfg: &Config, now: Time) -> Self {
+        Link {
+            up: true,
+            suspect: false,
+            srtt: None,
+            rttvar: 0.0,
+            min_rtt: f64::MAX,
+            latest_rtt: 0.0,
+            backoff: 0,
+            cwnd: cfg.link_window_initial as f64,
+            ssthresh: cfg.link_window_max as f64,
+            inflight: 0,
+            last_cut: 0,
+            last_heard: now,
+            probe: None,
+            probe_due: false,
+            missed: 0,
+            stats: LinkStats::default(),
+        }
+    }
+
+    /// A round-trip sample (RFC 6298 smoothing).
+    pub fn rtt_sample(&mut self, rtt: Time) {
+        let r = rtt.max(1) as f64;
+        self.latest_rtt = r;
+        self.min_rtt = self.min_rtt.min(r);
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2.0;
+            }
+            Some(s) => {
+                self.rttvar = 0.75 * self.rttvar + 0.25 * (s - r).abs();
+                self.srtt = Some(0.875 * s + 0.125 * r);
+            }
+        }
+        self.backoff = 0;
+        self.stats.srtt_us = self.srtt.unwrap_or(0.0) as u64;
+    }
+
+    pub fn srtt(&self, cfg: &Config) -> Time {
+        self.srtt.map_or(cfg.rto_initial_us, |s| s as Time)
+    }
+
+    pub fn rttvar(&self) -> Time {
+        self.rttvar as Time
+    }
+
+    /// Retransmission timeout: srtt + 4 rttvar, bounded, doubled per back-off.
+    pub fn rto(&self, cfg: &Config) -> Time {
+        let base = match self.srtt {
+            None => cfg.rto_initial_us,
+            Some(s) => (s + 4.0 * self.rttvar) as Time,
+        };
+        let backed = base.saturating_mul(1 << self.backoff.min(16));
+        backed.clamp(cfg.rto_min_us, cfg.rto_max_us)
+    }
+
+    pub fn window(&self) -> usize {
+        self.cwnd as usize
+    }
+
+    /// A suspect link (it timed out) gets one frame at a time until it answers.
+    pub fn has_room(&self) -> bool {
+        self.up && self.inflight < if self.suspect { 1 } else { self.window() }
+    }
+
+    /// A frame sent on this link was acknowledged: grow the window, unless the round trip shows
+    /// a queue building (then the link is full: more window would only add delay and, at a
+    /// full buffer, burst losses).
+    pub fn on_ack(&mut self, cfg: &Config) {
+        self.suspect = false;
+        let queueing = self.min_rtt.max(QUEUE_DELAY_FLOOR_US);
+        if self.latest_rtt > self.min_rtt + queueing {
+            return;
+        }
+        if self.cwnd < self.ssthresh {
+            self.cwnd += 1.0;
+        } else {
+            self.cwnd += 1.0 / self.cwnd;
+        }
+        self.cwnd = self.cwnd.min(cfg.link_window_max as f64);
+        self.stats.window = self.cwnd as u64;
+    }
+
+    /// A frame sent on this link was lost: shrink the window, at most once per round trip.
+    pub fn on_loss(&mut self, cfg: &Config, now: Time) {
+        self.stats.losses += 1;
+        if now.saturating_sub(self.last_cut) < self.srtt(cfg) {
+            return;
+        }
+        self.last_cut = now;
+        self.ssthresh = (self.cwnd * LOSS_BETA).max(cfg.link_window_min as f64);
+        self.cwnd = self.ssthresh;
+        self.stats.window = self.cwnd as u64;
+    }
+
+    /// The retransmission timer fired for a frame sent here.
+    pub fn on_timeout(&mut self, cfg: &Config, now: Time) {
+        self.on_loss(cfg, now);
+        self.backoff = (self.backoff + 1).min(16);
+        self.suspect = true;
+        if self.probe.is_none() {
+            self.probe_due = true;
+        }
+    }
+}

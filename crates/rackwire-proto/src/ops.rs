@@ -1,0 +1,442 @@
+//! Operations: the initiator's table (queue, fences, fragmentation, completion) and the
+//! target's table of operations arriving.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use rackwire_wire::payload::{SEG_FENCE_AFTER, SEG_FENCE_BEFORE, SEG_NOTIFY};
+use rackwire_wire::{SegKind, SegmentRepr, SEGMENT_LEN};
+
+use crate::{Refusal, Time, MESSAGE_BYTES_MAX, OPS_MAX};
+
+/// An operation's id, unique per connection and direction.
+pub type OpId = u32;
+
+/// A region of the peer's memory: its id and key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionRef {
+    /// Region id at the peer.
+    pub region: u32,
+    /// Its key.
+    pub key: u128,
+}
+
+/// Options of an operation (default: unordered, silent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpFlags {
+    /// Notify the target with this immediate once all data is placed.
+    pub notify: Option<u64>,
+    /// Start only after every earlier operation completed.
+    pub fence_before: bool,
+    /// Later operations start only after this one completed.
+    pub fence_after: bool,
+}
+
+/// A 64-bit atomic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Store `new` if the word equals `expected`.
+    CompareSwap {
+        /// Expected value.
+        expected: u64,
+        /// Value to store.
+        new: u64,
+    },
+    /// Add, wrapping.
+    FetchAdd(u64),
+}
+
+/// What a completed operation yields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// Write or message placed.
+    Done,
+    /// Read data.
+    Data(Vec<u8>),
+    /// An atomic's old value.
+    Value(u64),
+}
+
+/// Why an operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    /// The target refused it.
+    #[error("refused by the target: {0:?}")]
+    Refused(Refusal),
+    /// It did not complete within the operation timeout.
+    #[error("timed out")]
+    Timeout,
+    /// The connection closed (peer gone, all links dead, closed locally).
+    #[error("connection closed")]
+    Closed,
+    /// Too large, or a limit reached; nothing was sent.
+    #[error("operation too large or limit reached")]
+    Limit,
+    /// The connection is not established yet.
+    #[error("connection not established")]
+    NotConnected,
+}
+
+#[derive(Debug)]
+pub(crate) enum Body {
+    Write { target: RegionRef, offset: u64, data: Vec<u8> },
+    Read { target: RegionRef, offset: u64, len: u64, got: u64, buf: Vec<u8> },
+    Atomic { target: RegionRef, offset: u64, op: AtomicOp },
+    Msg { data: Vec<u8>, seq: u64 },
+}
+
+#[derive(Debug)]
+pub(crate) struct Op {
+    body: Body,
+    flags: OpFlags,
+    deadline: Time,
+    /// Bytes of the request emitted so far.
+    emitted: u64,
+    started: bool,
+}
+
+impl Op {
+    fn request_len(&self) -> u64 {
+        match &self.body {
+            Body::Write { data, .. } => data.len() as u64,
+            Body::Msg { data, .. } => data.len() as u64,
+            Body::Read { .. } | Body::Atomic { .. } => 0,
+        }
+    }
+}
+
+/// The initiator's operations.
+#[derive(Debug, Default)]
+pub(crate) struct Ops {
+    map: HashMap<OpId, Op>,
+    /// Not fully emitted yet, in submission order.
+    queue: VecDeque<OpId>,
+    /// Started and not completed.
+    running: usize,
+    /// Started, not completed, with a forward fence.
+    running_fence_after: usize,
+    next_id: OpId,
+    next_msg: u64,
+    /// Deadlines, for timeouts.
+    deadlines: BTreeMap<(Time, OpId), ()>,
+}
+
+fn flag_bits(f: &OpFlags) -> u8 {
+    (if f.notify.is_some() { SEG_NOTIFY } else { 0 })
+        | (if f.fence_before { SEG_FENCE_BEFORE } else { 0 })
+        | (if f.fence_after { SEG_FENCE_AFTER } else { 0 })
+}
+
+impl Ops {
+    pub fn submit(&mut self, body: Body, flags: OpFlags, now: Time, timeout: Time) -> Result<OpId, OpError> {
+        if self.map.len() >= OPS_MAX {
+            return Err(OpError::Limit);
+        }
+        let body = match body {
+            Body::Msg { data, .. } => {
+                let seq = self.next_msg;
+                self.next_msg += 1;
+                Body::Msg { data, seq }
+            }
+            b => b,
+        };
+        self.next_id = self.next_id.wrapping_add(1);
+        while self.next_id == 0 || self.map.contains_key(&self.next_id) {
+            self.next_id = self.next_id.wrapping_add(1);
+        }
+        let id = self.next_id;
+        let deadline = now.saturating_add(timeout);
+        self.deadlines.insert((deadline, id), ());
+        self.map.insert(id, Op { body, flags, deadline, emitted: 0, started: false });
+        self.queue.push_back(id);
+        Ok(id)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Whether the head of the queue may emit now (fences).
+    pub fn can_emit(&self) -> bool {
+        let Some(id) = self.queue.front() else { return false };
+        let op = &self.map[id];
+        op.started || (self.running_fence_after == 0 && !(op.flags.fence_before && self.running > 0))
+    }
+
+    /// The next request segment (header + body), at most `body_max` body bytes.
+    pub fn next_segment(&mut self, body_max: usize) -> Option<(OpId, Vec<u8>)> {
+        if !self.can_emit() {
+            return None;
+        }
+        let id = *self.queue.front()?;
+        let op = self.map.get_mut(&id).expect("queued ops exist");
+        if !op.started {
+            op.started = true;
+            self.running += 1;
+            if op.flags.fence_after {
+                self.running_fence_after += 1;
+            }
+        }
+        let total = op.request_len();
+        let take = (total - op.emitted).min(body_max as u64);
+        let frag_off = op.emitted;
+        let mut seg = SegmentRepr {
+            op: id,
+            kind: SegKind::Write,
+            flags: flag_bits(&op.flags),
+            reason: 0,
+            region: 0,
+            frag_off: frag_off as u32,
+            offset: 0,
+            op_len: total as u32,
+            key: 0,
+            imm: op.flags.notify.unwrap_or(0),
+        };
+        let mut body: &[u8] = &[];
+        let atomic_new = match &op.body {
+            Body::Atomic { op: AtomicOp::CompareSwap { new, .. }, .. } => new.to_be_bytes(),
+            _ => [0u8; 8],
+        };
+        match &op.body {
+            Body::Write { target, offset, data } => {
+                seg.region = target.region;
+                seg.key = target.key;
+                seg.offset = *offset;
+                body = &data[frag_off as usize..(frag_off + take) as usize];
+            }
+            Body::Read { target, offset, len, .. } => {
+                seg.kind = SegKind::ReadReq;
+                seg.region = target.region;
+                seg.key = target.key;
+                seg.offset = *offset;
+                seg.op_len = *len as u32;
+            }
+            Body::Atomic { target, offset, op: a } => {
+                seg.region = target.region;
+                seg.key = target.key;
+                seg.offset = *offset;
+                match a {
+                    AtomicOp::CompareSwap { expected, new } => {
+                        seg.kind = SegKind::Cas;
+                        seg.imm = *expected;
+                        debug_assert_eq!(atomic_new, new.to_be_bytes());
+                        body = &atomic_new;
+                        seg.op_len = 8;
+                    }
+                    AtomicOp::FetchAdd(add) => {
+                        seg.kind = SegKind::Fadd;
+                        seg.imm = *add;
+                    }
+                }
+                // The notification immediate of an atomic is not carried (imm holds the operand).
+                seg.flags &= !SEG_NOTIFY;
+            }
+            Body::Msg { data, seq } => {
+                seg.kind = SegKind::Msg;
+                seg.imm = *seq;
+                seg.flags = 0;
+                body = &data[frag_off as usize..(frag_off + take) as usize];
+            }
+        }
+        let mut out = vec![0u8; SEGMENT_LEN + body.len()];
+        seg.emit(&mut out);
+        out[SEGMENT_LEN..].copy_from_slice(body);
+        op.emitted += take;
+        if op.emitted >= total {
+            self.queue.pop_front();
+        }
+        Some((id, out))
+    }
+
+    fn finish(&mut self, id: OpId) -> Option<Op> {
+        let op = self.map.remove(&id)?;
+        self.deadlines.remove(&(op.deadline, id));
+        self.queue.retain(|q| *q != id);
+        if op.started {
+            self.running -= 1;
+            if op.flags.fence_after {
+                self.running_fence_after -= 1;
+            }
+        }
+        Some(op)
+    }
+
+    /// The target answered `Done` (with `imm`: an atomic's old value).
+    pub fn on_done(&mut self, id: OpId, imm: u64) -> Option<Result<Completion, OpError>> {
+        match self.map.get(&id)?.body {
+            Body::Read { .. } => return None, // reads complete by their data
+            Body::Write { .. } | Body::Msg { .. } | Body::Atomic { .. } => {}
+        }
+        let op = self.finish(id)?;
+        Some(Ok(match op.body {
+            Body::Atomic { .. } => Completion::Value(imm),
+            _ => Completion::Done,
+        }))
+    }
+
+    pub fn on_refused(&mut self, id: OpId, why: Refusal) -> Option<Result<Completion, OpError>> {
+        self.finish(id)?;
+        Some(Err(OpError::Refused(why)))
+    }
+
+    /// A fragment of read data arrived; completes the read when it is whole.
+    pub fn on_read_data(&mut self, id: OpId, frag_off: u64, data: &[u8]) -> Option<Result<Completion, OpError>> {
+        let op = self.map.get_mut(&id)?;
+        let Body::Read { len, got, buf, .. } = &mut op.body else { return None };
+        let end = frag_off.checked_add(data.len() as u64)?;
+        if end > *len {
+            return None;
+        }
+        if buf.is_empty() && *len > 0 {
+            buf.resize(*len as usize, 0);
+        }
+        buf[frag_off as usize..end as usize].copy_from_slice(data);
+        *got += data.len() as u64;
+        if *got < *len {
+            return None;
+        }
+        let op = self.finish(id)?;
+        let Body::Read { buf, .. } = op.body else { unreachable!("checked above") };
+        Some(Ok(Completion::Data(buf)))
+    }
+
+    /// Operations past their deadline, removed.
+    pub fn expire(&mut self, now: Time) -> Vec<OpId> {
+        let due: Vec<OpId> = self.deadlines.range(..(now.saturating_add(1), 0)).map(|(&(_, id), _)| id).collect();
+        for id in &due {
+            self.finish(*id);
+        }
+        due
+    }
+
+    pub fn next_deadline(&self) -> Option<Time> {
+        self.deadlines.keys().next().map(|&(t, _)| t)
+    }
+
+    /// Every operation, removed (the connection closed).
+    pub fn drain(&mut self) -> Vec<OpId> {
+        let ids: Vec<OpId> = self.map.keys().copied().collect();
+        for id in &ids {
+            self.finish(*id);
+        }
+        ids
+    }
+}
+
+/// One operation arriving at the target.
+#[derive(Debug)]
+struct Incoming {
+    seen: u64,
+    op_len: u64,
+    refused: Option<Refusal>,
+    notify: Option<u64>,
+    region: u32,
+    offset: u64,
+}
+
+/// A message being reassembled.
+#[derive(Debug)]
+struct Assembly {
+    op: OpId,
+    buf: Vec<u8>,
+    seen: u64,
+    /// Refused (already answered): skipped when its turn comes, so later messages still go.
+    refused: bool,
+}
+
+/// Messages now deliverable, in order, each with the operation to acknowledge.
+pub(crate) type Delivered = Vec<(OpId, Vec<u8>)>;
+
+/// What the target learned from a write fragment.
+pub(crate) enum WriteOutcome {
+    /// More fragments to come.
+    Partial,
+    /// The operation is complete: answer with this; notify if asked.
+    Complete { refused: Option<Refusal>, notify: Option<(u32, u64, u64, u64)> },
+}
+
+/// The target's operations in progress, and message reassembly.
+#[derive(Debug, Default)]
+pub(crate) struct Incomings {
+    map: HashMap<OpId, Incoming>,
+    msgs: BTreeMap<u64, Assembly>,
+    next_msg: u64,
+}
+
+impl Incomings {
+    /// Account a write fragment of `len` bytes (`result`: what the target did with it).
+    pub fn write_fragment(&mut self, s: &SegmentRepr, len: u64, result: Result<(), Refusal>) -> WriteOutcome {
+        let e = self.map.entry(s.op).or_insert_with(|| Incoming {
+            seen: 0,
+            op_len: s.op_len as u64,
+            refused: None,
+            notify: (s.flags & SEG_NOTIFY != 0).then_some(s.imm),
+            region: s.region,
+            offset: s.offset,
+        });
+        e.seen += len;
+        if let Err(r) = result {
+            e.refused.get_or_insert(r);
+        }
+        if e.seen < e.op_len {
+            return WriteOutcome::Partial;
+        }
+        let e = self.map.remove(&s.op).expect("present");
+        let notify = if e.refused.is_none() { e.notify.map(|imm| (e.region, e.offset, e.op_len, imm)) } else { None };
+        WriteOutcome::Complete { refused: e.refused, notify }
+    }
+
+    /// Operations tracked (bounded by the window).
+    pub fn len(&self) -> usize {
+        self.map.len() + self.msgs.len()
+    }
+
+    /// Account a message fragment; returns the messages now deliverable, in order, each with
+    /// the op to acknowledge, or the op to refuse.
+    pub fn msg_fragment(&mut self, s: &SegmentRepr, body: &[u8]) -> Result<Delivered, (OpId, Refusal)> {
+        if s.imm < self.next_msg {
+            return Ok(Vec::new());
+        }
+        let refuse = |me: &mut Self, why: Refusal| {
+            let a =
+                me.msgs.entry(s.imm).or_insert_with(|| Assembly { op: s.op, buf: Vec::new(), seen: 0, refused: false });
+            let first = !a.refused;
+            a.refused = true;
+            a.buf = Vec::new();
+            if first {
+                Err((s.op, why))
+            } else {
+                Ok(Vec::new())
+            }
+        };
+        if s.op_len as usize > MESSAGE_BYTES_MAX {
+            return refuse(self, Refusal::TooLarge);
+        }
+        let a = self.msgs.entry(s.imm).or_insert_with(|| Assembly {
+            op: s.op,
+            buf: vec![0u8; s.op_len as usize],
+            seen: 0,
+            refused: false,
+        });
+        if a.refused {
+            return Ok(Vec::new());
+        }
+        let start = s.frag_off as usize;
+        if start + body.len() > a.buf.len() {
+            return refuse(self, Refusal::OutOfBounds);
+        }
+        a.buf[start..start + body.len()].copy_from_slice(body);
+        a.seen += body.len() as u64;
+        let mut out = Vec::new();
+        while let Some(a) = self.msgs.get(&self.next_msg) {
+            if !a.refused && a.seen < a.buf.len() as u64 {
+                break;
+            }
+            let a = self.msgs.remove(&self.next_msg).expect("present");
+            if !a.refused {
+                out.push((a.op, a.buf));
+            }
+            self.next_msg += 1;
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,143 @@
+//! Receive side: which sequence numbers arrived, and when to acknowledge.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rackwire_wire::ACK_RANGES_MAX;
+
+use crate::{Config, Time};
+
+pub(crate) enum Arrival {
+    New { beyond_gap: bool },
+    Duplicate,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RecvState {
+    /// Every sequence number below this arrived.
+    pub next: u64,
+    /// Arrived above `next`.
+    above: BTreeSet<u64>,
+    /// Data frames not yet acknowledged.
+    unacked: u32,
+    ack_deadline: Option<Time>,
+    /// Send an explicit (selective) acknowledgement now.
+    pub ack_now: bool,
+    /// Last data frame's timestamp and link, echoed in acknowledgements.
+    pub echo: (u32, u8),
+    /// Missing sequence numbers and when each was last reported missing.
+    nacked: BTreeMap<u64, Time>,
+    /// Some gap should be reported.
+    pub nack_due: bool,
+    pub any: bool,
+}
+
+/// Missing frames are reported again at most this often.
+const NACK_REPEAT_US: Time = 2_000;
+
+impl RecvState {
+    /// Record an arriving data frame.
+    pub fn on_data(&mut self, seq: u64, ts: u32, link: u8, now: Time, cfg: &Config) -> Arrival {
+        if seq < self.next || self.above.contains(&seq) {
+            self.ack_now = true;
+            return Arrival::Duplicate;
+        }
+        self.any = true;
+        self.echo = (ts, link);
+        let beyond_gap = seq > self.next;
+        if seq == self.next {
+            self.next += 1;
+            while self.above.remove(&self.next) {
+                self.next += 1;
+            }
+            self.nacked = self.nacked.split_off(&self.next);
+        } else {
+            self.above.insert(seq);
+            for s in self.next..seq {
+                if !self.above.contains(&s)
+                    && !self.nacked.contains_key(&s)
+                    && self.nacked.len() < crate::WINDOW_FRAMES_MAX
+                {
+                    self.nacked.insert(s, 0);
+                }
+            }
+            self.nacked.remove(&seq);
+            self.ack_now = true;
+            self.nack_due = true;
+        }
+        self.unacked += 1;
+        if self.unacked >= cfg.ack_every_frames {
+            self.ack_now = true;
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now + cfg.ack_delay_us);
+        }
+        Arrival::New { beyond_gap }
+    }
+
+    /// Whether an explicit acknowledgement is due.
+    pub fn ack_due(&self, now: Time) -> bool {
+        self.ack_now || self.ack_deadline.is_some_and(|d| now >= d)
+    }
+
+    pub fn ack_deadline(&self) -> Option<Time> {
+        if self.ack_now {
+            None
+        } else {
+            self.ack_deadline
+        }
+    }
+
+    /// An acknowledgement went out (explicit, or piggybacked with `selective = false`).
+    pub fn acked(&mut self, selective: bool) {
+        self.unacked = 0;
+        self.ack_deadline = None;
+        if selective || self.above.is_empty() {
+            self.ack_now = false;
+        }
+    }
+
+    /// Ranges above `next` that arrived, lowest first.
+    pub fn sack_ranges(&self) -> Vec<(u32, u32)> {
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        let mut cur: Option<(u64, u64)> = None;
+        for &s in &self.above {
+            cur = match cur {
+                Some((a, b)) if b == s => Some((a, s + 1)),
+                Some((a, b)) => {
+                    out.push((a as u32, b as u32));
+                    if out.len() == ACK_RANGES_MAX {
+                        return out;
+                    }
+                    Some((s, s + 1))
+                }
+                None => Some((s, s + 1)),
+            };
+        }
+        if let Some((a, b)) = cur {
+            out.push((a as u32, b as u32));
+        }
+        out
+    }
+
+    /// Missing ranges not reported in the last while; marks them reported.
+    pub fn take_nacks(&mut self, now: Time) -> Vec<(u32, u32)> {
+        self.nack_due = false;
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        for (&s, last) in self.nacked.iter_mut() {
+            if *last != 0 && now.saturating_sub(*last) < NACK_REPEAT_US {
+                continue;
+            }
+            let extends = matches!(out.last(), Some((_, e)) if *e == s as u32);
+            if extends {
+                if let Some(r) = out.last_mut() {
+                    r.1 = (s + 1) as u32;
+                }
+            } else if out.len() == ACK_RANGES_MAX {
+                break;
+            } else {
+                out.push((s as u32, (s + 1) as u32));
+            }
+            *last = now.max(1);
+        }
+        out
+    }
+}

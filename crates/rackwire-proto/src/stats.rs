@@ -1,0 +1,81 @@
+//! Counters, per connection and per link.
+
+/// Counters of one link.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Frames sent on it.
+    pub frames_sent: u64,
+    /// Bytes sent on it.
+    pub bytes_sent: u64,
+    /// Valid frames received on it.
+    pub frames_received: u64,
+    /// Bytes received on it.
+    pub bytes_received: u64,
+    /// Data frames resent on it.
+    pub retransmits: u64,
+    /// Frames declared lost that were sent on it.
+    pub losses: u64,
+    /// Probes sent on it.
+    pub probes: u64,
+    /// Times it went down.
+    pub downs: u64,
+    /// Smoothed round trip, µs.
+    pub srtt_us: u64,
+    /// Current window, frames.
+    pub window: u64,
+}
+
+/// Counters of one connection.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnStats {
+    /// Frames sent (all kinds).
+    pub frames_sent: u64,
+    /// Bytes sent (all kinds, headers included).
+    pub bytes_sent: u64,
+    /// Valid frames received.
+    pub frames_received: u64,
+    /// Bytes received.
+    pub bytes_received: u64,
+    /// Data frames sent for the first time.
+    pub data_frames: u64,
+    /// Data frames sent again.
+    pub retransmits: u64,
+    /// Data frames that arrived beyond a gap.
+    pub out_of_order: u64,
+    /// Data frames that arrived again.
+    pub duplicates: u64,
+    /// Explicit acknowledgement frames sent.
+    pub acks_sent: u64,
+    /// Negative acknowledgement frames sent.
+    pub nacks_sent: u64,
+    /// Frames dropped as malformed or damaged.
+    pub malformed: u64,
+    /// Operations the target refused (counted at the initiator).
+    pub refused: u64,
+    /// Operations the target refused (counted at the target).
+    pub refused_here: u64,
+    /// Payload bytes of completed writes.
+    pub bytes_written: u64,
+    /// Per link.
+    pub links: Vec<LinkStats>,
+}
+
+impl ConnStats {
+    /// Share of data frames that were extra (retransmissions), 0..1.
+    pub fn extra_share(&self) -> f64 {
+        if self.data_frames == 0 {
+            0.0
+        } else {
+            self.retransmits as f64 / (self.data_frames + self.retransmits) as f64
+        }
+    }
+    /// Share of received data frames that arrived out of order, 0..1.
+    pub fn out_of_order_share(&self) -> f64 {
+        let rx: u64 = self.links.iter().map(|l| l.frames_received).sum();
+        if rx == 0 {
+            0.0
+        } else {
+            self.out_of_order as f64 / rx as f64
+        }
+    }
+}

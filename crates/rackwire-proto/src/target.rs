@@ -1,0 +1,74 @@
+//! The target side: where arriving operations touch memory, after the owner's checks.
+
+/// Why the target refused an operation. Each travels back to the initiator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// No grant covers the operation.
+    Ungranted,
+    /// The grant was revoked.
+    Revoked,
+    /// The key does not match the region's.
+    BadKey,
+    /// No such region.
+    UnknownRegion,
+    /// The range lies outside the region.
+    OutOfBounds,
+    /// An atomic at an offset that is not 8-byte aligned.
+    Misaligned,
+    /// A message larger than the receiver accepts.
+    TooLarge,
+    /// A code this build does not know.
+    Other(u8),
+}
+
+impl Refusal {
+    /// The code on the wire.
+    pub fn code(self) -> u8 {
+        match self {
+            Refusal::Ungranted => 1,
+            Refusal::Revoked => 2,
+            Refusal::BadKey => 3,
+            Refusal::UnknownRegion => 4,
+            Refusal::OutOfBounds => 5,
+            Refusal::Misaligned => 6,
+            Refusal::TooLarge => 7,
+            Refusal::Other(n) => n,
+        }
+    }
+    /// From the code on the wire.
+    pub fn from_code(c: u8) -> Self {
+        match c {
+            1 => Refusal::Ungranted,
+            2 => Refusal::Revoked,
+            3 => Refusal::BadKey,
+            4 => Refusal::UnknownRegion,
+            5 => Refusal::OutOfBounds,
+            6 => Refusal::Misaligned,
+            7 => Refusal::TooLarge,
+            n => Refusal::Other(n),
+        }
+    }
+}
+
+/// This node's memory, as the connection's target side sees it. The implementation applies the
+/// owner's rules (key, grant, bounds) before it touches a byte.
+pub trait Target {
+    /// Place `data` at `at` of `region` for `peer`. The whole operation spans
+    /// `[op_offset, op_offset + op_len)`: check that span (not only this fragment), so every
+    /// fragment of an out-of-bounds operation is refused alike and none is placed.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &mut self,
+        peer: u32,
+        region: u32,
+        key: u128,
+        op_offset: u64,
+        op_len: u64,
+        at: u64,
+        data: &[u8],
+    ) -> Result<(), Refusal>;
+    /// Copy `out.len()` bytes at `offset` of `region` for `peer`.
+    fn read(&mut self, peer: u32, region: u32, key: u128, offset: u64, out: &mut [u8]) -> Result<(), Refusal>;
+    /// Apply a 64-bit atomic at `offset`; the old value.
+    fn atomic(&mut self, peer: u32, region: u32, key: u128, offset: u64, op: crate::AtomicOp) -> Result<u64, Refusal>;
+}
