@@ -455,20 +455,20 @@ impl Connection {
                 self.peer = h.from;
                 self.peer_conn = h.conn;
                 self.their_nonce = h.nonce;
-                self.hs_send = Some(HandshakeStep::Challenge);
+                self.handshake_next(HandshakeStep::Challenge);
             }
             (Role::Acceptor, HandshakeStep::Proof) => {
                 if h.from != self.peer || self.hs_send.is_none() && self.state != State::Established {
                     return;
                 }
                 if self.state == State::Established {
-                    self.hs_send = Some(HandshakeStep::Done);
+                    self.handshake_next(HandshakeStep::Done);
                     return;
                 }
                 let ctx = context(self.peer, self.me);
                 if auth::verify(&self.secret, LABEL_INITIATOR, &self.my_nonce, &ctx, &h.proof) {
                     self.established(now);
-                    self.hs_send = Some(HandshakeStep::Done);
+                    self.handshake_next(HandshakeStep::Done);
                 } else {
                     self.close_send = Some(CLOSE_AUTH);
                     self.shut(CloseReason::AuthFailed);
@@ -487,7 +487,7 @@ impl Connection {
                 self.peer_conn = h.conn;
                 self.their_nonce = h.nonce;
                 if self.state != State::Established {
-                    self.hs_send = Some(HandshakeStep::Proof);
+                    self.handshake_next(HandshakeStep::Proof);
                 }
             }
             (Role::Initiator, HandshakeStep::Done)
@@ -497,6 +497,12 @@ impl Connection {
             }
             _ => {}
         }
+    }
+
+    /// The next handshake frame to send: at once (the retry timer is for repeating a step).
+    fn handshake_next(&mut self, step: HandshakeStep) {
+        self.hs_send = Some(step);
+        self.hs_last = None;
     }
 
     fn established(&mut self, now: Time) {

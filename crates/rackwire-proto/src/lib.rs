@@ -53,7 +53,7 @@ mod stats;
 mod target;
 
 pub use config::Config;
-pub use conn::{Connection, Event, State, Transmit};
+pub use conn::{CloseReason, Connection, Event, State, Transmit};
 pub use ops::{AtomicOp, Completion, OpError, OpFlags, OpId, RegionRef};
 pub use stats::{ConnStats, LinkStats};
 pub use target::{Refusal, Target};

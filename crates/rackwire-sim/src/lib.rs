@@ -13,6 +13,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod fuzz;
 pub mod net;
 pub mod rng;
 pub mod swarm;

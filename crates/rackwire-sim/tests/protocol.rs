@@ -1,0 +1,191 @@
+//! The protocol core driven by hand: authentication (wrong secret, replayed proof), damaged
+//! input, refusals with reasons, atomics, reads and message limits.
+
+use rackwire_proto::{
+    AtomicOp, Completion, Config, Connection, Event, OpError, OpFlags, Refusal, RegionRef, State, Time,
+};
+use rackwire_sim::net::LinkParams;
+use rackwire_sim::world::node_id;
+use rackwire_sim::{MemTarget, World};
+
+const MTU: usize = 1472;
+
+/// Move every frame between two connections (link by link, 10 µs per hop) until quiet.
+/// Returns the frames that went from `a` to `b`, for replay tests.
+fn pump(
+    a: &mut Connection,
+    b: &mut Connection,
+    now: &mut Time,
+    ta: &mut MemTarget,
+    tb: &mut MemTarget,
+) -> Vec<(usize, Vec<u8>)> {
+    let mut buf = vec![0u8; 65536];
+    let mut a_to_b = Vec::new();
+    for _ in 0..100 {
+        let mut moved = false;
+        while let Some(t) = a.poll_transmit(*now, &mut buf) {
+            a_to_b.push((t.link, buf[..t.len].to_vec()));
+            b.handle_frame(*now + 10, t.link, &buf[..t.len], tb);
+            moved = true;
+        }
+        while let Some(t) = b.poll_transmit(*now, &mut buf) {
+            a.handle_frame(*now + 10, t.link, &buf[..t.len], ta);
+            moved = true;
+        }
+        *now += 10;
+        if !moved {
+            break;
+        }
+    }
+    a_to_b
+}
+
+fn events(c: &mut Connection) -> Vec<Event> {
+    std::iter::from_fn(|| c.poll_event()).collect()
+}
+
+// Checks that a node with the wrong secret cannot connect: the initiator finds the acceptor's
+// proof wrong and closes with AuthFailed, the acceptor is told, neither is ever established.
+#[test]
+fn wrong_secret_fails_the_handshake_on_both_sides() {
+    let cfg = Config::new(1, MTU);
+    let mut a = Connection::connect(cfg.clone(), 1, 2, b"secret-one", [1; 32], 11, 0);
+    let mut b = Connection::accept(cfg, 2, b"secret-two", [2; 32], 22, 0);
+    let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert!(events(&mut a).contains(&Event::Closed(rackwire_proto::CloseReason::AuthFailed)));
+    assert!(matches!(a.state(), State::Closed(_)));
+    assert!(matches!(b.state(), State::Closed(_) | State::Handshaking));
+    assert!(!events(&mut b).iter().any(|e| matches!(e, Event::Connected { .. })));
+}
+
+// Checks replay protection: the initiator's frames from a successful handshake, replayed to a
+// fresh acceptor (which draws a new nonce), do not get the replayer in.
+#[test]
+fn replayed_handshake_is_refused() {
+    let cfg = Config::new(1, MTU);
+    let mut a = Connection::connect(cfg.clone(), 1, 2, b"shared-secret", [1; 32], 11, 0);
+    let mut b = Connection::accept(cfg.clone(), 2, b"shared-secret", [2; 32], 22, 0);
+    let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
+    let recorded = pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert_eq!(a.state(), State::Established);
+    assert_eq!(b.state(), State::Established);
+    let mut fresh = Connection::accept(cfg, 2, b"shared-secret", [3; 32], 33, now);
+    for (link, frame) in &recorded {
+        fresh.handle_frame(now, *link, frame, &mut tb);
+        let mut buf = vec![0u8; 65536];
+        while fresh.poll_transmit(now, &mut buf).is_some() {}
+    }
+    assert_ne!(fresh.state(), State::Established, "a replayed proof must not pass against a new nonce");
+    assert!(!events(&mut fresh).iter().any(|e| matches!(e, Event::Connected { .. })));
+}
+
+// Checks that damaged and foreign input is counted and dropped without effect: random bytes,
+// a valid frame with one bit flipped, a frame for another connection id.
+#[test]
+fn damaged_frames_are_counted_and_dropped() {
+    let cfg = Config::new(1, MTU);
+    let mut a = Connection::connect(cfg.clone(), 1, 2, b"shared-secret", [1; 32], 11, 0);
+    let mut b = Connection::accept(cfg, 2, b"shared-secret", [2; 32], 22, 0);
+    let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    let before = b.stats().malformed;
+    b.handle_frame(now, 0, b"definitely not a frame", &mut tb);
+    a.write(now, RegionRef { region: 9, key: 9 }, 0, b"x", OpFlags::default()).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let t = a.poll_transmit(now, &mut buf).expect("a data frame");
+    let mut bad = buf[..t.len].to_vec();
+    bad[40] ^= 0x04;
+    b.handle_frame(now, 0, &bad, &mut tb);
+    let mut foreign = buf[..t.len].to_vec();
+    foreign[8..12].copy_from_slice(&999u32.to_be_bytes());
+    b.handle_frame(now, 0, &foreign, &mut tb);
+    b.handle_frame(now, 7, &buf[..t.len], &mut tb);
+    assert_eq!(b.stats().malformed, before + 4);
+    assert_eq!(b.state(), State::Established);
+}
+
+fn two(region_len: usize) -> World {
+    let mut w = World::new(
+        3,
+        2,
+        2,
+        |_, _, _| LinkParams::clean(20, 1_000_000_000, MTU),
+        |m| {
+            let mut c = Config::new(m.len(), MTU);
+            c.mtu = m;
+            c
+        },
+    );
+    w.targets[1].add_region(1, 77, region_len, &[node_id(0)]);
+    w.targets[1].add_region(2, 88, 64, &[]);
+    w
+}
+
+fn run_op(
+    w: &mut World,
+    submit: impl FnOnce(&mut Connection, Time) -> Result<u32, OpError>,
+) -> Result<Completion, OpError> {
+    let now = w.now;
+    let op = submit(w.conn(0, 1), now)?;
+    w.flush();
+    let mut out = None;
+    w.run_while(w.now + 1_000_000, |w| {
+        for (_, node, _, e) in w.take_events() {
+            if let (0, Event::Completed { op: o, result }) = (node, e) {
+                if o == op {
+                    out = Some(result);
+                }
+            }
+        }
+        out.is_some()
+    });
+    out.expect("operation completed")
+}
+
+// Checks refusals end to end: each bad access completes with its own reason at the initiator,
+// is counted on both sides, and leaves the target's bytes untouched.
+#[test]
+fn refusals_come_back_with_their_reason() {
+    let mut w = two(4096);
+    let good = RegionRef { region: 1, key: 77 };
+    let cases = [
+        (RegionRef { region: 1, key: 78 }, 0u64, Refusal::BadKey),
+        (RegionRef { region: 5, key: 77 }, 0, Refusal::UnknownRegion),
+        (RegionRef { region: 2, key: 88 }, 0, Refusal::Ungranted),
+        (good, 4000, Refusal::OutOfBounds),
+    ];
+    for (target, offset, why) in cases {
+        let r = run_op(&mut w, |c, now| c.write(now, target, offset, &[0xab; 200], OpFlags::default()));
+        assert_eq!(r, Err(OpError::Refused(why)));
+    }
+    let r = run_op(&mut w, |c, now| c.atomic(now, good, 4, AtomicOp::FetchAdd(1), OpFlags::default()));
+    assert_eq!(r, Err(OpError::Refused(Refusal::Misaligned)));
+    assert_eq!(w.conn(0, 1).stats().refused, 5);
+    assert_eq!(w.conn(1, 0).stats().refused_here, 5);
+    assert!(w.targets[1].regions[&1].data.iter().all(|&b| b == 0), "refused writes placed nothing");
+}
+
+// Checks compare-and-swap (succeeds only on the expected value, returns the old one), reads of
+// a multi-frame range, and the local refusal of a message over the limit.
+#[test]
+fn atomics_reads_and_limits() {
+    let mut w = two(1 << 20);
+    let r = RegionRef { region: 1, key: 77 };
+    let cas = |exp, new| AtomicOp::CompareSwap { expected: exp, new };
+    assert_eq!(run_op(&mut w, |c, n| c.atomic(n, r, 8, cas(0, 5), OpFlags::default())), Ok(Completion::Value(0)));
+    assert_eq!(run_op(&mut w, |c, n| c.atomic(n, r, 8, cas(0, 9), OpFlags::default())), Ok(Completion::Value(5)));
+    assert_eq!(
+        run_op(&mut w, |c, n| c.atomic(n, r, 8, AtomicOp::FetchAdd(10), OpFlags::default())),
+        Ok(Completion::Value(5))
+    );
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(run_op(&mut w, |c, n| c.write(n, r, 1000, &data, OpFlags::default())), Ok(Completion::Done));
+    assert_eq!(
+        run_op(&mut w, |c, n| c.read(n, r, 1000, data.len() as u64, OpFlags::default())),
+        Ok(Completion::Data(data))
+    );
+    let now = w.now;
+    let too_big = vec![0u8; rackwire_proto::MESSAGE_BYTES_MAX + 1];
+    assert_eq!(w.conn(0, 1).send(now, &too_big, OpFlags::default()), Err(OpError::Limit));
+}
