@@ -497,7 +497,7 @@ mod tests {
         // in front (so the payload parsers see arbitrary payloads too).
         #[test]
         fn parsing_arbitrary_bytes_never_panics(data in proptest::collection::vec(any::<u8>(), 0..300), kind in 0u8..8) {
-            check_any(&data);
+            crate::check_sealed(&data);
             let repr = FrameRepr { kind: kind.into(), link: 0, conn: 1, seq: 2, ack: Some(3), ts: 4, payload_len: data.len() as u16 };
             let mut buf = vec![0u8; repr.buffer_len()];
             let mut f = repr.emit(&mut buf);
