@@ -859,30 +859,42 @@ impl Connection {
         Some(Transmit { link, len })
     }
 
-    /// A link for data: up, not suspect, with window left; round-robin. `avoid` is skipped
-    /// when another qualifies (retransmissions prefer another link).
+    /// A link for data: up, not suspect, with window left, where the frame should arrive
+    /// soonest: the link's round trip grown by how full its window is (a window's worth of
+    /// frames drains in about one round trip). Equal links so take turns; a slower link gets
+    /// frames in proportion to what it drains, and none at the tail of a transfer that a faster
+    /// link would deliver sooner. `avoid` is skipped when another qualifies (retransmissions
+    /// prefer another link).
     fn pick_link(&mut self, avoid: Option<usize>) -> Option<usize> {
         let n = self.links.len();
-        let ok = |l: &Link, strict: bool| l.has_room() && (!strict || !l.suspect);
-        for strict in [true, false] {
-            for pass in 0..2 {
-                for i in 0..n {
-                    let c = (self.rr + i) % n;
-                    if pass == 0 && Some(c) == avoid && n > 1 {
-                        continue;
-                    }
-                    if ok(&self.links[c], strict) {
-                        self.rr = c + 1;
-                        return Some(c);
-                    }
+        let eta = |l: &Link, cfg: &Config| l.srtt(cfg) as f64 * (1.0 + l.inflight as f64 / l.window().max(1) as f64);
+        let mut pick = |strict: bool, skip: Option<usize>| -> Option<usize> {
+            let mut best: Option<(f64, usize)> = None;
+            for i in 0..n {
+                let c = (self.rr + i) % n;
+                let l = &self.links[c];
+                if Some(c) == skip || !l.has_room() || (strict && l.suspect) {
+                    continue;
+                }
+                let e = eta(l, &self.cfg);
+                if best.is_none_or(|(b, _)| e < b) {
+                    best = Some((e, c));
                 }
             }
-            // Only if every link that is up is suspect do we use a suspect one.
-            if self.links.iter().any(|l| l.up && !l.suspect) {
-                break;
+            best.map(|(_, c)| c)
+        };
+        let healthy = self.links.iter().any(|l| l.up && !l.suspect);
+        let chosen = pick(true, avoid.filter(|_| n > 1)).or_else(|| pick(true, None)).or_else(|| {
+            if healthy {
+                None
+            } else {
+                pick(false, None)
             }
+        });
+        if let Some(c) = chosen {
+            self.rr = c + 1;
         }
-        None
+        chosen
     }
 
     fn any_link_up(&self) -> Option<usize> {

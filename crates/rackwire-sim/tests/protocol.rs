@@ -189,3 +189,27 @@ fn atomics_reads_and_limits() {
     let too_big = vec![0u8; rackwire_proto::MESSAGE_BYTES_MAX + 1];
     assert_eq!(w.conn(0, 1).send(now, &too_big, OpFlags::default()), Err(OpError::Limit));
 }
+
+// Checks closing: the side that closes fails its pending operations with Closed, the peer
+// learns of it (Closed with the normal code) and refuses new operations.
+#[test]
+fn close_tells_the_peer_and_fails_pending_operations() {
+    let mut w = two(4096);
+    assert!(w.run_while(1_000_000, |w| w.conn(1, 0).state() == State::Established));
+    let now = w.now;
+    let op = w.conn(0, 1).write(now, RegionRef { region: 1, key: 77 }, 0, &[1; 100], OpFlags::default()).unwrap();
+    w.conn(0, 1).close(now);
+    w.flush();
+    w.run_until(w.now + 10_000);
+    let ev = w.take_events();
+    assert!(ev.iter().any(|(_, n, _, e)| *n == 0 && *e == Event::Completed { op, result: Err(OpError::Closed) }));
+    assert!(
+        ev.iter().any(|(_, n, _, e)| *n == 1 && *e == Event::Closed(rackwire_proto::CloseReason::Peer(0))),
+        "{ev:?}"
+    );
+    let now = w.now;
+    assert_eq!(
+        w.conn(1, 0).write(now, RegionRef { region: 1, key: 1 }, 0, &[1], OpFlags::default()),
+        Err(OpError::Closed)
+    );
+}

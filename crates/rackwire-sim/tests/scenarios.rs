@@ -182,3 +182,29 @@ fn one_percent_loss_keeps_ninety_percent_goodput() {
     eprintln!("loss: lossless {t_clean} µs, 1% loss {t_lossy} µs, goodput ratio {ratio:.3}");
     assert!(ratio >= 0.9, "goodput with 1% loss is {ratio:.3} of lossless ({t_clean} vs {t_lossy} µs)");
 }
+
+// Checks striping weighted by capacity: over a 1 Gbit/s and a 100 Mbit/s link, the fast link
+// carries several times the frames of the slow one, and the transfer takes no more than 1.15
+// times what the two capacities together allow (so the slow link neither idles nor drags).
+#[test]
+fn unequal_links_are_weighted_by_capacity() {
+    let mut w = World::new(
+        5,
+        2,
+        2,
+        |_, _, l| LinkParams::clean(50, if l == 0 { 1_000_000_000 } else { 100_000_000 }, 1472),
+        default_cfg,
+    );
+    w.targets[1].add_region(REGION, KEY, 16 << 20, &[node_id(0)]);
+    assert!(w.run_while(1_000_000, |w| w.conn(0, 1).state() == rackwire_proto::State::Established));
+    w.take_events();
+    let (elapsed, _) = transfer(&mut w, 16 << 20, 65536, 20_000_000, |_| {});
+    let s = w.conn(0, 1).stats();
+    let (fast, slow) = (s.links[0].frames_sent, s.links[1].frames_sent);
+    // Payload per 1472-byte frame is 1384 bytes; the links together carry 1.1 Gbit/s.
+    let ideal_us = (16u64 << 20) as f64 * 1472.0 / 1384.0 * 8.0 / 1.1e9 * 1e6;
+    eprintln!("unequal: {elapsed} µs (ideal {ideal_us:.0}), frames fast / slow: {fast} / {slow}");
+    assert!(fast > 5 * slow, "fast {fast} slow {slow}");
+    assert!(slow > fast / 20, "the slow link should still carry its share: fast {fast} slow {slow}");
+    assert!((elapsed as f64) < 1.15 * ideal_us, "took {elapsed} µs, ideal {ideal_us:.0}");
+}
