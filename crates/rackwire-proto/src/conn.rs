@@ -868,7 +868,7 @@ impl Connection {
     fn pick_link(&mut self, avoid: Option<usize>) -> Option<usize> {
         let n = self.links.len();
         let eta = |l: &Link, cfg: &Config| l.srtt(cfg) as f64 * (1.0 + l.inflight as f64 / l.window().max(1) as f64);
-        let mut pick = |strict: bool, skip: Option<usize>| -> Option<usize> {
+        let pick = |strict: bool, skip: Option<usize>| -> Option<usize> {
             let mut best: Option<(f64, usize)> = None;
             for i in 0..n {
                 let c = (self.rr + i) % n;
