@@ -49,6 +49,15 @@ impl Doorbell {
         self.page.atomic_u64(0).expect("flag word").store(0, Ordering::Relaxed);
     }
 
+    /// Ring our own doorbell (for traffic that arrives by another path, such as a network
+    /// thread of this process): wakes a waiter, costs nothing when nobody waits.
+    pub fn ring_local(&self) {
+        fence(Ordering::SeqCst);
+        if self.page.atomic_u64(0).expect("flag word").load(Ordering::Relaxed) != 0 {
+            let _ = rustix::io::write(&self.efd, &1u64.to_ne_bytes());
+        }
+    }
+
     /// Block until rung or until `timeout` passes. Returns true when rung.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
         let ts = timeout.map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as _ });

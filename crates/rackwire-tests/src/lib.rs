@@ -120,6 +120,30 @@ pub fn testnode_bin() -> PathBuf {
     dir.join("rw-testnode")
 }
 
+/// Which transport the test nodes use between each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Shared memory (the default: the nodes share this machine).
+    Shm,
+    /// The edge transport over two loopback links, forced even though memory is shared.
+    Edge,
+}
+
+impl Transport {
+    /// `RW_TEST_TRANSPORT=edge` runs the multi-process tests over the edge transport.
+    pub fn from_env() -> Self {
+        match std::env::var("RW_TEST_TRANSPORT").as_deref() {
+            Ok("edge") => Transport::Edge,
+            _ => Transport::Shm,
+        }
+    }
+
+    fn edge_env(self) -> Option<[(&'static str, &'static str); 2]> {
+        (self == Transport::Edge)
+            .then_some([("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0")])
+    }
+}
+
 /// A test node in its own process.
 pub struct Node {
     child: Child,
@@ -143,7 +167,11 @@ impl Node {
 
     /// Start it with any secret, without waiting for it to join.
     pub fn spawn_with_secret(mh: &str, name: &str, secret: &str) -> Node {
-        let mut child = Command::new(testnode_bin())
+        let mut cmd = Command::new(testnode_bin());
+        if let Some(t) = Transport::from_env().edge_env() {
+            cmd.envs(t);
+        }
+        let mut child = cmd
             .env("RACKWIRE_MH", mh)
             .env("RACKWIRE_SECRET", secret)
             .env("RACKWIRE_NAME", name)

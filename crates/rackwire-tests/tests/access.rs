@@ -105,6 +105,10 @@ fn wrong_secret_cannot_join() {
 // bytes written before the revocation survive the move to fresh memory.
 #[test]
 fn unresponsive_peer_is_cut_off() {
+    if rackwire_tests::Transport::from_env() == rackwire_tests::Transport::Edge {
+        eprintln!("skipped: cutting off a peer's mapping is a shared-memory matter; the edge transport maps nothing and checks every frame");
+        return;
+    }
     let mh = TestMh::start("cutoff");
     let mut owner = Node::spawn(&mh.addr, "cut-owner");
     let mut peer = Node::spawn(&mh.addr, "cut-peer");

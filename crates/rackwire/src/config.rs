@@ -19,6 +19,9 @@ pub enum TransportChoice {
     Auto,
     /// Shared memory only; peers elsewhere are unreachable.
     Shm,
+    /// The edge transport for every peer, even those sharing memory (for tests and
+    /// measurements of the edge transport on one machine).
+    Edge,
 }
 
 /// A node's configuration.
@@ -50,9 +53,20 @@ pub struct FabricConfig {
     /// Transport selection.
     pub transport: TransportChoice,
     /// How long a waiting receiver polls before it sleeps on its doorbell (latency against
-    /// CPU: polling answers in well under a microsecond, waking from sleep takes tens).
+    /// CPU: polling answers in well under a microsecond, waking from sleep takes tens). The
+    /// edge transport's network thread polls its sockets this long after the last activity.
     pub busy_poll: Duration,
+    /// Local addresses of this node's Ethernet links for the edge transport, one per rail
+    /// (`ip:port`, port 0 picks one). Empty: no edge transport.
+    pub links: Vec<String>,
+    /// Largest frame on the links (the link MTU less IP and UDP headers).
+    pub link_mtu: usize,
+    /// Faults to inject on the links' send paths (testing).
+    pub faults: Option<rackwire_udp::FaultSpec>,
 }
+
+/// Default frame size on edge links: a 1500-byte Ethernet MTU less IPv4 and UDP headers.
+pub const LINK_MTU_DEFAULT: usize = 1472;
 
 impl std::fmt::Debug for FabricConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -78,6 +92,9 @@ struct FileConfig {
     op_timeout_ms: Option<u64>,
     transport: Option<TransportChoice>,
     busy_poll_us: Option<u64>,
+    links: Option<Vec<String>>,
+    link_mtu: Option<usize>,
+    faults: Option<String>,
 }
 
 fn default_name() -> String {
@@ -101,6 +118,9 @@ impl FabricConfig {
             op_timeout: OP_TIMEOUT_DEFAULT,
             transport: TransportChoice::Auto,
             busy_poll: BUSY_POLL_DEFAULT,
+            links: Vec::new(),
+            link_mtu: LINK_MTU_DEFAULT,
+            faults: None,
         }
     }
 
@@ -129,6 +149,15 @@ impl FabricConfig {
         if let Some(us) = f.busy_poll_us {
             c.busy_poll = Duration::from_micros(us);
         }
+        if let Some(l) = f.links {
+            c.links = l;
+        }
+        if let Some(m) = f.link_mtu {
+            c.link_mtu = m;
+        }
+        if let Some(spec) = f.faults {
+            c.faults = Some(spec.parse().map_err(|e| Error::Config(format!("{}: faults: {e}", path.display())))?);
+        }
         Ok(c)
     }
 
@@ -150,6 +179,20 @@ impl FabricConfig {
         if let Ok(v) = std::env::var("RACKWIRE_NAME") {
             c.name = v;
         }
+        if let Ok(v) = std::env::var("RACKWIRE_LINKS") {
+            c.links = v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+        }
+        if let Ok(v) = std::env::var("RACKWIRE_TRANSPORT") {
+            c.transport = match v.as_str() {
+                "auto" => TransportChoice::Auto,
+                "shm" => TransportChoice::Shm,
+                "edge" => TransportChoice::Edge,
+                other => return Err(Error::Config(format!("RACKWIRE_TRANSPORT={other:?}: use auto, shm or edge"))),
+            };
+        }
+        if let Ok(v) = std::env::var("RACKWIRE_FAULTS") {
+            c.faults = Some(v.parse().map_err(|e| Error::Config(format!("RACKWIRE_FAULTS: {e}")))?);
+        }
         Ok(c)
     }
 
@@ -167,6 +210,17 @@ impl FabricConfig {
             )));
         }
         rackwire_mh::check_name(&self.name)?;
+        if self.links.len() > rackwire_proto::LINKS_MAX {
+            return Err(Error::Config(format!("at most {} links", rackwire_proto::LINKS_MAX)));
+        }
+        if self.transport == TransportChoice::Edge && self.links.is_empty() {
+            return Err(Error::Config(
+                "transport edge needs at least one link (RACKWIRE_LINKS, `links`, or --link)".into(),
+            ));
+        }
+        if !(256..=rackwire_udp::UDP_PAYLOAD_MAX).contains(&self.link_mtu) {
+            return Err(Error::Config(format!("link_mtu must be 256..={}", rackwire_udp::UDP_PAYLOAD_MAX)));
+        }
         if !(1..=rackwire_shm::COPY_CHANNELS_MAX).contains(&self.copy_channels) {
             return Err(Error::Config(format!("copy_channels must be 1..={}", rackwire_shm::COPY_CHANNELS_MAX)));
         }

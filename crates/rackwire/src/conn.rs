@@ -85,7 +85,9 @@ impl Conn {
     }
 
     /// Write every `(offset, bytes)` entry into `target` as one operation (scatter-gather);
-    /// contiguous entries are combined, large batches spread over the copy channels.
+    /// contiguous entries are combined, large batches spread over the copy channels. With a
+    /// notification, the target is notified once, after every entry is placed, naming the
+    /// last entry's offset and length.
     pub fn write_batch(&self, target: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags) -> Op {
         self.write_batch_with(target, entries, flags, BatchOptions::default())
     }

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,7 @@ use rackwire_mh::{MhClient, MhConfig, MhError, Role};
 use rackwire_shm::{CopyEngine, Doorbell, Endpoint, SharedMem};
 use tracing::{debug, warn};
 
+use crate::edge::EdgeEndpoint;
 use crate::region::{AccessPolicy, Acl, RegionInner};
 use crate::shm::ShmPeer;
 use crate::transport::PeerTransport;
@@ -89,6 +90,8 @@ pub(crate) struct FabricInner {
     pub closed: AtomicBool,
     rr: AtomicUsize,
     pub weak: Weak<FabricInner>,
+    /// The edge transport, when this node has Ethernet links.
+    edge: OnceLock<Arc<EdgeEndpoint>>,
 }
 
 /// The kernel's boot id: nodes that share it share this machine's memory.
@@ -174,15 +177,31 @@ impl FabricInner {
             MhError::NotFound(_) => Error::UnknownPeer(node),
             e => e.into(),
         })?;
-        let same_host = info.host == self.host && info.shm_path.is_some();
-        if !same_host {
-            let why = match self.cfg.transport {
-                TransportChoice::Shm => "it does not share memory with this node and only shared memory is enabled",
-                TransportChoice::Auto => {
-                    "it does not share memory with this node, and no edge (Ethernet) link is configured"
-                }
+        let shared_memory = info.host == self.host && info.shm_path.is_some();
+        let edge = self.edge.get().filter(|_| !info.links.is_empty());
+        let use_edge = match self.cfg.transport {
+            TransportChoice::Edge => true,
+            TransportChoice::Auto => !shared_memory,
+            TransportChoice::Shm => false,
+        };
+        if use_edge {
+            let Some(ep) = edge else {
+                let why = if self.edge.get().is_none() {
+                    "this node has no Ethernet link configured for the edge transport"
+                } else {
+                    "the peer published no Ethernet link"
+                };
+                return Err(Error::Unreachable { node, why: why.into() });
             };
-            return Err(Error::Unreachable { node, why: why.into() });
+            let p = ep.connect(&info)?;
+            self.add_peer(p.clone())?;
+            return Ok(p);
+        }
+        if !shared_memory {
+            return Err(Error::Unreachable {
+                node,
+                why: "it does not share memory with this node and only shared memory is enabled".into(),
+            });
         }
         let me = self.weak.upgrade().ok_or(Error::Closed)?;
         let peer = match ShmPeer::connect(&me, &info) {
@@ -304,11 +323,19 @@ impl Fabric {
             closed: AtomicBool::new(false),
             rr: AtomicUsize::new(0),
             weak: weak.clone(),
+            edge: OnceLock::new(),
         });
+        let mut links = Vec::new();
+        if !inner.cfg.links.is_empty() {
+            let ep = EdgeEndpoint::start(&inner)?;
+            links = ep.addrs();
+            let _ = inner.edge.set(ep);
+        }
         inner.mh.register(rackwire_mh::NodeInfo {
             host: inner.host.clone(),
             shm_path: Some(path.to_string_lossy().into_owned()),
             pid: std::process::id(),
+            links,
             ..Default::default()
         })?;
         let weak = Arc::downgrade(&inner);
@@ -451,6 +478,9 @@ impl Fabric {
         }
         for p in self.inner.all_peers().iter() {
             p.cut_off();
+        }
+        if let Some(ep) = self.inner.edge.get() {
+            ep.shutdown();
         }
     }
 }

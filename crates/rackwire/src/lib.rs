@@ -36,6 +36,7 @@
 mod access;
 mod config;
 mod conn;
+mod edge;
 mod error;
 mod fabric;
 mod handle;

@@ -591,8 +591,8 @@ impl ShmPeer {
         let total: u64 = entries.iter().map(|(_, d)| d.len() as u64).sum();
         self.stats.writes.fetch_add(1, Relaxed);
         self.stats.bytes_written.fetch_add(total, Relaxed);
-        let first = entries.iter().map(|(o, _)| *o).min().unwrap_or(0);
-        self.notify_after(t.region, first, total, flags)?;
+        let (last_off, last) = entries.last().map_or((0, 0), |(o, d)| (*o, d.len() as u64));
+        self.notify_after(t.region, last_off, last, flags)?;
         Ok(Completion::Done)
     }
 

@@ -1,0 +1,741 @@
+//! The edge transport: peers reached over Ethernet links with the reliable multi-link protocol
+//! of `rackwire-proto`, on UDP sockets from `rackwire-udp`.
+//!
+//! Each node has one [`EdgeEndpoint`]: a socket per link and one network thread that feeds
+//! arriving frames to their connection (found by the connection id in the frame header; a first
+//! handshake frame opens a new one), fires timers, sends what the connections have to send in
+//! batches, and turns connection events into completed operation handles, queued messages and
+//! notifications. It polls its sockets for [`crate::FabricConfig::busy_poll`] after the last
+//! activity, then blocks until a frame, a timer or a new operation. The target side applies this
+//! node's access rules to every frame through the same grant table as the shared-memory
+//! transport.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rackwire_proto::{self as proto, Connection, Event, OpError};
+use rackwire_udp::{FaultInjector, LinkSocket, Waker};
+use rackwire_wire::{FrameKind, HandshakeRepr, HEADER_LEN};
+use tracing::{debug, warn};
+
+use crate::fabric::{lock, read, FabricInner};
+use crate::op::OpCell;
+use crate::region::Refusal as Rule;
+use crate::transport::PeerTransport;
+use crate::{
+    Access, BatchOptions, Completion, ConnStats, Error, NodeId, NodeInfo, Notification, Op, OpFlags, RegionId,
+    RemoteRegion, CONNECT_TIMEOUT,
+};
+
+/// Frames taken from one socket before the others get a turn.
+const RECV_BURST: usize = 64;
+/// Longest the network thread sleeps without looking at its timers.
+const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
+
+fn refusal(r: Rule) -> proto::Refusal {
+    match r {
+        Rule::Ungranted { .. } => proto::Refusal::Ungranted,
+        Rule::Revoked => proto::Refusal::Revoked,
+        Rule::BadKey => proto::Refusal::BadKey,
+        Rule::UnknownRegion => proto::Refusal::UnknownRegion,
+        Rule::Busy => proto::Refusal::Other(100),
+    }
+}
+
+/// This node's memory as the edge transport's target sees it: every frame is checked against
+/// the owner's grant table, and the operation's whole range against the region.
+struct FabricTarget {
+    fabric: Weak<FabricInner>,
+}
+
+impl FabricTarget {
+    fn with<T>(
+        &self,
+        peer: u32,
+        region: u32,
+        key: u128,
+        need: Access,
+        f: impl FnOnce(&crate::region::RegionInner) -> Result<T, proto::Refusal>,
+    ) -> Result<T, proto::Refusal> {
+        let fab = self.fabric.upgrade().ok_or(proto::Refusal::UnknownRegion)?;
+        fab.with_grant(peer, region, key, need, |r, _| f(r)).map_err(refusal)?
+    }
+}
+
+fn in_bounds(len: u64, offset: u64, n: u64) -> Result<(), proto::Refusal> {
+    match offset.checked_add(n) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(proto::Refusal::OutOfBounds),
+    }
+}
+
+impl proto::Target for FabricTarget {
+    fn write(
+        &mut self,
+        peer: u32,
+        region: u32,
+        key: u128,
+        op_offset: u64,
+        op_len: u64,
+        at: u64,
+        data: &[u8],
+    ) -> Result<(), proto::Refusal> {
+        self.with(peer, region, key, Access::WRITE, |r| {
+            in_bounds(r.len, op_offset, op_len)?;
+            in_bounds(r.len, at, data.len() as u64)?;
+            read(&r.mem).write_at(at, data);
+            Ok(())
+        })
+    }
+
+    fn read(&mut self, peer: u32, region: u32, key: u128, offset: u64, out: &mut [u8]) -> Result<(), proto::Refusal> {
+        self.with(peer, region, key, Access::READ, |r| {
+            in_bounds(r.len, offset, out.len() as u64)?;
+            read(&r.mem).read_at(offset, out);
+            Ok(())
+        })
+    }
+
+    fn atomic(
+        &mut self,
+        peer: u32,
+        region: u32,
+        key: u128,
+        offset: u64,
+        op: proto::AtomicOp,
+    ) -> Result<u64, proto::Refusal> {
+        if !offset.is_multiple_of(8) {
+            return Err(proto::Refusal::Misaligned);
+        }
+        self.with(peer, region, key, Access::ATOMIC, |r| {
+            let mem = read(&r.mem);
+            let word = mem.atomic_u64(offset).ok_or(proto::Refusal::OutOfBounds)?;
+            Ok(match op {
+                proto::AtomicOp::CompareSwap { expected, new } => {
+                    word.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire).unwrap_or_else(|v| v)
+                }
+                proto::AtomicOp::FetchAdd(a) => word.fetch_add(a, Ordering::AcqRel),
+            })
+        })
+    }
+}
+
+/// What an operation handle needs to turn a refusal into its error.
+struct Pending {
+    cell: Arc<OpCell>,
+    region: RegionId,
+    offset: u64,
+    len: u64,
+    need: Access,
+}
+
+/// One connection as the endpoint keeps it.
+struct Slot {
+    conn: Connection,
+    peer: NodeId,
+    addrs: Vec<Option<SocketAddr>>,
+    pending: HashMap<proto::OpId, Pending>,
+    msgs: VecDeque<Vec<u8>>,
+    notes: VecDeque<Notification>,
+    connected: bool,
+    closed: bool,
+    /// An [`EdgePeer`] for it is registered with the fabric.
+    registered: bool,
+}
+
+struct State {
+    slots: HashMap<u32, Slot>,
+    /// Accepted connections by (peer, the peer's connection id), so a repeated first handshake
+    /// frame finds its connection.
+    accepted: HashMap<(NodeId, u32), u32>,
+    next_local: u32,
+    faults: Vec<Option<FaultInjector>>,
+}
+
+/// A node's edge transport: its links and their connections.
+pub(crate) struct EdgeEndpoint {
+    socks: Vec<LinkSocket>,
+    waker: Waker,
+    state: Mutex<State>,
+    fabric: Weak<FabricInner>,
+    start: Instant,
+    stop: AtomicBool,
+    me: NodeId,
+    secret: Vec<u8>,
+    mtu: usize,
+    busy_poll: Duration,
+    op_timeout: Duration,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EdgeEndpoint {
+    /// Bind the links and start the network thread.
+    pub fn start(f: &Arc<FabricInner>) -> Result<Arc<EdgeEndpoint>, Error> {
+        let cfg = &f.cfg;
+        let socks = cfg
+            .links
+            .iter()
+            .map(|a| LinkSocket::bind(a, cfg.link_mtu).map_err(|e| Error::Config(format!("link {a}: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let faults =
+            (0..socks.len()).map(|l| cfg.faults.filter(|s| !s.is_clean()).map(|s| FaultInjector::new(s, l))).collect();
+        let ep = Arc::new(EdgeEndpoint {
+            socks,
+            waker: Waker::new().map_err(|e| Error::Sys(e.to_string()))?,
+            state: Mutex::new(State { slots: HashMap::new(), accepted: HashMap::new(), next_local: 1, faults }),
+            fabric: f.weak.clone(),
+            start: Instant::now(),
+            stop: AtomicBool::new(false),
+            me: f.id,
+            secret: cfg.secret.clone(),
+            mtu: cfg.link_mtu,
+            busy_poll: cfg.busy_poll,
+            op_timeout: cfg.op_timeout,
+            thread: Mutex::new(None),
+        });
+        let runner = ep.clone();
+        let h = std::thread::Builder::new()
+            .name("rw-edge".into())
+            .spawn(move || runner.run())
+            .map_err(|e| Error::Sys(e.to_string()))?;
+        *lock(&ep.thread) = Some(h);
+        Ok(ep)
+    }
+
+    /// The links' bound addresses, to publish.
+    pub fn addrs(&self) -> Vec<String> {
+        self.socks.iter().map(|s| s.local_addr().to_string()).collect()
+    }
+
+    fn now(&self) -> proto::Time {
+        self.start.elapsed().as_micros() as proto::Time
+    }
+
+    fn proto_config(&self, links: usize) -> proto::Config {
+        let mut c = proto::Config::new(links, self.mtu);
+        c.op_timeout_us = self.op_timeout.as_micros() as proto::Time;
+        c
+    }
+
+    /// Stop the network thread and close every connection.
+    pub fn shutdown(&self) {
+        {
+            let mut st = lock(&self.state);
+            let now = self.now();
+            for s in st.slots.values_mut() {
+                s.conn.close(now);
+            }
+        }
+        // One last round sends the closes.
+        self.stop.store(true, Ordering::SeqCst);
+        self.waker.wake();
+        if let Some(h) = lock(&self.thread).take() {
+            let _ = h.join();
+        }
+    }
+
+    /// Open a connection to `info` and wait for its handshake.
+    pub fn connect(self: &Arc<Self>, info: &NodeInfo) -> Result<Arc<dyn PeerTransport>, Error> {
+        let addrs: Vec<SocketAddr> = info.links.iter().filter_map(|a| a.parse().ok()).collect();
+        let links = addrs.len().min(self.socks.len());
+        if links == 0 {
+            return Err(Error::Unreachable { node: info.id, why: "no Ethernet link in common".into() });
+        }
+        let local = {
+            let mut st = lock(&self.state);
+            let local = st.next_local;
+            st.next_local += 1;
+            let conn = Connection::connect(
+                self.proto_config(links),
+                self.me,
+                info.id,
+                &self.secret,
+                rackwire_mh::auth::nonce(),
+                local,
+                self.now(),
+            );
+            st.slots.insert(
+                local,
+                Slot {
+                    conn,
+                    peer: info.id,
+                    addrs: addrs.iter().take(links).map(|a| Some(*a)).collect(),
+                    pending: HashMap::new(),
+                    msgs: VecDeque::new(),
+                    notes: VecDeque::new(),
+                    connected: false,
+                    closed: false,
+                    registered: true,
+                },
+            );
+            local
+        };
+        self.waker.wake();
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        loop {
+            {
+                let mut st = lock(&self.state);
+                let s = st.slots.get(&local).ok_or(Error::PeerGone(info.id))?;
+                if s.connected {
+                    break;
+                }
+                if s.closed || Instant::now() > deadline {
+                    st.slots.remove(&local);
+                    return Err(Error::Unreachable {
+                        node: info.id,
+                        why: "the edge handshake did not complete (peer down, or it refused our secret)".into(),
+                    });
+                }
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(Arc::new(EdgePeer { ep: self.clone(), local, peer: info.id }))
+    }
+
+    fn run(self: Arc<Self>) {
+        let mut buf = vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1];
+        let mut out = vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1];
+        let mut target = FabricTarget { fabric: self.fabric.clone() };
+        let mut last_activity = Instant::now();
+        loop {
+            let stopping = self.stop.load(Ordering::SeqCst);
+            let now = self.now();
+            let mut st = lock(&self.state);
+            let mut got = 0;
+            for (l, sock) in self.socks.iter().enumerate() {
+                for _ in 0..RECV_BURST {
+                    match sock.try_recv(&mut buf) {
+                        Ok(Some((n, from))) => {
+                            got += 1;
+                            self.deliver(&mut st, l, &buf[..n], from, now, &mut target);
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            debug!(link = l, "receive: {e}");
+                            break;
+                        }
+                    }
+                }
+            }
+            for s in st.slots.values_mut() {
+                if s.conn.poll_timeout().is_some_and(|t| t <= now) {
+                    s.conn.handle_timeout(now, &mut target);
+                }
+            }
+            let sent = self.transmit(&mut st, now, &mut out);
+            let events = self.dispatch(&mut st);
+            let next = st.slots.values().filter_map(|s| s.conn.poll_timeout()).min();
+            drop(st);
+            if events {
+                if let Some(f) = self.fabric.upgrade() {
+                    f.doorbell.ring_local();
+                }
+            }
+            if stopping {
+                return;
+            }
+            if got > 0 || sent > 0 {
+                last_activity = Instant::now();
+                continue;
+            }
+            if last_activity.elapsed() < self.busy_poll {
+                std::hint::spin_loop();
+                continue;
+            }
+            let wait =
+                next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(self.now())).min(IDLE_WAIT_MAX));
+            rackwire_udp::wait(&self.socks, &self.waker, Some(wait));
+        }
+    }
+
+    /// A frame arrived on link `l` from `from`: find (or open) its connection and feed it.
+    fn deliver(
+        &self,
+        st: &mut State,
+        l: usize,
+        frame: &[u8],
+        from: SocketAddr,
+        now: proto::Time,
+        target: &mut FabricTarget,
+    ) {
+        if frame.len() < HEADER_LEN {
+            return;
+        }
+        let conn_id = u32::from_be_bytes([frame[8], frame[9], frame[10], frame[11]]);
+        let local = if conn_id == 0 && FrameKind::from(frame[3]) == FrameKind::Handshake {
+            // A first handshake frame: whose, and how many links.
+            let Ok(h) = HandshakeRepr::parse(&frame[HEADER_LEN..]) else { return };
+            if h.to != self.me {
+                return;
+            }
+            match st.accepted.get(&(h.from, h.conn)) {
+                Some(&local) => local,
+                None => {
+                    let links = (h.links as usize).min(self.socks.len());
+                    if l >= links {
+                        return;
+                    }
+                    let local = st.next_local;
+                    st.next_local += 1;
+                    let conn = Connection::accept(
+                        self.proto_config(links),
+                        self.me,
+                        &self.secret,
+                        rackwire_mh::auth::nonce(),
+                        local,
+                        now,
+                    );
+                    st.accepted.insert((h.from, h.conn), local);
+                    st.slots.insert(
+                        local,
+                        Slot {
+                            conn,
+                            peer: h.from,
+                            addrs: vec![None; links],
+                            pending: HashMap::new(),
+                            msgs: VecDeque::new(),
+                            notes: VecDeque::new(),
+                            connected: false,
+                            closed: false,
+                            registered: false,
+                        },
+                    );
+                    local
+                }
+            }
+        } else {
+            conn_id
+        };
+        let Some(s) = st.slots.get_mut(&local) else { return };
+        if let Some(a) = s.addrs.get_mut(l) {
+            *a = Some(from);
+        }
+        s.conn.handle_frame(now, l, frame, target);
+    }
+
+    /// Send what every connection has to send, batched per link, through the fault injector
+    /// where one is configured.
+    fn transmit(&self, st: &mut State, now: proto::Time, out: &mut [u8]) -> usize {
+        let mut per_link: Vec<Vec<(Vec<u8>, SocketAddr)>> = vec![Vec::new(); self.socks.len()];
+        for s in st.slots.values_mut() {
+            while let Some(t) = s.conn.poll_transmit(now, out) {
+                if let Some(Some(addr)) = s.addrs.get(t.link) {
+                    per_link[t.link].push((out[..t.len].to_vec(), *addr));
+                }
+            }
+        }
+        let mut sent = 0;
+        for (l, frames) in per_link.into_iter().enumerate() {
+            if frames.is_empty() {
+                continue;
+            }
+            let frames = match st.faults.get_mut(l).and_then(Option::as_mut) {
+                Some(fi) => {
+                    let mut faulty = Vec::with_capacity(frames.len());
+                    for (f, a) in frames {
+                        let mut outs = Vec::new();
+                        fi.apply(&f, &mut outs);
+                        faulty.extend(outs.into_iter().map(|o| (o, a)));
+                    }
+                    faulty
+                }
+                None => frames,
+            };
+            let list: Vec<(&[u8], SocketAddr)> = frames.iter().map(|(f, a)| (f.as_slice(), *a)).collect();
+            match self.socks[l].send_batch(&list) {
+                Ok(n) => sent += n,
+                Err(e) => warn!(link = l, "send: {e}"),
+            }
+        }
+        sent
+    }
+
+    /// Turn connection events into completed handles, messages and notifications. True when
+    /// something arrived that a waiter might want.
+    fn dispatch(self: &Arc<Self>, st: &mut State) -> bool {
+        let mut woke = false;
+        let mut register = Vec::new();
+        let mut gone = Vec::new();
+        for (&local, s) in st.slots.iter_mut() {
+            while let Some(e) = s.conn.poll_event() {
+                match e {
+                    Event::Connected { peer } => {
+                        s.connected = true;
+                        s.peer = peer;
+                        if !s.registered {
+                            s.registered = true;
+                            register.push((local, peer));
+                        }
+                    }
+                    Event::Completed { op, result } => {
+                        if let Some(p) = s.pending.remove(&op) {
+                            p.cell.complete(completion(s.peer, &p, result));
+                        }
+                    }
+                    Event::Message { data } => {
+                        s.msgs.push_back(data);
+                        woke = true;
+                    }
+                    Event::Notification { region, offset, len, imm } => {
+                        s.notes.push_back(Notification { from: s.peer, region, offset, len, imm });
+                        woke = true;
+                    }
+                    Event::LinkDown(l) => warn!(peer = s.peer, link = l, "edge link down"),
+                    Event::LinkUp(l) => debug!(peer = s.peer, link = l, "edge link up"),
+                    Event::Closed(why) => {
+                        debug!(peer = s.peer, ?why, "edge connection closed");
+                        s.closed = true;
+                        for (_, p) in s.pending.drain() {
+                            p.cell.complete(Err(Error::PeerGone(s.peer)));
+                        }
+                        gone.push(local);
+                    }
+                }
+            }
+        }
+        for local in gone {
+            if let Some(s) = st.slots.get(&local) {
+                // Keep queued messages readable; drop the slot once drained by the reader.
+                if s.msgs.is_empty() && s.notes.is_empty() && !s.registered {
+                    st.slots.remove(&local);
+                }
+            }
+            st.accepted.retain(|_, l| *l != local);
+        }
+        if let Some(f) = self.fabric.upgrade() {
+            for (local, peer) in register {
+                let p: Arc<dyn PeerTransport> = Arc::new(EdgePeer { ep: self.clone(), local, peer });
+                if let Err(e) = f.add_peer(p) {
+                    warn!(peer, "edge connection not registered: {e}");
+                }
+            }
+        }
+        woke
+    }
+}
+
+fn completion(peer: NodeId, p: &Pending, r: Result<proto::Completion, OpError>) -> Result<Completion, Error> {
+    match r {
+        Ok(proto::Completion::Done) => Ok(Completion::Done),
+        Ok(proto::Completion::Data(d)) => Ok(Completion::Data(d)),
+        Ok(proto::Completion::Value(v)) => Ok(Completion::Value(v)),
+        Err(OpError::Refused(why)) => Err(match why {
+            proto::Refusal::Ungranted => Error::Ungranted { region: p.region, needed: p.need },
+            proto::Refusal::Revoked => Error::Revoked { region: p.region },
+            proto::Refusal::BadKey => Error::BadKey { region: p.region },
+            proto::Refusal::UnknownRegion => Error::UnknownRegion { node: peer, region: p.region },
+            proto::Refusal::OutOfBounds => {
+                Error::OutOfBounds { region: p.region, offset: p.offset, len: p.len, region_len: 0 }
+            }
+            proto::Refusal::Misaligned => Error::Misaligned { offset: p.offset },
+            proto::Refusal::TooLarge => Error::MessageTooLarge { len: p.len as usize, max: crate::MESSAGE_BYTES_MAX },
+            proto::Refusal::Other(_) => Error::Timeout,
+        }),
+        Err(OpError::Timeout) => Err(Error::Timeout),
+        Err(OpError::Closed | OpError::NotConnected) => Err(Error::PeerGone(peer)),
+        Err(OpError::Limit) => Err(Error::Limit("edge operation limit".into())),
+    }
+}
+
+/// A connection over the edge transport, as the public API sees it.
+pub(crate) struct EdgePeer {
+    ep: Arc<EdgeEndpoint>,
+    local: u32,
+    peer: NodeId,
+}
+
+fn flags(f: OpFlags) -> proto::OpFlags {
+    proto::OpFlags { notify: f.notify, fence_before: f.fence_before, fence_after: f.fence_after }
+}
+
+impl EdgePeer {
+    fn submit(
+        &self,
+        region: RegionId,
+        offset: u64,
+        len: u64,
+        need: Access,
+        go: impl FnOnce(&mut Connection, proto::Time) -> Result<proto::OpId, OpError>,
+    ) -> Op {
+        let cell = Arc::new(OpCell::default());
+        {
+            let mut st = lock(&self.ep.state);
+            let now = self.ep.now();
+            let Some(s) = st.slots.get_mut(&self.local).filter(|s| !s.closed) else {
+                return Op::ready(Err(Error::PeerGone(self.peer)));
+            };
+            match go(&mut s.conn, now) {
+                Ok(id) => {
+                    s.pending.insert(id, Pending { cell: cell.clone(), region, offset, len, need });
+                }
+                Err(OpError::Limit) => return Op::ready(Err(Error::Limit("edge operation limit or size".into()))),
+                Err(_) => return Op::ready(Err(Error::PeerGone(self.peer))),
+            }
+        }
+        self.ep.waker.wake();
+        Op::pending(cell)
+    }
+
+    fn check(&self, t: &RemoteRegion) -> Result<proto::RegionRef, Error> {
+        if t.node != self.peer {
+            return Err(Error::UnknownPeer(t.node));
+        }
+        Ok(proto::RegionRef { region: t.region, key: t.key })
+    }
+}
+
+impl PeerTransport for EdgePeer {
+    fn peer(&self) -> NodeId {
+        self.peer
+    }
+
+    fn kind(&self) -> &'static str {
+        "edge"
+    }
+
+    fn is_alive(&self) -> bool {
+        lock(&self.ep.state).slots.get(&self.local).is_some_and(|s| !s.closed)
+    }
+
+    fn write(&self, t: &RemoteRegion, offset: u64, data: &[u8], f: OpFlags) -> Op {
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
+        };
+        self.submit(t.region, offset, data.len() as u64, Access::WRITE, |c, now| {
+            c.write(now, r, offset, data, flags(f))
+        })
+    }
+
+    fn write_batch(&self, t: &RemoteRegion, entries: &[(u64, &[u8])], f: OpFlags, _opts: BatchOptions) -> Op {
+        // All or nothing: an entry past the region's announced end refuses the whole batch here,
+        // before any entry is sent (the target still checks every frame).
+        if let Some((off, d)) =
+            entries.iter().find(|(off, d)| off.checked_add(d.len() as u64).is_none_or(|e| e > t.len))
+        {
+            return Op::ready(Err(Error::OutOfBounds {
+                region: t.region,
+                offset: *off,
+                len: d.len() as u64,
+                region_len: t.len,
+            }));
+        }
+        // One write per entry, all in flight together; the last carries the notification and a
+        // backward fence, so it is placed (and notifies) only after every other entry was.
+        let n = entries.len();
+        let ops: Vec<Op> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, (off, d))| {
+                let last = i + 1 == n;
+                let fl = OpFlags {
+                    notify: if last { f.notify } else { None },
+                    fence_before: (f.fence_before && i == 0) || (last && f.notify.is_some() && n > 1),
+                    fence_after: f.fence_after && last,
+                };
+                self.write(t, *off, d, fl)
+            })
+            .collect();
+        let mut result = Ok(Completion::Done);
+        for op in ops {
+            if let Err(e) = op.wait() {
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
+        }
+        Op::ready(result)
+    }
+
+    fn read(&self, t: &RemoteRegion, offset: u64, len: u64, f: OpFlags) -> Op {
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
+        };
+        self.submit(t.region, offset, len, Access::READ, |c, now| c.read(now, r, offset, len, flags(f)))
+    }
+
+    fn compare_swap(&self, t: &RemoteRegion, offset: u64, expected: u64, new: u64, f: OpFlags) -> Op {
+        if !offset.is_multiple_of(8) {
+            return Op::ready(Err(Error::Misaligned { offset }));
+        }
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
+        };
+        self.submit(t.region, offset, 8, Access::ATOMIC, |c, now| {
+            c.atomic(now, r, offset, proto::AtomicOp::CompareSwap { expected, new }, flags(f))
+        })
+    }
+
+    fn fetch_add(&self, t: &RemoteRegion, offset: u64, add: u64, f: OpFlags) -> Op {
+        if !offset.is_multiple_of(8) {
+            return Op::ready(Err(Error::Misaligned { offset }));
+        }
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
+        };
+        self.submit(t.region, offset, 8, Access::ATOMIC, |c, now| {
+            c.atomic(now, r, offset, proto::AtomicOp::FetchAdd(add), flags(f))
+        })
+    }
+
+    fn send(&self, msg: &[u8]) -> Op {
+        self.submit(0, 0, msg.len() as u64, Access::NONE, |c, now| c.send(now, msg, proto::OpFlags::default()))
+    }
+
+    fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
+        let mut st = lock(&self.ep.state);
+        match st.slots.get_mut(&self.local).and_then(|s| s.msgs.pop_front()) {
+            Some(m) => {
+                *out = m;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn try_notification(&self) -> Result<Option<Notification>, Error> {
+        Ok(lock(&self.ep.state).slots.get_mut(&self.local).and_then(|s| s.notes.pop_front()))
+    }
+
+    fn unmap(&self, _region: RegionId, _timeout: Duration) -> bool {
+        // Nothing is mapped: every frame is checked against the grant table as it arrives.
+        true
+    }
+
+    fn cut_off(&self) {
+        {
+            let mut st = lock(&self.ep.state);
+            let now = self.ep.now();
+            if let Some(s) = st.slots.get_mut(&self.local) {
+                s.conn.close(now);
+            }
+        }
+        self.ep.waker.wake();
+    }
+
+    fn stats(&self) -> ConnStats {
+        let st = lock(&self.ep.state);
+        let Some(s) = st.slots.get(&self.local) else { return ConnStats::default() };
+        let p = s.conn.stats();
+        ConnStats { refused: p.refused, bytes_written: p.bytes_written, ..ConnStats::default() }
+    }
+}
+
+impl Drop for EdgePeer {
+    fn drop(&mut self) {
+        // The fabric's table holds the other reference of a registered peer; once the last
+        // handle of a closed connection goes, forget its slot.
+        if let Ok(mut st) = self.ep.state.try_lock() {
+            if st.slots.get(&self.local).is_some_and(|s| s.closed) {
+                st.slots.remove(&self.local);
+            }
+        }
+    }
+}
