@@ -13,7 +13,7 @@ mod shm;
 mod stats;
 
 pub use report::{markdown, print_table, Report, Row};
-pub use shm::{responder_main, run_shm, ShmBench, RESPONDER_SUBCOMMAND};
+pub use shm::{responder_main, run_shm, BenchTransport, ShmBench, RESPONDER_SUBCOMMAND};
 
 use std::str::FromStr;
 

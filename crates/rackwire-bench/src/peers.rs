@@ -1,4 +1,6 @@
-//! Peer rows: UCX's `ucx_perftest` over its shared-memory transport, in the same run.
+//! Peer rows, measured in the same run as ours at the same sizes and patterns: UCX's
+//! `ucx_perftest` (over shared memory or TCP), and for the network transports iperf3 (TCP,
+//! one stream), sockperf (UDP ping-pong) and libfabric's `fi_pingpong` (`udp;ofi_rxd`, `tcp`).
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -72,10 +74,18 @@ fn run_ucx(tls: &str, test: &str, size: u64, iters: u64) -> Result<[f64; 8], Str
     }
 }
 
-/// `ucx-posix` rows for the patterns UCX has a counterpart for.
-pub(crate) fn ucx_rows(patterns: &[Pattern], sizes: &[u64], scale: f64, report: &mut Report) {
+/// `transport` rows (`ucx-posix`, `ucx-tcp`) from `ucx_perftest` with `UCX_TLS=tls`, for the
+/// patterns UCX has a counterpart for.
+pub(crate) fn ucx_rows(
+    tls: &str,
+    transport: &str,
+    patterns: &[Pattern],
+    sizes: &[u64],
+    scale: f64,
+    report: &mut Report,
+) {
     if !installed("ucx_perftest") {
-        report.notes.push("ucx_perftest is not installed (Debian: ucx-utils); ucx-posix rows skipped".into());
+        report.notes.push(format!("ucx_perftest is not installed (Debian: ucx-utils); {transport} rows skipped"));
         return;
     }
     for &p in patterns {
@@ -95,9 +105,9 @@ pub(crate) fn ucx_rows(patterns: &[Pattern], sizes: &[u64], scale: f64, report: 
                 }
                 _ => iterations((4e9 * scale) as u64, size, 100, 1_000_000),
             };
-            match run_ucx("posix,self", test, size, iters) {
+            match run_ucx(tls, test, size, iters) {
                 Ok([n, p50, avg, _, bw, _, rate, _]) => report.rows.push(Row {
-                    transport: "ucx-posix".into(),
+                    transport: transport.into(),
                     pattern: name.into(),
                     size,
                     iters: n as u64,
@@ -107,8 +117,149 @@ pub(crate) fn ucx_rows(patterns: &[Pattern], sizes: &[u64], scale: f64, report: 
                     msgs_per_s: Some(rate),
                     ..Row::default()
                 }),
-                Err(e) => report.notes.push(format!("ucx-posix {name}: {e}")),
+                Err(e) => report.notes.push(format!("{transport} {name}: {e}")),
             }
+        }
+    }
+}
+
+/// Start `server`, give it time to listen, run `client` with a time limit; the client's
+/// standard output. The server is killed afterwards.
+fn run_pair(mut server: Command, mut client: Command, limit: Duration) -> Result<String, String> {
+    let mut srv = server.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(700));
+    let mut cli = client.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + limit;
+    let finished = loop {
+        match cli.try_wait() {
+            Ok(Some(_)) => break true,
+            Ok(None) if Instant::now() > deadline => break false,
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let mut out = String::new();
+    if let Some(mut o) = cli.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    let _ = cli.kill();
+    let _ = cli.wait();
+    let _ = srv.kill();
+    let _ = srv.wait();
+    if finished {
+        Ok(out)
+    } else {
+        Err("timed out".into())
+    }
+}
+
+fn number_after(text: &str, key: &str) -> Option<f64> {
+    let i = text.find(key)? + key.len();
+    let rest = text[i..].trim_start_matches([' ', '=']);
+    let end = rest.find(|c: char| !(c.is_ascii_digit() || ".eE+-".contains(c))).unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// iperf3, one TCP stream, write length = `size`: the `oneway` rows.
+fn iperf3_row(size: u64, secs: u64) -> Result<Row, String> {
+    let port = free_port().ok_or("no free port")?.to_string();
+    let mut server = Command::new("iperf3");
+    server.args(["-s", "-1", "-p", &port]);
+    let mut client = Command::new("iperf3");
+    client.args(["-c", "127.0.0.1", "-p", &port, "-l", &size.to_string(), "-t", &secs.to_string(), "-J"]);
+    let out = run_pair(server, client, Duration::from_secs(secs + 30))?;
+    let end = out.find("\"sum_received\"").ok_or("iperf3 printed no result")?;
+    let bps = number_after(&out[end..], "\"bits_per_second\":").ok_or("iperf3 result without a rate")?;
+    Ok(Row {
+        transport: "iperf3-tcp".into(),
+        pattern: "oneway".into(),
+        size,
+        iters: 0,
+        mb_per_s: Some(bps / 8.0 / 1e6),
+        ..Row::default()
+    })
+}
+
+/// sockperf UDP ping-pong at `size`: half round trips, as sockperf reports them.
+fn sockperf_row(size: u64, secs: u64) -> Result<Row, String> {
+    let port = free_port().ok_or("no free port")?.to_string();
+    let mut server = Command::new("sockperf");
+    server.args(["server", "-i", "127.0.0.1", "-p", &port]);
+    let mut client = Command::new("sockperf");
+    client.args(["ping-pong", "-i", "127.0.0.1", "-p", &port, "-m", &size.to_string(), "-t", &secs.to_string()]);
+    let out = run_pair(server, client, Duration::from_secs(secs + 30))?;
+    let avg = number_after(&out, "avg-latency").ok_or("sockperf printed no latency")?;
+    let p50 = number_after(&out, "percentile 50.000");
+    let p99 = number_after(&out, "percentile 99.000");
+    let n = number_after(&out, "SentMessages").unwrap_or(0.0) as u64;
+    Ok(Row {
+        transport: "sockperf-udp".into(),
+        pattern: "pingpong".into(),
+        size,
+        iters: n,
+        lat_us_p50: p50,
+        lat_us_p99: p99,
+        lat_us_avg: Some(avg),
+        mb_per_s: Some(size as f64 / avg / 1.0),
+        ..Row::default()
+    })
+}
+
+/// libfabric `fi_pingpong` over `provider` at `size`.
+fn fabtests_row(provider: &str, transport: &str, size: u64, iters: u64) -> Result<Row, String> {
+    let args = ["-p", provider, "-e", "rdm", "-I", &iters.to_string(), "-S", &size.to_string()];
+    let mut server = Command::new("fi_pingpong");
+    server.args(args);
+    let mut client = Command::new("fi_pingpong");
+    client.args(args).arg("127.0.0.1");
+    let out = run_pair(server, client, Duration::from_secs(120))?;
+    let lines: Vec<&str> = out.lines().collect();
+    let h = lines.iter().position(|l| l.contains("usec/xfer")).ok_or("fi_pingpong printed no result")?;
+    let head: Vec<&str> = lines[h].split_whitespace().collect();
+    let vals: Vec<&str> = lines.get(h + 1).ok_or("fi_pingpong result line missing")?.split_whitespace().collect();
+    let col =
+        |name: &str| head.iter().position(|c| *c == name).and_then(|i| vals.get(i)).and_then(|v| v.parse::<f64>().ok());
+    Ok(Row {
+        transport: transport.into(),
+        pattern: "pingpong".into(),
+        size,
+        iters,
+        lat_us_avg: col("usec/xfer"),
+        mb_per_s: col("MB/sec"),
+        ..Row::default()
+    })
+}
+
+/// Peer rows for the network transports.
+pub(crate) fn network_rows(patterns: &[Pattern], sizes: &[u64], scale: f64, report: &mut Report) {
+    ucx_rows("tcp,self", "ucx-tcp", patterns, sizes, scale, report);
+    let secs = ((3.0 * scale).round() as u64).clamp(1, 10);
+    let push = |r: Result<Row, String>, what: String, report: &mut Report| match r {
+        Ok(row) => report.rows.push(row),
+        Err(e) => report.notes.push(format!("{what}: {e}")),
+    };
+    for &size in sizes {
+        if patterns.contains(&Pattern::Oneway) && installed("iperf3") {
+            push(iperf3_row(size, secs), format!("iperf3-tcp {size}"), report);
+        }
+        if patterns.contains(&Pattern::Pingpong) {
+            if installed("sockperf") && size <= 65_000 {
+                push(sockperf_row(size, secs), format!("sockperf-udp {size}"), report);
+            }
+            if installed("fi_pingpong") {
+                let iters = iterations((2e8 * scale) as u64, size, 200, 20_000);
+                push(
+                    fabtests_row("udp;ofi_rxd", "libfabric-rxd", size, iters),
+                    format!("libfabric-rxd {size}"),
+                    report,
+                );
+                push(fabtests_row("tcp", "libfabric-tcp", size, iters), format!("libfabric-tcp {size}"), report);
+            }
+        }
+    }
+    for (tool, pkg) in [("iperf3", "iperf3"), ("sockperf", "sockperf"), ("fi_pingpong", "libfabric-bin")] {
+        if !installed(tool) {
+            report.notes.push(format!("{tool} is not installed (Debian: {pkg}); its rows skipped"));
         }
     }
 }
@@ -126,5 +277,13 @@ mod tests {
         assert_eq!(v[1], 0.349);
         assert_eq!(v[4], 19.28);
         assert!(parse_final("no result here").is_none());
+    }
+
+    // Checks the number scraping used on iperf3, sockperf and fi_pingpong output.
+    #[test]
+    fn scrapes_numbers_after_keys() {
+        assert_eq!(number_after("sockperf: ====> avg-latency=12.345 (std-dev=1.2)", "avg-latency"), Some(12.345));
+        assert_eq!(number_after("\"bits_per_second\":  9.5e9,", "\"bits_per_second\":"), Some(9.5e9));
+        assert_eq!(number_after("nothing", "avg-latency"), None);
     }
 }

@@ -37,6 +37,15 @@ pub struct Row {
     /// CPU used by the measuring process, percent of one core.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_pct: Option<f64>,
+    /// Edge transport: data frames sent again (both directions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retransmits: Option<u64>,
+    /// Edge transport: retransmissions as a share of data frames sent, percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra_pct: Option<f64>,
+    /// Edge transport: share of received frames that arrived out of order, percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_order_pct: Option<f64>,
 }
 
 /// A benchmark run.
@@ -58,7 +67,8 @@ fn f(v: Option<f64>, digits: usize) -> String {
 pub fn print_table(report: &Report) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header([
+    let net = report.rows.iter().any(|r| r.extra_pct.is_some());
+    let mut header = vec![
         "transport",
         "pattern",
         "size",
@@ -69,7 +79,11 @@ pub fn print_table(report: &Report) -> String {
         "MB/s",
         "msgs/s",
         "cpu %",
-    ]);
+    ];
+    if net {
+        header.extend(["retx", "extra %", "ooo %"]);
+    }
+    t.set_header(header);
     for r in &report.rows {
         let pattern = match &r.variant {
             Some(v) => format!("{} ({v})", r.pattern),
@@ -87,6 +101,14 @@ pub fn print_table(report: &Report) -> String {
             Cell::new(f(r.msgs_per_s, 0)).set_alignment(CellAlignment::Right),
             Cell::new(f(r.cpu_pct, 0)).set_alignment(CellAlignment::Right),
         ];
+        let mut cells = cells.to_vec();
+        if net {
+            cells.push(
+                Cell::new(r.retransmits.map_or("-".into(), |v| v.to_string())).set_alignment(CellAlignment::Right),
+            );
+            cells.push(Cell::new(f(r.extra_pct, 2)).set_alignment(CellAlignment::Right));
+            cells.push(Cell::new(f(r.out_of_order_pct, 2)).set_alignment(CellAlignment::Right));
+        }
         t.add_row(cells);
     }
     let mut out = t.to_string();

@@ -33,9 +33,35 @@ const ONEWAY_ROUNDS: u64 = 5;
 /// Region size floor: Table 1 writes 40 MB of distinct pages.
 const REGION_BYTES_MIN: u64 = 48 << 20;
 
+/// Which transport a benchmark measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchTransport {
+    /// Shared memory between two processes.
+    Shm,
+    /// The edge transport over `links` loopback UDP links with frames of `mtu` bytes.
+    Udp {
+        /// Links.
+        links: usize,
+        /// Largest frame.
+        mtu: usize,
+    },
+}
+
+impl BenchTransport {
+    /// Its name in rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchTransport::Shm => "shm",
+            BenchTransport::Udp { .. } => "udp",
+        }
+    }
+}
+
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct ShmBench {
+    /// Transport.
+    pub transport: BenchTransport,
     /// Patterns, in order.
     pub patterns: Vec<Pattern>,
     /// Sizes in bytes.
@@ -57,6 +83,7 @@ pub struct ShmBench {
 impl Default for ShmBench {
     fn default() -> Self {
         ShmBench {
+            transport: BenchTransport::Shm,
             patterns: vec![Pattern::Pingpong, Pattern::Oneway],
             sizes: vec![8, 4096, 65536, 1 << 20],
             with_limit: false,
@@ -79,7 +106,46 @@ enum Cmd {
     Twoway { size: u64, iters: u64 },
     Rate { size: u64, iters: u64 },
     Done,
+    Stats,
+    StatsReply { stats: NetCounters },
     Quit,
+}
+
+/// The edge counters that go into a row, from one side.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+struct NetCounters {
+    data_frames: u64,
+    retransmits: u64,
+    frames_received: u64,
+    out_of_order: u64,
+}
+
+impl NetCounters {
+    fn of(c: &Conn) -> Self {
+        let s = c.stats();
+        NetCounters {
+            data_frames: s.data_frames,
+            retransmits: s.retransmits,
+            frames_received: s.frames_received,
+            out_of_order: s.out_of_order,
+        }
+    }
+    fn minus(self, o: Self) -> Self {
+        NetCounters {
+            data_frames: self.data_frames - o.data_frames,
+            retransmits: self.retransmits - o.retransmits,
+            frames_received: self.frames_received - o.frames_received,
+            out_of_order: self.out_of_order - o.out_of_order,
+        }
+    }
+    fn plus(self, o: Self) -> Self {
+        NetCounters {
+            data_frames: self.data_frames + o.data_frames,
+            retransmits: self.retransmits + o.retransmits,
+            frames_received: self.frames_received + o.frames_received,
+            out_of_order: self.out_of_order + o.out_of_order,
+        }
+    }
 }
 
 fn send_cmd(c: &Conn, cmd: &Cmd) -> Result<()> {
@@ -101,8 +167,13 @@ fn expect(c: &Conn, want: &str) -> Result<()> {
     Ok(())
 }
 
-fn bench_config(mh: &str, secret: &str, name: &str, channels: usize) -> FabricConfig {
+fn bench_config(mh: &str, secret: &str, name: &str, channels: usize, transport: BenchTransport) -> FabricConfig {
     let mut c = FabricConfig::new(mh, secret, name);
+    if let BenchTransport::Udp { links, mtu } = transport {
+        c.transport = rackwire::TransportChoice::Edge;
+        c.links = vec!["127.0.0.1:0".into(); links];
+        c.link_mtu = mtu;
+    }
     // Both sides poll: this is a latency benchmark, and each has a core.
     c.busy_poll = Duration::from_secs(1);
     c.copy_channels = channels;
@@ -119,7 +190,11 @@ pub fn responder_main() -> Result<()> {
     let var = |k: &str| {
         std::env::var(k).with_context(|| format!("{k} not set (the responder is started by `rackwire bench`)"))
     };
-    let mut cfg = bench_config(&var("RACKWIRE_MH")?, &var("RACKWIRE_SECRET")?, &var("RACKWIRE_NAME")?, 1);
+    let transport = match std::env::var("RW_BENCH_LINKS").ok().and_then(|v| v.parse().ok()) {
+        Some(links) if links > 0 => BenchTransport::Udp { links, mtu: var("RW_BENCH_MTU")?.parse()? },
+        _ => BenchTransport::Shm,
+    };
+    let mut cfg = bench_config(&var("RACKWIRE_MH")?, &var("RACKWIRE_SECRET")?, &var("RACKWIRE_NAME")?, 1, transport);
     // Poll through the short gaps of ping-pong, but sleep when the initiator works alone
     // (Table 1, large batches), so its copy channels have the other core.
     cfg.busy_poll = RESPONDER_BUSY_POLL;
@@ -158,17 +233,30 @@ pub fn responder_main() -> Result<()> {
                 }
                 send_cmd(&conn, &Cmd::Done)?;
             }
+            Cmd::Stats => send_cmd(&conn, &Cmd::StatsReply { stats: NetCounters::of(&conn) })?,
             Cmd::Quit => return Ok(()),
             other => bail!("unexpected command {other:?}"),
         }
     }
 }
 
+/// Writes a stream keeps in flight (shared-memory writes complete at once; network writes
+/// are pipelined up to this many).
+const STREAM_OPS_IN_FLIGHT: usize = 32;
+
 /// `iters` writes of `data` at offset 0, the last one notifying.
 fn stream_writes(conn: &Conn, target: &RemoteRegion, data: &[u8], iters: u64) -> Result<()> {
+    let mut flight = std::collections::VecDeque::with_capacity(STREAM_OPS_IN_FLIGHT);
     for i in 0..iters {
-        let flags = if i + 1 == iters { OpFlags::NONE.notify(i) } else { OpFlags::NONE };
-        conn.write(target, 0, data, flags).wait()?;
+        let flags = if i + 1 == iters { OpFlags::NONE.notify(i).fence_before() } else { OpFlags::NONE };
+        if flight.len() == STREAM_OPS_IN_FLIGHT {
+            let op: rackwire::Op = flight.pop_front().expect("full");
+            op.wait()?;
+        }
+        flight.push_back(conn.write(target, 0, data, flags));
+    }
+    for op in flight {
+        op.wait()?;
     }
     Ok(())
 }
@@ -183,6 +271,7 @@ struct Session {
     child: Child,
     buf: Vec<u8>,
     channels: usize,
+    transport: BenchTransport,
     // Dropped in this order: the region is freed while the management host still runs.
     _region: rackwire::Region,
     _mh: rackwire::MhHandle,
@@ -194,7 +283,13 @@ impl Session {
         let mh = ManagementHost::start("127.0.0.1:0", None, secret.as_bytes())?;
         let addr = mh.addr().to_string();
         let pid = std::process::id();
-        let fabric = Fabric::join(bench_config(&addr, &secret, &format!("bench-initiator-{pid}"), cfg.copy_channels))?;
+        let fabric = Fabric::join(bench_config(
+            &addr,
+            &secret,
+            &format!("bench-initiator-{pid}"),
+            cfg.copy_channels,
+            cfg.transport,
+        ))?;
         let bytes = region_bytes(&cfg.sizes);
         let region = fabric.alloc(bytes, Access::ALL)?;
         region.publish(&format!("bench/{}/initiator", fabric.id()))?;
@@ -202,8 +297,14 @@ impl Session {
             Some(p) => p.clone(),
             None => std::env::current_exe()?,
         };
+        let (links, mtu) = match cfg.transport {
+            BenchTransport::Udp { links, mtu } => (links, mtu),
+            BenchTransport::Shm => (0, 0),
+        };
         let child = Command::new(exe)
             .arg(RESPONDER_SUBCOMMAND)
+            .env("RW_BENCH_LINKS", links.to_string())
+            .env("RW_BENCH_MTU", mtu.to_string())
             .env("RACKWIRE_MH", &addr)
             .env("RACKWIRE_SECRET", &secret)
             .env("RACKWIRE_NAME", format!("bench-responder-{pid}"))
@@ -217,7 +318,17 @@ impl Session {
         let conn = fabric.connect(hello.from)?;
         let target = fabric.lookup(&format!("bench/{}/responder", fabric.id()))?;
         let buf: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
-        Ok(Session { fabric, conn, target, child, buf, channels: cfg.copy_channels, _region: region, _mh: mh })
+        Ok(Session {
+            fabric,
+            conn,
+            target,
+            child,
+            buf,
+            channels: cfg.copy_channels,
+            transport: cfg.transport,
+            _region: region,
+            _mh: mh,
+        })
     }
 
     fn pingpong(&self, size: u64, scale: f64) -> Result<Row> {
@@ -244,7 +355,7 @@ impl Session {
         }
         let (wall, cpu) = meter.expect("warm-up is shorter than the run").stop();
         Ok(Row {
-            transport: "shm".into(),
+            transport: self.transport.name().into(),
             pattern: "pingpong".into(),
             size,
             iters,
@@ -398,6 +509,18 @@ impl Session {
         Ok(rows)
     }
 
+    /// Both sides' edge counters added up (zero on shared memory).
+    fn net(&self) -> Result<NetCounters> {
+        if self.transport == BenchTransport::Shm {
+            return Ok(NetCounters::default());
+        }
+        send_cmd(&self.conn, &Cmd::Stats)?;
+        match recv_cmd(&self.conn)? {
+            Cmd::StatsReply { stats } => Ok(NetCounters::of(&self.conn).plus(stats)),
+            other => bail!("expected stats, got {other:?}"),
+        }
+    }
+
     fn finish(mut self) {
         let _ = send_cmd(&self.conn, &Cmd::Quit);
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -438,7 +561,7 @@ fn stream_row(pattern: &str, size: u64, iters: u64, bytes: u64, wall: Duration, 
 /// Run the shared-memory benchmarks as configured.
 pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
     let mut report = Report::default();
-    report.meta.insert("transport".into(), "shm".into());
+    report.meta.insert("transport".into(), cfg.transport.name().into());
     report.meta.insert("cores".into(), std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).into());
     report.meta.insert("copy_channels".into(), cfg.copy_channels.into());
     let steps: u64 =
@@ -453,6 +576,11 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
     let mut limit_sizes = cfg.sizes.clone();
     let result = (|| -> Result<()> {
         for &p in &cfg.patterns {
+            if p == Pattern::Table1 && s.transport != BenchTransport::Shm {
+                report.notes.push("table1 measures the shared-memory copy channels; skipped for udp".into());
+                bar.inc(1);
+                continue;
+            }
             if p == Pattern::Table1 {
                 bar.set_message("table1");
                 report.rows.extend(s.table1()?);
@@ -461,6 +589,7 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
             }
             for &size in &cfg.sizes {
                 bar.set_message(format!("{} {}", p.name(), crate::show_size(size)));
+                let before = s.net()?;
                 let row = match p {
                     Pattern::Pingpong => s.pingpong(size, cfg.scale)?,
                     Pattern::Oneway => {
@@ -485,12 +614,27 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
                     Pattern::Rate => s.rate(size, cfg.scale)?,
                     Pattern::Table1 => unreachable!("handled above"),
                 };
+                let mut row = row;
+                if s.transport != BenchTransport::Shm {
+                    let d = s.net()?.minus(before);
+                    let sent = d.data_frames + d.retransmits;
+                    row.retransmits = Some(d.retransmits);
+                    row.extra_pct = Some(if sent == 0 { 0.0 } else { 100.0 * d.retransmits as f64 / sent as f64 });
+                    row.out_of_order_pct = Some(if d.frames_received == 0 {
+                        0.0
+                    } else {
+                        100.0 * d.out_of_order as f64 / d.frames_received as f64
+                    });
+                }
                 report.rows.push(row);
                 bar.inc(1);
             }
         }
         Ok(())
     })();
+    for r in report.rows.iter_mut().filter(|r| r.transport == "shm") {
+        r.transport = cfg.transport.name().into();
+    }
     s.finish();
     result?;
     if cfg.with_limit {
@@ -503,7 +647,12 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
     }
     bar.finish_and_clear();
     if cfg.peers {
-        peers::ucx_rows(&cfg.patterns, &cfg.sizes, cfg.scale, &mut report);
+        match cfg.transport {
+            BenchTransport::Shm => {
+                peers::ucx_rows("posix,self", "ucx-posix", &cfg.patterns, &cfg.sizes, cfg.scale, &mut report)
+            }
+            BenchTransport::Udp { .. } => peers::network_rows(&cfg.patterns, &cfg.sizes, cfg.scale, &mut report),
+        }
     }
     Ok(report)
 }

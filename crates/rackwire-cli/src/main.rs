@@ -107,9 +107,15 @@ enum Cmd {
 
 #[derive(Args)]
 struct BenchArgs {
-    /// Transport to measure.
-    #[arg(long, default_value = "shm", value_parser = ["shm"])]
+    /// Transport to measure: shared memory, or the edge transport over loopback UDP links.
+    #[arg(long, default_value = "shm", value_parser = ["shm", "udp"])]
     transport: String,
+    /// With --transport udp: links to stripe over.
+    #[arg(long, default_value_t = 1)]
+    links: usize,
+    /// With --transport udp: largest frame per link (loopback carries up to 65507).
+    #[arg(long, default_value_t = 65000)]
+    mtu: usize,
     /// Patterns: pingpong, oneway, twoway, rate, table1 (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "pingpong,oneway")]
     pattern: Vec<String>,
@@ -178,7 +184,20 @@ impl BenchArgs {
         if !(self.scale > 0.0 && self.scale <= 10.0) {
             bail!("--scale must be in (0, 10]");
         }
+        let transport = match self.transport.as_str() {
+            "udp" => {
+                if !(1..=8).contains(&self.links) {
+                    bail!("--links must be 1..=8");
+                }
+                if !(256..=65507).contains(&self.mtu) {
+                    bail!("--mtu must be 256..=65507");
+                }
+                rackwire_bench::BenchTransport::Udp { links: self.links, mtu: self.mtu }
+            }
+            _ => rackwire_bench::BenchTransport::Shm,
+        };
         Ok(ShmBench {
+            transport,
             patterns,
             sizes,
             with_limit: self.with_limit,

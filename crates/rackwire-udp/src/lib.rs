@@ -47,8 +47,14 @@ impl LinkSocket {
         }
         let sock = UdpSocket::bind(addr)?;
         sock.set_nonblocking(true)?;
-        let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&sock, SOCKET_BUFFER_BYTES);
-        let _ = rustix::net::sockopt::set_socket_send_buffer_size(&sock, SOCKET_BUFFER_BYTES);
+        // As root the limit of net.core.[rw]mem_max does not apply (the _force options).
+        use rustix::net::sockopt as so;
+        if so::set_socket_recv_buffer_size_force(&sock, SOCKET_BUFFER_BYTES).is_err() {
+            let _ = so::set_socket_recv_buffer_size(&sock, SOCKET_BUFFER_BYTES);
+        }
+        if so::set_socket_send_buffer_size_force(&sock, SOCKET_BUFFER_BYTES).is_err() {
+            let _ = so::set_socket_send_buffer_size(&sock, SOCKET_BUFFER_BYTES);
+        }
         let local = sock.local_addr()?;
         Ok(LinkSocket { sock, local, mtu })
     }

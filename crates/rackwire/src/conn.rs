@@ -47,6 +47,24 @@ pub struct ConnStats {
     pub doorbells: u64,
     /// Remote regions mapped.
     pub mappings: u64,
+    /// Edge transport: frames sent (all kinds).
+    pub frames_sent: u64,
+    /// Edge transport: valid frames received.
+    pub frames_received: u64,
+    /// Edge transport: data frames sent for the first time.
+    pub data_frames: u64,
+    /// Edge transport: data frames sent again.
+    pub retransmits: u64,
+    /// Edge transport: data frames that arrived beyond a gap.
+    pub out_of_order: u64,
+    /// Edge transport: data frames that arrived twice.
+    pub duplicates: u64,
+    /// Edge transport: explicit acknowledgements sent.
+    pub acks_sent: u64,
+    /// Edge transport: negative acknowledgements sent.
+    pub nacks_sent: u64,
+    /// Edge transport: frames dropped as damaged or malformed.
+    pub malformed: u64,
 }
 
 /// A connection to one peer. Cheap to clone; all calls take `&self` and may be made from

@@ -33,6 +33,8 @@ use crate::{
 
 /// Frames taken from one socket before the others get a turn.
 const RECV_BURST: usize = 64;
+/// An application thread that pumped this recently (µs) is taken to be polling still.
+const PUMP_RECENT_US: u64 = 50;
 /// Longest the network thread sleeps without looking at its timers.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
 
@@ -170,6 +172,10 @@ pub(crate) struct EdgeEndpoint {
     busy_poll: Duration,
     op_timeout: Duration,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Buffers for [`EdgeEndpoint::pump`].
+    pump_bufs: Mutex<(Vec<u8>, Vec<u8>)>,
+    /// When an application thread last pumped (µs): the network thread stays out of its way.
+    last_pump_us: std::sync::atomic::AtomicU64,
 }
 
 impl EdgeEndpoint {
@@ -196,6 +202,11 @@ impl EdgeEndpoint {
             busy_poll: cfg.busy_poll,
             op_timeout: cfg.op_timeout,
             thread: Mutex::new(None),
+            pump_bufs: Mutex::new((
+                vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1],
+                vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1],
+            )),
+            last_pump_us: std::sync::atomic::AtomicU64::new(0),
         });
         let runner = ep.clone();
         let h = std::thread::Builder::new()
@@ -218,6 +229,14 @@ impl EdgeEndpoint {
     fn proto_config(&self, links: usize) -> proto::Config {
         let mut c = proto::Config::new(links, self.mtu);
         c.op_timeout_us = self.op_timeout.as_micros() as proto::Time;
+        // Windows count frames: keep their byte sizes about the same whatever the MTU.
+        let scale = |frames_at_1500: usize, floor: usize| (frames_at_1500 * 1472 / self.mtu).max(floor);
+        c.link_window_min = scale(c.link_window_min, 2);
+        c.link_window_initial = scale(c.link_window_initial, 4);
+        c.link_window_max = scale(c.link_window_max, 32);
+        // Acknowledge about as many bytes at a time as with small frames: with jumbo frames a
+        // window holds few of them, and waiting for eight would stall the sender.
+        c.ack_every_frames = scale(c.ack_every_frames as usize, 1) as u32;
         c
     }
 
@@ -296,59 +315,86 @@ impl EdgeEndpoint {
         Ok(Arc::new(EdgePeer { ep: self.clone(), local, peer: info.id }))
     }
 
+    /// One round of work: drain the sockets, fire due timers, send, dispatch events.
+    /// Returns (frames received, frames sent).
+    fn round(
+        self: &Arc<Self>,
+        st: &mut State,
+        buf: &mut [u8],
+        out: &mut [u8],
+        target: &mut FabricTarget,
+    ) -> (usize, usize) {
+        let now = self.now();
+        let mut got = 0;
+        for (l, sock) in self.socks.iter().enumerate() {
+            for _ in 0..RECV_BURST {
+                match sock.try_recv(buf) {
+                    Ok(Some((n, from))) => {
+                        got += 1;
+                        self.deliver(st, l, &buf[..n], from, now, target);
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        debug!(link = l, "receive: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        for s in st.slots.values_mut() {
+            if s.conn.poll_timeout().is_some_and(|t| t <= now) {
+                s.conn.handle_timeout(now, target);
+            }
+        }
+        let sent = self.transmit(st, now, out);
+        if self.dispatch(st) {
+            if let Some(f) = self.fabric.upgrade() {
+                f.doorbell.ring_local();
+            }
+        }
+        (got, sent)
+    }
+
+    /// Make progress from a waiting application thread (busy polling), if the network thread
+    /// is not at it right now. True when something was received or sent.
+    pub fn pump(self: &Arc<Self>) -> bool {
+        self.last_pump_us.store(self.now(), Ordering::Relaxed);
+        let Ok(mut st) = self.state.try_lock() else { return false };
+        let mut bufs = lock(&self.pump_bufs);
+        let (buf, out) = &mut *bufs;
+        let mut target = FabricTarget { fabric: self.fabric.clone() };
+        let (got, sent) = self.round(&mut st, buf, out, &mut target);
+        got + sent > 0
+    }
+
+    /// The network thread: works while there is work, then blocks until a frame arrives, a
+    /// timer is due or an operation is submitted. Latency comes from the waiting application
+    /// threads, which poll (see [`EdgeEndpoint::pump`]); this thread never spins.
     fn run(self: Arc<Self>) {
         let mut buf = vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1];
         let mut out = vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1];
         let mut target = FabricTarget { fabric: self.fabric.clone() };
-        let mut last_activity = Instant::now();
         loop {
             let stopping = self.stop.load(Ordering::SeqCst);
-            let now = self.now();
             let mut st = lock(&self.state);
-            let mut got = 0;
-            for (l, sock) in self.socks.iter().enumerate() {
-                for _ in 0..RECV_BURST {
-                    match sock.try_recv(&mut buf) {
-                        Ok(Some((n, from))) => {
-                            got += 1;
-                            self.deliver(&mut st, l, &buf[..n], from, now, &mut target);
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            debug!(link = l, "receive: {e}");
-                            break;
-                        }
-                    }
-                }
-            }
-            for s in st.slots.values_mut() {
-                if s.conn.poll_timeout().is_some_and(|t| t <= now) {
-                    s.conn.handle_timeout(now, &mut target);
-                }
-            }
-            let sent = self.transmit(&mut st, now, &mut out);
-            let events = self.dispatch(&mut st);
+            let (got, sent) = self.round(&mut st, &mut buf, &mut out, &mut target);
             let next = st.slots.values().filter_map(|s| s.conn.poll_timeout()).min();
             drop(st);
-            if events {
-                if let Some(f) = self.fabric.upgrade() {
-                    f.doorbell.ring_local();
-                }
-            }
             if stopping {
                 return;
             }
             if got > 0 || sent > 0 {
-                last_activity = Instant::now();
                 continue;
             }
-            if last_activity.elapsed() < self.busy_poll {
-                std::hint::spin_loop();
-                continue;
+            let now = self.now();
+            let wait = next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX));
+            if now.saturating_sub(self.last_pump_us.load(Ordering::Relaxed)) < PUMP_RECENT_US {
+                // An application thread is polling: it handles arrivals; wake only for timers
+                // and submissions, so as not to take its core or its frames.
+                rackwire_udp::wait(&[], &self.waker, Some(wait.min(Duration::from_micros(PUMP_RECENT_US))));
+            } else {
+                rackwire_udp::wait(&self.socks, &self.waker, Some(wait));
             }
-            let wait =
-                next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(self.now())).min(IDLE_WAIT_MAX));
-            rackwire_udp::wait(&self.socks, &self.waker, Some(wait));
         }
     }
 
@@ -561,7 +607,8 @@ impl EdgePeer {
         need: Access,
         go: impl FnOnce(&mut Connection, proto::Time) -> Result<proto::OpId, OpError>,
     ) -> Op {
-        let cell = Arc::new(OpCell::default());
+        let ep = self.ep.clone();
+        let cell = Arc::new(OpCell::with_driver(Arc::new(move || ep.pump()), self.ep.busy_poll));
         {
             let mut st = lock(&self.ep.state);
             let now = self.ep.now();
@@ -690,6 +737,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
+        self.ep.pump();
         let mut st = lock(&self.ep.state);
         match st.slots.get_mut(&self.local).and_then(|s| s.msgs.pop_front()) {
             Some(m) => {
@@ -701,6 +749,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn try_notification(&self) -> Result<Option<Notification>, Error> {
+        self.ep.pump();
         Ok(lock(&self.ep.state).slots.get_mut(&self.local).and_then(|s| s.notes.pop_front()))
     }
 
@@ -724,7 +773,20 @@ impl PeerTransport for EdgePeer {
         let st = lock(&self.ep.state);
         let Some(s) = st.slots.get(&self.local) else { return ConnStats::default() };
         let p = s.conn.stats();
-        ConnStats { refused: p.refused, bytes_written: p.bytes_written, ..ConnStats::default() }
+        ConnStats {
+            refused: p.refused,
+            bytes_written: p.bytes_written,
+            frames_sent: p.frames_sent,
+            frames_received: p.frames_received,
+            data_frames: p.data_frames,
+            retransmits: p.retransmits,
+            out_of_order: p.out_of_order,
+            duplicates: p.duplicates,
+            acks_sent: p.acks_sent,
+            nacks_sent: p.nacks_sent,
+            malformed: p.malformed,
+            ..ConnStats::default()
+        }
     }
 }
 

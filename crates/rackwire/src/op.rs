@@ -71,14 +71,31 @@ impl Completion {
     }
 }
 
+/// Something a waiting thread can call to make progress itself (poll the network) instead of
+/// sleeping: true when it did something.
+pub type Driver = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// Where an asynchronous transport puts an operation's outcome.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct OpCell {
     slot: Mutex<Option<Result<Completion, Error>>>,
     cv: Condvar,
+    /// Drive progress while waiting, for this long, before sleeping.
+    driver: Option<(Driver, Duration)>,
+}
+
+impl std::fmt::Debug for OpCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpCell").field("done", &self.slot.lock().map(|s| s.is_some()).unwrap_or(false)).finish()
+    }
 }
 
 impl OpCell {
+    /// A cell whose waiters call `driver` for up to `spin` before they sleep.
+    pub fn with_driver(driver: Driver, spin: Duration) -> Self {
+        OpCell { slot: Mutex::new(None), cv: Condvar::new(), driver: Some((driver, spin)) }
+    }
+
     /// Record the outcome and wake waiters. Only the first outcome counts.
     pub fn complete(&self, r: Result<Completion, Error>) {
         let mut s = self.slot.lock().unwrap_or_else(|e| e.into_inner());
@@ -164,6 +181,14 @@ impl Op {
         let deadline = Instant::now() + d;
         if let State::Pending(cell) = &self.state {
             let cell = cell.clone();
+            if let Some((drive, spin)) = &cell.driver {
+                let spin_until = Instant::now() + (*spin).min(d);
+                while cell.slot.lock().unwrap_or_else(|e| e.into_inner()).is_none() && Instant::now() < spin_until {
+                    if !drive() {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
             let mut s = cell.slot.lock().unwrap_or_else(|e| e.into_inner());
             while s.is_none() {
                 let left = deadline.saturating_duration_since(Instant::now());

@@ -749,6 +749,7 @@ impl PeerTransport for ShmPeer {
             ring_full_waits: s.ring_full_waits.load(Relaxed),
             doorbells: self.bell.rings(),
             mappings: s.mappings.load(Relaxed),
+            ..ConnStats::default()
         }
     }
 }
