@@ -155,7 +155,7 @@ fn run_pair(mut server: Command, mut client: Command, limit: Duration) -> Result
 
 fn number_after(text: &str, key: &str) -> Option<f64> {
     let i = text.find(key)? + key.len();
-    let rest = text[i..].trim_start_matches([' ', '=']);
+    let rest = text[i..].trim_start_matches(|c: char| c.is_whitespace() || c == '=');
     let end = rest.find(|c: char| !(c.is_ascii_digit() || ".eE+-".contains(c))).unwrap_or(rest.len());
     rest[..end].parse().ok()
 }
@@ -284,6 +284,7 @@ mod tests {
     fn scrapes_numbers_after_keys() {
         assert_eq!(number_after("sockperf: ====> avg-latency=12.345 (std-dev=1.2)", "avg-latency"), Some(12.345));
         assert_eq!(number_after("\"bits_per_second\":  9.5e9,", "\"bits_per_second\":"), Some(9.5e9));
+        assert_eq!(number_after("\"bits_per_second\":\t4.18e+10,", "\"bits_per_second\":"), Some(4.18e10));
         assert_eq!(number_after("nothing", "avg-latency"), None);
     }
 }

@@ -940,24 +940,14 @@ impl Connection {
                 return self.emit(now, buf, link, FrameKind::Nack, 0, n.buffer_len(), |b| n.emit(b));
             }
         }
-        if self.recv.ack_due(now) {
-            let (ts, l) = self.recv.echo;
-            let a = AckRepr { echo_ts: ts, echo_link: l, ranges: self.recv.sack_ranges() };
-            let link = if self.links.get(l as usize).is_some_and(|k| k.up) {
-                l as usize
-            } else {
-                self.any_link_up().unwrap_or(0)
-            };
-            self.stats.acks_sent += 1;
-            return self.emit(now, buf, link, FrameKind::Ack, 0, a.buffer_len(), |b| a.emit(b));
-        }
         while let Some(&seq) = self.retx.front() {
             let Some(s) = self.inflight.get(&seq) else {
                 self.retx.pop_front();
                 continue;
             };
             let prev = s.link;
-            let link = self.pick_link(Some(prev))?;
+            // No link has window for it now: fall through (an acknowledgement may still be due).
+            let Some(link) = self.pick_link(Some(prev)) else { break };
             self.retx.pop_front();
             let s = self.inflight.get_mut(&seq).expect("checked");
             s.counted_on = Some(link);
@@ -972,6 +962,29 @@ impl Connection {
             self.inflight.get_mut(&seq).expect("checked").payload = payload;
             return t;
         }
+        // New data and answers go next; they carry the cumulative acknowledgement, so an
+        // explicit one is sent only when nothing else is going out (or gaps need selective
+        // ranges).
+        if let Some(t) = self.poll_new_data(now, buf) {
+            return Some(t);
+        }
+        if self.recv.ack_due(now) {
+            let (ts, l) = self.recv.echo;
+            let a = AckRepr { echo_ts: ts, echo_link: l, ranges: self.recv.sack_ranges() };
+            let link = if self.links.get(l as usize).is_some_and(|k| k.up) {
+                l as usize
+            } else {
+                self.any_link_up().unwrap_or(0)
+            };
+            self.stats.acks_sent += 1;
+            return self.emit(now, buf, link, FrameKind::Ack, 0, a.buffer_len(), |b| a.emit(b));
+        }
+        None
+    }
+
+    /// A new data frame (an answer first, else the next fragment of an operation), if the
+    /// windows allow.
+    fn poll_new_data(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
         if self.inflight.len() >= self.cfg.window_frames_max || self.incoming.len() >= crate::OPS_MAX {
             return None;
         }

@@ -341,6 +341,9 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
         if !pending {
             break;
         }
+        if world.livelock {
+            return Err(fail(seed, format!("livelock: time stopped at {} µs", world.now)));
+        }
         if world.now >= deadline || world.steps > crate::world::STEPS_MAX {
             let n = check.ops.iter().filter(|o| o.completed.is_none()).count();
             return Err(fail(seed, format!("liveness: {n} operations still incomplete after faults healed")));

@@ -9,6 +9,9 @@ use crate::{MemTarget, Rng};
 pub const SIM_SECRET: &[u8] = b"simulated-fabric-secret";
 /// Steps one run may take before it counts as a livelock.
 pub const STEPS_MAX: u64 = 50_000_000;
+/// Steps at one instant of virtual time before it counts as a livelock (something claims a
+/// timer is due and never clears it).
+pub const STEPS_AT_ONE_INSTANT_MAX: u64 = 100_000;
 /// Largest frame any simulated link carries.
 const BUF_BYTES: usize = 65536;
 
@@ -32,6 +35,10 @@ pub struct World {
     events: Vec<(Time, usize, usize, Event)>,
     /// Steps taken.
     pub steps: u64,
+    /// Steps taken at the current instant.
+    steps_now: u64,
+    /// A livelock was detected: time stopped advancing.
+    pub livelock: bool,
     buf: Vec<u8>,
 }
 
@@ -96,6 +103,8 @@ impl World {
             targets,
             events: Vec::new(),
             steps: 0,
+            steps_now: 0,
+            livelock: false,
             buf: vec![0; BUF_BYTES],
         };
         w.flush();
@@ -160,6 +169,15 @@ impl World {
                 return false;
             }
         };
+        if next == self.now {
+            self.steps_now += 1;
+            if self.steps_now > STEPS_AT_ONE_INSTANT_MAX {
+                self.livelock = true;
+                return false;
+            }
+        } else {
+            self.steps_now = 0;
+        }
         self.now = next;
         let now = self.now;
         while let Some(a) = self.flight.pop_due(now) {
@@ -189,7 +207,7 @@ impl World {
                 return false;
             }
         }
-        true
+        !self.livelock
     }
 
     /// Run until `done(self)` holds or `deadline` passes; whether it held.
@@ -198,7 +216,7 @@ impl World {
             if done(self) {
                 return true;
             }
-            if self.now >= deadline || self.steps > STEPS_MAX {
+            if self.now >= deadline || self.steps > STEPS_MAX || self.livelock {
                 return false;
             }
             if !self.step(deadline) {
