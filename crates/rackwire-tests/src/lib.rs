@@ -165,12 +165,28 @@ impl Node {
         n
     }
 
+    /// Start `name` with extra environment (for example a transport or faults), and wait
+    /// for it to join.
+    pub fn spawn_env(mh: &str, name: &str, env: &[(&str, &str)]) -> Node {
+        let mut n = Node::spawn_inner(mh, name, SECRET, env);
+        let ready = n.line();
+        let id = ready.strip_prefix("ready ").unwrap_or_else(|| panic!("{name} did not join: {ready}"));
+        n.id = id.parse().expect("node id");
+        n
+    }
+
     /// Start it with any secret, without waiting for it to join.
     pub fn spawn_with_secret(mh: &str, name: &str, secret: &str) -> Node {
+        Node::spawn_inner(mh, name, secret, &[])
+    }
+
+    fn spawn_inner(mh: &str, name: &str, secret: &str, env: &[(&str, &str)]) -> Node {
         let mut cmd = Command::new(testnode_bin());
         if let Some(t) = Transport::from_env().edge_env() {
             cmd.envs(t);
         }
+        // The caller's environment wins over the suite-wide transport.
+        cmd.envs(env.iter().copied());
         let mut child = cmd
             .env("RACKWIRE_MH", mh)
             .env("RACKWIRE_SECRET", secret)
@@ -242,6 +258,11 @@ impl Drop for Node {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The test pattern: byte `i` of a stream written from offset `off` with `seed`.
+pub fn pattern(seed: u64, off: u64, len: usize) -> Vec<u8> {
+    (off..off + len as u64).map(|i| (i.wrapping_mul(31) ^ (i >> 12) ^ seed) as u8).collect()
 }
 
 /// Lower-case hex of bytes.

@@ -15,24 +15,39 @@ pub struct FaultSpec {
     pub corrupt: f64,
     /// Seed.
     pub seed: u64,
+    /// A link that drops everything for a while: (link, start, duration), in milliseconds
+    /// since the link was opened.
+    pub down: Option<(usize, u64, u64)>,
 }
 
 impl FaultSpec {
     /// No faults.
     pub fn is_clean(&self) -> bool {
-        self.drop == 0.0 && self.dup == 0.0 && self.reorder == 0.0 && self.corrupt == 0.0
+        self.drop == 0.0 && self.dup == 0.0 && self.reorder == 0.0 && self.corrupt == 0.0 && self.down.is_none()
     }
 }
 
 impl FromStr for FaultSpec {
     type Err = String;
-    /// `drop=0.02,dup=0.01,reorder=0.01,corrupt=0.001,seed=7` (any subset, any order).
+    /// `drop=0.02,dup=0.01,reorder=0.01,corrupt=0.001,down=1@300+2000,seed=7` (any subset,
+    /// any order; `down=L@S+D`: link L drops everything from S ms to S+D ms after it opened).
     fn from_str(s: &str) -> Result<Self, String> {
         let mut f = FaultSpec::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part.split_once('=').ok_or_else(|| format!("fault {part:?}: expected key=value"))?;
             if k == "seed" {
                 f.seed = v.parse().map_err(|_| format!("fault seed {v:?} is not a number"))?;
+                continue;
+            }
+            if k == "down" {
+                let bad = || format!("fault down={v}: expected LINK@START_MS+DURATION_MS");
+                let (link, rest) = v.split_once('@').ok_or_else(bad)?;
+                let (start, dur) = rest.split_once('+').ok_or_else(bad)?;
+                f.down = Some((
+                    link.parse().map_err(|_| bad())?,
+                    start.parse().map_err(|_| bad())?,
+                    dur.parse().map_err(|_| bad())?,
+                ));
                 continue;
             }
             let p: f64 = v.parse().map_err(|_| format!("fault {k}={v}: not a number"))?;
@@ -55,10 +70,12 @@ impl FromStr for FaultSpec {
 #[derive(Debug)]
 pub struct FaultInjector {
     spec: FaultSpec,
+    link: usize,
+    opened: std::time::Instant,
     state: u64,
     held: Option<Vec<u8>>,
-    /// Frames dropped, duplicated, reordered, corrupted.
-    pub counts: [u64; 4],
+    /// Frames dropped, duplicated, reordered, corrupted, and dropped while the link was down.
+    pub counts: [u64; 5],
 }
 
 impl FaultInjector {
@@ -66,9 +83,11 @@ impl FaultInjector {
     pub fn new(spec: FaultSpec, link: usize) -> Self {
         FaultInjector {
             spec,
+            link,
+            opened: std::time::Instant::now(),
             state: spec.seed ^ (link as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             held: None,
-            counts: [0; 4],
+            counts: [0; 5],
         }
     }
 
@@ -83,6 +102,13 @@ impl FaultInjector {
 
     /// What to send in place of `frame`: none, one or more frames.
     pub fn apply(&mut self, frame: &[u8], out: &mut Vec<Vec<u8>>) {
+        if let Some((link, start, dur)) = self.spec.down {
+            let ms = self.opened.elapsed().as_millis() as u64;
+            if link == self.link && (start..start + dur).contains(&ms) {
+                self.counts[4] += 1;
+                return;
+            }
+        }
         if self.next() < self.spec.drop {
             self.counts[0] += 1;
             return;
@@ -116,8 +142,12 @@ mod tests {
     // Checks the spec parser: values, unknown keys and out-of-range rates.
     #[test]
     fn parses_specs() {
-        let f: FaultSpec = "drop=0.02, dup=0.01,reorder=0.01,corrupt=0.001,seed=7".parse().unwrap();
-        assert_eq!(f, FaultSpec { drop: 0.02, dup: 0.01, reorder: 0.01, corrupt: 0.001, seed: 7 });
+        let f: FaultSpec = "drop=0.02, dup=0.01,reorder=0.01,corrupt=0.001,seed=7,down=1@300+2000".parse().unwrap();
+        assert_eq!(
+            f,
+            FaultSpec { drop: 0.02, dup: 0.01, reorder: 0.01, corrupt: 0.001, seed: 7, down: Some((1, 300, 2000)) }
+        );
+        assert!("down=1@300".parse::<FaultSpec>().is_err());
         assert!("drop=2".parse::<FaultSpec>().is_err());
         assert!("lose=0.1".parse::<FaultSpec>().is_err());
         assert!("drop".parse::<FaultSpec>().is_err());
@@ -128,7 +158,7 @@ mod tests {
     // the same faults.
     #[test]
     fn rates_are_about_right_and_seeded() {
-        let spec = FaultSpec { drop: 0.1, dup: 0.05, reorder: 0.0, corrupt: 0.0, seed: 3 };
+        let spec = FaultSpec { drop: 0.1, dup: 0.05, seed: 3, ..FaultSpec::default() };
         let run = || {
             let mut f = FaultInjector::new(spec, 0);
             let mut out = Vec::new();
@@ -138,6 +168,7 @@ mod tests {
             (f.counts, out.len())
         };
         let (counts, n) = run();
+        assert_eq!(counts[4], 0);
         assert!((800..1200).contains(&counts[0]), "{counts:?}");
         assert!((300..700).contains(&counts[1]), "{counts:?}");
         assert_eq!(n as u64, 10_000 - counts[0] + counts[1]);

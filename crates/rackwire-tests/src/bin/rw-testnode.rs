@@ -212,6 +212,41 @@ impl Node {
                 let c = f.connect(num(a, 1)?).map_err(|e| e.to_string())?;
                 format!("ok {}", serde_json::to_string(&c.stats()).map_err(|e| e.to_string())?)
             }
+            "stream" => {
+                // stream HANDLE TOTAL CHUNK GAP_MS SEED: write TOTAL bytes of the seeded pattern
+                // in CHUNK-byte writes, up to 8 in flight, pausing GAP_MS between writes.
+                let h = self.handle(a)?;
+                let (total, chunk, gap, seed): (u64, u64, u64, u64) = (num(a, 2)?, num(a, 3)?, num(a, 4)?, num(a, 5)?);
+                let c = f.connect(h.node()).map_err(|e| e.to_string())?;
+                let mut flight = std::collections::VecDeque::new();
+                let mut off = 0;
+                let t0 = std::time::Instant::now();
+                while off < total {
+                    let n = chunk.min(total - off);
+                    let data = rackwire_tests::pattern(seed, off, n as usize);
+                    if flight.len() == 8 {
+                        let op: rackwire::Op = flight.pop_front().expect("full");
+                        op.wait().map_err(|e| e.to_string())?;
+                    }
+                    flight.push_back(c.write(&h, off, &data, OpFlags::NONE));
+                    off += n;
+                    std::thread::sleep(Duration::from_millis(gap));
+                }
+                for op in flight {
+                    op.wait().map_err(|e| e.to_string())?;
+                }
+                format!("ok {}", t0.elapsed().as_millis())
+            }
+            "check-pattern" => {
+                // check-pattern REGION OFF LEN SEED: the region holds the seeded pattern there.
+                let (off, len, seed): (u64, usize, u64) = (num(a, 2)?, num(a, 3)?, num(a, 4)?);
+                let got = self.region(a)?.to_vec(off, len).map_err(|e| e.to_string())?;
+                let want = rackwire_tests::pattern(seed, off, len);
+                match got.iter().zip(&want).position(|(x, y)| x != y) {
+                    None => "ok".into(),
+                    Some(i) => format!("err mismatch at byte {}", off + i as u64),
+                }
+            }
             other => return Err(format!("unknown command {other}")),
         })
     }
