@@ -181,7 +181,34 @@ impl Node {
     }
 
     fn spawn_inner(mh: &str, name: &str, secret: &str, env: &[(&str, &str)]) -> Node {
-        let mut cmd = Command::new(testnode_bin());
+        Node::spawn_cmd(Command::new(testnode_bin()), mh, name, secret, env)
+    }
+
+    /// Start `name` inside network namespace `ns` and wait for it to join.
+    pub fn spawn_in_netns(ns: &str, mh: &str, name: &str, env: &[(&str, &str)]) -> Node {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]).arg(testnode_bin());
+        let mut n = Node::spawn_cmd(cmd, mh, name, SECRET, env);
+        let ready = n.line();
+        let id = ready.strip_prefix("ready ").unwrap_or_else(|| panic!("{name} did not join: {ready}"));
+        n.id = id.parse().expect("node id");
+        n
+    }
+
+    /// A management host run by `rw-testnode mh ADDR` inside namespace `ns`; its address.
+    pub fn mh_in_netns(ns: &str, addr: &str) -> (Node, String) {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]).arg(testnode_bin()).args(["mh", addr]);
+        let mut n = Node::spawn_cmd(cmd, "", "mh", SECRET, &[]);
+        let line = n.line();
+        let addr = line
+            .strip_prefix("listening ")
+            .unwrap_or_else(|| panic!("management host did not start: {line}"))
+            .to_string();
+        (n, addr)
+    }
+
+    fn spawn_cmd(mut cmd: Command, mh: &str, name: &str, secret: &str, env: &[(&str, &str)]) -> Node {
         if let Some(t) = Transport::from_env().edge_env() {
             cmd.envs(t);
         }

@@ -252,7 +252,30 @@ impl Node {
     }
 }
 
+/// `rw-testnode mh ADDR`: a management host (for tests whose nodes live in namespaces the
+/// test process cannot bind in). Prints `listening ADDR`, runs until standard input closes.
+fn run_mh(addr: &str) {
+    let secret = std::env::var("RACKWIRE_SECRET").unwrap_or_default();
+    match rackwire::ManagementHost::start(addr, None, secret.as_bytes()) {
+        Ok(h) => {
+            println!("listening {}", h.addr());
+            let mut sink = String::new();
+            while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+            h.stop();
+        }
+        Err(e) => {
+            println!("mh-failed {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("mh") {
+        run_mh(args.get(2).map_or("127.0.0.1:0", String::as_str));
+        return;
+    }
     let joined = FabricConfig::from_env().and_then(|mut c| {
         c.op_timeout = Duration::from_secs(5);
         Fabric::join(c)
