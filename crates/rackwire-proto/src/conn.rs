@@ -411,9 +411,7 @@ impl Connection {
             FrameKind::Data if established => self.on_data(now, link, &repr, payload, target),
             FrameKind::Ack if established => match AckRepr::parse(payload) {
                 Ok(a) => {
-                    for (s, e) in a.ranges {
-                        let s = unwrap_seq(self.next_seq, s);
-                        let e = s + e.wrapping_sub(s as u32) as u64;
+                    for (s, e) in self.widen(&a.ranges) {
                         self.on_delivered_range(now, s, e);
                     }
                 }
@@ -421,9 +419,7 @@ impl Connection {
             },
             FrameKind::Nack if established => match RangesRepr::parse(payload) {
                 Ok(n) => {
-                    for (s, e) in n.ranges {
-                        let s = unwrap_seq(self.next_seq, s);
-                        let e = s + e.wrapping_sub(s as u32) as u64;
+                    for (s, e) in self.widen(&n.ranges) {
                         self.on_reported_missing(now, s, e);
                     }
                 }
@@ -441,6 +437,17 @@ impl Connection {
             FrameKind::Data | FrameKind::Ack | FrameKind::Nack | FrameKind::Unknown(_) => {}
         }
         self.detect_losses(now);
+    }
+
+    /// Ranges of our sequence numbers from the wire, widened to 64 bits.
+    fn widen(&self, ranges: &[(u32, u32)]) -> Vec<(u64, u64)> {
+        ranges
+            .iter()
+            .map(|&(s, e)| {
+                let s64 = unwrap_seq(self.next_seq, s);
+                (s64, s64 + e.wrapping_sub(s) as u64)
+            })
+            .collect()
     }
 
     fn on_handshake(&mut self, now: Time, h: HandshakeRepr) {

@@ -299,15 +299,7 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
             }
         }
         // Submit what may go now (a read waits until the write it reads completed).
-        let mut still = VecDeque::new();
-        while let Some(i) = deferred.pop_front() {
-            if check.ready(i) {
-                check.submit(&mut world, i, &keys)?;
-            } else {
-                still.push_back(i);
-            }
-        }
-        deferred = still;
+        check.submit_ready(&mut world, &mut deferred, &keys)?;
         world.flush();
     }
     // Liveness: heal everything; every operation must complete.
@@ -327,15 +319,7 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
     let deadline = SAFETY_US + LIVENESS_US_MAX;
     loop {
         check.events(&mut world)?;
-        let mut still = VecDeque::new();
-        while let Some(i) = deferred.pop_front() {
-            if check.ready(i) {
-                check.submit(&mut world, i, &keys)?;
-            } else {
-                still.push_back(i);
-            }
-        }
-        deferred = still;
+        check.submit_ready(&mut world, &mut deferred, &keys)?;
         world.flush();
         let pending = check.ops.iter().any(|o| o.completed.is_none()) || !deferred.is_empty();
         if !pending {
@@ -397,6 +381,25 @@ impl Checker<'_> {
             }
             _ => true,
         }
+    }
+
+    /// Submit the deferred operations that may go now; keep the others, in order.
+    fn submit_ready(
+        &mut self,
+        world: &mut World,
+        deferred: &mut VecDeque<usize>,
+        keys: &[(u128, u128, u128)],
+    ) -> Result<(), SimFailure> {
+        let mut still = VecDeque::new();
+        while let Some(i) = deferred.pop_front() {
+            if self.ready(i) {
+                self.submit(world, i, keys)?;
+            } else {
+                still.push_back(i);
+            }
+        }
+        *deferred = still;
+        Ok(())
     }
 
     fn submit(&mut self, world: &mut World, i: usize, keys: &[(u128, u128, u128)]) -> Result<(), SimFailure> {

@@ -627,6 +627,17 @@ impl EdgePeer {
         Op::pending(cell)
     }
 
+    fn atomic(&self, t: &RemoteRegion, offset: u64, op: proto::AtomicOp, f: OpFlags) -> Op {
+        if !offset.is_multiple_of(8) {
+            return Op::ready(Err(Error::Misaligned { offset }));
+        }
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
+        };
+        self.submit(t.region, offset, 8, Access::ATOMIC, |c, now| c.atomic(now, r, offset, op, flags(f)))
+    }
+
     fn check(&self, t: &RemoteRegion) -> Result<proto::RegionRef, Error> {
         if t.node != self.peer {
             return Err(Error::UnknownPeer(t.node));
@@ -707,29 +718,11 @@ impl PeerTransport for EdgePeer {
     }
 
     fn compare_swap(&self, t: &RemoteRegion, offset: u64, expected: u64, new: u64, f: OpFlags) -> Op {
-        if !offset.is_multiple_of(8) {
-            return Op::ready(Err(Error::Misaligned { offset }));
-        }
-        let r = match self.check(t) {
-            Ok(r) => r,
-            Err(e) => return Op::ready(Err(e)),
-        };
-        self.submit(t.region, offset, 8, Access::ATOMIC, |c, now| {
-            c.atomic(now, r, offset, proto::AtomicOp::CompareSwap { expected, new }, flags(f))
-        })
+        self.atomic(t, offset, proto::AtomicOp::CompareSwap { expected, new }, f)
     }
 
     fn fetch_add(&self, t: &RemoteRegion, offset: u64, add: u64, f: OpFlags) -> Op {
-        if !offset.is_multiple_of(8) {
-            return Op::ready(Err(Error::Misaligned { offset }));
-        }
-        let r = match self.check(t) {
-            Ok(r) => r,
-            Err(e) => return Op::ready(Err(e)),
-        };
-        self.submit(t.region, offset, 8, Access::ATOMIC, |c, now| {
-            c.atomic(now, r, offset, proto::AtomicOp::FetchAdd(add), flags(f))
-        })
+        self.atomic(t, offset, proto::AtomicOp::FetchAdd(add), f)
     }
 
     fn send(&self, msg: &[u8]) -> Op {
