@@ -429,6 +429,15 @@ impl Session {
         let page = TABLE1_REQUEST_BYTES as usize;
         let entries: Vec<(u64, &[u8])> = src.chunks(page).enumerate().map(|(i, c)| ((i * page) as u64, c)).collect();
         let channels = self.channels.max(1);
+        // 40 scatter-gather writes of 256 pages each, with or without combining.
+        let batches = |combine: bool| -> Result<()> {
+            for b in entries.chunks(TABLE1_BATCH as usize) {
+                self.conn
+                    .write_batch_with(&self.target, b, OpFlags::NONE, BatchOptions { combine, channels: 0 })
+                    .wait()?;
+            }
+            Ok(())
+        };
         let variants: [(&str, Table1Run<'_>); 4] = [
             (
                 "baseline",
@@ -459,38 +468,8 @@ impl Session {
                     })
                 }),
             ),
-            (
-                "batched",
-                Box::new(|| {
-                    for b in entries.chunks(TABLE1_BATCH as usize) {
-                        self.conn
-                            .write_batch_with(
-                                &self.target,
-                                b,
-                                OpFlags::NONE,
-                                BatchOptions { combine: false, channels: 0 },
-                            )
-                            .wait()?;
-                    }
-                    Ok(())
-                }),
-            ),
-            (
-                "combined",
-                Box::new(|| {
-                    for b in entries.chunks(TABLE1_BATCH as usize) {
-                        self.conn
-                            .write_batch_with(
-                                &self.target,
-                                b,
-                                OpFlags::NONE,
-                                BatchOptions { combine: true, channels: 0 },
-                            )
-                            .wait()?;
-                    }
-                    Ok(())
-                }),
-            ),
+            ("batched", Box::new(|| batches(false))),
+            ("combined", Box::new(|| batches(true))),
         ];
         const ROUNDS: u32 = 5;
         let mut rows = Vec::new();
