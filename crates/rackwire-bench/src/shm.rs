@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use rackwire::{
-    Access, BatchOptions, Conn, Fabric, FabricConfig, ManagementHost, OpFlags, RemoteRegion, MESSAGE_BYTES_MAX,
+    Access, BatchOptions, Bytes, Conn, Fabric, FabricConfig, ManagementHost, OpFlags, RemoteRegion, MESSAGE_BYTES_MAX,
 };
 use serde::{Deserialize, Serialize};
 
@@ -207,13 +207,13 @@ pub fn responder_main() -> Result<()> {
     let conn = fabric.connect(initiator)?;
     let target = fabric.lookup(&format!("bench/{initiator}/initiator"))?;
     send_cmd(&conn, &Cmd::Hello)?;
-    let buf = vec![0x5au8; bytes as usize / 2];
+    let buf = Bytes::from(vec![0x5au8; bytes as usize / 2]);
     loop {
         match recv_cmd(&conn)? {
             Cmd::Pingpong { size, iters } => {
                 for _ in 0..iters {
                     let n = fabric.wait_notification(STEP_TIMEOUT)?;
-                    conn.write(&target, 0, &buf[..size as usize], OpFlags::NONE.notify(n.imm)).wait()?;
+                    conn.write_bytes(&target, 0, buf.slice(..size as usize), OpFlags::NONE.notify(n.imm)).wait()?;
                 }
             }
             Cmd::Oneway { .. } => {
@@ -223,7 +223,7 @@ pub fn responder_main() -> Result<()> {
             }
             Cmd::Twoway { size, iters } => {
                 send_cmd(&conn, &Cmd::Ready)?;
-                stream_writes(&conn, &target, &buf[..size as usize], iters)?;
+                stream_writes(&conn, &target, &buf.slice(..size as usize), iters)?;
                 fabric.wait_notification(STEP_TIMEOUT)?;
             }
             Cmd::Rate { iters, .. } => {
@@ -245,7 +245,9 @@ pub fn responder_main() -> Result<()> {
 const STREAM_OPS_IN_FLIGHT: usize = 32;
 
 /// `iters` writes of `data` at offset 0, the last one notifying.
-fn stream_writes(conn: &Conn, target: &RemoteRegion, data: &[u8], iters: u64) -> Result<()> {
+/// The data goes as [`Bytes`], which the edge transport sends without copying (the shared-
+/// memory transport copies it into the target either way).
+fn stream_writes(conn: &Conn, target: &RemoteRegion, data: &Bytes, iters: u64) -> Result<()> {
     let mut flight = std::collections::VecDeque::with_capacity(STREAM_OPS_IN_FLIGHT);
     for i in 0..iters {
         let flags = if i + 1 == iters { OpFlags::NONE.notify(i).fence_before() } else { OpFlags::NONE };
@@ -253,7 +255,7 @@ fn stream_writes(conn: &Conn, target: &RemoteRegion, data: &[u8], iters: u64) ->
             let op: rackwire::Op = flight.pop_front().expect("full");
             op.wait()?;
         }
-        flight.push_back(conn.write(target, 0, data, flags));
+        flight.push_back(conn.write_bytes(target, 0, data.clone(), flags));
     }
     for op in flight {
         op.wait()?;
@@ -335,7 +337,7 @@ impl Session {
         let iters = iterations((2e9 * scale) as u64, size, 200, (100_000.0 * scale).max(1000.0) as u64);
         let warm = (iters / 10).max(10);
         send_cmd(&self.conn, &Cmd::Pingpong { size, iters: iters + warm })?;
-        let data = &self.buf[..size as usize];
+        let data = Bytes::copy_from_slice(&self.buf[..size as usize]);
         let mut lat = Latencies::new();
         let mut meter = None;
         for i in 0..iters + warm {
@@ -343,7 +345,7 @@ impl Session {
                 meter = Some(Meter::start());
             }
             let t0 = Instant::now();
-            self.conn.write(&self.target, 0, data, OpFlags::NONE.notify(i)).wait()?;
+            self.conn.write_bytes(&self.target, 0, data.clone(), OpFlags::NONE.notify(i)).wait()?;
             let n = self.fabric.wait_notification(STEP_TIMEOUT)?;
             let rtt = t0.elapsed();
             if n.imm != i {
@@ -375,10 +377,10 @@ impl Session {
     fn oneway(&self, size: u64, scale: f64, limit: bool) -> Result<(Row, Option<Row>)> {
         let iters = iterations((4e9 * scale) as u64, size, 100, 1_000_000);
         let per = (iters / ONEWAY_ROUNDS).max(20);
-        let data = &self.buf[..size as usize];
+        let data = Bytes::copy_from_slice(&self.buf[..size as usize]);
         // Warm the mapping and the pages.
         for _ in 0..(per / 2).max(1) {
-            self.conn.write(&self.target, 0, data, OpFlags::NONE).wait()?;
+            self.conn.write_bytes(&self.target, 0, data.clone(), OpFlags::NONE).wait()?;
         }
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
@@ -386,7 +388,7 @@ impl Session {
             send_cmd(&self.conn, &Cmd::Oneway { size })?;
             expect(&self.conn, "ready")?;
             let m = Meter::start();
-            stream_writes(&self.conn, &self.target, data, per)?;
+            stream_writes(&self.conn, &self.target, &data, per)?;
             self.fabric.wait_notification(STEP_TIMEOUT)?;
             let (wall, cpu) = m.stop();
             ours.push(stream_row("oneway", size, per, size * per, wall, cpu));
@@ -403,7 +405,7 @@ impl Session {
         send_cmd(&self.conn, &Cmd::Twoway { size, iters })?;
         expect(&self.conn, "ready")?;
         let m = Meter::start();
-        stream_writes(&self.conn, &self.target, &self.buf[..size as usize], iters)?;
+        stream_writes(&self.conn, &self.target, &Bytes::copy_from_slice(&self.buf[..size as usize]), iters)?;
         self.fabric.wait_notification(STEP_TIMEOUT)?;
         let (wall, cpu) = m.stop();
         Ok(stream_row("twoway", size, iters, 2 * size * iters, wall, cpu))

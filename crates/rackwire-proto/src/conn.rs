@@ -7,9 +7,12 @@ use rackwire_wire::frame::PAYLOAD_LEN_MAX;
 use rackwire_wire::payload::{CLOSE_LEN, HANDSHAKE_LEN, PROBE_LEN};
 use rackwire_wire::{
     AckRepr, CloseRepr, Frame, FrameKind, FrameRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind,
-    Segment, SegmentRepr, SEGMENT_LEN,
+    Segment, SegmentRepr, HEADER_LEN, SEGMENT_LEN,
 };
 
+use bytes::Bytes;
+
+use crate::chunk::DataPayload;
 use crate::link::Link;
 use crate::ops::{Body, Incomings, Ops, WriteOutcome};
 use crate::recv::{Arrival, RecvState};
@@ -97,6 +100,30 @@ pub struct Transmit {
     pub len: usize,
 }
 
+/// A frame to send in two parts: `head_len` bytes at the start of the caller's buffer, then
+/// `body` (the operation's own bytes, not copied), as one datagram on `link`.
+#[derive(Clone, Debug)]
+pub struct SplitTransmit {
+    /// Link index.
+    pub link: usize,
+    /// Length of the part in the caller's buffer.
+    pub head_len: usize,
+    /// The rest of the frame, if any.
+    pub body: Option<Bytes>,
+}
+
+impl SplitTransmit {
+    /// The whole frame's length.
+    pub fn len(&self) -> usize {
+        self.head_len + self.body.as_ref().map_or(0, Bytes::len)
+    }
+
+    /// Whether the frame is empty (never, for a frame from a connection).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
     Initiator,
@@ -105,7 +132,7 @@ enum Role {
 
 #[derive(Debug)]
 struct Sent {
-    payload: Vec<u8>,
+    payload: DataPayload,
     /// The link it last went on, while it counts against that link's window.
     counted_on: Option<usize>,
     link: usize,
@@ -139,7 +166,7 @@ pub struct Connection {
     rack_time: Time,
     recv: RecvState,
     ops: Ops,
-    responses: VecDeque<Vec<u8>>,
+    responses: VecDeque<DataPayload>,
     incoming: Incomings,
     events: VecDeque<Event>,
     probe_replies: VecDeque<(usize, u32, u32)>,
@@ -298,10 +325,23 @@ impl Connection {
         data: &[u8],
         flags: OpFlags,
     ) -> Result<OpId, OpError> {
+        self.write_bytes(now, target, offset, Bytes::copy_from_slice(data), flags)
+    }
+
+    /// Write `data` at `offset` of the peer's region, without copying it: its frames refer to
+    /// it until they are acknowledged.
+    pub fn write_bytes(
+        &mut self,
+        now: Time,
+        target: RegionRef,
+        offset: u64,
+        data: Bytes,
+        flags: OpFlags,
+    ) -> Result<OpId, OpError> {
         if data.len() as u64 > OP_BYTES_MAX {
             return Err(OpError::Limit);
         }
-        self.submit(Body::Write { target, offset, data: data.to_vec() }, flags, now)
+        self.submit(Body::Write { target, offset, data }, flags, now)
     }
 
     /// Read `len` bytes at `offset` of the peer's region.
@@ -337,7 +377,7 @@ impl Connection {
         if data.len() > MESSAGE_BYTES_MAX {
             return Err(OpError::Limit);
         }
-        self.submit(Body::Msg { data: data.to_vec(), seq: 0 }, OpFlags { notify: None, ..flags }, now)
+        self.submit(Body::Msg { data: Bytes::copy_from_slice(data), seq: 0 }, OpFlags { notify: None, ..flags }, now)
     }
 
     /// Close: operations in progress fail with [`OpError::Closed`]; the peer is told.
@@ -562,11 +602,16 @@ impl Connection {
                 let mut data = vec![0u8; s.op_len as usize];
                 match target.read(peer, s.region, s.key, s.offset, &mut data) {
                     Ok(()) => {
-                        for (i, chunk) in data.chunks(self.body_max).enumerate() {
-                            self.respond(SegKind::ReadData, s.op, 0, (i * self.body_max) as u32, s.op_len, 0, chunk);
+                        let data = Bytes::from(data);
+                        let mut at = 0;
+                        while at < data.len() {
+                            let end = (at + self.body_max).min(data.len());
+                            let part = Some(data.slice(at..end));
+                            self.respond(SegKind::ReadData, s.op, 0, at as u32, s.op_len, 0, part);
+                            at = end;
                         }
                         if data.is_empty() {
-                            self.respond(SegKind::ReadData, s.op, 0, 0, 0, 0, &[]);
+                            self.respond(SegKind::ReadData, s.op, 0, 0, 0, 0, None);
                         }
                         if s.flags & rackwire_wire::payload::SEG_NOTIFY != 0 {
                             self.events.push_back(Event::Notification {
@@ -635,21 +680,29 @@ impl Connection {
     /// or `Refused`.
     fn answer(&mut self, op: OpId, refused: Option<Refusal>, value: u64) {
         match refused {
-            None => self.respond(SegKind::Done, op, 0, 0, 0, value, &[]),
+            None => self.respond(SegKind::Done, op, 0, 0, 0, value, None),
             Some(r) => {
                 self.stats.refused_here += 1;
-                self.respond(SegKind::Refused, op, r.code(), 0, 0, 0, &[]);
+                self.respond(SegKind::Refused, op, r.code(), 0, 0, 0, None);
             }
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn respond(&mut self, kind: SegKind, op: OpId, reason: u8, frag_off: u32, op_len: u32, imm: u64, body: &[u8]) {
+    fn respond(
+        &mut self,
+        kind: SegKind,
+        op: OpId,
+        reason: u8,
+        frag_off: u32,
+        op_len: u32,
+        imm: u64,
+        body: Option<Bytes>,
+    ) {
         let seg = SegmentRepr { op, kind, flags: 0, reason, region: 0, frag_off, offset: 0, op_len, key: 0, imm };
-        let mut out = vec![0u8; SEGMENT_LEN + body.len()];
-        seg.emit(&mut out);
-        out[SEGMENT_LEN..].copy_from_slice(body);
-        self.responses.push_back(out);
+        let mut head = [0u8; SEGMENT_LEN];
+        seg.emit(&mut head);
+        self.responses.push_back(DataPayload::new(head, body));
     }
 
     fn on_cumulative_ack(&mut self, now: Time, ack: u64) {
@@ -823,6 +876,37 @@ impl Connection {
     // -----------------------------------------------------------------------------------------
     // Output.
 
+    fn frame_repr(&self, now: Time, link: usize, kind: FrameKind, seq: u64, payload_len: usize) -> FrameRepr {
+        let conn = if kind == FrameKind::Handshake && self.role == Role::Initiator && self.peer_conn == 0 {
+            0
+        } else {
+            self.peer_conn
+        };
+        let ack = (self.state == State::Established && self.recv.any).then_some(self.recv.next as u32);
+        FrameRepr {
+            kind,
+            link: link as u8,
+            conn,
+            seq: seq as u32,
+            ack,
+            ts: now as u32,
+            payload_len: payload_len as u16,
+        }
+    }
+
+    fn count_sent(&mut self, repr: &FrameRepr) {
+        if repr.ack.is_some() {
+            self.recv.acked(repr.kind == FrameKind::Ack);
+        }
+        let len = repr.buffer_len() as u64;
+        let link = repr.link as usize;
+        self.stats.frames_sent += 1;
+        self.stats.bytes_sent += len;
+        self.links[link].stats.frames_sent += 1;
+        self.links[link].stats.bytes_sent += len;
+    }
+
+    /// A control frame, whole, into `buf`.
     #[allow(clippy::too_many_arguments)]
     fn emit(
         &mut self,
@@ -833,37 +917,36 @@ impl Connection {
         seq: u64,
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]),
-    ) -> Option<Transmit> {
-        let conn = if kind == FrameKind::Handshake && self.role == Role::Initiator && self.peer_conn == 0 {
-            0
-        } else {
-            self.peer_conn
-        };
-        let ack = (self.state == State::Established && self.recv.any).then_some(self.recv.next as u32);
-        let repr = FrameRepr {
-            kind,
-            link: link as u8,
-            conn,
-            seq: seq as u32,
-            ack,
-            ts: now as u32,
-            payload_len: payload_len as u16,
-        };
+    ) -> Option<SplitTransmit> {
+        let repr = self.frame_repr(now, link, kind, seq, payload_len);
         if buf.len() < repr.buffer_len() {
             return None;
         }
         let mut f = repr.emit(buf);
         fill(f.payload_mut());
         f.fill_checksums();
-        if ack.is_some() {
-            self.recv.acked(kind == FrameKind::Ack);
+        self.count_sent(&repr);
+        Some(SplitTransmit { link, head_len: repr.buffer_len(), body: None })
+    }
+
+    /// A data frame: header and segment into `buf`, the body shared.
+    fn emit_data(
+        &mut self,
+        now: Time,
+        buf: &mut [u8],
+        link: usize,
+        seq: u64,
+        payload: &DataPayload,
+    ) -> Option<SplitTransmit> {
+        let repr = self.frame_repr(now, link, FrameKind::Data, seq, payload.len());
+        let head_len = HEADER_LEN + SEGMENT_LEN;
+        if buf.len() < head_len {
+            return None;
         }
-        let len = repr.buffer_len();
-        self.stats.frames_sent += 1;
-        self.stats.bytes_sent += len as u64;
-        self.links[link].stats.frames_sent += 1;
-        self.links[link].stats.bytes_sent += len as u64;
-        Some(Transmit { link, len })
+        repr.emit_header(buf, payload.crc);
+        buf[HEADER_LEN..head_len].copy_from_slice(&payload.seg);
+        self.count_sent(&repr);
+        Some(SplitTransmit { link, head_len, body: payload.body.clone() })
     }
 
     /// A link for data: up, not suspect, with window left, where the frame should arrive
@@ -908,8 +991,21 @@ impl Connection {
         (0..self.links.len()).map(|i| (self.rr + i) % self.links.len()).find(|&i| self.links[i].up)
     }
 
-    /// The next frame to send, written into `buf` (at least the largest MTU). Call until `None`.
+    /// The next frame to send, written whole into `buf` (at least the largest MTU). Call until
+    /// `None`.
     pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+        let t = self.poll_transmit_split(now, buf)?;
+        let len = t.len();
+        if let Some(body) = &t.body {
+            buf[t.head_len..len].copy_from_slice(&body[..]);
+        }
+        Some(Transmit { link: t.link, len })
+    }
+
+    /// The next frame to send, as a head written into `buf` (at least the largest MTU) and the
+    /// body shared with its operation, so a driver sends both without copying the body. Call
+    /// until `None`.
+    pub fn poll_transmit_split(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
         if let Some(code) = self.close_send.take() {
             let link = self.any_link_up().unwrap_or(0);
             return self.emit(now, buf, link, FrameKind::Close, 0, CLOSE_LEN, |p| CloseRepr { reason: code }.emit(p));
@@ -961,13 +1057,11 @@ impl Connection {
             s.link = link;
             s.sent_at = now;
             s.retransmitted = true;
-            let payload = std::mem::take(&mut s.payload);
+            let payload = s.payload.clone();
             self.links[link].inflight += 1;
             self.links[link].stats.retransmits += 1;
             self.stats.retransmits += 1;
-            let t = self.emit(now, buf, link, FrameKind::Data, seq, payload.len(), |b| b.copy_from_slice(&payload));
-            self.inflight.get_mut(&seq).expect("checked").payload = payload;
-            return t;
+            return self.emit_data(now, buf, link, seq, &payload);
         }
         // New data and answers go next; they carry the cumulative acknowledgement, so an
         // explicit one is sent only when nothing else is going out (or gaps need selective
@@ -991,7 +1085,7 @@ impl Connection {
 
     /// A new data frame (an answer first, else the next fragment of an operation), if the
     /// windows allow.
-    fn poll_new_data(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+    fn poll_new_data(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
         if self.inflight.len() >= self.cfg.window_frames_max || self.incoming.len() >= crate::OPS_MAX {
             return None;
         }
@@ -1007,12 +1101,12 @@ impl Connection {
         self.next_seq += 1;
         self.links[link].inflight += 1;
         self.stats.data_frames += 1;
-        let t = self.emit(now, buf, link, FrameKind::Data, seq, payload.len(), |b| b.copy_from_slice(&payload));
+        let t = self.emit_data(now, buf, link, seq, &payload);
         self.inflight.insert(seq, Sent { payload, counted_on: Some(link), link, sent_at: now, retransmitted: false });
         t
     }
 
-    fn poll_handshake(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+    fn poll_handshake(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
         let step = self.hs_send?;
         let waiting_reply = matches!(step, HandshakeStep::Hello | HandshakeStep::Challenge | HandshakeStep::Proof);
         if let Some(last) = self.hs_last {

@@ -44,6 +44,7 @@
 
 #![deny(unsafe_code)]
 
+mod chunk;
 mod config;
 mod conn;
 mod link;
@@ -52,8 +53,9 @@ mod recv;
 mod stats;
 mod target;
 
+pub use bytes::Bytes;
 pub use config::Config;
-pub use conn::{CloseReason, Connection, Event, State, Transmit};
+pub use conn::{CloseReason, Connection, Event, SplitTransmit, State, Transmit};
 pub use ops::{AtomicOp, Completion, OpError, OpFlags, OpId, RegionRef};
 pub use stats::{ConnStats, LinkStats};
 pub use target::{Refusal, Target};

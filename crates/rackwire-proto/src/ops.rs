@@ -6,6 +6,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use rackwire_wire::payload::{SEG_FENCE_AFTER, SEG_FENCE_BEFORE, SEG_NOTIFY};
 use rackwire_wire::{SegKind, SegmentRepr, SEGMENT_LEN};
 
+use bytes::Bytes;
+
+use crate::chunk::DataPayload;
 use crate::{Refusal, Time, MESSAGE_BYTES_MAX, OPS_MAX};
 
 /// An operation's id, unique per connection and direction.
@@ -78,10 +81,10 @@ pub enum OpError {
 
 #[derive(Debug)]
 pub(crate) enum Body {
-    Write { target: RegionRef, offset: u64, data: Vec<u8> },
+    Write { target: RegionRef, offset: u64, data: Bytes },
     Read { target: RegionRef, offset: u64, len: u64, got: u64, buf: Vec<u8> },
     Atomic { target: RegionRef, offset: u64, op: AtomicOp },
-    Msg { data: Vec<u8>, seq: u64 },
+    Msg { data: Bytes, seq: u64 },
 }
 
 #[derive(Debug)]
@@ -163,7 +166,7 @@ impl Ops {
     }
 
     /// The next request segment (header + body), at most `body_max` body bytes.
-    pub fn next_segment(&mut self, body_max: usize) -> Option<(OpId, Vec<u8>)> {
+    pub fn next_segment(&mut self, body_max: usize) -> Option<(OpId, DataPayload)> {
         if !self.can_emit() {
             return None;
         }
@@ -191,17 +194,14 @@ impl Ops {
             key: 0,
             imm: op.flags.notify.unwrap_or(0),
         };
-        let mut body: &[u8] = &[];
-        let atomic_new = match &op.body {
-            Body::Atomic { op: AtomicOp::CompareSwap { new, .. }, .. } => new.to_be_bytes(),
-            _ => [0u8; 8],
-        };
+        let mut body: Option<Bytes> = None;
+        let range = frag_off as usize..(frag_off + take) as usize;
         match &op.body {
             Body::Write { target, offset, data } => {
                 seg.region = target.region;
                 seg.key = target.key;
                 seg.offset = *offset;
-                body = &data[frag_off as usize..(frag_off + take) as usize];
+                body = Some(data.slice(range.clone()));
             }
             Body::Read { target, offset, len, .. } => {
                 seg.kind = SegKind::ReadReq;
@@ -218,8 +218,7 @@ impl Ops {
                     AtomicOp::CompareSwap { expected, new } => {
                         seg.kind = SegKind::Cas;
                         seg.imm = *expected;
-                        debug_assert_eq!(atomic_new, new.to_be_bytes());
-                        body = &atomic_new;
+                        body = Some(Bytes::copy_from_slice(&new.to_be_bytes()));
                         seg.op_len = 8;
                     }
                     AtomicOp::FetchAdd(add) => {
@@ -234,17 +233,16 @@ impl Ops {
                 seg.kind = SegKind::Msg;
                 seg.imm = *seq;
                 seg.flags = 0;
-                body = &data[frag_off as usize..(frag_off + take) as usize];
+                body = Some(data.slice(range.clone()));
             }
         }
-        let mut out = vec![0u8; SEGMENT_LEN + body.len()];
-        seg.emit(&mut out);
-        out[SEGMENT_LEN..].copy_from_slice(body);
+        let mut head = [0u8; SEGMENT_LEN];
+        seg.emit(&mut head);
         op.emitted += take;
         if op.emitted >= total {
             self.queue.pop_front();
         }
-        Some((id, out))
+        Some((id, DataPayload::new(head, body)))
     }
 
     fn finish(&mut self, id: OpId) -> Option<Op> {

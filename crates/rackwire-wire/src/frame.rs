@@ -251,6 +251,22 @@ impl FrameRepr {
     /// writes the payload and calls [`Frame::fill_checksums`].
     pub fn emit<'a>(&self, buf: &'a mut [u8]) -> Frame<&'a mut [u8]> {
         let mut f = Frame::new_unchecked(&mut buf[..HEADER_LEN + self.payload_len as usize]);
+        self.put_fields(&mut f);
+        f
+    }
+
+    /// Write only the header into `buf` (at least [`HEADER_LEN`] bytes), with both checksums,
+    /// for a payload whose CRC32C the caller computed (the payload goes out from elsewhere, as
+    /// a second part of the same datagram).
+    pub fn emit_header(&self, buf: &mut [u8], payload_crc: u32) {
+        let mut f = Frame::new_unchecked(&mut buf[..HEADER_LEN]);
+        self.put_fields(&mut f);
+        f.put(field::PAYLOAD_CRC, &payload_crc.to_be_bytes());
+        let hc = crc32c::crc32c(&f.buffer[..field::HEADER_CRC.start]);
+        f.put(field::HEADER_CRC, &hc.to_be_bytes());
+    }
+
+    fn put_fields(&self, f: &mut Frame<&mut [u8]>) {
         f.put(field::MAGIC, &MAGIC.to_be_bytes());
         f.buffer[field::VERSION] = VERSION;
         f.buffer[field::KIND] = self.kind.into();
@@ -261,7 +277,6 @@ impl FrameRepr {
         f.put(field::SEQ, &self.seq.to_be_bytes());
         f.put(field::ACK, &self.ack.unwrap_or(0).to_be_bytes());
         f.put(field::TS, &self.ts.to_be_bytes());
-        f
     }
 }
 
@@ -297,6 +312,17 @@ mod tests {
         let f = Frame::new_checked(&buf[..]).unwrap();
         assert_eq!(FrameRepr::parse(&f).unwrap(), repr);
         assert_eq!(f.payload(), b"abc");
+    }
+
+    // Checks that a header written apart from its payload, with the payload's CRC computed in
+    // two parts, is byte for byte the header of the same frame written in one piece.
+    #[test]
+    fn split_header_matches_whole_frame() {
+        let (repr, buf) = sample();
+        let mut head = [0u8; HEADER_LEN];
+        let crc = crc32c::crc32c_append(crc32c::crc32c(b"a"), b"bc");
+        repr.emit_header(&mut head, crc);
+        assert_eq!(&head[..], &buf[..HEADER_LEN]);
     }
 
     // Checks that each kind of damage is caught and named: truncation, magic, version, a bit

@@ -1,5 +1,6 @@
 //! Connections: the one-sided and two-sided calls, whatever the transport.
 
+use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,6 +101,14 @@ impl Conn {
     /// Write `data` at `offset` of `target`.
     pub fn write(&self, target: &RemoteRegion, offset: u64, data: &[u8], flags: OpFlags) -> Op {
         self.t.write(target, offset, data, flags)
+    }
+
+    /// [`Conn::write`] of owned bytes: over the edge transport the frames carry `data` itself
+    /// until they are acknowledged, with no copy on the way (`Bytes::from(Vec<u8>)` owns a
+    /// vector without copying it; a clone shares it). Do not reuse the memory for anything
+    /// else meanwhile; `Bytes` rules that out.
+    pub fn write_bytes(&self, target: &RemoteRegion, offset: u64, data: Bytes, flags: OpFlags) -> Op {
+        self.t.write_bytes(target, offset, data, flags)
     }
 
     /// Write every `(offset, bytes)` entry into `target` as one operation (scatter-gather);

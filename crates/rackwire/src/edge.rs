@@ -12,13 +12,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rackwire_proto::{self as proto, Connection, Event, OpError};
-use rackwire_udp::{FaultInjector, LinkSocket, Waker};
+use rackwire_proto::{self as proto, Bytes, Connection, Event, OpError};
+use rackwire_udp::{FaultInjector, LinkSocket, OutFrame, Waker, SEND_BATCH_MAX};
 use rackwire_wire::{FrameKind, HandshakeRepr, HEADER_LEN};
 use tracing::{debug, warn};
 
@@ -35,8 +35,39 @@ use crate::{
 const RECV_BURST: usize = 64;
 /// An application thread that pumped this recently (µs) is taken to be polling still.
 const PUMP_RECENT_US: u64 = 50;
+/// Longest the network thread leaves the sockets to a polling application thread before it
+/// looks whether that thread still polls.
+const PUMP_WATCH: Duration = Duration::from_millis(1);
 /// Longest the network thread sleeps without looking at its timers.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
+/// The network thread is awake (not parked).
+const AWAKE: u64 = 0;
+
+/// Buffers of one thread that drives the endpoint: a receive buffer, a buffer the connections
+/// write frame heads into, and the frames gathered per link for one `sendmmsg`.
+struct Io {
+    buf: Vec<u8>,
+    out: Vec<u8>,
+    tx: Vec<TxLink>,
+}
+
+impl Io {
+    fn new(links: usize) -> Io {
+        Io {
+            buf: vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1],
+            out: vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1],
+            tx: (0..links).map(|_| TxLink::default()).collect(),
+        }
+    }
+}
+
+/// Frames waiting to go out on one link: their heads laid end to end in one buffer (reused
+/// from batch to batch), their bodies shared with the operations they carry.
+#[derive(Default)]
+struct TxLink {
+    heads: Vec<u8>,
+    frames: Vec<(usize, usize, Option<Bytes>, SocketAddr)>,
+}
 
 fn refusal(r: Rule) -> proto::Refusal {
     match r {
@@ -172,10 +203,13 @@ pub(crate) struct EdgeEndpoint {
     busy_poll: Duration,
     op_timeout: Duration,
     thread: Mutex<Option<JoinHandle<()>>>,
-    /// Buffers for [`EdgeEndpoint::pump`].
-    pump_bufs: Mutex<(Vec<u8>, Vec<u8>)>,
+    /// Buffers for application threads (pumping, submitting).
+    app_io: Mutex<Io>,
     /// When an application thread last pumped (µs): the network thread stays out of its way.
-    last_pump_us: std::sync::atomic::AtomicU64,
+    last_pump_us: AtomicU64,
+    /// Until when the network thread sleeps (µs), or [`AWAKE`]: a submission that needs it
+    /// sooner (a timer) wakes it.
+    parked_until_us: AtomicU64,
 }
 
 impl EdgeEndpoint {
@@ -202,11 +236,9 @@ impl EdgeEndpoint {
             busy_poll: cfg.busy_poll,
             op_timeout: cfg.op_timeout,
             thread: Mutex::new(None),
-            pump_bufs: Mutex::new((
-                vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1],
-                vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1],
-            )),
-            last_pump_us: std::sync::atomic::AtomicU64::new(0),
+            app_io: Mutex::new(Io::new(cfg.links.len())),
+            last_pump_us: AtomicU64::new(0),
+            parked_until_us: AtomicU64::new(AWAKE),
         });
         let runner = ep.clone();
         let h = std::thread::Builder::new()
@@ -317,21 +349,15 @@ impl EdgeEndpoint {
 
     /// One round of work: drain the sockets, fire due timers, send, dispatch events.
     /// Returns (frames received, frames sent).
-    fn round(
-        self: &Arc<Self>,
-        st: &mut State,
-        buf: &mut [u8],
-        out: &mut [u8],
-        target: &mut FabricTarget,
-    ) -> (usize, usize) {
+    fn round(self: &Arc<Self>, st: &mut State, io: &mut Io, target: &mut FabricTarget) -> (usize, usize) {
         let now = self.now();
         let mut got = 0;
         for (l, sock) in self.socks.iter().enumerate() {
             for _ in 0..RECV_BURST {
-                match sock.try_recv(buf) {
+                match sock.try_recv(&mut io.buf) {
                     Ok(Some((n, from))) => {
                         got += 1;
-                        self.deliver(st, l, &buf[..n], from, now, target);
+                        self.deliver(st, l, &io.buf[..n], from, now, target);
                     }
                     Ok(None) => break,
                     Err(e) => {
@@ -346,7 +372,7 @@ impl EdgeEndpoint {
                 s.conn.handle_timeout(now, target);
             }
         }
-        let sent = self.transmit(st, now, out);
+        let sent = self.transmit(st, now, io);
         if self.dispatch(st) {
             if let Some(f) = self.fabric.upgrade() {
                 f.doorbell.ring_local();
@@ -360,10 +386,9 @@ impl EdgeEndpoint {
     pub fn pump(self: &Arc<Self>) -> bool {
         self.last_pump_us.store(self.now(), Ordering::Relaxed);
         let Ok(mut st) = self.state.try_lock() else { return false };
-        let mut bufs = lock(&self.pump_bufs);
-        let (buf, out) = &mut *bufs;
+        let mut io = lock(&self.app_io);
         let mut target = FabricTarget { fabric: self.fabric.clone() };
-        let (got, sent) = self.round(&mut st, buf, out, &mut target);
+        let (got, sent) = self.round(&mut st, &mut io, &mut target);
         got + sent > 0
     }
 
@@ -371,14 +396,23 @@ impl EdgeEndpoint {
     /// timer is due or an operation is submitted. Latency comes from the waiting application
     /// threads, which poll (see [`EdgeEndpoint::pump`]); this thread never spins.
     fn run(self: Arc<Self>) {
-        let mut buf = vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1];
-        let mut out = vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1];
+        let mut io = Io::new(self.socks.len());
         let mut target = FabricTarget { fabric: self.fabric.clone() };
         loop {
             let stopping = self.stop.load(Ordering::SeqCst);
             let mut st = lock(&self.state);
-            let (got, sent) = self.round(&mut st, &mut buf, &mut out, &mut target);
+            let (got, sent) = self.round(&mut st, &mut io, &mut target);
             let next = st.slots.values().filter_map(|s| s.conn.poll_timeout()).min();
+            let now = self.now();
+            let polling = now.saturating_sub(self.last_pump_us.load(Ordering::Relaxed)) < PUMP_RECENT_US;
+            // An application thread that polls handles arrivals and timers itself: leave the
+            // sockets (and the core) to it, and look again after a while whether it still polls.
+            let cap = if polling { PUMP_WATCH } else { IDLE_WAIT_MAX };
+            let wait = next.map_or(cap, |t| Duration::from_micros(t.saturating_sub(now)).min(cap));
+            if !(stopping || got > 0 || sent > 0) {
+                // Published under the state lock: a submission after this sees it.
+                self.parked_until_us.store(now + wait.as_micros() as u64, Ordering::SeqCst);
+            }
             drop(st);
             if stopping {
                 return;
@@ -386,15 +420,8 @@ impl EdgeEndpoint {
             if got > 0 || sent > 0 {
                 continue;
             }
-            let now = self.now();
-            let wait = next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX));
-            if now.saturating_sub(self.last_pump_us.load(Ordering::Relaxed)) < PUMP_RECENT_US {
-                // An application thread is polling: it handles arrivals; wake only for timers
-                // and submissions, so as not to take its core or its frames.
-                rackwire_udp::wait(&[], &self.waker, Some(wait.min(Duration::from_micros(PUMP_RECENT_US))));
-            } else {
-                rackwire_udp::wait(&self.socks, &self.waker, Some(wait));
-            }
+            rackwire_udp::wait(if polling { &[] } else { &self.socks }, &self.waker, Some(wait));
+            self.parked_until_us.store(AWAKE, Ordering::SeqCst);
         }
     }
 
@@ -463,41 +490,72 @@ impl EdgeEndpoint {
         s.conn.handle_frame(now, l, frame, target);
     }
 
-    /// Send what every connection has to send, batched per link, through the fault injector
-    /// where one is configured.
-    fn transmit(&self, st: &mut State, now: proto::Time, out: &mut [u8]) -> usize {
-        let mut per_link: Vec<Vec<(Vec<u8>, SocketAddr)>> = vec![Vec::new(); self.socks.len()];
-        for s in st.slots.values_mut() {
-            while let Some(t) = s.conn.poll_transmit(now, out) {
-                if let Some(Some(addr)) = s.addrs.get(t.link) {
-                    per_link[t.link].push((out[..t.len].to_vec(), *addr));
+    /// Send what every connection has to send, batched per link (a batch goes out once it
+    /// holds [`SEND_BATCH_MAX`] frames), through the fault injector where one is configured.
+    fn transmit(&self, st: &mut State, now: proto::Time, io: &mut Io) -> usize {
+        let mut sent = 0;
+        let State { slots, faults, .. } = st;
+        for s in slots.values_mut() {
+            while let Some(t) = s.conn.poll_transmit_split(now, &mut io.out) {
+                let Some(Some(addr)) = s.addrs.get(t.link) else { continue };
+                let Some(q) = io.tx.get_mut(t.link) else { continue };
+                let at = q.heads.len();
+                q.heads.extend_from_slice(&io.out[..t.head_len]);
+                q.frames.push((at, t.head_len, t.body, *addr));
+                if q.frames.len() >= SEND_BATCH_MAX {
+                    sent += self.flush(t.link, q, faults);
                 }
             }
         }
-        let mut sent = 0;
-        for (l, frames) in per_link.into_iter().enumerate() {
-            if frames.is_empty() {
-                continue;
-            }
-            let frames = match st.faults.get_mut(l).and_then(Option::as_mut) {
-                Some(fi) => {
-                    let mut faulty = Vec::with_capacity(frames.len());
-                    for (f, a) in frames {
-                        let mut outs = Vec::new();
-                        fi.apply(&f, &mut outs);
-                        faulty.extend(outs.into_iter().map(|o| (o, a)));
-                    }
-                    faulty
-                }
-                None => frames,
-            };
-            let list: Vec<(&[u8], SocketAddr)> = frames.iter().map(|(f, a)| (f.as_slice(), *a)).collect();
-            match self.socks[l].send_batch(&list) {
-                Ok(n) => sent += n,
-                Err(e) => warn!(link = l, "send: {e}"),
+        for (l, q) in io.tx.iter_mut().enumerate() {
+            if !q.frames.is_empty() {
+                sent += self.flush(l, q, faults);
             }
         }
         sent
+    }
+
+    /// Send one link's gathered frames and empty its queue (keeping the buffers).
+    fn flush(&self, l: usize, q: &mut TxLink, faults: &mut [Option<FaultInjector>]) -> usize {
+        let result = match faults.get_mut(l).and_then(Option::as_mut) {
+            Some(fi) => {
+                // Faults act on whole frames: join the parts (a test path, not a fast one).
+                let mut faulty: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(q.frames.len());
+                for (at, len, body, addr) in &q.frames {
+                    let mut f = q.heads[*at..*at + *len].to_vec();
+                    if let Some(b) = body {
+                        f.extend_from_slice(b);
+                    }
+                    let mut outs = Vec::new();
+                    fi.apply(&f, &mut outs);
+                    faulty.extend(outs.into_iter().map(|o| (o, *addr)));
+                }
+                let list: Vec<OutFrame<'_>> =
+                    faulty.iter().map(|(f, a)| OutFrame { head: f, body: &[], to: *a }).collect();
+                self.socks[l].send_batch(&list)
+            }
+            None => {
+                let list: Vec<OutFrame<'_>> = q
+                    .frames
+                    .iter()
+                    .map(|(at, len, body, addr)| OutFrame {
+                        head: &q.heads[*at..*at + *len],
+                        body: body.as_deref().unwrap_or(&[]),
+                        to: *addr,
+                    })
+                    .collect();
+                self.socks[l].send_batch(&list)
+            }
+        };
+        q.heads.clear();
+        q.frames.clear();
+        match result {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(link = l, "send: {e}");
+                0
+            }
+        }
     }
 
     /// Turn connection events into completed handles, messages and notifications. True when
@@ -622,8 +680,19 @@ impl EdgePeer {
                 Err(OpError::Limit) => return Op::ready(Err(Error::Limit("edge operation limit or size".into()))),
                 Err(_) => return Op::ready(Err(Error::PeerGone(self.peer))),
             }
+            // Send what the windows allow now, from this thread, instead of handing the
+            // operation to the network thread: no wake-up on the way out.
+            let mut io = lock(&self.ep.app_io);
+            self.ep.transmit(&mut st, now, &mut io);
+            drop(io);
+            // Wake the network thread only if this connection now needs it before it would
+            // wake anyway (a timer armed by the new frames, or frames the windows held back).
+            let due = st.slots.get(&self.local).and_then(|s| s.conn.poll_timeout());
+            let parked = self.ep.parked_until_us.load(Ordering::SeqCst);
+            if parked != AWAKE && due.is_some_and(|t| t < parked) {
+                self.ep.waker.wake();
+            }
         }
-        self.ep.waker.wake();
         Op::pending(cell)
     }
 
@@ -667,6 +736,15 @@ impl PeerTransport for EdgePeer {
         self.submit(t.region, offset, data.len() as u64, Access::WRITE, |c, now| {
             c.write(now, r, offset, data, flags(f))
         })
+    }
+
+    fn write_bytes(&self, t: &RemoteRegion, offset: u64, data: Bytes, f: OpFlags) -> Op {
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
+        };
+        let len = data.len() as u64;
+        self.submit(t.region, offset, len, Access::WRITE, |c, now| c.write_bytes(now, r, offset, data, flags(f)))
     }
 
     fn write_batch(&self, t: &RemoteRegion, entries: &[(u64, &[u8])], f: OpFlags, _opts: BatchOptions) -> Op {

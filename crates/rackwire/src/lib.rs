@@ -46,6 +46,7 @@ mod shm;
 pub mod transport;
 
 pub use access::Access;
+pub use bytes::Bytes;
 pub use config::{FabricConfig, TransportChoice};
 pub use conn::{BatchOptions, Conn, ConnStats};
 pub use error::{Error, MhErrorText};

@@ -22,6 +22,7 @@
 //! - **Peer loss is an error, not a hang.** Operations on a connection whose peer is gone
 //!   complete with [`crate::Error::PeerGone`]; waiting is bounded by the configured timeout.
 
+use bytes::Bytes;
 use std::time::Duration;
 
 use crate::{BatchOptions, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion};
@@ -38,6 +39,10 @@ pub trait PeerTransport: Send + Sync + 'static {
     fn is_alive(&self) -> bool;
     /// One-sided write of `data` at `offset` of `target`.
     fn write(&self, target: &RemoteRegion, offset: u64, data: &[u8], flags: OpFlags) -> Op;
+    /// [`PeerTransport::write`] of bytes the transport may keep instead of copying.
+    fn write_bytes(&self, target: &RemoteRegion, offset: u64, data: Bytes, flags: OpFlags) -> Op {
+        self.write(target, offset, &data, flags)
+    }
     /// One-sided scatter-gather write: each `(offset, bytes)` of `entries` into `target`.
     fn write_batch(&self, target: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags, opts: BatchOptions) -> Op;
     /// One-sided read of `len` bytes at `offset` of `target`.
