@@ -84,6 +84,18 @@ impl LinkSocket {
     /// Send frames in as few system calls as possible. Returns how many went out; a full
     /// socket buffer stops early (the protocol resends what is lost).
     pub fn send_batch(&self, frames: &[OutFrame<'_>]) -> io::Result<usize> {
+        if let [f] = frames {
+            // One frame (the latency case): one `sendmsg`, nothing allocated.
+            let iov = [IoSlice::new(f.head), IoSlice::new(f.body)];
+            let parts = if f.body.is_empty() { &iov[..1] } else { &iov[..] };
+            let to = SocketAddrAny::from(f.to);
+            let mut control = Default::default();
+            return match rustix::net::sendmsg_addr(&self.sock, &to, parts, &mut control, SendFlags::empty()) {
+                Ok(_) => Ok(1),
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::NOBUFS | rustix::io::Errno::INTR) => Ok(0),
+                Err(e) => Err(e.into()),
+            };
+        }
         let mut sent = 0;
         for chunk in frames.chunks(SEND_BATCH_MAX) {
             let addrs: Vec<SocketAddrAny> = chunk.iter().map(|f| SocketAddrAny::from(f.to)).collect();

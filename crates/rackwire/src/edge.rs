@@ -267,8 +267,10 @@ impl EdgeEndpoint {
         c.link_window_initial = scale(c.link_window_initial, 4);
         c.link_window_max = scale(c.link_window_max, 32);
         // Acknowledge about as many bytes at a time as with small frames: with jumbo frames a
-        // window holds few of them, and waiting for eight would stall the sender.
-        c.ack_every_frames = scale(c.ack_every_frames as usize, 1) as u32;
+        // window holds few of them, and waiting for eight would stall the sender. At least two,
+        // so a lone answer (ping-pong) is acknowledged by the next frame going back, not by a
+        // frame of its own.
+        c.ack_every_frames = scale(c.ack_every_frames as usize, 2) as u32;
         c
     }
 
@@ -407,8 +409,11 @@ impl EdgeEndpoint {
             let polling = now.saturating_sub(self.last_pump_us.load(Ordering::Relaxed)) < PUMP_RECENT_US;
             // An application thread that polls handles arrivals and timers itself: leave the
             // sockets (and the core) to it, and look again after a while whether it still polls.
-            let cap = if polling { PUMP_WATCH } else { IDLE_WAIT_MAX };
-            let wait = next.map_or(cap, |t| Duration::from_micros(t.saturating_sub(now)).min(cap));
+            let wait = if polling {
+                PUMP_WATCH
+            } else {
+                next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX))
+            };
             if !(stopping || got > 0 || sent > 0) {
                 // Published under the state lock: a submission after this sees it.
                 self.parked_until_us.store(now + wait.as_micros() as u64, Ordering::SeqCst);

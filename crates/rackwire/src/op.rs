@@ -1,5 +1,6 @@
 //! Operation handles and flags.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -80,6 +81,9 @@ pub type Driver = Arc<dyn Fn() -> bool + Send + Sync>;
 pub struct OpCell {
     slot: Mutex<Option<Result<Completion, Error>>>,
     cv: Condvar,
+    /// Threads asleep on `cv` (changed under `slot`'s lock): completing wakes only when there
+    /// are some, so a completion seen by a polling waiter costs no system call.
+    sleepers: AtomicUsize,
     /// Drive progress while waiting, for this long, before sleeping.
     driver: Option<(Driver, Duration)>,
 }
@@ -93,7 +97,12 @@ impl std::fmt::Debug for OpCell {
 impl OpCell {
     /// A cell whose waiters call `driver` for up to `spin` before they sleep.
     pub fn with_driver(driver: Driver, spin: Duration) -> Self {
-        OpCell { slot: Mutex::new(None), cv: Condvar::new(), driver: Some((driver, spin)) }
+        OpCell {
+            slot: Mutex::new(None),
+            cv: Condvar::new(),
+            sleepers: AtomicUsize::new(0),
+            driver: Some((driver, spin)),
+        }
     }
 
     /// Record the outcome and wake waiters. Only the first outcome counts.
@@ -101,7 +110,9 @@ impl OpCell {
         let mut s = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         if s.is_none() {
             *s = Some(r);
-            self.cv.notify_all();
+            if self.sleepers.load(Ordering::Relaxed) > 0 {
+                self.cv.notify_all();
+            }
         }
     }
 }
@@ -195,7 +206,9 @@ impl Op {
                 if left.is_zero() {
                     return Err(Error::Timeout);
                 }
+                cell.sleepers.fetch_add(1, Ordering::Relaxed);
                 s = cell.cv.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
+                cell.sleepers.fetch_sub(1, Ordering::Relaxed);
             }
             drop(s);
         }
