@@ -1,7 +1,11 @@
 //! UDP links for the rackwire edge transport.
 //!
 //! One [`LinkSocket`] per link, bound to that link's local address (each rail of a host has its
-//! own address). Sends are batched with `sendmmsg`; receives drain a socket until it is empty;
+//! own address). Sends are batched: runs of equal-sized small frames to one peer go out as one
+//! segmentation-offload send (UDP GSO) where the kernel has it, other frames with `sendmmsg`,
+//! each as two parts (header, and the operation's bytes) so nothing is copied on the way.
+//! Receives take one datagram per call, as many as are waiting (a receiving thread gains little
+//! from `recvmmsg` here and coalescing would cost the one-frame latency path);
 //! [`wait`] blocks on several sockets and a [`Waker`] at once for the adaptive mode, while the
 //! busy-poll mode simply keeps receiving. [`FaultInjector`] wraps the send path of any link with
 //! seeded drop, duplication, reordering and corruption, configured from the environment or the
@@ -16,7 +20,10 @@ pub use faults::{FaultInjector, FaultSpec};
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Mutex;
 use std::time::Duration;
+
+use quinn_udp::{Transmit, UdpSockRef, UdpSocketState};
 
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::net::{MMsgHdr, SendFlags, SocketAddrAny};
@@ -27,6 +34,39 @@ pub const UDP_PAYLOAD_MAX: usize = 65507;
 pub const SEND_BATCH_MAX: usize = 64;
 /// Socket buffer size asked for (the kernel may cap it).
 pub const SOCKET_BUFFER_BYTES: usize = 8 << 20;
+/// Datagrams one [`LinkSocket::recv_batch`] takes at most.
+pub const RECV_BATCH: usize = 16;
+/// Frames larger than this go out one by one (segmentation offload gains little for them).
+const GSO_FRAME_MAX: usize = 16 * 1024;
+/// Bytes of one segmentation-offload send (the kernel's limit for one UDP datagram's worth).
+const GSO_BYTES_MAX: usize = 65_000;
+
+fn local_ip(sock: &UdpSocket) -> io::Result<std::net::IpAddr> {
+    Ok(sock.local_addr()?.ip())
+}
+
+/// How many frames from the start of `frames` can go as one segmentation-offload send: same
+/// peer, same size (the last may be shorter), small enough, within the kernel's limits.
+fn gso_run(frames: &[OutFrame<'_>], gso_max: usize) -> usize {
+    let Some(first) = frames.first() else { return 0 };
+    let size = first.len();
+    if size == 0 || size > GSO_FRAME_MAX {
+        return 1;
+    }
+    let max = gso_max.min(GSO_BYTES_MAX / size);
+    let mut n = 1;
+    while n < frames.len() && n < max && frames[n].to == first.to {
+        let l = frames[n].len();
+        if l > size {
+            break;
+        }
+        n += 1;
+        if l < size {
+            break; // a shorter frame ends the run
+        }
+    }
+    n
+}
 
 /// One datagram to send: `head` then `body` (either may be empty), to `to`. Two parts, so a
 /// frame's header and its operation's bytes go out without being copied together first.
@@ -40,12 +80,40 @@ pub struct OutFrame<'a> {
     pub to: SocketAddr,
 }
 
+impl OutFrame<'_> {
+    /// Length of the datagram.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.body.len()
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// One link: a UDP socket bound to the link's local address.
 #[derive(Debug)]
 pub struct LinkSocket {
     sock: UdpSocket,
+    state: UdpSocketState,
     local: SocketAddr,
     mtu: usize,
+    /// Where a run of frames is laid end to end for one segmentation-offload send.
+    gso_buf: Mutex<Vec<u8>>,
+    gso_off: bool,
+}
+
+/// The buffer for [`LinkSocket::recv_batch`], reused from call to call.
+#[derive(Debug)]
+pub struct RecvBufs {
+    buf: Vec<u8>,
+}
+
+impl Default for RecvBufs {
+    fn default() -> Self {
+        RecvBufs { buf: vec![0u8; UDP_PAYLOAD_MAX + 1] }
+    }
 }
 
 impl LinkSocket {
@@ -67,8 +135,24 @@ impl LinkSocket {
         if so::set_socket_send_buffer_size_force(&sock, SOCKET_BUFFER_BYTES).is_err() {
             let _ = so::set_socket_send_buffer_size(&sock, SOCKET_BUFFER_BYTES);
         }
+        // What the kernel offers (segmentation offload) is learnt on a scratch socket: setting
+        // up the state also turns on receive coalescing (GRO) on the socket it is given, and
+        // the link socket keeps plain receives, the quickest for one datagram at a time.
+        let scratch = UdpSocket::bind((local_ip(&sock)?, 0))?;
+        let state = UdpSocketState::new(UdpSockRef::from(&scratch))?;
         let local = sock.local_addr()?;
-        Ok(LinkSocket { sock, local, mtu })
+        let gso_off = std::env::var("RACKWIRE_GSO").is_ok_and(|v| v == "off" || v == "0");
+        Ok(LinkSocket { sock, state, local, mtu, gso_buf: Mutex::new(Vec::with_capacity(GSO_BYTES_MAX)), gso_off })
+    }
+
+    /// Frames one segmentation-offload send may carry (1 where the kernel has none, or where
+    /// `RACKWIRE_GSO=off` turns it off).
+    pub fn gso_segments_max(&self) -> usize {
+        if self.gso_off {
+            1
+        } else {
+            self.state.max_gso_segments()
+        }
     }
 
     /// The bound address (with the port the kernel picked).
@@ -81,9 +165,66 @@ impl LinkSocket {
         self.mtu
     }
 
-    /// Send frames in as few system calls as possible. Returns how many went out; a full
-    /// socket buffer stops early (the protocol resends what is lost).
+    /// Send frames in as few system calls as possible, in order. Returns how many went out; a
+    /// full socket buffer stops early (the protocol resends what is lost).
     pub fn send_batch(&self, frames: &[OutFrame<'_>]) -> io::Result<usize> {
+        let gso_max = self.gso_segments_max();
+        let mut sent = 0;
+        let mut i = 0;
+        let mut plain_from = 0;
+        while i < frames.len() {
+            let run = if gso_max > 1 { gso_run(&frames[i..], gso_max) } else { 1 };
+            if run < 2 {
+                i += 1;
+                continue;
+            }
+            // Frames before the run go first, as they are.
+            if plain_from < i {
+                let n = self.send_plain(&frames[plain_from..i])?;
+                sent += n;
+                if n < i - plain_from {
+                    return Ok(sent);
+                }
+            }
+            if !self.send_gso(&frames[i..i + run])? {
+                return Ok(sent);
+            }
+            sent += run;
+            i += run;
+            plain_from = i;
+        }
+        if plain_from < frames.len() {
+            sent += self.send_plain(&frames[plain_from..])?;
+        }
+        Ok(sent)
+    }
+
+    /// Frames of one size to one peer, laid end to end, as one send the kernel cuts up.
+    /// False when the socket buffer is full.
+    fn send_gso(&self, run: &[OutFrame<'_>]) -> io::Result<bool> {
+        let mut buf = self.gso_buf.lock().unwrap_or_else(|e| e.into_inner());
+        buf.clear();
+        for f in run {
+            buf.extend_from_slice(f.head);
+            buf.extend_from_slice(f.body);
+        }
+        let t = Transmit {
+            destination: run[0].to,
+            ecn: None,
+            contents: &buf,
+            segment_size: Some(run[0].len()),
+            src_ip: None,
+        };
+        match self.state.try_send(UdpSockRef::from(&self.sock), &t) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => Ok(false),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOBUFS.raw_os_error()) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Frames with `sendmmsg`, each in two parts.
+    fn send_plain(&self, frames: &[OutFrame<'_>]) -> io::Result<usize> {
         if let [f] = frames {
             // One frame (the latency case): one `sendmsg`, nothing allocated.
             let iov = [IoSlice::new(f.head), IoSlice::new(f.body)];
@@ -129,14 +270,19 @@ impl LinkSocket {
         Ok(sent)
     }
 
-    /// Receive one datagram if one is waiting.
-    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
-        match self.sock.recv_from(buf) {
-            Ok(r) => Ok(Some(r)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(None),
-            Err(e) => Err(e),
+    /// Receive the datagrams waiting, up to [`RECV_BATCH`] of them, and hand each to `each`
+    /// with its sender. Returns how many there were (0: none waiting).
+    pub fn recv_batch(&self, bufs: &mut RecvBufs, mut each: impl FnMut(&[u8], SocketAddr)) -> io::Result<usize> {
+        let buf = &mut bufs.buf;
+        for n in 0..RECV_BATCH {
+            match self.sock.recv_from(buf) {
+                Ok((len, from)) => each(&buf[..len], from),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(n),
+                Err(e) => return Err(e),
+            }
         }
+        Ok(RECV_BATCH)
     }
 }
 
@@ -200,18 +346,56 @@ mod tests {
         assert_eq!(a.send_batch(&list).unwrap(), 100);
         let waker = Waker::new().unwrap();
         let mut got = Vec::new();
-        let mut buf = [0u8; 2048];
+        let mut bufs = RecvBufs::default();
         while got.len() < 100 {
-            match b.try_recv(&mut buf).unwrap() {
-                Some((n, from)) => {
+            let n = b
+                .recv_batch(&mut bufs, |d, from| {
                     assert_eq!(from, a.local_addr());
-                    got.push(buf[..n].to_vec());
-                }
-                None => wait(std::slice::from_ref(&b), &waker, Some(Duration::from_secs(5))),
+                    got.push(d.to_vec());
+                })
+                .unwrap();
+            if n == 0 {
+                wait(std::slice::from_ref(&b), &waker, Some(Duration::from_secs(5)));
             }
         }
         assert_eq!(got, frames);
-        assert!(b.try_recv(&mut buf).unwrap().is_none());
+        assert_eq!(b.recv_batch(&mut bufs, |_, _| {}).unwrap(), 0);
+    }
+
+    // Checks the segmentation-offload path end to end: a run of equal frames (then a shorter
+    // one, then frames to another address) sent in one batch arrives as separate datagrams,
+    // each intact and in order, however the kernel cut or coalesced them on the way.
+    #[test]
+    fn equal_frames_go_as_one_offloaded_send() {
+        let a = LinkSocket::bind("127.0.0.1:0", 1500).unwrap();
+        let b = LinkSocket::bind("127.0.0.1:0", 1500).unwrap();
+        let c = LinkSocket::bind("127.0.0.1:0", 1500).unwrap();
+        let mut frames: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 1200]).collect();
+        frames.push(vec![99; 300]);
+        let list: Vec<OutFrame<'_>> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| OutFrame {
+                head: &f[..32],
+                body: &f[32..],
+                to: if i < 38 { b.local_addr() } else { c.local_addr() },
+            })
+            .collect();
+        assert_eq!(gso_run(&list, 64), 38, "a run stops where the peer changes");
+        assert_eq!(gso_run(&list[38..], 64), 3, "a shorter frame ends a run, itself included");
+        assert_eq!(a.send_batch(&list).unwrap(), 41);
+        let waker = Waker::new().unwrap();
+        let mut bufs = RecvBufs::default();
+        for (sock, want) in [(&b, &frames[..38]), (&c, &frames[38..])] {
+            let mut got = Vec::new();
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while got.len() < want.len() && std::time::Instant::now() < deadline {
+                if sock.recv_batch(&mut bufs, |d, _| got.push(d.to_vec())).unwrap() == 0 {
+                    wait(std::slice::from_ref(sock), &waker, Some(Duration::from_millis(100)));
+                }
+            }
+            assert_eq!(got, want);
+        }
     }
 
     // Checks that a MTU outside what UDP can carry is refused with a clear error.

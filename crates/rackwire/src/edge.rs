@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rackwire_proto::{self as proto, Bytes, Connection, Event, OpError};
-use rackwire_udp::{FaultInjector, LinkSocket, OutFrame, Waker, SEND_BATCH_MAX};
+use rackwire_udp::{FaultInjector, LinkSocket, OutFrame, RecvBufs, Waker, SEND_BATCH_MAX};
 use rackwire_wire::{FrameKind, HandshakeRepr, HEADER_LEN};
 use tracing::{debug, warn};
 
@@ -43,10 +43,10 @@ const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
 /// The network thread is awake (not parked).
 const AWAKE: u64 = 0;
 
-/// Buffers of one thread that drives the endpoint: a receive buffer, a buffer the connections
+/// Buffers of one thread that drives the endpoint: receive buffers, a buffer the connections
 /// write frame heads into, and the frames gathered per link for one `sendmmsg`.
 struct Io {
-    buf: Vec<u8>,
+    rx: RecvBufs,
     out: Vec<u8>,
     tx: Vec<TxLink>,
 }
@@ -54,7 +54,7 @@ struct Io {
 impl Io {
     fn new(links: usize) -> Io {
         Io {
-            buf: vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1],
+            rx: RecvBufs::default(),
             out: vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1],
             tx: (0..links).map(|_| TxLink::default()).collect(),
         }
@@ -355,19 +355,18 @@ impl EdgeEndpoint {
         let now = self.now();
         let mut got = 0;
         for (l, sock) in self.socks.iter().enumerate() {
-            for _ in 0..RECV_BURST {
-                match sock.try_recv(&mut io.buf) {
-                    Ok(Some((n, from))) => {
-                        got += 1;
-                        self.deliver(st, l, &io.buf[..n], from, now, target);
-                    }
-                    Ok(None) => break,
+            let mut taken = 0;
+            while taken < RECV_BURST {
+                match sock.recv_batch(&mut io.rx, |frame, from| self.deliver(st, l, frame, from, now, target)) {
+                    Ok(0) => break,
+                    Ok(n) => taken += n,
                     Err(e) => {
                         debug!(link = l, "receive: {e}");
                         break;
                     }
                 }
             }
+            got += taken;
         }
         for s in st.slots.values_mut() {
             if s.conn.poll_timeout().is_some_and(|t| t <= now) {
