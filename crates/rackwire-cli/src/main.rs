@@ -4,6 +4,7 @@
 
 mod demo;
 mod inspect;
+mod rack;
 mod sim;
 
 use std::path::PathBuf;
@@ -97,6 +98,18 @@ enum Cmd {
     /// Run the edge transport in the deterministic simulator: `--seeds N` for a swarm,
     /// `--seed S --stats` to reproduce one run with its counters.
     Sim(sim::SimArgs),
+    /// A virtual rack on this machine: hosts as network namespaces, rails as shaped links
+    /// through bridges, a management host, and an agent with the virtual NIC rw0 per host.
+    #[command(subcommand)]
+    Rack(rack::RackCmd),
+    /// A host's node agent: joins the fabric (configured by RACKWIRE_* variables or --config)
+    /// and runs the virtual NIC rw0 until stopped.
+    Agent {
+        #[command(flatten)]
+        fabric: FabricArgs,
+        #[command(flatten)]
+        agent: rack::AgentArgs,
+    },
     /// (internal) The responder side of `rackwire bench`.
     #[command(name = "bench-responder", hide = true)]
     BenchResponder,
@@ -247,6 +260,18 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Sim(a) => {
             init_logging(tracing::Level::WARN);
             sim::run(&a)
+        }
+        Cmd::Rack(r) => {
+            init_logging(tracing::Level::WARN);
+            let code = rack::run(r)?;
+            if code != 0 {
+                std::process::exit(code);
+            }
+            Ok(())
+        }
+        Cmd::Agent { fabric, agent } => {
+            init_logging(tracing::Level::INFO);
+            rack::agent(agent, &fabric)
         }
         Cmd::BenchResponder => {
             init_logging(tracing::Level::WARN);

@@ -41,6 +41,17 @@ const GSO_FRAME_MAX: usize = 16 * 1024;
 /// Bytes of one segmentation-offload send (the kernel's limit for one UDP datagram's worth).
 const GSO_BYTES_MAX: usize = 65_000;
 
+/// The interface that holds `ip` (from `ip -o addr`), if any.
+fn device_of(ip: std::net::IpAddr) -> Option<String> {
+    let out = std::process::Command::new("ip").args(["-o", "addr", "show"]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let addr = f.get(3)?.split('/').next()?;
+        (addr.parse::<std::net::IpAddr>().ok()? == ip).then(|| f[1].trim_end_matches(':').to_string())
+    })
+}
+
 fn local_ip(sock: &UdpSocket) -> io::Result<std::net::IpAddr> {
     Ok(sock.local_addr()?.ip())
 }
@@ -127,6 +138,16 @@ impl LinkSocket {
         }
         let sock = UdpSocket::bind(addr)?;
         sock.set_nonblocking(true)?;
+        // Pin the link to the interface that holds its address, so that host routes through
+        // the virtual NIC (which carries IP over this very transport) cannot capture it.
+        let ip = sock.local_addr()?.ip();
+        if !ip.is_loopback() && !ip.is_unspecified() {
+            if let Some(dev) = device_of(ip) {
+                if let Err(e) = socket2::SockRef::from(&sock).bind_device(Some(dev.as_bytes())) {
+                    tracing::debug!("link {ip}: not pinned to {dev}: {e}");
+                }
+            }
+        }
         // As root the limit of net.core.[rw]mem_max does not apply (the _force options).
         use rustix::net::sockopt as so;
         if so::set_socket_recv_buffer_size_force(&sock, SOCKET_BUFFER_BYTES).is_err() {

@@ -63,6 +63,10 @@ pub struct FabricConfig {
     pub link_mtu: usize,
     /// Faults to inject on the links' send paths (testing).
     pub faults: Option<rackwire_udp::FaultSpec>,
+    /// Memory domain: nodes on one machine share memory only when their domains are equal
+    /// too (a virtual rack gives a second rack, or a remote host, a domain of its own, so it is
+    /// reached over Ethernet only). Empty: the machine is one domain.
+    pub memory_domain: String,
 }
 
 /// Default frame size on edge links: a 1500-byte Ethernet MTU less IPv4 and UDP headers.
@@ -119,6 +123,7 @@ impl FabricConfig {
             transport: TransportChoice::Auto,
             busy_poll: BUSY_POLL_DEFAULT,
             links: Vec::new(),
+            memory_domain: String::new(),
             link_mtu: LINK_MTU_DEFAULT,
             faults: None,
         }
@@ -178,6 +183,9 @@ impl FabricConfig {
         }
         if let Ok(v) = std::env::var("RACKWIRE_NAME") {
             c.name = v;
+        }
+        if let Ok(v) = std::env::var("RACKWIRE_MEMORY_DOMAIN") {
+            c.memory_domain = v;
         }
         if let Ok(v) = std::env::var("RACKWIRE_LINKS") {
             c.links = v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();

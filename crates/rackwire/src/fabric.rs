@@ -305,7 +305,10 @@ impl Fabric {
             dir.join(format!("n{id}-{}-{:08x}.sock", std::process::id(), rackwire_mh::auth::random_u128() as u32));
         let endpoint =
             Arc::new(Endpoint::bind(&path).map_err(|e| Error::Sys(format!("endpoint {}: {e}", path.display())))?);
-        let host = host_identity();
+        let host = match cfg.memory_domain.as_str() {
+            "" => host_identity(),
+            d => format!("{}/{d}", host_identity()),
+        };
         let doorbell = Doorbell::new()?;
         let copy = CopyEngine::new(cfg.copy_channels);
         let inner = Arc::new_cyclic(|weak| FabricInner {

@@ -1,0 +1,537 @@
+//! rackwire's IP-over-fabric virtual NIC.
+//!
+//! A node agent opens the TUN device `rw0` with a 64 KiB-class MTU and carries the IP packets
+//! the kernel routes into it to the fabric peer that owns the destination address, as fabric
+//! messages: through shared memory to peers in the same rack (one ring per sender in the
+//! receiver's memory, managed by the sender, doorbells coalesced under load) and through the
+//! edge transport to peers reached only over Ethernet. Packets from peers are written back into
+//! `rw0`.
+//!
+//! Routing is Marlin's hybrid switch done with host routes: for every address of every peer
+//! that runs a virtual NIC, a `/32` route through `rw0` (with this host's address on the same
+//! rail as source), so unmodified programs that connect to a peer's ordinary address use the
+//! fabric; everything else keeps the Ethernet routes. A peer whose agent goes away loses its
+//! routes (its traffic falls back to Ethernet, same addresses, so TCP connections carry on);
+//! when this agent stops, `rw0` and every route through it disappear with it, also after a
+//! crash.
+
+#![deny(unsafe_code)]
+
+// The TUN ioctl is the one place that needs `unsafe`.
+#[allow(unsafe_code)]
+mod tun;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rackwire::{Access, Conn, Fabric, NodeId, Op, Region};
+use serde::{Deserialize, Serialize};
+use tracing::{debug, info, warn};
+
+pub use tun::{Tun, IFNAME_MAX};
+
+/// The virtual NIC's interface name.
+pub const VNIC_NAME: &str = "rw0";
+/// Its MTU: IP packets up to this size cross the fabric whole (a fabric message carries up to
+/// [`rackwire::MESSAGE_BYTES_MAX`]).
+pub const VNIC_MTU: usize = 65_520;
+/// Messages a sender keeps in flight on the edge transport before it waits for the oldest
+/// (shared-memory sends complete when they are in the receiver's ring).
+pub const TX_INFLIGHT_MAX: usize = 256;
+/// Peers one virtual NIC routes to at most.
+pub const PEERS_MAX: usize = 256;
+/// How often the agent looks for peers that came or went.
+pub const REFRESH_INTERVAL: Duration = Duration::from_millis(500);
+/// Name prefix under which an agent publishes that it runs a virtual NIC.
+pub const VNIC_REGION_PREFIX: &str = "vnic/";
+/// How long a thread blocks before it looks whether it should stop.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// What can go wrong setting up the virtual NIC.
+#[derive(Debug, thiserror::Error)]
+pub enum VnicError {
+    /// The TUN device could not be made (needs root, or `CAP_NET_ADMIN`).
+    #[error("TUN device {name}: {err} (the virtual NIC needs root or CAP_NET_ADMIN)")]
+    Tun {
+        /// Interface.
+        name: String,
+        /// Cause.
+        err: std::io::Error,
+    },
+    /// An `ip` command failed.
+    #[error("`ip {args}` failed: {err}")]
+    Ip {
+        /// Its arguments.
+        args: String,
+        /// What it said.
+        err: String,
+    },
+    /// The fabric refused something.
+    #[error("fabric: {0}")]
+    Fabric(#[from] rackwire::Error),
+    /// Nothing to route from: no IPv4 address among the node's links.
+    #[error("the node has no IPv4 link address to route from (declare links with RACKWIRE_LINKS)")]
+    NoAddress,
+}
+
+/// Counters of one peer on `rw0`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerCounters {
+    /// Fabric node id.
+    pub node: NodeId,
+    /// Node name.
+    pub name: String,
+    /// Its addresses routed through `rw0`.
+    pub addrs: Vec<Ipv4Addr>,
+    /// `shm` or `edge`.
+    pub transport: String,
+    /// Packets sent to it.
+    pub tx_packets: u64,
+    /// Bytes sent to it.
+    pub tx_bytes: u64,
+    /// Packets received from it.
+    pub rx_packets: u64,
+    /// Bytes received from it.
+    pub rx_bytes: u64,
+    /// Packets to it that the fabric did not take (peer gone, timeout).
+    pub tx_errors: u64,
+}
+
+/// The virtual NIC's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VnicCounters {
+    /// Interface name.
+    pub ifname: String,
+    /// Per peer that has, or had, routes.
+    pub peers: Vec<PeerCounters>,
+    /// Packets read from `rw0` for an address no peer owns (dropped).
+    pub no_route: u64,
+    /// Packets that are not well-formed IPv4, in either direction (dropped).
+    pub malformed: u64,
+    /// Packets delivered from fabric nodes this side has not routed (yet).
+    pub rx_unrouted: u64,
+}
+
+#[derive(Default)]
+struct Counts {
+    tx_packets: AtomicU64,
+    tx_bytes: AtomicU64,
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    tx_errors: AtomicU64,
+}
+
+struct Peer {
+    name: String,
+    addrs: Vec<Ipv4Addr>,
+    conn: Conn,
+    counts: Arc<Counts>,
+    /// Its routes are installed.
+    routed: bool,
+}
+
+#[derive(Default)]
+struct Table {
+    peers: HashMap<NodeId, Peer>,
+    by_addr: HashMap<Ipv4Addr, NodeId>,
+    /// Counters of peers that left, kept for the record.
+    gone: Vec<PeerCounters>,
+}
+
+struct Shared {
+    fabric: Arc<Fabric>,
+    tun: Tun,
+    my_addrs: Vec<Ipv4Addr>,
+    table: RwLock<Table>,
+    stop: AtomicBool,
+    no_route: AtomicU64,
+    malformed: AtomicU64,
+    rx_unrouted: AtomicU64,
+}
+
+/// A running virtual NIC. Stopping it (or dropping it) removes its routes and `rw0`.
+pub struct Vnic {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    _marker: Region,
+}
+
+/// Run `ip` with `args`; its complaint as the error.
+pub fn ip(args: &[&str]) -> Result<(), VnicError> {
+    let out = Command::new("ip").args(args).output().map_err(|e| VnicError::Ip {
+        args: args.join(" "),
+        err: format!("cannot run ip: {e} (is iproute2 installed?)"),
+    })?;
+    if !out.status.success() {
+        return Err(VnicError::Ip {
+            args: args.join(" "),
+            err: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// The IPv4 addresses among a node's published link addresses (`ip:port`).
+pub fn link_addrs(links: &[String]) -> Vec<Ipv4Addr> {
+    let mut v: Vec<Ipv4Addr> = links
+        .iter()
+        .filter_map(|l| l.parse::<std::net::SocketAddr>().ok())
+        .filter_map(|a| match a.ip() {
+            std::net::IpAddr::V4(v4) if !v4.is_unspecified() => Some(v4),
+            _ => None,
+        })
+        .collect();
+    v.dedup();
+    v
+}
+
+/// The destination of an IPv4 packet, if it is one (version 4, header and total length
+/// consistent with the bytes).
+pub fn ipv4_destination(packet: &[u8]) -> Option<Ipv4Addr> {
+    if packet.len() < 20 || packet[0] >> 4 != 4 {
+        return None;
+    }
+    let ihl = (packet[0] & 0x0f) as usize * 4;
+    let total = u16::from_be_bytes([packet[2], packet[3]]) as usize;
+    if ihl < 20 || total < ihl || total != packet.len() {
+        return None;
+    }
+    Some(Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]))
+}
+
+impl Vnic {
+    /// Create `rw0` in this network namespace and start carrying packets for `fabric`. This
+    /// node's addresses are those of its links; it publishes `vnic/<name>` so peers route to it.
+    pub fn start(fabric: Arc<Fabric>, links: &[String]) -> Result<Vnic, VnicError> {
+        let my_addrs = link_addrs(links);
+        if my_addrs.is_empty() {
+            return Err(VnicError::NoAddress);
+        }
+        let tun = Tun::create(VNIC_NAME).map_err(|err| VnicError::Tun { name: VNIC_NAME.into(), err })?;
+        ip(&["link", "set", "dev", VNIC_NAME, "mtu", &VNIC_MTU.to_string(), "up"])?;
+        // Packets from peers come in on rw0 with the peer's Ethernet address as source; accept
+        // them before the route back is in place.
+        let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{VNIC_NAME}/rp_filter"), "0");
+        let marker = fabric.alloc(64, Access::READ)?;
+        marker.publish(&format!("{VNIC_REGION_PREFIX}{}", fabric.name()))?;
+        let shared = Arc::new(Shared {
+            fabric,
+            tun,
+            my_addrs,
+            table: RwLock::new(Table::default()),
+            stop: AtomicBool::new(false),
+            no_route: AtomicU64::new(0),
+            malformed: AtomicU64::new(0),
+            rx_unrouted: AtomicU64::new(0),
+        });
+        shared.refresh();
+        let mut threads = Vec::new();
+        for (name, f) in [
+            ("rw-vnic-tx", Shared::tx_loop as fn(&Shared)),
+            ("rw-vnic-rx", Shared::rx_loop as fn(&Shared)),
+            ("rw-vnic-peers", Shared::refresh_loop as fn(&Shared)),
+        ] {
+            let s = shared.clone();
+            let h = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || f(&s))
+                .map_err(|e| rackwire::Error::Sys(e.to_string()))?;
+            threads.push(h);
+        }
+        info!(addrs = ?shared.my_addrs, "virtual NIC {VNIC_NAME} up, MTU {VNIC_MTU}");
+        Ok(Vnic { shared, threads: Mutex::new(threads), _marker: marker })
+    }
+
+    /// Counters, per peer.
+    pub fn counters(&self) -> VnicCounters {
+        self.shared.counters()
+    }
+
+    /// Look for peers now (otherwise every [`REFRESH_INTERVAL`]).
+    pub fn refresh(&self) {
+        self.shared.refresh();
+    }
+
+    /// Stop: threads end, routes go, `rw0` goes when the last handle closes.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let threads: Vec<_> = self.threads.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+        for t in threads {
+            let _ = t.join();
+        }
+        let mut table = self.shared.table.write().unwrap_or_else(|e| e.into_inner());
+        let peers: Vec<NodeId> = table.peers.keys().copied().collect();
+        for node in peers {
+            self.shared.forget(&mut table, node);
+        }
+    }
+}
+
+impl Drop for Vnic {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Shared {
+    /// Packets from the kernel to their peers.
+    fn tx_loop(&self) {
+        let mut buf = vec![0u8; VNIC_MTU + 1];
+        let mut inflight: VecDeque<(Op, Arc<Counts>)> = VecDeque::new();
+        while !self.stop.load(Ordering::Relaxed) {
+            let n = match self.tun.read_timeout(&mut buf, STOP_CHECK) {
+                Ok(0) => continue,
+                Ok(n) => n,
+                Err(e) => {
+                    warn!("reading {VNIC_NAME}: {e}");
+                    std::thread::sleep(STOP_CHECK);
+                    continue;
+                }
+            };
+            let packet = &buf[..n];
+            let Some(dst) = ipv4_destination(packet) else {
+                // IPv6 neighbour discovery and the like are not carried.
+                self.malformed.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let (conn, counts) = {
+                let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+                match table.by_addr.get(&dst).and_then(|n| table.peers.get(n)) {
+                    Some(p) => (p.conn.clone(), p.counts.clone()),
+                    None => {
+                        self.no_route.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                }
+            };
+            let mut op = conn.send(packet);
+            match op.poll() {
+                Some(Ok(_)) => count_tx(&counts, n),
+                Some(Err(e)) => {
+                    debug!("send to {}: {e}", conn.peer());
+                    counts.tx_errors.fetch_add(1, Ordering::Relaxed);
+                    if matches!(e, rackwire::Error::PeerGone(_) | rackwire::Error::Closed) {
+                        // Its agent is gone: back to Ethernet now, not at the next look.
+                        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+                        self.forget(&mut table, conn.peer());
+                    }
+                }
+                None => {
+                    count_tx(&counts, n);
+                    inflight.push_back((op, counts));
+                }
+            }
+            // Edge sends complete later: keep a bounded number in flight.
+            while let Some((op, _)) = inflight.front() {
+                if inflight.len() < TX_INFLIGHT_MAX && !op.is_done() {
+                    break;
+                }
+                let (op, counts) = inflight.pop_front().expect("front exists");
+                if op.wait().is_err() {
+                    counts.tx_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Packets from peers to the kernel.
+    fn rx_loop(&self) {
+        while !self.stop.load(Ordering::Relaxed) {
+            let m = match self.fabric.recv_timeout(STOP_CHECK) {
+                Ok(m) => m,
+                Err(rackwire::Error::Timeout) => continue,
+                Err(rackwire::Error::Closed) => return,
+                Err(e) => {
+                    debug!("fabric receive: {e}");
+                    continue;
+                }
+            };
+            if ipv4_destination(&m.data).is_none() {
+                self.malformed.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            // Every sender is an admitted, authenticated fabric node; one this side has not
+            // routed yet (it saw us first) is delivered too, and counted apart.
+            let counts = {
+                let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+                table.peers.get(&m.from).map(|p| p.counts.clone())
+            };
+            match self.tun.write(&m.data) {
+                Ok(()) => match counts {
+                    Some(c) => {
+                        c.rx_packets.fetch_add(1, Ordering::Relaxed);
+                        c.rx_bytes.fetch_add(m.data.len() as u64, Ordering::Relaxed);
+                    }
+                    None => {
+                        self.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                    }
+                },
+                Err(e) => debug!("writing {VNIC_NAME}: {e}"),
+            }
+        }
+    }
+
+    fn refresh_loop(&self) {
+        let mut last = Instant::now();
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(STOP_CHECK);
+            if last.elapsed() >= REFRESH_INTERVAL {
+                self.refresh();
+                last = Instant::now();
+            }
+        }
+    }
+
+    /// Learn which nodes run a virtual NIC now: route to the new ones, forget the gone ones.
+    fn refresh(&self) {
+        let nodes = match self.fabric.nodes() {
+            Ok(n) => n,
+            Err(e) => {
+                debug!("node list: {e}");
+                return;
+            }
+        };
+        let me = self.fabric.id();
+        let mut live = Vec::new();
+        for n in nodes.iter().filter(|n| n.up && n.info.id != me) {
+            let known = self.table.read().unwrap_or_else(|e| e.into_inner()).peers.contains_key(&n.info.id);
+            if known {
+                live.push(n.info.id);
+                continue;
+            }
+            if self.fabric.lookup(&format!("{VNIC_REGION_PREFIX}{}", n.info.name)).is_err() {
+                continue; // no virtual NIC there: its traffic stays on Ethernet
+            }
+            let addrs = link_addrs(&n.info.links);
+            if addrs.is_empty() {
+                continue;
+            }
+            let conn = match self.fabric.connect(n.info.id) {
+                Ok(c) => c,
+                Err(e) => {
+                    debug!(peer = n.info.id, "not routed yet: {e}");
+                    continue;
+                }
+            };
+            let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+            if table.peers.len() >= PEERS_MAX {
+                warn!("virtual NIC peer limit ({PEERS_MAX}) reached; {} stays on Ethernet", n.info.name);
+                continue;
+            }
+            let mut peer = Peer { name: n.info.name.clone(), addrs, conn, counts: Arc::default(), routed: false };
+            for a in &peer.addrs {
+                table.by_addr.insert(*a, n.info.id);
+            }
+            match self.route(&peer.addrs) {
+                Ok(()) => peer.routed = true,
+                Err(e) => warn!("routes to {}: {e}", peer.name),
+            }
+            info!(peer = %peer.name, transport = peer.conn.transport(), addrs = ?peer.addrs, "routed over {VNIC_NAME}");
+            table.peers.insert(n.info.id, peer);
+            live.push(n.info.id);
+        }
+        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+        let gone: Vec<NodeId> = table.peers.keys().filter(|id| !live.contains(id)).copied().collect();
+        for node in gone {
+            info!(peer = node, "peer left; its traffic goes back to Ethernet");
+            self.forget(&mut table, node);
+        }
+    }
+
+    /// A `/32` route through `rw0` for each address, from our address on the same rail.
+    fn route(&self, addrs: &[Ipv4Addr]) -> Result<(), VnicError> {
+        for a in addrs {
+            let src = self.my_addrs.iter().find(|m| m.octets()[..3] == a.octets()[..3]).unwrap_or(&self.my_addrs[0]);
+            ip(&["route", "replace", &format!("{a}/32"), "dev", VNIC_NAME, "src", &src.to_string()])?;
+        }
+        Ok(())
+    }
+
+    fn forget(&self, table: &mut Table, node: NodeId) {
+        let Some(p) = table.peers.remove(&node) else { return };
+        for a in &p.addrs {
+            table.by_addr.remove(a);
+            if p.routed {
+                let _ = ip(&["route", "del", &format!("{a}/32"), "dev", VNIC_NAME]);
+            }
+        }
+        table.gone.push(peer_counters(node, &p));
+    }
+
+    fn counters(&self) -> VnicCounters {
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let mut peers: Vec<PeerCounters> = table.peers.iter().map(|(n, p)| peer_counters(*n, p)).collect();
+        peers.sort_by_key(|p| p.node);
+        peers.extend(table.gone.iter().cloned());
+        VnicCounters {
+            ifname: self.tun.name().into(),
+            peers,
+            no_route: self.no_route.load(Ordering::Relaxed),
+            malformed: self.malformed.load(Ordering::Relaxed),
+            rx_unrouted: self.rx_unrouted.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn count_tx(c: &Counts, n: usize) {
+    c.tx_packets.fetch_add(1, Ordering::Relaxed);
+    c.tx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+fn peer_counters(node: NodeId, p: &Peer) -> PeerCounters {
+    PeerCounters {
+        node,
+        name: p.name.clone(),
+        addrs: p.addrs.clone(),
+        transport: p.conn.transport().into(),
+        tx_packets: p.counts.tx_packets.load(Ordering::Relaxed),
+        tx_bytes: p.counts.tx_bytes.load(Ordering::Relaxed),
+        rx_packets: p.counts.rx_packets.load(Ordering::Relaxed),
+        rx_bytes: p.counts.rx_bytes.load(Ordering::Relaxed),
+        tx_errors: p.counts.tx_errors.load(Ordering::Relaxed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the IPv4 header checks a packet passes before it is carried: version, header
+    // length, and total length equal to the bytes; anything else (IPv6, truncated) is refused.
+    #[test]
+    fn ipv4_destination_checks_the_header() {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&40u16.to_be_bytes());
+        p[16..20].copy_from_slice(&[198, 18, 0, 2]);
+        assert_eq!(ipv4_destination(&p), Some(Ipv4Addr::new(198, 18, 0, 2)));
+        assert_eq!(ipv4_destination(&p[..39]), None, "total length disagrees");
+        let mut v6 = p.clone();
+        v6[0] = 0x60;
+        assert_eq!(ipv4_destination(&v6), None);
+        let mut short_ihl = p.clone();
+        short_ihl[0] = 0x44;
+        assert_eq!(ipv4_destination(&short_ihl), None);
+        assert_eq!(ipv4_destination(&p[..10]), None);
+    }
+
+    // Checks that link addresses become the IPv4 addresses to route, ports and unspecified
+    // addresses dropped.
+    #[test]
+    fn link_addresses() {
+        let l = vec!["198.18.0.1:7000".to_string(), "198.18.1.1:0".into(), "0.0.0.0:9".into(), "junk".into()];
+        assert_eq!(link_addrs(&l), vec![Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 1, 1)]);
+    }
+
+    // Checks that a bad interface name is refused before any system call (no root needed).
+    #[test]
+    fn bad_interface_name_is_refused() {
+        let e = Tun::create("a-name-far-too-long-for-linux").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    }
+}
