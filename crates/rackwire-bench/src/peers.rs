@@ -152,7 +152,6 @@ fn run_pair(mut server: Command, mut client: Command, limit: Duration) -> Result
         Err("timed out".into())
     }
 }
-
 fn number_after(text: &str, key: &str) -> Option<f64> {
     let i = text.find(key)? + key.len();
     let rest = text[i..].trim_start_matches(|c: char| c.is_whitespace() || c == '=');
@@ -160,40 +159,83 @@ fn number_after(text: &str, key: &str) -> Option<f64> {
     rest[..end].parse().ok()
 }
 
-/// iperf3, one TCP stream, write length = `size`: the `oneway` rows.
-fn iperf3_row(size: u64, secs: u64) -> Result<Row, String> {
+/// Where a peer tool runs: the server's and the client's network namespaces (none: this one)
+/// and the address the client reaches the server at.
+#[derive(Clone, Debug)]
+pub struct NetPath {
+    /// Namespace of the server.
+    pub server_ns: Option<String>,
+    /// Namespace of the client.
+    pub client_ns: Option<String>,
+    /// Server address.
+    pub addr: String,
+}
+
+impl NetPath {
+    /// Both ends on this machine's loopback.
+    pub fn loopback() -> NetPath {
+        NetPath { server_ns: None, client_ns: None, addr: "127.0.0.1".into() }
+    }
+}
+
+fn in_ns(ns: &Option<String>, prog: &str) -> Command {
+    match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, prog]);
+            c
+        }
+        None => Command::new(prog),
+    }
+}
+
+/// iperf3, one stream from client to server over `path` with `size`-byte writes (TCP) or
+/// datagrams (`udp`, sent as fast as they go); the rate received, named `transport`.
+pub fn iperf3_path(path: &NetPath, udp: bool, size: u64, secs: u64, transport: &str) -> Result<Row, String> {
     let port = free_port().ok_or("no free port")?.to_string();
-    let mut server = Command::new("iperf3");
+    let mut server = in_ns(&path.server_ns, "iperf3");
     server.args(["-s", "-1", "-p", &port]);
-    let mut client = Command::new("iperf3");
-    client.args(["-c", "127.0.0.1", "-p", &port, "-l", &size.to_string(), "-t", &secs.to_string(), "-J"]);
+    let mut client = in_ns(&path.client_ns, "iperf3");
+    client.args(["-c", &path.addr, "-p", &port, "-l", &size.to_string(), "-t", &secs.to_string(), "-J"]);
+    if udp {
+        client.args(["-u", "-b", "0"]);
+    }
     let out = run_pair(server, client, Duration::from_secs(secs + 30))?;
-    let end = out.find("\"sum_received\"").ok_or("iperf3 printed no result")?;
-    let bps = number_after(&out[end..], "\"bits_per_second\":").ok_or("iperf3 result without a rate")?;
+    let mb_per_s = if udp {
+        // What arrived: the sender's rate less the share the receiver lost.
+        let end = out.find("\"end\"").ok_or("iperf3 printed no result")?;
+        let sum = out[end..].find("\"sum\"").map(|i| end + i).ok_or("iperf3 printed no sum")?;
+        let bps = number_after(&out[sum..], "\"bits_per_second\":").ok_or("iperf3 result without a rate")?;
+        let lost = number_after(&out[sum..], "\"lost_percent\":").unwrap_or(0.0);
+        bps * (1.0 - lost / 100.0) / 8.0 / 1e6
+    } else {
+        let end = out.find("\"sum_received\"").ok_or("iperf3 printed no result")?;
+        number_after(&out[end..], "\"bits_per_second\":").ok_or("iperf3 result without a rate")? / 8.0 / 1e6
+    };
     Ok(Row {
-        transport: "iperf3-tcp".into(),
+        transport: transport.into(),
         pattern: "oneway".into(),
         size,
         iters: 0,
-        mb_per_s: Some(bps / 8.0 / 1e6),
+        mb_per_s: Some(mb_per_s),
         ..Row::default()
     })
 }
 
-/// sockperf UDP ping-pong at `size`: half round trips, as sockperf reports them.
-fn sockperf_row(size: u64, secs: u64) -> Result<Row, String> {
+/// sockperf UDP ping-pong at `size` over `path`: half round trips, as sockperf reports them.
+pub fn sockperf_path(path: &NetPath, size: u64, secs: u64, transport: &str) -> Result<Row, String> {
     let port = free_port().ok_or("no free port")?.to_string();
-    let mut server = Command::new("sockperf");
-    server.args(["server", "-i", "127.0.0.1", "-p", &port]);
-    let mut client = Command::new("sockperf");
-    client.args(["ping-pong", "-i", "127.0.0.1", "-p", &port, "-m", &size.to_string(), "-t", &secs.to_string()]);
+    let mut server = in_ns(&path.server_ns, "sockperf");
+    server.args(["server", "-i", &path.addr, "-p", &port]);
+    let mut client = in_ns(&path.client_ns, "sockperf");
+    client.args(["ping-pong", "-i", &path.addr, "-p", &port, "-m", &size.to_string(), "-t", &secs.to_string()]);
     let out = run_pair(server, client, Duration::from_secs(secs + 30))?;
     let avg = number_after(&out, "avg-latency").ok_or("sockperf printed no latency")?;
     let p50 = number_after(&out, "percentile 50.000");
     let p99 = number_after(&out, "percentile 99.000");
     let n = number_after(&out, "SentMessages").unwrap_or(0.0) as u64;
     Ok(Row {
-        transport: "sockperf-udp".into(),
+        transport: transport.into(),
         pattern: "pingpong".into(),
         size,
         iters: n,
@@ -240,11 +282,19 @@ pub(crate) fn network_rows(patterns: &[Pattern], sizes: &[u64], scale: f64, repo
     };
     for &size in sizes {
         if patterns.contains(&Pattern::Oneway) && installed("iperf3") {
-            push(iperf3_row(size, secs), format!("iperf3-tcp {size}"), report);
+            push(
+                iperf3_path(&NetPath::loopback(), false, size, secs, "iperf3-tcp"),
+                format!("iperf3-tcp {size}"),
+                report,
+            );
         }
         if patterns.contains(&Pattern::Pingpong) {
             if installed("sockperf") && size <= 65_000 {
-                push(sockperf_row(size, secs), format!("sockperf-udp {size}"), report);
+                push(
+                    sockperf_path(&NetPath::loopback(), size, secs, "sockperf-udp"),
+                    format!("sockperf-udp {size}"),
+                    report,
+                );
             }
             if installed("fi_pingpong") {
                 let iters = iterations((2e8 * scale) as u64, size, 200, 20_000);

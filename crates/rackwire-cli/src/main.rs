@@ -6,6 +6,7 @@ mod demo;
 mod inspect;
 mod rack;
 mod sim;
+mod vnic_bench;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -120,6 +121,10 @@ enum Cmd {
 
 #[derive(Args)]
 struct BenchArgs {
+    /// `vnic`: the virtual NIC against the veth path between the same hosts, in a virtual
+    /// rack (root). Without it: the RMA micro-benchmarks.
+    #[arg(value_parser = ["vnic"])]
+    suite: Option<String>,
     /// Transport to measure: shared memory, or the edge transport over loopback UDP links.
     #[arg(long, default_value = "shm", value_parser = ["shm", "udp"])]
     transport: String,
@@ -240,6 +245,13 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Regions { fabric, json } => {
             init_logging(tracing::Level::WARN);
             inspect::regions(&fabric, json)
+        }
+        Cmd::Bench(b) if b.suite.as_deref() == Some("vnic") => {
+            init_logging(tracing::Level::WARN);
+            if !(b.scale > 0.0 && b.scale <= 10.0) {
+                bail!("--scale must be in (0, 10]");
+            }
+            vnic_bench::run(b.json, b.scale)
         }
         Cmd::Bench(b) => {
             init_logging(tracing::Level::WARN);
