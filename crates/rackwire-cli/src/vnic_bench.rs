@@ -38,6 +38,9 @@ name = "h1"
 name = "h2"
 "#;
 
+/// One measurement of the run.
+type Measure<'a> = Box<dyn Fn() -> Result<Row, String> + 'a>;
+
 /// An Ethernet-only address of host `i` on rail `k` (no agent publishes it).
 fn plain_addr(i: usize, k: usize) -> String {
     format!("198.19.{k}.{}", i + 1)
@@ -100,7 +103,7 @@ pub(crate) fn run(json: bool, scale: f64) -> Result<()> {
     let vnic = path("198.18.0.2".into());
     let veth = path(plain_addr(1, 0));
     let mut report = Report::default();
-    let runs: Vec<(&str, Box<dyn Fn() -> Result<Row, String>>)> = vec![
+    let runs: Vec<(&str, Measure<'_>)> = vec![
         ("vnic-tcp", Box::new(|| iperf3_path(&vnic, false, TCP_WRITE, secs, "vnic-tcp"))),
         ("veth-tcp", Box::new(|| iperf3_path(&veth, false, TCP_WRITE, secs, "veth-tcp"))),
         ("vnic-udp", Box::new(|| iperf3_path(&vnic, true, UDP_DATAGRAM, secs, "vnic-udp"))),
