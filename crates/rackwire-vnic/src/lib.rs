@@ -33,13 +33,15 @@ use rackwire::{Access, Conn, Fabric, NodeId, Op, Region};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-pub use tun::{Tun, IFNAME_MAX};
+pub use tun::{Tun, IFNAME_MAX, VNET_HDR_LEN};
 
 /// The virtual NIC's interface name.
 pub const VNIC_NAME: &str = "rw0";
-/// Its MTU: IP packets up to this size cross the fabric whole (a fabric message carries up to
-/// [`rackwire::MESSAGE_BYTES_MAX`]).
+/// Its MTU, and the largest packet the kernel may hand over with segmentation offload: IP
+/// packets up to this size, with their offload header, cross the fabric whole as one message
+/// (which carries up to [`rackwire::MESSAGE_BYTES_MAX`]).
 pub const VNIC_MTU: usize = 65_520;
+const _: () = assert!(VNIC_MTU + VNET_HDR_LEN <= rackwire::MESSAGE_BYTES_MAX);
 /// Messages a sender keeps in flight on the edge transport before it waits for the oldest
 /// (shared-memory sends complete when they are in the receiver's ring).
 pub const TX_INFLIGHT_MAX: usize = 256;
@@ -214,6 +216,11 @@ impl Vnic {
         }
         let tun = Tun::create(VNIC_NAME).map_err(|err| VnicError::Tun { name: VNIC_NAME.into(), err })?;
         ip(&["link", "set", "dev", VNIC_NAME, "mtu", &VNIC_MTU.to_string(), "up"])?;
+        // Segmentation offload only where the kernel keeps super-packets within one message;
+        // else checksum offload alone.
+        if ip(&["link", "set", "dev", VNIC_NAME, "gso_max_size", &VNIC_MTU.to_string()]).is_err() {
+            tun.set_offload(false).map_err(|err| VnicError::Tun { name: VNIC_NAME.into(), err })?;
+        }
         // Packets from peers come in on rw0 with the peer's Ethernet address as source; accept
         // them before the route back is in place.
         let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{VNIC_NAME}/rp_filter"), "0");
@@ -281,7 +288,7 @@ impl Drop for Vnic {
 impl Shared {
     /// Packets from the kernel to their peers.
     fn tx_loop(&self) {
-        let mut buf = vec![0u8; VNIC_MTU + 1];
+        let mut buf = vec![0u8; VNET_HDR_LEN + VNIC_MTU + 1];
         let mut inflight: VecDeque<(Op, Arc<Counts>)> = VecDeque::new();
         while !self.stop.load(Ordering::Relaxed) {
             let n = match self.tun.read_timeout(&mut buf, STOP_CHECK) {
@@ -293,8 +300,9 @@ impl Shared {
                     continue;
                 }
             };
+            // The offload header and the packet go together.
             let packet = &buf[..n];
-            let Some(dst) = ipv4_destination(packet) else {
+            let Some(dst) = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination) else {
                 // IPv6 neighbour discovery and the like are not carried.
                 self.malformed.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -351,7 +359,7 @@ impl Shared {
                     continue;
                 }
             };
-            if ipv4_destination(&m.data).is_none() {
+            if m.data.get(VNET_HDR_LEN..).and_then(ipv4_destination).is_none() {
                 self.malformed.fetch_add(1, Ordering::Relaxed);
                 continue;
             }

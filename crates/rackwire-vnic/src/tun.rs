@@ -16,6 +16,18 @@ const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: libc::c_short = 0x0001;
 /// `IFF_NO_PI`: no packet-information prefix.
 const IFF_NO_PI: libc::c_short = 0x1000;
+/// `IFF_VNET_HDR`: each packet is preceded by a `virtio_net_hdr` (checksum and segmentation
+/// offload state).
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+/// `TUNSETOFFLOAD`: `_IOW('T', 208, unsigned int)`.
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+/// Offloads: checksum, TCP segmentation for IPv4 and IPv6.
+const TUN_F_CSUM: libc::c_uint = 0x01;
+const TUN_F_TSO4: libc::c_uint = 0x02;
+const TUN_F_TSO6: libc::c_uint = 0x04;
+
+/// Bytes of the `virtio_net_hdr` before every packet read from or written to the device.
+pub const VNET_HDR_LEN: usize = 10;
 
 /// `struct ifreq` as `TUNSETIFF` reads it: the name, then the flags (the rest of the union is
 /// padding here).
@@ -44,7 +56,7 @@ impl Tun {
             ));
         }
         let fd = rustix::fs::open("/dev/net/tun", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
-        let mut req = IfReq { name: [0; 16], flags: IFF_TUN | IFF_NO_PI, _pad: [0; 22] };
+        let mut req = IfReq { name: [0; 16], flags: IFF_TUN | IFF_NO_PI | IFF_VNET_HDR, _pad: [0; 22] };
         for (d, s) in req.name.iter_mut().zip(name.bytes()) {
             *d = s as libc::c_char;
         }
@@ -56,7 +68,25 @@ impl Tun {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(Tun { fd, name: name.into() })
+        let tun = Tun { fd, name: name.into() };
+        tun.set_offload(true)?;
+        Ok(tun)
+    }
+
+    /// Let the kernel hand over packets with their checksums not yet computed and, with `tso`,
+    /// TCP segments not yet cut (up to the device's GSO size): the peer's kernel finishes them
+    /// or, delivering locally, never needs to. The `virtio_net_hdr` in front of each packet
+    /// says what is left to do; it travels with the packet.
+    pub fn set_offload(&self, tso: bool) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let flags: libc::c_uint = TUN_F_CSUM | if tso { TUN_F_TSO4 | TUN_F_TSO6 } else { 0 };
+        // SAFETY: TUNSETOFFLOAD takes its argument by value (an unsigned int of flags); the
+        // descriptor is ours and open.
+        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), TUNSETOFFLOAD as _, flags as libc::c_ulong) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// The interface name.

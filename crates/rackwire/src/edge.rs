@@ -393,6 +393,14 @@ impl EdgeEndpoint {
         got + sent > 0
     }
 
+    /// [`EdgeEndpoint::pump`], unless some thread did within the last microsecond: a receiver
+    /// looking at many peers of one endpoint drives it once per look, not once per peer.
+    pub fn pump_unless_recent(self: &Arc<Self>) {
+        if self.now() != self.last_pump_us.load(Ordering::Relaxed) {
+            self.pump();
+        }
+    }
+
     /// The network thread: works while there is work, then blocks until a frame arrives, a
     /// timer is due or an operation is submitted. Latency comes from the waiting application
     /// threads, which poll (see [`EdgeEndpoint::pump`]); this thread never spins.
@@ -812,7 +820,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
-        self.ep.pump();
+        self.ep.pump_unless_recent();
         let mut st = lock(&self.ep.state);
         match st.slots.get_mut(&self.local).and_then(|s| s.msgs.pop_front()) {
             Some(m) => {
@@ -824,7 +832,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn try_notification(&self) -> Result<Option<Notification>, Error> {
-        self.ep.pump();
+        self.ep.pump_unless_recent();
         Ok(lock(&self.ep.state).slots.get_mut(&self.local).and_then(|s| s.notes.pop_front()))
     }
 
