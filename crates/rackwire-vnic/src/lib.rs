@@ -290,6 +290,9 @@ impl Shared {
     fn tx_loop(&self) {
         let mut buf = vec![0u8; VNET_HDR_LEN + VNIC_MTU + 1];
         let mut inflight: VecDeque<(Op, Arc<Counts>)> = VecDeque::new();
+        // This thread sleeps in the kernel between packets: spinning here as well as in the
+        // receiving thread (which polls for the fabric's busy-poll time) measured slower on
+        // two cores, where the spinning threads take the applications' core.
         while !self.stop.load(Ordering::Relaxed) {
             let n = match self.tun.read_timeout(&mut buf, STOP_CHECK) {
                 Ok(0) => continue,

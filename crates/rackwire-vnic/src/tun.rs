@@ -68,6 +68,7 @@ impl Tun {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
+        rustix::fs::fcntl_setfl(&fd, OFlags::NONBLOCK)?;
         let tun = Tun { fd, name: name.into() };
         tun.set_offload(true)?;
         Ok(tun)

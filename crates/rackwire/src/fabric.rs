@@ -354,6 +354,11 @@ impl Fabric {
         self.inner.id
     }
 
+    /// How long a waiting thread polls before it sleeps (the configured busy-poll time).
+    pub fn busy_poll(&self) -> Duration {
+        self.inner.cfg.busy_poll
+    }
+
     /// This node's name.
     pub fn name(&self) -> &str {
         &self.inner.cfg.name
