@@ -161,7 +161,8 @@ impl RingReceiver {
             if need > contiguous || len > payload_bytes_max(self.cap) {
                 return Err(ShmError::BadRing("record length out of range"));
             }
-            out.clear();
+            // Every byte is overwritten below: only growth beyond the old length is zeroed.
+            out.truncate(len as usize);
             out.resize(len as usize, 0);
             self.mem.read_at(DATA_OFFSET + idx + RECORD_HEADER_BYTES, out);
             self.advance(need);

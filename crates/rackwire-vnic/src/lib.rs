@@ -352,9 +352,10 @@ impl Shared {
 
     /// Packets from peers to the kernel.
     fn rx_loop(&self) {
+        let mut data = Vec::with_capacity(VNET_HDR_LEN + VNIC_MTU);
         while !self.stop.load(Ordering::Relaxed) {
-            let m = match self.fabric.recv_timeout(STOP_CHECK) {
-                Ok(m) => m,
+            let from = match self.fabric.recv_into(&mut data, STOP_CHECK) {
+                Ok(from) => from,
                 Err(rackwire::Error::Timeout) => continue,
                 Err(rackwire::Error::Closed) => return,
                 Err(e) => {
@@ -362,7 +363,7 @@ impl Shared {
                     continue;
                 }
             };
-            if m.data.get(VNET_HDR_LEN..).and_then(ipv4_destination).is_none() {
+            if data.get(VNET_HDR_LEN..).and_then(ipv4_destination).is_none() {
                 self.malformed.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -370,13 +371,13 @@ impl Shared {
             // routed yet (it saw us first) is delivered too, and counted apart.
             let counts = {
                 let table = self.table.read().unwrap_or_else(|e| e.into_inner());
-                table.peers.get(&m.from).map(|p| p.counts.clone())
+                table.peers.get(&from).map(|p| p.counts.clone())
             };
-            match self.tun.write(&m.data) {
+            match self.tun.write(&data) {
                 Ok(()) => match counts {
                     Some(c) => {
                         c.rx_packets.fetch_add(1, Ordering::Relaxed);
-                        c.rx_bytes.fetch_add(m.data.len() as u64, Ordering::Relaxed);
+                        c.rx_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
                     }
                     None => {
                         self.rx_unrouted.fetch_add(1, Ordering::Relaxed);

@@ -426,6 +426,13 @@ impl Fabric {
         poll_until(&self.inner, timeout, || self.try_recv())
     }
 
+    /// [`Fabric::recv_timeout`] into `buf` (its contents replaced, its allocation reused from
+    /// message to message); the sender.
+    pub fn recv_into(&self, buf: &mut Vec<u8>, timeout: Duration) -> Result<NodeId, Error> {
+        poll_until(&self.inner, timeout, || Ok(self.poll_peers(|p| p.try_recv(buf).map(|got| got.then_some(())))?))
+            .map(|(from, ())| from)
+    }
+
     /// The next notification, if one is waiting.
     pub fn try_notification(&self) -> Result<Option<Notification>, Error> {
         Ok(self.poll_peers(|p| p.try_notification())?.map(|(_, n)| n))
