@@ -429,7 +429,7 @@ impl Fabric {
     /// [`Fabric::recv_timeout`] into `buf` (its contents replaced, its allocation reused from
     /// message to message); the sender.
     pub fn recv_into(&self, buf: &mut Vec<u8>, timeout: Duration) -> Result<NodeId, Error> {
-        poll_until(&self.inner, timeout, || Ok(self.poll_peers(|p| p.try_recv(buf).map(|got| got.then_some(())))?))
+        poll_until(&self.inner, timeout, || self.poll_peers(|p| p.try_recv(buf).map(|got| got.then_some(()))))
             .map(|(from, ())| from)
     }
 
