@@ -6,6 +6,7 @@ mod demo;
 mod inspect;
 mod rack;
 mod sim;
+mod stripe_bench;
 mod vnic_bench;
 
 use std::path::PathBuf;
@@ -111,6 +112,9 @@ enum Cmd {
         #[command(flatten)]
         agent: rack::AgentArgs,
     },
+    /// (internal) One side of `rackwire bench stripe`.
+    #[command(name = "stripe-worker", hide = true)]
+    StripeWorker { role: String, bytes: u64 },
     /// (internal) The responder side of `rackwire bench`.
     #[command(name = "bench-responder", hide = true)]
     BenchResponder,
@@ -122,9 +126,17 @@ enum Cmd {
 #[derive(Args)]
 struct BenchArgs {
     /// `vnic`: the virtual NIC against the veth path between the same hosts, in a virtual
-    /// rack (root). Without it: the RMA micro-benchmarks.
-    #[arg(value_parser = ["vnic"])]
+    /// rack (root). `stripe`: the edge transport striped over the shaped rails of the rack
+    /// given with --config, against one iperf3 TCP stream on one rail (root). Without it: the
+    /// RMA micro-benchmarks.
+    #[arg(value_parser = ["vnic", "stripe"])]
     suite: Option<String>,
+    /// With `stripe`: the rack description (e.g. examples/racks/2l-1g.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// With `stripe`: MiB to stream.
+    #[arg(long, default_value_t = 256)]
+    mib: u64,
     /// Transport to measure: shared memory, or the edge transport over loopback UDP links.
     #[arg(long, default_value = "shm", value_parser = ["shm", "udp"])]
     transport: String,
@@ -252,6 +264,15 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--scale must be in (0, 10]");
             }
             vnic_bench::run(b.json, b.scale)
+        }
+        Cmd::Bench(b) if b.suite.as_deref() == Some("stripe") => {
+            init_logging(tracing::Level::WARN);
+            let Some(config) = &b.config else { bail!("bench stripe needs --config RACK.toml (see examples/racks/)") };
+            stripe_bench::run(config, b.mib, b.json, b.scale)
+        }
+        Cmd::StripeWorker { role, bytes } => {
+            init_logging(tracing::Level::WARN);
+            stripe_bench::worker(&role, bytes)
         }
         Cmd::Bench(b) => {
             init_logging(tracing::Level::WARN);

@@ -184,6 +184,9 @@ impl FabricConfig {
         if let Ok(v) = std::env::var("RACKWIRE_NAME") {
             c.name = v;
         }
+        if let Ok(v) = std::env::var("RACKWIRE_LINK_MTU") {
+            c.link_mtu = v.parse().map_err(|_| Error::Config(format!("RACKWIRE_LINK_MTU={v:?}: bytes")))?;
+        }
         if let Ok(v) = std::env::var("RACKWIRE_BUSY_POLL_US") {
             let us: u64 = v.parse().map_err(|_| Error::Config(format!("RACKWIRE_BUSY_POLL_US={v:?}: microseconds")))?;
             c.busy_poll = Duration::from_micros(us);

@@ -1,0 +1,226 @@
+//! `rackwire bench stripe --config RACK`: the edge transport striped over a rack's shaped
+//! rails, against one iperf3 TCP stream over one of those rails, in the same run.
+//!
+//! The rack (MultiEdge's 1L-1G, 2L-1G or 1L-10G from `examples/racks/`) comes up with its
+//! first two hosts in different memory domains and without virtual NICs, so they reach each
+//! other only over the edge transport on their rails. A writer in the first host streams a
+//! seeded pattern into a region of the second, 1 MiB writes with up to 32 in flight; the owner
+//! checks every byte once the last write has notified it. The rails' nominal rate is the limit.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rackwire::{Access, Bytes, Fabric, OpFlags};
+use rackwire_bench::{iperf3_path, print_table, NetPath, Report, Row};
+use rackwire_rack::{rate_bytes_per_s, RackConfig};
+
+/// Bytes per write.
+const CHUNK: u64 = 1 << 20;
+/// Writes in flight.
+const IN_FLIGHT: usize = 32;
+/// How long the two sides wait for each other.
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Name under which the owner publishes its region.
+const REGION_NAME: &str = "stripe/target";
+/// Pattern seed.
+const SEED: u64 = 7;
+
+fn pattern(off: u64, len: usize) -> Vec<u8> {
+    (off..off + len as u64).map(|i| (i.wrapping_mul(31) ^ (i >> 12) ^ SEED) as u8).collect()
+}
+
+struct Down(String);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = rackwire_rack::down(Some(&self.0));
+    }
+}
+
+/// The benchmark, run as root from the command line.
+pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) -> Result<()> {
+    if !rustix::process::geteuid().is_root() {
+        bail!("`rackwire bench stripe` builds a virtual rack: it needs root");
+    }
+    if !(1..=4096).contains(&mib) {
+        bail!("--mib must be 1..=4096");
+    }
+    let text = std::fs::read_to_string(config).with_context(|| format!("rack config {}", config.display()))?;
+    let mut cfg = RackConfig::parse(&text)?;
+    if cfg.hosts.len() < 2 || cfg.hosts[0].remote || cfg.hosts[1].remote {
+        bail!("the rack needs two local hosts first");
+    }
+    for (i, h) in cfg.hosts.iter_mut().enumerate() {
+        h.vnic = false;
+        h.domain = Some(format!("d{i}"));
+    }
+    let _ = rackwire_rack::down(Some(&cfg.name));
+    let exe = std::env::current_exe().context("own executable")?;
+    let state = rackwire_rack::up(&cfg, &exe)?;
+    let _down = Down(cfg.name.clone());
+    let (src, dst) = (state.hosts[0].clone(), state.hosts[1].clone());
+    let links = |h: &rackwire_rack::HostState| h.addrs.iter().map(|a| format!("{a}:0")).collect::<Vec<_>>().join(",");
+    let link_mtu = (cfg.rails.iter().map(|r| r.mtu).min().unwrap_or(1500) - 28).to_string();
+    let spawn = |ns: &str, role: &str, name: &str, host_links: String| {
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(&exe)
+            .args(["stripe-worker", role, &(mib << 20).to_string()])
+            .env("RACKWIRE_MH", &state.mh)
+            .env("RACKWIRE_SECRET_FILE", &state.secret_file)
+            .env("RACKWIRE_NAME", name)
+            .env("RACKWIRE_LINKS", host_links)
+            .env("RACKWIRE_TRANSPORT", "edge")
+            .env("RACKWIRE_LINK_MTU", &link_mtu)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+    };
+    let mut owner = spawn(&dst.ns, "owner", "stripe-dst", links(&dst))?;
+    let mut writer = spawn(&src.ns, "writer", "stripe-src", links(&src))?;
+    let mut owner_out = BufReader::new(owner.stdout.take().expect("piped"));
+    let mut writer_out = BufReader::new(writer.stdout.take().expect("piped"));
+    let mut line = String::new();
+    writer_out.read_line(&mut line)?;
+    let w: serde_json::Value = serde_json::from_str(line.trim()).with_context(|| format!("writer said {line:?}"))?;
+    line.clear();
+    owner_out.read_line(&mut line)?;
+    let checked = line.trim().to_string();
+    let _ = owner.wait();
+    let _ = writer.wait();
+    if checked != "ok" {
+        bail!("the owner's check failed: {checked}");
+    }
+    let secs = w["secs"].as_f64().context("writer result")?;
+    let bytes = (mib << 20) as f64;
+    let mut report = Report::default();
+    report.rows.push(Row {
+        transport: format!("udp-{}l", cfg.rails.len()),
+        pattern: "oneway".into(),
+        size: CHUNK,
+        iters: mib,
+        mb_per_s: Some(bytes / secs / 1e6),
+        retransmits: w["retransmits"].as_u64(),
+        extra_pct: w["extra_pct"].as_f64(),
+        out_of_order_pct: w["ooo_pct"].as_f64(),
+        ..Row::default()
+    });
+    let tcp_secs = ((5.0 * scale).round() as u64).clamp(1, 30);
+    let path =
+        NetPath { server_ns: Some(dst.ns.clone()), client_ns: Some(src.ns.clone()), addr: dst.addrs[0].to_string() };
+    match iperf3_path(&path, false, 131_072, tcp_secs, "iperf3-tcp") {
+        Ok(r) => report.rows.push(r),
+        Err(e) => report.notes.push(format!("iperf3-tcp: {e}")),
+    }
+    let ours = report.rows[0].mb_per_s.unwrap_or(0.0);
+    if let Some(tcp) = report.rows.get(1).and_then(|r| r.mb_per_s) {
+        report.notes.push(format!(
+            "edge over {} rails / one iperf3 TCP stream on rail 0: {:.2}",
+            cfg.rails.len(),
+            ours / tcp
+        ));
+    }
+    let nominal: u64 = cfg.rails.iter().filter_map(|r| r.rate.as_deref().and_then(rate_bytes_per_s)).sum();
+    if nominal > 0 {
+        report.notes.push(format!("edge goodput / nominal rate of the rails: {:.3}", ours * 1e6 / nominal as f64));
+    }
+    report.notes.push(format!("{mib} MiB arrived byte-exact (checked by the owner)"));
+    report.meta.insert("command".into(), std::env::args().collect::<Vec<_>>().join(" ").into());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", print_table(&report));
+    }
+    Ok(())
+}
+
+/// One side of the stream, in its host (started by [`run`]); `role` is `owner` or `writer`.
+pub(crate) fn worker(role: &str, total: u64) -> Result<()> {
+    let mut cfg = rackwire::FabricConfig::from_env()?;
+    cfg.op_timeout = STEP_TIMEOUT;
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    let fabric = loop {
+        match Fabric::join(cfg.clone()) {
+            Ok(f) => break f,
+            Err(e) if Instant::now() > deadline => return Err(e.into()),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let mut out = std::io::stdout();
+    match role {
+        "owner" => {
+            let region = fabric.alloc(total, Access::ALL)?;
+            let src = loop {
+                if let Some(n) = fabric.nodes()?.into_iter().find(|n| n.info.name == "stripe-src" && n.up) {
+                    break n.info.id;
+                }
+                if Instant::now() > deadline {
+                    bail!("the writer never joined");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            region.grant(src, Access::WRITE)?;
+            region.publish(REGION_NAME)?;
+            fabric.wait_notification(STEP_TIMEOUT)?;
+            let mut off = 0;
+            let verdict = loop {
+                if off >= total {
+                    break "ok".to_string();
+                }
+                let n = CHUNK.min(total - off) as usize;
+                let got = region.to_vec(off, n)?;
+                if got != pattern(off, n) {
+                    break format!("bytes differ in the MiB at {off}");
+                }
+                off += n as u64;
+            };
+            writeln!(out, "{verdict}")?;
+        }
+        "writer" => {
+            let target = loop {
+                match fabric.lookup(REGION_NAME) {
+                    Ok(t) => break t,
+                    Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            let conn = fabric.connect(target.node())?;
+            let chunks: Vec<Bytes> = (0..total.div_ceil(CHUNK))
+                .map(|i| Bytes::from(pattern(i * CHUNK, CHUNK.min(total - i * CHUNK) as usize)))
+                .collect();
+            let t0 = Instant::now();
+            let mut flight = std::collections::VecDeque::new();
+            let n = chunks.len();
+            for (i, c) in chunks.into_iter().enumerate() {
+                if flight.len() == IN_FLIGHT {
+                    let op: rackwire::Op = flight.pop_front().expect("full");
+                    op.wait()?;
+                }
+                let last = i + 1 == n;
+                let flags = if last { OpFlags::NONE.notify(1).fence_before() } else { OpFlags::NONE };
+                flight.push_back(conn.write_bytes(&target, i as u64 * CHUNK, c, flags));
+            }
+            for op in flight {
+                op.wait()?;
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            let s = conn.stats();
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({
+                    "secs": secs,
+                    "retransmits": s.retransmits,
+                    "extra_pct": 100.0 * s.retransmits as f64 / s.data_frames.max(1) as f64,
+                    "ooo_pct": 100.0 * s.out_of_order as f64 / s.frames_received.max(1) as f64,
+                })
+            )?;
+        }
+        other => bail!("unknown role {other:?}"),
+    }
+    out.flush()?;
+    Ok(())
+}
