@@ -139,9 +139,9 @@ impl RingReceiver {
         stamp_at(&self.mem, self.cap, self.head) != stamp(self.head)
     }
 
-    /// Take the next record, copying its payload into `out`. Returns its kind, or `None` when
-    /// the ring is empty. An error means the sender broke the ring; the connection must go.
-    pub fn pop(&mut self, out: &mut Vec<u8>) -> Result<Option<u32>, ShmError> {
+    /// The next record: its kind, where its payload is in the mapping, its length, and the
+    /// bytes it takes in the ring. `None` when the ring is empty.
+    fn next_record(&mut self) -> Result<Option<(u32, u64, usize, u64)>, ShmError> {
         loop {
             let idx = self.head & (self.cap - 1);
             if stamp_at(&self.mem, self.cap, self.head) != stamp(self.head) {
@@ -161,13 +161,36 @@ impl RingReceiver {
             if need > contiguous || len > payload_bytes_max(self.cap) {
                 return Err(ShmError::BadRing("record length out of range"));
             }
-            // Every byte is overwritten below: only growth beyond the old length is zeroed.
-            out.truncate(len as usize);
-            out.resize(len as usize, 0);
-            self.mem.read_at(DATA_OFFSET + idx + RECORD_HEADER_BYTES, out);
-            self.advance(need);
-            return Ok(Some(kind));
+            return Ok(Some((kind, DATA_OFFSET + idx + RECORD_HEADER_BYTES, len as usize, need)));
         }
+    }
+
+    /// Take the next record, copying its payload into `out`. Returns its kind, or `None` when
+    /// the ring is empty. An error means the sender broke the ring; the connection must go.
+    pub fn pop(&mut self, out: &mut Vec<u8>) -> Result<Option<u32>, ShmError> {
+        let Some((kind, at, len, need)) = self.next_record()? else { return Ok(None) };
+        // Every byte is overwritten below: only growth beyond the old length is zeroed.
+        out.truncate(len);
+        out.resize(len, 0);
+        self.mem.read_at(at, out);
+        self.advance(need);
+        Ok(Some(kind))
+    }
+
+    /// Take the next record and hand its payload to `f` where it lies in the ring, without a
+    /// copy; the slot is given back to the sender when `f` returns.
+    pub fn pop_with<R>(&mut self, f: impl FnOnce(u32, &[u8]) -> R) -> Result<Option<R>, ShmError> {
+        let Some((kind, at, len, need)) = self.next_record()? else { return Ok(None) };
+        // SAFETY: `next_record` checked that `at..at + len` lies inside the mapping (within
+        // the ring's data area), which lives as long as `self.mem`, borrowed for the whole
+        // call. The record was published by its stamp (acquire-loaded) and the sender reuses
+        // its bytes only after our head passes them, which `advance` does after `f` returns;
+        // a sender that breaks that rule can change only the bytes of its own message.
+        #[allow(unsafe_code)]
+        let payload = unsafe { std::slice::from_raw_parts(self.mem.as_ptr().add(at as usize), len) };
+        let r = f(kind, payload);
+        self.advance(need);
+        Ok(Some(r))
     }
 
     fn advance(&mut self, by: u64) {
@@ -342,6 +365,26 @@ mod tests {
         tx.mem.write_at(DATA_OFFSET + 8, &u32::MAX.to_le_bytes());
         let mut out = Vec::new();
         assert!(matches!(rx.pop(&mut out), Err(ShmError::BadRing(_))));
+    }
+
+    // Checks that taking records in place hands over the same kinds and bytes as copying
+    // them out, across the wrap of the ring, and frees their room for the sender.
+    #[test]
+    fn records_taken_in_place_match() {
+        let (mut tx, mut rx) = pair(4096);
+        let mut out = Vec::new();
+        for i in 0..200u32 {
+            let payload: Vec<u8> = (0..(i as usize * 7) % 1500).map(|j| (i as usize + j) as u8).collect();
+            tx.push(i, &[&payload[..payload.len() / 2], &payload[payload.len() / 2..]]).unwrap();
+            if i % 2 == 0 {
+                let got = rx.pop_with(|k, b| (k, b.to_vec())).unwrap();
+                assert_eq!(got, Some((i, payload)));
+            } else {
+                assert_eq!(rx.pop(&mut out).unwrap(), Some(i));
+                assert_eq!(out, payload);
+            }
+        }
+        assert_eq!(rx.pop_with(|_, b| b.len()).unwrap(), None);
     }
 
     // Checks the size limit: a record above half the ring is refused as TooLarge.

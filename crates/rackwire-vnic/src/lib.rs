@@ -350,41 +350,41 @@ impl Shared {
         }
     }
 
-    /// Packets from peers to the kernel.
+    /// Packets from peers to the kernel, written into `rw0` straight from where the fabric
+    /// holds them (the shared-memory ring).
     fn rx_loop(&self) {
-        let mut data = Vec::with_capacity(VNET_HDR_LEN + VNIC_MTU);
         while !self.stop.load(Ordering::Relaxed) {
-            let from = match self.fabric.recv_into(&mut data, STOP_CHECK) {
-                Ok(from) => from,
-                Err(rackwire::Error::Timeout) => continue,
+            let r = self.fabric.recv_with(STOP_CHECK, |from, data| self.deliver(from, data));
+            match r {
+                Ok(_) | Err(rackwire::Error::Timeout) => {}
                 Err(rackwire::Error::Closed) => return,
-                Err(e) => {
-                    debug!("fabric receive: {e}");
-                    continue;
+                Err(e) => debug!("fabric receive: {e}"),
+            }
+        }
+    }
+
+    fn deliver(&self, from: NodeId, data: &[u8]) {
+        if data.get(VNET_HDR_LEN..).and_then(ipv4_destination).is_none() {
+            self.malformed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // Every sender is an admitted, authenticated fabric node; one this side has not
+        // routed yet (it saw us first) is delivered too, and counted apart.
+        let counts = {
+            let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+            table.peers.get(&from).map(|p| p.counts.clone())
+        };
+        match self.tun.write(data) {
+            Ok(()) => match counts {
+                Some(c) => {
+                    c.rx_packets.fetch_add(1, Ordering::Relaxed);
+                    c.rx_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
                 }
-            };
-            if data.get(VNET_HDR_LEN..).and_then(ipv4_destination).is_none() {
-                self.malformed.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            // Every sender is an admitted, authenticated fabric node; one this side has not
-            // routed yet (it saw us first) is delivered too, and counted apart.
-            let counts = {
-                let table = self.table.read().unwrap_or_else(|e| e.into_inner());
-                table.peers.get(&from).map(|p| p.counts.clone())
-            };
-            match self.tun.write(&data) {
-                Ok(()) => match counts {
-                    Some(c) => {
-                        c.rx_packets.fetch_add(1, Ordering::Relaxed);
-                        c.rx_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                    }
-                    None => {
-                        self.rx_unrouted.fetch_add(1, Ordering::Relaxed);
-                    }
-                },
-                Err(e) => debug!("writing {VNIC_NAME}: {e}"),
-            }
+                None => {
+                    self.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            Err(e) => debug!("writing {VNIC_NAME}: {e}"),
         }
     }
 

@@ -426,6 +426,18 @@ impl Fabric {
         poll_until(&self.inner, timeout, || self.try_recv())
     }
 
+    /// The next message from any peer, handed to `f` with its sender where the transport
+    /// holds it (in the shared-memory ring, without a copy), waiting at most `timeout`.
+    pub fn recv_with(&self, timeout: Duration, mut f: impl FnMut(NodeId, &[u8])) -> Result<NodeId, Error> {
+        poll_until(&self.inner, timeout, || {
+            self.poll_peers(|p| {
+                let from = p.peer();
+                p.try_recv_with(&mut |data| f(from, data)).map(|got| got.then_some(()))
+            })
+        })
+        .map(|(from, ())| from)
+    }
+
     /// [`Fabric::recv_timeout`] into `buf` (its contents replaced, its allocation reused from
     /// message to message); the sender.
     pub fn recv_into(&self, buf: &mut Vec<u8>, timeout: Duration) -> Result<NodeId, Error> {

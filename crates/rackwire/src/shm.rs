@@ -692,6 +692,18 @@ impl PeerTransport for ShmPeer {
         }
     }
 
+    fn try_recv_with(&self, f: &mut dyn FnMut(&[u8])) -> Result<bool, Error> {
+        if !self.rx_msg_watch.pending() {
+            return Ok(false);
+        }
+        match lock(&self.rx_msg).pop_with(|kind, payload| (kind == KIND_MESSAGE).then(|| f(payload)).is_some()) {
+            Ok(Some(true)) => Ok(true),
+            Ok(Some(false)) => Err(Error::Protocol("unknown record kind in message ring".into())),
+            Ok(None) => Ok(false),
+            Err(e) => Err(Error::Protocol(e.to_string())),
+        }
+    }
+
     fn try_notification(&self) -> Result<Option<Notification>, Error> {
         if !self.rx_notify_watch.pending() {
             return Ok(None);

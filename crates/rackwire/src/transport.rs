@@ -55,6 +55,16 @@ pub trait PeerTransport: Send + Sync + 'static {
     fn send(&self, msg: &[u8]) -> Op;
     /// Take the next message from this peer into `out`, if one is waiting.
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error>;
+    /// Hand the next message from this peer to `f` (where the transport holds it, if it can,
+    /// without a copy), if one is waiting.
+    fn try_recv_with(&self, f: &mut dyn FnMut(&[u8])) -> Result<bool, Error> {
+        let mut buf = Vec::new();
+        let got = self.try_recv(&mut buf)?;
+        if got {
+            f(&buf);
+        }
+        Ok(got)
+    }
     /// Take the next notification from this peer, if one is waiting.
     fn try_notification(&self) -> Result<Option<Notification>, Error>;
     /// Ask the peer to stop using `region` of ours, and wait up to `timeout` for its word.
