@@ -17,13 +17,13 @@ mod faults;
 
 pub use faults::{FaultInjector, FaultSpec};
 
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use quinn_udp::{Transmit, UdpSockRef, UdpSocketState};
+use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
 
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::net::{MMsgHdr, SendFlags, SocketAddrAny};
@@ -36,6 +36,12 @@ pub const SEND_BATCH_MAX: usize = 64;
 pub const SOCKET_BUFFER_BYTES: usize = 8 << 20;
 /// Datagrams one [`LinkSocket::recv_batch`] takes at most.
 pub const RECV_BATCH: usize = 16;
+/// Links whose frames are at most this large receive with coalescing (GRO).
+const GRO_FRAME_MAX: usize = 9000;
+/// Buffers one coalescing receive fills at most (each up to 64 KiB of frames).
+const GRO_BATCH: usize = 4;
+/// Bytes of one coalescing receive buffer.
+const GRO_BUFFER_BYTES: usize = 1 << 16;
 /// Frames larger than this go out one by one (segmentation offload gains little for them).
 const GSO_FRAME_MAX: usize = 16 * 1024;
 /// Bytes of one segmentation-offload send (the kernel's limit for one UDP datagram's worth).
@@ -113,17 +119,23 @@ pub struct LinkSocket {
     /// Where a run of frames is laid end to end for one segmentation-offload send.
     gso_buf: Mutex<Vec<u8>>,
     gso_off: bool,
+    /// Receive-side coalescing (UDP GRO, with `recvmmsg`), for links of small frames: the
+    /// state set up on this very socket, which turns GRO on for it.
+    gro: Option<UdpSocketState>,
 }
 
-/// The buffer for [`LinkSocket::recv_batch`], reused from call to call.
+/// The buffers for [`LinkSocket::recv_batch`], reused from call to call.
 #[derive(Debug)]
 pub struct RecvBufs {
     buf: Vec<u8>,
+    /// For coalescing receives, made on first use.
+    gro: Vec<Vec<u8>>,
+    meta: Vec<RecvMeta>,
 }
 
 impl Default for RecvBufs {
     fn default() -> Self {
-        RecvBufs { buf: vec![0u8; UDP_PAYLOAD_MAX + 1] }
+        RecvBufs { buf: vec![0u8; UDP_PAYLOAD_MAX + 1], gro: Vec::new(), meta: Vec::new() }
     }
 }
 
@@ -162,8 +174,17 @@ impl LinkSocket {
         let scratch = UdpSocket::bind((local_ip(&sock)?, 0))?;
         let state = UdpSocketState::new(UdpSockRef::from(&scratch))?;
         let local = sock.local_addr()?;
-        let gso_off = std::env::var("RACKWIRE_GSO").is_ok_and(|v| v == "off" || v == "0");
-        Ok(LinkSocket { sock, state, local, mtu, gso_buf: Mutex::new(Vec::with_capacity(GSO_BYTES_MAX)), gso_off })
+        let off = |var: &str| std::env::var(var).is_ok_and(|v| v == "off" || v == "0");
+        let gso_off = off("RACKWIRE_GSO");
+        // Small frames arrive by the hundred thousand per second: take them coalesced. Jumbo
+        // and loopback-sized frames come one per datagram anyway, and a plain receive is the
+        // quicker one for a single frame.
+        let gro = if mtu <= GRO_FRAME_MAX && !off("RACKWIRE_GRO") {
+            UdpSocketState::new(UdpSockRef::from(&sock)).ok().filter(|s| s.gro_segments() > 1)
+        } else {
+            None
+        };
+        Ok(LinkSocket { sock, state, local, mtu, gso_buf: Mutex::new(Vec::with_capacity(GSO_BYTES_MAX)), gso_off, gro })
     }
 
     /// Frames one segmentation-offload send may carry (1 where the kernel has none, or where
@@ -294,6 +315,9 @@ impl LinkSocket {
     /// Receive the datagrams waiting, up to [`RECV_BATCH`] of them, and hand each to `each`
     /// with its sender. Returns how many there were (0: none waiting).
     pub fn recv_batch(&self, bufs: &mut RecvBufs, mut each: impl FnMut(&[u8], SocketAddr)) -> io::Result<usize> {
+        if let Some(gro) = &self.gro {
+            return self.recv_coalesced(gro, bufs, each);
+        }
         let buf = &mut bufs.buf;
         for n in 0..RECV_BATCH {
             match self.sock.recv_from(buf) {
@@ -304,6 +328,40 @@ impl LinkSocket {
             }
         }
         Ok(RECV_BATCH)
+    }
+}
+
+impl LinkSocket {
+    /// Several buffers in one `recvmmsg`, each possibly holding a run of frames the kernel
+    /// coalesced (`stride` bytes apart).
+    fn recv_coalesced(
+        &self,
+        gro: &UdpSocketState,
+        bufs: &mut RecvBufs,
+        mut each: impl FnMut(&[u8], SocketAddr),
+    ) -> io::Result<usize> {
+        if bufs.gro.is_empty() {
+            bufs.gro = (0..GRO_BATCH).map(|_| vec![0u8; GRO_BUFFER_BYTES]).collect();
+            bufs.meta = vec![RecvMeta::default(); GRO_BATCH];
+        }
+        let mut slices: Vec<IoSliceMut<'_>> = bufs.gro.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+        let n = match gro.recv(UdpSockRef::from(&self.sock), &mut slices, &mut bufs.meta) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::ConnectionRefused => {
+                return Ok(0)
+            }
+            Err(e) => return Err(e),
+        };
+        let mut count = 0;
+        for (m, buf) in bufs.meta.iter().zip(slices.iter()).take(n) {
+            let data = &buf[..m.len.min(buf.len())];
+            let stride = if m.stride == 0 { data.len().max(1) } else { m.stride };
+            for d in data.chunks(stride) {
+                each(d, m.addr);
+                count += 1;
+            }
+        }
+        Ok(count)
     }
 }
 
@@ -347,13 +405,20 @@ pub fn wait(socks: &[LinkSocket], waker: &Waker, timeout: Option<Duration>) {
 mod tests {
     use super::*;
 
-    // Checks batched sending and draining receives on loopback: every frame of a batch, whole
-    // or sent in two parts, arrives intact as one datagram, from the sender's address, and an
-    // empty socket answers None.
+    // Checks batched sending and draining receives on loopback, with coalescing receives (small
+    // frames) and plain ones (jumbo links): every frame of a batch, whole or sent in two parts,
+    // arrives intact as one datagram, from the sender's address, and an empty socket answers 0.
     #[test]
     fn batch_over_loopback() {
-        let a = LinkSocket::bind("127.0.0.1:0", 1500).unwrap();
-        let b = LinkSocket::bind("127.0.0.1:0", 1500).unwrap();
+        // Both receive paths: coalescing (small frames) and plain (jumbo links).
+        for mtu in [1500, 65_000] {
+            batch_over_loopback_at(mtu);
+        }
+    }
+
+    fn batch_over_loopback_at(mtu: usize) {
+        let a = LinkSocket::bind("127.0.0.1:0", mtu).unwrap();
+        let b = LinkSocket::bind("127.0.0.1:0", mtu).unwrap();
         // Every other frame goes in two parts, split at a different place each time.
         let frames: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 100 + i as usize]).collect();
         let list: Vec<OutFrame<'_>> = frames
