@@ -40,6 +40,8 @@ const PUMP_RECENT_US: u64 = 50;
 const PUMP_WATCH: Duration = Duration::from_millis(1);
 /// Longest the network thread sleeps without looking at its timers.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
+/// How long the network thread keeps looking after its last piece of work before it sleeps.
+const NET_SPIN: Duration = Duration::from_micros(50);
 /// The network thread is awake (not parked).
 const AWAKE: u64 = 0;
 
@@ -407,6 +409,7 @@ impl EdgeEndpoint {
     fn run(self: Arc<Self>) {
         let mut io = Io::new(self.socks.len());
         let mut target = FabricTarget { fabric: self.fabric.clone() };
+        let mut last_work = Instant::now();
         loop {
             let stopping = self.stop.load(Ordering::SeqCst);
             let mut st = lock(&self.state);
@@ -430,6 +433,15 @@ impl EdgeEndpoint {
                 return;
             }
             if got > 0 || sent > 0 {
+                last_work = Instant::now();
+                continue;
+            }
+            // In a stream, the next acknowledgement or frame is usually microseconds away:
+            // look again for a moment before paying for a sleep and a wake-up. Not while an
+            // application thread polls (it does the work, and needs the core).
+            if !polling && last_work.elapsed() < NET_SPIN {
+                self.parked_until_us.store(AWAKE, Ordering::SeqCst);
+                std::hint::spin_loop();
                 continue;
             }
             rackwire_udp::wait(if polling { &[] } else { &self.socks }, &self.waker, Some(wait));
