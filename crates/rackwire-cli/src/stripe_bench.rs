@@ -147,6 +147,18 @@ pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) ->
         report.notes.push(format!("edge goodput / nominal rate of the rails: {:.3}", ours * 1e6 / nominal as f64));
     }
     report.notes.push(format!("{mib} MiB arrived byte-exact (checked by the owner)"));
+    if nominal > 0 {
+        // Where frames were lost: the shapers on the way (sender's links, switch ports).
+        let mut drops = 0;
+        for k in 0..cfg.rails.len() {
+            drops += tc_dropped(&src.ns, &format!("eth{k}")) + tc_dropped(&state_sw(&cfg.name), &format!("h1r{k}"));
+        }
+        report.notes.push(format!("packets the shapers dropped on the way: {drops}"));
+        report.notes.push(format!(
+            "UDP datagrams the receiving host dropped for want of socket buffer: {}",
+            udp_rcvbuf_errors(&dst.ns)
+        ));
+    }
     report.meta.insert("command".into(), std::env::args().collect::<Vec<_>>().join(" ").into());
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -154,6 +166,35 @@ pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) ->
         println!("{}", print_table(&report));
     }
     Ok(())
+}
+
+fn state_sw(rack: &str) -> String {
+    format!("{}{rack}-sw", rackwire_rack::NS_PREFIX)
+}
+
+/// Packets `tc` says the root qdisc of `dev` in `ns` dropped.
+fn tc_dropped(ns: &str, dev: &str) -> u64 {
+    let out = Command::new("tc").args(["-s", "-n", ns, "qdisc", "show", "dev", dev]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    text.split("dropped ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `RcvbufErrors` of the UDP counters in namespace `ns`.
+fn udp_rcvbuf_errors(ns: &str) -> u64 {
+    let out = Command::new("ip").args(["netns", "exec", ns, "cat", "/proc/net/snmp"]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(names), Some(values)) = (udp.next(), udp.next()) else { return 0 };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// One side of the stream, in its host (started by [`run`]); `role` is `owner` or `writer`.
