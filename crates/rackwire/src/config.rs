@@ -53,8 +53,9 @@ pub struct FabricConfig {
     /// Transport selection.
     pub transport: TransportChoice,
     /// How long a waiting receiver polls before it sleeps on its doorbell (latency against
-    /// CPU: polling answers in well under a microsecond, waking from sleep takes tens). The
-    /// edge transport's network thread polls its sockets this long after the last activity.
+    /// CPU: polling answers in well under a microsecond, waking from sleep takes tens); over
+    /// the edge transport a waiting thread drives the sockets itself this long
+    /// (`RACKWIRE_BUSY_POLL_US`).
     pub busy_poll: Duration,
     /// Local addresses of this node's Ethernet links for the edge transport, one per rail
     /// (`ip:port`, port 0 picks one). Empty: no edge transport.

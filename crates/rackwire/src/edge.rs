@@ -5,8 +5,10 @@
 //! arriving frames to their connection (found by the connection id in the frame header; a first
 //! handshake frame opens a new one), fires timers, sends what the connections have to send in
 //! batches, and turns connection events into completed operation handles, queued messages and
-//! notifications. It polls its sockets for [`crate::FabricConfig::busy_poll`] after the last
-//! activity, then blocks until a frame, a timer or a new operation. The target side applies this
+//! notifications. Application threads waiting on the transport drive it themselves (sending
+//! inline when they submit, polling while they wait); the network thread keeps looking for a
+//! moment after its last work, then blocks until a frame, a timer or a new operation, and
+//! stays off the sockets while an application thread polls them. The target side applies this
 //! node's access rules to every frame through the same grant table as the shared-memory
 //! transport.
 
@@ -403,9 +405,10 @@ impl EdgeEndpoint {
         }
     }
 
-    /// The network thread: works while there is work, then blocks until a frame arrives, a
-    /// timer is due or an operation is submitted. Latency comes from the waiting application
-    /// threads, which poll (see [`EdgeEndpoint::pump`]); this thread never spins.
+    /// The network thread: works while there is work, looks again for [`NET_SPIN`] after it,
+    /// then blocks until a frame arrives, a timer is due or an operation is submitted. Latency
+    /// comes from the waiting application threads, which poll (see [`EdgeEndpoint::pump`]);
+    /// while one does, this thread leaves it the sockets and the core.
     fn run(self: Arc<Self>) {
         let mut io = Io::new(self.socks.len());
         let mut target = FabricTarget { fabric: self.fabric.clone() };
