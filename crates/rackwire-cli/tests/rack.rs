@@ -301,3 +301,63 @@ fn killing_an_agent_leaves_the_others_flowing() {
     rack.wait_route("h2", "198.18.0.3", "eth0");
     assert_eq!(rack.route_dev("h2", "198.18.0.4"), "rw0", "h4 is still reached over rw0");
 }
+
+// Checks that the rack benchmarks run end to end at tiny scale (so they do not rot): `bench
+// stripe` moves its stream byte-exact over two shaped rails and reports an edge row and an
+// iperf3 row with positive rates; `bench vnic` reports every row it promises (when sockperf
+// is installed) with positive figures.
+#[test]
+fn rack_benchmarks_run_end_to_end() {
+    if skip("rack_benchmarks_run_end_to_end") {
+        return;
+    }
+    let dir = TempDir::new("stripe");
+    let cfg = dir.0.join("r.toml");
+    // A rack name of its own, so the other tests' racks are not touched.
+    std::fs::write(
+        &cfg,
+        "name = \"tstripe\"\n[[rail]]\nrate = \"1gbit\"\n[[rail]]\nrate = \"1gbit\"\n[[host]]\nname = \"h1\"\n[[host]]\nname = \"h2\"\n",
+    )
+    .unwrap();
+    let out = ok(&rackwire(&[
+        "bench",
+        "stripe",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--mib",
+        "8",
+        "--scale",
+        "0.2",
+        "--json",
+    ]));
+    let v: Value = serde_json::from_str(&out).expect("bench stripe --json");
+    let rate = |t: &str| {
+        v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t).and_then(|r| r["mb_per_s"].as_f64())
+    };
+    assert!(rate("udp-2l").is_some_and(|r| r > 0.0), "{out}");
+    assert!(rate("iperf3-tcp").is_some_and(|r| r > 0.0), "{out}");
+    assert!(v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap_or("").contains("byte-exact")));
+    assert!(namespaces("rwr-tstripe-").is_empty(), "bench stripe left its rack up");
+
+    if !have("sockperf") {
+        eprintln!("bench vnic not run: sockperf is not installed");
+        return;
+    }
+    let out = ok(&rackwire(&["bench", "vnic", "--scale", "0.2", "--json"]));
+    let v: Value = serde_json::from_str(&out).expect("bench vnic --json");
+    for t in [
+        "vnic-tcp",
+        "veth-tcp",
+        "vnic-udp",
+        "veth-udp",
+        "vnic-sockperf",
+        "veth-sockperf",
+        "veth-1g-tcp",
+        "veth-10g-tcp",
+    ] {
+        let row = v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t);
+        let figure = row.and_then(|r| r["mb_per_s"].as_f64().or(r["lat_us_avg"].as_f64()));
+        assert!(figure.is_some_and(|f| f > 0.0), "row {t} missing or empty: {out}");
+    }
+    assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
+}
