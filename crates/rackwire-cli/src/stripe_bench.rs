@@ -50,14 +50,6 @@ fn pattern(off: u64, len: usize) -> Vec<u8> {
     (off..off + len as u64).map(|i| (i.wrapping_mul(31) ^ (i >> 12) ^ SEED) as u8).collect()
 }
 
-struct Down(String);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = rackwire_rack::down(Some(&self.0));
-    }
-}
-
 /// The benchmark, run as root from the command line.
 pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) -> Result<()> {
     if !rustix::process::geteuid().is_root() {
@@ -78,7 +70,7 @@ pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) ->
     let _ = rackwire_rack::down(Some(&cfg.name));
     let exe = std::env::current_exe().context("own executable")?;
     let state = rackwire_rack::up(&cfg, &exe)?;
-    let _down = Down(cfg.name.clone());
+    let _down = rackwire_rack::DownOnDrop(cfg.name.clone());
     let (src, dst) = (state.hosts[0].clone(), state.hosts[1].clone());
     let links = |h: &rackwire_rack::HostState| h.addrs.iter().map(|a| format!("{a}:0")).collect::<Vec<_>>().join(",");
     let link_mtu = (cfg.rails.iter().map(|r| r.mtu).min().unwrap_or(1500) - 28).to_string();
@@ -151,7 +143,8 @@ pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) ->
         // Where frames were lost: the shapers on the way (sender's links, switch ports).
         let mut drops = 0;
         for k in 0..cfg.rails.len() {
-            drops += tc_dropped(&src.ns, &format!("eth{k}")) + tc_dropped(&state_sw(&cfg.name), &format!("h1r{k}"));
+            drops += tc_dropped(&src.ns, &format!("eth{k}"))
+                + tc_dropped(&rackwire_rack::ns_name(&cfg.name, "sw"), &format!("h1r{k}"));
         }
         report.notes.push(format!("packets the shapers dropped on the way: {drops}"));
         report.notes.push(format!(
@@ -166,10 +159,6 @@ pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) ->
         println!("{}", print_table(&report));
     }
     Ok(())
-}
-
-fn state_sw(rack: &str) -> String {
-    format!("{}{rack}-sw", rackwire_rack::NS_PREFIX)
 }
 
 /// Packets `tc` says the root qdisc of `dev` in `ns` dropped.

@@ -46,14 +46,6 @@ fn plain_addr(i: usize, k: usize) -> String {
     format!("198.19.{k}.{}", i + 1)
 }
 
-struct Down;
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = rackwire_rack::down(Some(RACK));
-    }
-}
-
 fn route_dev(ns: &str, ip: &str) -> String {
     let out = std::process::Command::new("ip").args(["-n", ns, "route", "get", ip]).output();
     let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
@@ -76,7 +68,7 @@ pub(crate) fn run(json: bool, scale: f64) -> Result<()> {
     let up = Instant::now();
     let state = rackwire_rack::up(&cfg, &exe)?;
     let up_ms = up.elapsed().as_millis();
-    let _down = Down;
+    let _down = rackwire_rack::DownOnDrop(RACK.into());
     let (h1, h2) = (state.host("h1")?.ns.clone(), state.host("h2")?.ns.clone());
     for (i, ns) in [&h1, &h2].into_iter().enumerate() {
         for k in 0..cfg.rails.len() {

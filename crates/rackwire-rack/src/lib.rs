@@ -125,6 +125,17 @@ impl RackState {
     }
 }
 
+/// Takes a rack down when dropped (for programs that bring one up for a while, also when they
+/// fail half-way).
+#[derive(Debug)]
+pub struct DownOnDrop(pub String);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = down(Some(&self.0));
+    }
+}
+
 /// What `down` removed.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct DownReport {
@@ -177,7 +188,8 @@ fn run(prog: &str, args: &[&str]) -> Result<String, RackError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn ns_name(rack: &str, host: &str) -> String {
+/// The namespace of `host` (or `sw`, the switches) in `rack`.
+pub fn ns_name(rack: &str, host: &str) -> String {
     format!("{NS_PREFIX}{rack}-{host}")
 }
 

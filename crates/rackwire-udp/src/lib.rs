@@ -58,10 +58,6 @@ fn device_of(ip: std::net::IpAddr) -> Option<String> {
     })
 }
 
-fn local_ip(sock: &UdpSocket) -> io::Result<std::net::IpAddr> {
-    Ok(sock.local_addr()?.ip())
-}
-
 /// How many frames from the start of `frames` can go as one segmentation-offload send: same
 /// peer, same size (the last may be shorter), small enough, within the kernel's limits.
 fn gso_run(frames: &[OutFrame<'_>], gso_max: usize) -> usize {
@@ -171,7 +167,7 @@ impl LinkSocket {
         // What the kernel offers (segmentation offload) is learnt on a scratch socket: setting
         // up the state also turns on receive coalescing (GRO) on the socket it is given, and
         // the link socket keeps plain receives, the quickest for one datagram at a time.
-        let scratch = UdpSocket::bind((local_ip(&sock)?, 0))?;
+        let scratch = UdpSocket::bind((ip, 0))?;
         let state = UdpSocketState::new(UdpSockRef::from(&scratch))?;
         let local = sock.local_addr()?;
         let off = |var: &str| std::env::var(var).is_ok_and(|v| v == "off" || v == "0");

@@ -354,11 +354,6 @@ impl Fabric {
         self.inner.id
     }
 
-    /// How long a waiting thread polls before it sleeps (the configured busy-poll time).
-    pub fn busy_poll(&self) -> Duration {
-        self.inner.cfg.busy_poll
-    }
-
     /// This node's name.
     pub fn name(&self) -> &str {
         &self.inner.cfg.name
@@ -436,13 +431,6 @@ impl Fabric {
             })
         })
         .map(|(from, ())| from)
-    }
-
-    /// [`Fabric::recv_timeout`] into `buf` (its contents replaced, its allocation reused from
-    /// message to message); the sender.
-    pub fn recv_into(&self, buf: &mut Vec<u8>, timeout: Duration) -> Result<NodeId, Error> {
-        poll_until(&self.inner, timeout, || self.poll_peers(|p| p.try_recv(buf).map(|got| got.then_some(()))))
-            .map(|(from, ())| from)
     }
 
     /// The next notification, if one is waiting.

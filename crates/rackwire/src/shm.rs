@@ -681,15 +681,10 @@ impl PeerTransport for ShmPeer {
     }
 
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
-        if !self.rx_msg_watch.pending() {
-            return Ok(false);
-        }
-        match lock(&self.rx_msg).pop(out) {
-            Ok(Some(KIND_MESSAGE)) => Ok(true),
-            Ok(Some(k)) => Err(Error::Protocol(format!("unknown record kind {k} in message ring"))),
-            Ok(None) => Ok(false),
-            Err(e) => Err(Error::Protocol(e.to_string())),
-        }
+        self.try_recv_with(&mut |payload| {
+            out.clear();
+            out.extend_from_slice(payload);
+        })
     }
 
     fn try_recv_with(&self, f: &mut dyn FnMut(&[u8])) -> Result<bool, Error> {
