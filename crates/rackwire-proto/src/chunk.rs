@@ -4,28 +4,36 @@
 //! the kernel the header and the body as two pieces of one datagram.
 
 use bytes::Bytes;
-use rackwire_wire::SEGMENT_LEN;
+use rackwire_wire::{SegmentRepr, SEGMENT_LEN};
 
-/// A data frame's payload: the segment header and the body, with their CRC32C computed once
-/// (a retransmission only rewrites the frame header).
+/// A data frame's payload: the segment header (full or short) and the body, with their CRC32C
+/// computed once (a retransmission only rewrites the frame header).
 #[derive(Clone, Debug)]
 pub(crate) struct DataPayload {
-    pub seg: [u8; SEGMENT_LEN],
+    seg: [u8; SEGMENT_LEN],
+    seg_len: u8,
     pub body: Option<Bytes>,
     pub crc: u32,
 }
 
 impl DataPayload {
-    pub fn new(seg: [u8; SEGMENT_LEN], body: Option<Bytes>) -> Self {
-        let mut crc = crc32c::crc32c(&seg);
+    pub fn new(seg: &SegmentRepr, body: Option<Bytes>) -> Self {
+        let mut head = [0u8; SEGMENT_LEN];
+        let seg_len = seg.emit(&mut head);
+        let mut crc = crc32c::crc32c(&head[..seg_len]);
         if let Some(b) = &body {
             crc = crc32c::crc32c_append(crc, b);
         }
-        DataPayload { seg, body, crc }
+        DataPayload { seg: head, seg_len: seg_len as u8, body, crc }
+    }
+
+    /// The segment header's bytes.
+    pub fn seg(&self) -> &[u8] {
+        &self.seg[..self.seg_len as usize]
     }
 
     pub fn len(&self) -> usize {
-        SEGMENT_LEN + self.body.as_ref().map_or(0, Bytes::len)
+        self.seg_len as usize + self.body.as_ref().map_or(0, Bytes::len)
     }
 }
 
@@ -33,14 +41,33 @@ impl DataPayload {
 mod tests {
     use super::*;
 
-    // Checks that a payload's CRC equals the CRC of its segment and body laid end to end.
+    use rackwire_wire::{SegKind, SEGMENT_SHORT_LEN};
+
+    // Checks, for a full and a short segment header, that a payload's CRC equals the CRC of
+    // its emitted header and body laid end to end, and that its length counts both.
     #[test]
     fn crc_of_parts() {
-        let body = Bytes::from_static(b"0123456789").slice(3..6);
-        let p = DataPayload::new([7u8; SEGMENT_LEN], Some(body));
-        let mut whole = vec![7u8; SEGMENT_LEN];
-        whole.extend_from_slice(b"345");
-        assert_eq!(p.crc, crc32c::crc32c(&whole));
-        assert_eq!(p.len(), whole.len());
+        for (kind, len) in [(SegKind::Write, SEGMENT_LEN), (SegKind::WriteMore, SEGMENT_SHORT_LEN)] {
+            let seg = SegmentRepr {
+                op: 7,
+                kind,
+                flags: 0,
+                reason: 0,
+                region: 0,
+                frag_off: 3,
+                offset: 0,
+                op_len: 0,
+                key: 0,
+                imm: 0,
+            };
+            let body = Bytes::from_static(b"0123456789").slice(3..6);
+            let p = DataPayload::new(&seg, Some(body));
+            let mut whole = vec![0u8; len];
+            assert_eq!(seg.emit(&mut whole), len);
+            assert_eq!(p.seg(), &whole[..]);
+            whole.extend_from_slice(b"345");
+            assert_eq!(p.crc, crc32c::crc32c(&whole));
+            assert_eq!(p.len(), whole.len());
+        }
     }
 }

@@ -95,8 +95,8 @@ impl Config {
         Ok(())
     }
 
-    /// Body bytes a data frame carries on `link`.
-    pub fn body_max(&self, link: usize) -> usize {
-        self.mtu[link] - HEADER_LEN - SEGMENT_LEN
+    /// Payload bytes (segment header and body) a data frame carries on `link`.
+    pub fn payload_max(&self, link: usize) -> usize {
+        self.mtu[link] - HEADER_LEN
     }
 }

@@ -7,7 +7,7 @@ use rackwire_wire::frame::PAYLOAD_LEN_MAX;
 use rackwire_wire::payload::{CLOSE_LEN, HANDSHAKE_LEN, PROBE_LEN};
 use rackwire_wire::{
     AckRepr, CloseRepr, Frame, FrameKind, FrameRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind,
-    Segment, SegmentRepr, HEADER_LEN, SEGMENT_LEN,
+    Segment, SegmentRepr, HEADER_LEN, SEGMENT_SHORT_LEN,
 };
 
 use bytes::Bytes;
@@ -158,10 +158,14 @@ pub struct Connection {
     hs_rr: usize,
     links: Vec<Link>,
     rr: usize,
-    body_max: usize,
+    /// Segment header and body bytes per data frame (the smallest link's).
+    payload_max: usize,
     next_seq: u64,
     inflight: BTreeMap<u64, Sent>,
     retx: VecDeque<u64>,
+    /// Frames declared lost: the link whose window they cut, and the cut's episode, until the
+    /// peer reports them arrived twice (at most [`RETX_WATCH_MAX`], oldest forgotten first).
+    retx_watch: BTreeMap<u64, (usize, u32)>,
     /// Latest send time of a frame known delivered (first transmissions only).
     rack_time: Time,
     recv: RecvState,
@@ -186,6 +190,10 @@ impl std::fmt::Debug for Connection {
             .finish_non_exhaustive()
     }
 }
+
+/// The most frames declared lost that a connection remembers, waiting for a report that they
+/// arrived after all.
+const RETX_WATCH_MAX: usize = 1024;
 
 /// Widen a 32-bit sequence number to the 64-bit one nearest `near`.
 fn unwrap_seq(near: u64, wire: u32) -> u64 {
@@ -213,7 +221,7 @@ impl Connection {
     ) -> Self {
         cfg.validate().expect("invalid connection config");
         let links = (0..cfg.links).map(|_| Link::new(&cfg, now)).collect();
-        let body_max = (0..cfg.links).map(|l| cfg.body_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX - SEGMENT_LEN);
+        let payload_max = (0..cfg.links).map(|l| cfg.payload_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX);
         let stats = ConnStats { links: vec![Default::default(); cfg.links], ..Default::default() };
         Connection {
             role,
@@ -230,10 +238,11 @@ impl Connection {
             hs_rr: 0,
             links,
             rr: 0,
-            body_max,
+            payload_max,
             next_seq: 0,
             inflight: BTreeMap::new(),
             retx: VecDeque::new(),
+            retx_watch: BTreeMap::new(),
             rack_time: 0,
             recv: RecvState::default(),
             ops: Ops::default(),
@@ -454,6 +463,9 @@ impl Connection {
                     for (s, e) in self.widen(&a.ranges) {
                         self.on_delivered_range(now, s, e);
                     }
+                    for (s, e) in self.widen(&a.dups) {
+                        self.on_arrived_twice(s, e);
+                    }
                 }
                 Err(_) => self.stats.malformed += 1,
             },
@@ -571,6 +583,15 @@ impl Connection {
             self.stats.malformed += 1;
             return;
         };
+        let body = seg.body();
+        // A write's later fragment ahead of its first cannot be placed yet: it is kept until
+        // the first arrives, or, when the stash is full, dropped unacknowledged (sent again).
+        let early =
+            s.kind == SegKind::WriteMore && !self.recv.is_duplicate(seq) && self.incoming.placement(s.op).is_none();
+        if early && !self.incoming.stash(s.op, seq, s.frag_off, body) {
+            self.stats.stash_full += 1;
+            return;
+        }
         match self.recv.on_data(seq, repr.ts, link as u8, now, &self.cfg) {
             Arrival::Duplicate => {
                 self.stats.duplicates += 1;
@@ -582,22 +603,22 @@ impl Connection {
                 }
             }
         }
-        let body = seg.body();
+        if early {
+            self.stats.stashed += 1;
+            return;
+        }
         let peer = self.peer;
         match s.kind {
             SegKind::Write => {
+                self.incoming.begin_write(&s);
                 let r =
                     target.write(peer, s.region, s.key, s.offset, s.op_len as u64, s.offset + s.frag_off as u64, body);
-                match self.incoming.write_fragment(&s, body.len() as u64, r) {
-                    WriteOutcome::Partial => {}
-                    WriteOutcome::Complete { refused, notify } => {
-                        self.answer(s.op, refused, 0);
-                        if let Some((region, offset, len, imm)) = notify {
-                            self.events.push_back(Event::Notification { region, offset, len, imm });
-                        }
-                    }
+                self.write_done(s.op, body.len(), r);
+                for (frag_off, data) in self.incoming.unstash(s.op) {
+                    self.write_more(s.op, frag_off, &data, target);
                 }
             }
+            SegKind::WriteMore => self.write_more(s.op, s.frag_off, body, target),
             SegKind::ReadReq => {
                 let mut data = vec![0u8; s.op_len as usize];
                 match target.read(peer, s.region, s.key, s.offset, &mut data) {
@@ -605,7 +626,7 @@ impl Connection {
                         let data = Bytes::from(data);
                         let mut at = 0;
                         while at < data.len() {
-                            let end = (at + self.body_max).min(data.len());
+                            let end = (at + self.payload_max - SEGMENT_SHORT_LEN).min(data.len());
                             let part = Some(data.slice(at..end));
                             self.respond(SegKind::ReadData, s.op, 0, at as u32, s.op_len, 0, part);
                             at = end;
@@ -670,6 +691,33 @@ impl Connection {
             }
             SegKind::Unknown(_) => self.stats.malformed += 1,
         }
+        let orphans = self.incoming.drop_orphans(self.recv.next);
+        self.stats.malformed += orphans as u64;
+    }
+
+    /// Place a write's later fragment where its first fragment said, after the target's check.
+    fn write_more(&mut self, op: OpId, frag_off: u32, body: &[u8], target: &mut dyn Target) {
+        let Some(at) = self.incoming.placement(op) else { return };
+        let r = at.and_then(|p| {
+            if frag_off as u64 + body.len() as u64 > p.op_len {
+                return Err(Refusal::OutOfBounds);
+            }
+            target.write(self.peer, p.region, p.key, p.offset, p.op_len, p.offset + frag_off as u64, body)
+        });
+        self.write_done(op, body.len(), r);
+    }
+
+    /// Account a placed (or refused) write fragment; answer and notify once the write is whole.
+    fn write_done(&mut self, op: OpId, len: usize, r: Result<(), Refusal>) {
+        match self.incoming.write_fragment(op, len as u64, r) {
+            WriteOutcome::Partial => {}
+            WriteOutcome::Complete { refused, notify } => {
+                self.answer(op, refused, 0);
+                if let Some((region, offset, len, imm)) = notify {
+                    self.events.push_back(Event::Notification { region, offset, len, imm });
+                }
+            }
+        }
     }
 
     fn completed(&mut self, op: OpId, result: Result<Completion, OpError>) {
@@ -700,9 +748,7 @@ impl Connection {
         body: Option<Bytes>,
     ) {
         let seg = SegmentRepr { op, kind, flags: 0, reason, region: 0, frag_off, offset: 0, op_len, key: 0, imm };
-        let mut head = [0u8; SEGMENT_LEN];
-        seg.emit(&mut head);
-        self.responses.push_back(DataPayload::new(head, body));
+        self.responses.push_back(DataPayload::new(&seg, body));
     }
 
     fn on_cumulative_ack(&mut self, now: Time, ack: u64) {
@@ -734,6 +780,17 @@ impl Connection {
         }
     }
 
+    /// The peer got these frames twice: those declared lost were not, so their links may undo
+    /// the window cut they caused.
+    fn on_arrived_twice(&mut self, start: u64, end: u64) {
+        let seqs: Vec<u64> = self.retx_watch.range(start..end).map(|(&s, _)| s).collect();
+        for seq in seqs {
+            if let Some((link, episode)) = self.retx_watch.remove(&seq) {
+                self.links[link].on_spurious(episode);
+            }
+        }
+    }
+
     /// The peer says these are missing: resend those that had time to arrive.
     fn on_reported_missing(&mut self, now: Time, start: u64, end: u64) {
         let seqs: Vec<u64> = self.inflight.range(start..end).map(|(&s, _)| s).collect();
@@ -761,6 +818,10 @@ impl Connection {
                 self.links[l].on_loss(&self.cfg, now);
             }
             self.retx.push_back(seq);
+            self.retx_watch.insert(seq, (l, self.links[l].episode));
+            while self.retx_watch.len() > RETX_WATCH_MAX {
+                self.retx_watch.pop_first();
+            }
         }
     }
 
@@ -939,12 +1000,13 @@ impl Connection {
         payload: &DataPayload,
     ) -> Option<SplitTransmit> {
         let repr = self.frame_repr(now, link, FrameKind::Data, seq, payload.len());
-        let head_len = HEADER_LEN + SEGMENT_LEN;
+        let seg = payload.seg();
+        let head_len = HEADER_LEN + seg.len();
         if buf.len() < head_len {
             return None;
         }
         repr.emit_header(buf, payload.crc);
-        buf[HEADER_LEN..head_len].copy_from_slice(&payload.seg);
+        buf[HEADER_LEN..head_len].copy_from_slice(seg);
         self.count_sent(&repr);
         Some(SplitTransmit { link, head_len, body: payload.body.clone() })
     }
@@ -1071,7 +1133,7 @@ impl Connection {
         }
         if self.recv.ack_due(now) {
             let (ts, l) = self.recv.echo;
-            let a = AckRepr { echo_ts: ts, echo_link: l, ranges: self.recv.sack_ranges() };
+            let a = AckRepr { echo_ts: ts, echo_link: l, ranges: self.recv.sack_ranges(), dups: self.recv.take_dups() };
             let link = if self.links.get(l as usize).is_some_and(|k| k.up) {
                 l as usize
             } else {
@@ -1095,7 +1157,7 @@ impl Connection {
         let link = self.pick_link(None)?;
         let payload = match self.responses.pop_front() {
             Some(p) => p,
-            None => self.ops.next_segment(self.body_max)?.1,
+            None => self.ops.next_segment(self.payload_max)?.1,
         };
         let seq = self.next_seq;
         self.next_seq += 1;

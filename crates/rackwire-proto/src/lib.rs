@@ -73,3 +73,7 @@ pub const OP_BYTES_MAX: u64 = 1 << 30;
 pub const MESSAGE_BYTES_MAX: usize = 64 * 1024;
 /// The most operations queued or in progress on one connection.
 pub const OPS_MAX: usize = 65536;
+/// The most bytes a target keeps of later write fragments that arrived before their
+/// operation's first (striping reorders frames; a lost first fragment holds the rest back for
+/// a round trip). Past it, such frames are dropped unacknowledged and sent again.
+pub const STASH_BYTES_MAX: usize = 8 << 20;

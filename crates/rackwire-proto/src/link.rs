@@ -9,6 +9,16 @@ const LOSS_BETA: f64 = 0.7;
 /// trip (µs), as a floor; the allowance is otherwise one minimum round trip.
 const QUEUE_DELAY_FLOOR_US: f64 = 100.0;
 
+/// The window before a cut, kept until the cut's losses all prove spurious (or the next cut).
+#[derive(Debug, Clone, Copy)]
+struct Undo {
+    cwnd: f64,
+    ssthresh: f64,
+    /// Frames declared lost in this cut's episode whose retransmission is not yet known to
+    /// have been unneeded.
+    pending: u32,
+}
+
 #[derive(Debug)]
 pub(crate) struct Link {
     pub up: bool,
@@ -23,6 +33,9 @@ pub(crate) struct Link {
     ssthresh: f64,
     pub inflight: usize,
     last_cut: Time,
+    /// Counts cuts: a loss belongs to the episode of the latest cut.
+    pub episode: u32,
+    undo: Option<Undo>,
     pub last_heard: Time,
     pub probe: Option<(u32, Time)>,
     pub probe_due: bool,
@@ -44,6 +57,8 @@ impl Link {
             ssthresh: cfg.link_window_max as f64,
             inflight: 0,
             last_cut: 0,
+            episode: 0,
+            undo: None,
             last_heard: now,
             probe: None,
             probe_due: false,
@@ -117,15 +132,38 @@ impl Link {
     }
 
     /// A frame sent on this link was lost: shrink the window, at most once per round trip.
+    /// The loss joins the latest cut's episode ([`Link::episode`]).
     pub fn on_loss(&mut self, cfg: &Config, now: Time) {
         self.stats.losses += 1;
         if now.saturating_sub(self.last_cut) < self.srtt(cfg) {
+            if let Some(u) = &mut self.undo {
+                u.pending += 1;
+            }
             return;
         }
         self.last_cut = now;
+        self.episode = self.episode.wrapping_add(1);
+        self.undo = Some(Undo { cwnd: self.cwnd, ssthresh: self.ssthresh, pending: 1 });
         self.ssthresh = (self.cwnd * LOSS_BETA).max(cfg.link_window_min as f64);
         self.cwnd = self.ssthresh;
         self.stats.window = self.cwnd as u64;
+    }
+
+    /// A frame declared lost in cut `episode` arrived after all (the peer got it twice): once
+    /// every loss of the latest cut's episode proved so, the window before the cut is back.
+    pub fn on_spurious(&mut self, episode: u32) {
+        if episode != self.episode {
+            return;
+        }
+        let Some(u) = &mut self.undo else { return };
+        u.pending -= 1;
+        if u.pending == 0 {
+            self.cwnd = self.cwnd.max(u.cwnd);
+            self.ssthresh = self.ssthresh.max(u.ssthresh);
+            self.undo = None;
+            self.stats.undone_cuts += 1;
+            self.stats.window = self.cwnd as u64;
+        }
     }
 
     /// The retransmission timer fired for a frame sent here.

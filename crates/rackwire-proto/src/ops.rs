@@ -4,12 +4,12 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use rackwire_wire::payload::{SEG_FENCE_AFTER, SEG_FENCE_BEFORE, SEG_NOTIFY};
-use rackwire_wire::{SegKind, SegmentRepr, SEGMENT_LEN};
+use rackwire_wire::{SegKind, SegmentRepr, SEGMENT_LEN, SEGMENT_SHORT_LEN};
 
 use bytes::Bytes;
 
 use crate::chunk::DataPayload;
-use crate::{Refusal, Time, MESSAGE_BYTES_MAX, OPS_MAX};
+use crate::{Refusal, Time, MESSAGE_BYTES_MAX, OPS_MAX, STASH_BYTES_MAX};
 
 /// An operation's id, unique per connection and direction.
 pub type OpId = u32;
@@ -165,8 +165,9 @@ impl Ops {
         op.started || (self.running_fence_after == 0 && !(op.flags.fence_before && self.running > 0))
     }
 
-    /// The next request segment (header + body), at most `body_max` body bytes.
-    pub fn next_segment(&mut self, body_max: usize) -> Option<(OpId, DataPayload)> {
+    /// The next request segment: header and body together at most `payload_max` bytes. A
+    /// write's fragments after its first carry the short header.
+    pub fn next_segment(&mut self, payload_max: usize) -> Option<(OpId, DataPayload)> {
         if !self.can_emit() {
             return None;
         }
@@ -180,8 +181,10 @@ impl Ops {
             }
         }
         let total = op.request_len();
-        let take = (total - op.emitted).min(body_max as u64);
         let frag_off = op.emitted;
+        let more = frag_off > 0 && matches!(op.body, Body::Write { .. });
+        let header = if more { SEGMENT_SHORT_LEN } else { SEGMENT_LEN };
+        let take = (total - op.emitted).min(payload_max.saturating_sub(header) as u64);
         let mut seg = SegmentRepr {
             op: id,
             kind: SegKind::Write,
@@ -197,6 +200,10 @@ impl Ops {
         let mut body: Option<Bytes> = None;
         let range = frag_off as usize..(frag_off + take) as usize;
         match &op.body {
+            Body::Write { data, .. } if more => {
+                seg = SegmentRepr { kind: SegKind::WriteMore, flags: 0, imm: 0, op_len: 0, ..seg };
+                body = Some(data.slice(range.clone()));
+            }
             Body::Write { target, offset, data } => {
                 seg.region = target.region;
                 seg.key = target.key;
@@ -236,13 +243,11 @@ impl Ops {
                 body = Some(data.slice(range.clone()));
             }
         }
-        let mut head = [0u8; SEGMENT_LEN];
-        seg.emit(&mut head);
         op.emitted += take;
         if op.emitted >= total {
             self.queue.pop_front();
         }
-        Some((id, DataPayload::new(head, body)))
+        Some((id, DataPayload::new(&seg, body)))
     }
 
     fn finish(&mut self, id: OpId) -> Option<Op> {
@@ -324,11 +329,27 @@ impl Ops {
 #[derive(Debug)]
 struct Incoming {
     seen: u64,
-    op_len: u64,
     refused: Option<Refusal>,
     notify: Option<u64>,
-    region: u32,
-    offset: u64,
+    at: Placement,
+}
+
+/// Where a write's fragments go, as its first fragment said.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Placement {
+    pub region: u32,
+    pub key: u128,
+    pub offset: u64,
+    pub op_len: u64,
+}
+
+/// A later write fragment that arrived before its operation's first: kept (copied) until the
+/// first arrives.
+#[derive(Debug)]
+struct Stashed {
+    seq: u64,
+    frag_off: u32,
+    data: Vec<u8>,
 }
 
 /// A message being reassembled.
@@ -352,35 +373,104 @@ pub(crate) enum WriteOutcome {
     Complete { refused: Option<Refusal>, notify: Option<(u32, u64, u64, u64)> },
 }
 
-/// The target's operations in progress, and message reassembly.
+/// The target's operations in progress, later write fragments waiting for their first, and
+/// message reassembly.
 #[derive(Debug, Default)]
 pub(crate) struct Incomings {
     map: HashMap<OpId, Incoming>,
+    stash: HashMap<OpId, Vec<Stashed>>,
+    stash_bytes: usize,
+    /// The lowest sequence number stashed.
+    stash_low: u64,
     msgs: BTreeMap<u64, Assembly>,
     next_msg: u64,
 }
 
 impl Incomings {
-    /// Account a write fragment of `len` bytes (`result`: what the target did with it).
-    pub fn write_fragment(&mut self, s: &SegmentRepr, len: u64, result: Result<(), Refusal>) -> WriteOutcome {
-        let e = self.map.entry(s.op).or_insert_with(|| Incoming {
+    /// A write's first fragment arrived (`s`, a full header): from now on its later fragments
+    /// can be placed.
+    pub fn begin_write(&mut self, s: &SegmentRepr) {
+        self.map.entry(s.op).or_insert_with(|| Incoming {
             seen: 0,
-            op_len: s.op_len as u64,
             refused: None,
             notify: (s.flags & SEG_NOTIFY != 0).then_some(s.imm),
-            region: s.region,
-            offset: s.offset,
+            at: Placement { region: s.region, key: s.key, offset: s.offset, op_len: s.op_len as u64 },
         });
+    }
+
+    /// Where a write in progress places its fragments, unless it was refused already.
+    pub fn placement(&self, op: OpId) -> Option<Result<Placement, Refusal>> {
+        self.map.get(&op).map(|e| match e.refused {
+            Some(r) => Err(r),
+            None => Ok(e.at),
+        })
+    }
+
+    /// Account a fragment of `len` bytes of a write in progress (`result`: what the target did
+    /// with it).
+    pub fn write_fragment(&mut self, op: OpId, len: u64, result: Result<(), Refusal>) -> WriteOutcome {
+        let Some(e) = self.map.get_mut(&op) else { return WriteOutcome::Partial };
         e.seen += len;
         if let Err(r) = result {
             e.refused.get_or_insert(r);
         }
-        if e.seen < e.op_len {
+        if e.seen < e.at.op_len {
             return WriteOutcome::Partial;
         }
-        let e = self.map.remove(&s.op).expect("present");
-        let notify = if e.refused.is_none() { e.notify.map(|imm| (e.region, e.offset, e.op_len, imm)) } else { None };
+        let e = self.map.remove(&op).expect("present");
+        let notify =
+            if e.refused.is_none() { e.notify.map(|imm| (e.at.region, e.at.offset, e.at.op_len, imm)) } else { None };
         WriteOutcome::Complete { refused: e.refused, notify }
+    }
+
+    /// Keep a copy of a later fragment (frame `seq`) whose operation's first fragment has not
+    /// arrived. False when [`STASH_BYTES_MAX`] would be passed: the frame should then be
+    /// dropped unacknowledged (it is sent again).
+    pub fn stash(&mut self, op: OpId, seq: u64, frag_off: u32, data: &[u8]) -> bool {
+        if self.stash_bytes + data.len() > STASH_BYTES_MAX {
+            return false;
+        }
+        if self.stash.is_empty() || seq < self.stash_low {
+            self.stash_low = seq;
+        }
+        self.stash_bytes += data.len();
+        self.stash.entry(op).or_default().push(Stashed { seq, frag_off, data: data.to_vec() });
+        true
+    }
+
+    /// The fragments stashed for `op`, taken out: (fragment offset, bytes).
+    pub fn unstash(&mut self, op: OpId) -> Vec<(u32, Vec<u8>)> {
+        let Some(v) = self.stash.remove(&op) else { return Vec::new() };
+        self.stash_bytes -= v.iter().map(|f| f.data.len()).sum::<usize>();
+        v.into_iter().map(|f| (f.frag_off, f.data)).collect()
+    }
+
+    /// Every frame below `next` has arrived, so a stashed fragment below it whose first
+    /// fragment never came has none coming (a first fragment is always sent before its
+    /// operation's later ones): such fragments are dropped. Their count.
+    pub fn drop_orphans(&mut self, next: u64) -> usize {
+        if self.stash.is_empty() || next <= self.stash_low {
+            return 0;
+        }
+        let mut dropped = 0;
+        let mut low = u64::MAX;
+        let mut freed = 0;
+        self.stash.retain(|_, v| {
+            v.retain(|f| {
+                if f.seq < next {
+                    dropped += 1;
+                    freed += f.data.len();
+                    false
+                } else {
+                    low = low.min(f.seq);
+                    true
+                }
+            });
+            !v.is_empty()
+        });
+        self.stash_bytes -= freed;
+        self.stash_low = low;
+        dropped
     }
 
     /// Operations tracked (bounded by the window).

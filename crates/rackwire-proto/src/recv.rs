@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rackwire_wire::ACK_RANGES_MAX;
+use rackwire_wire::{ACK_DUP_RANGES_MAX, ACK_RANGES_MAX};
 
 use crate::{Config, Time};
 
@@ -28,16 +28,30 @@ pub(crate) struct RecvState {
     nacked: BTreeMap<u64, Time>,
     /// Some gap should be reported.
     pub nack_due: bool,
+    /// Frames that arrived again since the last explicit acknowledgement (at most
+    /// [`DUPS_MAX`]), reported so the sender can undo a needless window cut.
+    dups: BTreeSet<u64>,
     pub any: bool,
 }
+
+/// The most duplicate arrivals remembered between two acknowledgements.
+const DUPS_MAX: usize = 64;
 
 /// Missing frames are reported again at most this often.
 const NACK_REPEAT_US: Time = 2_000;
 
 impl RecvState {
+    /// Whether frame `seq` arrived already.
+    pub fn is_duplicate(&self, seq: u64) -> bool {
+        seq < self.next || self.above.contains(&seq)
+    }
+
     /// Record an arriving data frame.
     pub fn on_data(&mut self, seq: u64, ts: u32, link: u8, now: Time, cfg: &Config) -> Arrival {
-        if seq < self.next || self.above.contains(&seq) {
+        if self.is_duplicate(seq) {
+            if self.dups.len() < DUPS_MAX {
+                self.dups.insert(seq);
+            }
             self.ack_now = true;
             return Arrival::Duplicate;
         }
@@ -90,7 +104,7 @@ impl RecvState {
     pub fn acked(&mut self, selective: bool) {
         self.unacked = 0;
         self.ack_deadline = None;
-        if selective || self.above.is_empty() {
+        if selective || (self.above.is_empty() && self.dups.is_empty()) {
             self.ack_now = false;
         }
     }
@@ -115,6 +129,22 @@ impl RecvState {
         if let Some((a, b)) = cur {
             out.push((a as u32, b as u32));
         }
+        out
+    }
+
+    /// Duplicate arrivals since the last explicit acknowledgement, as ranges (at most
+    /// [`ACK_DUP_RANGES_MAX`], lowest first), forgotten once taken.
+    pub fn take_dups(&mut self) -> Vec<(u32, u32)> {
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        for &s in &self.dups {
+            let full = out.len() == ACK_DUP_RANGES_MAX;
+            match out.last_mut() {
+                Some(r) if r.1 == s as u32 => r.1 = (s + 1) as u32,
+                _ if full => break,
+                _ => out.push((s as u32, (s + 1) as u32)),
+            }
+        }
+        self.dups.clear();
         out
     }
 

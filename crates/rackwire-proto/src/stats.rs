@@ -15,6 +15,8 @@ pub struct LinkStats {
     pub retransmits: u64,
     /// Frames declared lost that were sent on it.
     pub losses: u64,
+    /// Window cuts undone because every retransmission behind them proved unneeded.
+    pub undone_cuts: u64,
     /// Probes sent on it.
     pub probes: u64,
     /// Times it went down.
@@ -50,6 +52,10 @@ pub struct ConnStats {
     pub nacks_sent: u64,
     /// Frames dropped as malformed or damaged.
     pub malformed: u64,
+    /// Later write fragments kept until their operation's first fragment arrived.
+    pub stashed: u64,
+    /// Later write fragments dropped unacknowledged because the stash was full.
+    pub stash_full: u64,
     /// Operations the target refused (counted at the initiator).
     pub refused: u64,
     /// Operations the target refused (counted at the target).

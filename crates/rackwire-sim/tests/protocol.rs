@@ -139,6 +139,151 @@ fn write_bytes_frames_carry_the_callers_bytes() {
     assert!(events(&mut a).iter().any(|e| matches!(e, Event::Completed { result: Ok(Completion::Done), .. })));
 }
 
+/// Two established connections with a region (id 5, key 55, `len` bytes) at `b`.
+fn pair(cfg: Config, len: usize) -> (Connection, Connection, MemTarget, MemTarget, Time) {
+    let mut a = Connection::connect(cfg.clone(), 1, 2, b"shared-secret", [1; 32], 11, 0);
+    let mut b = Connection::accept(cfg, 2, b"shared-secret", [2; 32], 22, 0);
+    let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
+    tb.add_region(5, 55, len, &[1]);
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert_eq!(a.state(), State::Established);
+    (a, b, ta, tb, now)
+}
+
+/// Every frame `a` sends now, whole.
+fn drain(a: &mut Connection, now: Time) -> Vec<(usize, Vec<u8>)> {
+    let mut buf = vec![0u8; 65536];
+    std::iter::from_fn(|| a.poll_transmit(now, &mut buf).map(|t| (t.link, buf[..t.len].to_vec()))).collect()
+}
+
+// Checks the short segment header: a write's first frame carries the full 56-byte segment
+// header and its later frames the 12-byte one (44 more body bytes each, every frame within the
+// MTU); delivered last-first, the later frames are kept (counted as stashed) until the first
+// arrives, then all bytes land exactly and the write completes.
+#[test]
+fn later_fragments_ahead_of_the_first_are_kept_and_placed() {
+    let (mut a, mut b, mut ta, mut tb, mut now) = pair(Config::new(1, MTU), 16384);
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 13 + 1) as u8).collect();
+    a.write(now, RegionRef { region: 5, key: 55 }, 7, &data, OpFlags::default()).unwrap();
+    let frames = drain(&mut a, now);
+    let lens: Vec<usize> = frames.iter().map(|(_, f)| f.len()).collect();
+    let header = rackwire_wire::HEADER_LEN;
+    assert_eq!(lens[0], MTU, "first frame full: {lens:?}");
+    assert_eq!(lens[1], MTU, "later frames full too: {lens:?}");
+    let bodies: usize = lens[1..].iter().map(|l| l - header - rackwire_wire::SEGMENT_SHORT_LEN).sum::<usize>()
+        + (lens[0] - header - rackwire_wire::SEGMENT_LEN);
+    assert_eq!(bodies, data.len(), "body bytes add up to the write");
+    for (link, f) in frames.iter().rev() {
+        b.handle_frame(now + 10, *link, f, &mut tb);
+    }
+    assert_eq!(b.stats().stashed, frames.len() as u64 - 1);
+    assert_eq!(b.stats().malformed, 0);
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert_eq!(&tb.regions[&5].data[7..10_007], &data[..]);
+    assert!(events(&mut a).iter().any(|e| matches!(e, Event::Completed { result: Ok(Completion::Done), .. })));
+}
+
+// Checks the stash's bound and that nothing is lost past it: with jumbo frames and a wide
+// window, a 12 MiB write whose first frame is held back fills the 8 MiB stash; the frames past
+// it are dropped unacknowledged (counted), the sender resends them after its timeouts, and the
+// write completes with every byte in place.
+#[test]
+fn a_full_stash_drops_unacknowledged_and_nothing_is_lost() {
+    let mtu = 65_000;
+    let mut cfg = Config::new(1, mtu);
+    cfg.link_window_initial = 1024;
+    cfg.link_window_max = 1024;
+    let len = 12 << 20;
+    let (mut a, mut b, mut ta, mut tb, mut now) = pair(cfg, len);
+    let data: Vec<u8> = (0..len as u32).map(|i| (i ^ (i >> 9)) as u8).collect();
+    a.write(now, RegionRef { region: 5, key: 55 }, 0, &data, OpFlags::default()).unwrap();
+    let frames = drain(&mut a, now);
+    assert!(frames.len() * mtu > len, "the whole write went out at once ({} frames)", frames.len());
+    for (link, f) in &frames[1..] {
+        b.handle_frame(now + 10, *link, f, &mut tb);
+    }
+    assert!(b.stats().stash_full > 0, "the stash filled");
+    assert!(b.stats().stashed * (mtu as u64) <= rackwire_proto::STASH_BYTES_MAX as u64 + mtu as u64);
+    b.handle_frame(now + 10, frames[0].0, &frames[0].1, &mut tb);
+    let mut done = false;
+    for _ in 0..200 {
+        pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+        done |= events(&mut a).iter().any(|e| matches!(e, Event::Completed { result: Ok(Completion::Done), .. }));
+        if done {
+            break;
+        }
+        now += 5_000;
+        a.handle_timeout(now, &mut ta);
+        b.handle_timeout(now, &mut tb);
+    }
+    assert!(done, "the write completed");
+    assert!(a.stats().retransmits > 0);
+    assert!(tb.regions[&5].data == data, "every byte in place");
+}
+
+// Checks that a later fragment naming an operation whose first fragment never comes is
+// dropped (counted malformed) once every frame before it has arrived, so a faulty peer cannot
+// pin stash memory: a forged later fragment for op 777 is kept, then dropped when the frame
+// before it arrives.
+#[test]
+fn orphan_later_fragments_are_dropped() {
+    let (mut a, mut b, _ta, mut tb, now) = pair(Config::new(1, MTU), 16384);
+    a.write(now, RegionRef { region: 5, key: 55 }, 0, &[9u8; 5000], OpFlags::default()).unwrap();
+    let frames = drain(&mut a, now);
+    let mut forged = frames[1].1.clone();
+    {
+        let mut f = rackwire_wire::Frame::new_checked(&mut forged[..]).unwrap();
+        f.payload_mut()[..4].copy_from_slice(&777u32.to_be_bytes());
+        f.fill_checksums();
+    }
+    b.handle_frame(now + 10, 0, &forged, &mut tb);
+    assert_eq!(b.stats().stashed, 1);
+    assert_eq!(b.stats().malformed, 0);
+    b.handle_frame(now + 10, 0, &frames[0].1, &mut tb);
+    assert_eq!(b.stats().malformed, 1, "the orphan is dropped once the frame before it arrived");
+}
+
+// Checks the undo of a needless window cut: a frame held back (not lost) is declared lost by
+// the timeout and resent, cutting its link's window; when the original then arrives and the
+// resent copy arrives second, the receiver reports the duplicate, and the sender restores the
+// window it had before the cut (counted in `undone_cuts`). The write completes exactly.
+#[test]
+fn a_cut_for_a_frame_that_arrived_after_all_is_undone() {
+    let (mut a, mut b, mut ta, mut tb, mut now) = pair(Config::new(1, MTU), 32768);
+    let data: Vec<u8> = (0..20_000u32).map(|i| (i * 5 + 2) as u8).collect();
+    a.write(now, RegionRef { region: 5, key: 55 }, 0, &data, OpFlags::default()).unwrap();
+    let frames = drain(&mut a, now);
+    assert!(frames.len() > 8, "{} frames", frames.len());
+    let before = a.stats().links[0].window;
+    let held = frames[3].clone();
+    for (i, (link, f)) in frames.iter().enumerate() {
+        if i != 3 {
+            b.handle_frame(now + 10, *link, f, &mut tb);
+        }
+    }
+    let mut buf = vec![0u8; 65536];
+    while let Some(t) = b.poll_transmit(now + 10, &mut buf) {
+        a.handle_frame(now + 20, t.link, &buf[..t.len], &mut ta);
+    }
+    now += 2_000_000;
+    a.handle_timeout(now, &mut ta);
+    let resent = drain(&mut a, now);
+    let stats = a.stats().links[0];
+    assert_eq!(stats.losses, 1, "only the held frame was declared lost");
+    assert!(stats.window < before, "the loss cut the window ({} -> {})", before, stats.window);
+    b.handle_frame(now + 10, held.0, &held.1, &mut tb);
+    for (link, f) in &resent {
+        b.handle_frame(now + 10, *link, f, &mut tb);
+    }
+    assert!(b.stats().duplicates >= 1, "the resent copy arrived second");
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    let stats = a.stats().links[0];
+    assert_eq!(stats.undone_cuts, 1);
+    assert!(stats.window >= before, "window back to {} (was {})", stats.window, before);
+    assert_eq!(&tb.regions[&5].data[..20_000], &data[..]);
+    assert!(events(&mut a).iter().any(|e| matches!(e, Event::Completed { result: Ok(Completion::Done), .. })));
+}
+
 fn two(region_len: usize) -> World {
     let mut w = World::new(
         3,

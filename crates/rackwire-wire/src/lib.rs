@@ -20,7 +20,7 @@ pub use error::WireError;
 pub use frame::{Frame, FrameKind, FrameRepr, HEADER_LEN};
 pub use payload::{
     AckRepr, CloseRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind, Segment, SegmentRepr,
-    ACK_RANGES_MAX, SEGMENT_LEN,
+    ACK_DUP_RANGES_MAX, ACK_RANGES_MAX, SEGMENT_LEN, SEGMENT_SHORT_LEN,
 };
 
 /// [`check_any`] on `data`, and on a copy of it made into a frame that passes the header

@@ -26,8 +26,13 @@ fn zero(b: &[u8], field: &'static str) -> Result<(), WireError> {
 // ---------------------------------------------------------------------------------------------
 // Data segment.
 
-/// Bytes of a segment header.
+/// Bytes of a full segment header.
 pub const SEGMENT_LEN: usize = 56;
+/// Bytes of a short segment header (op, kind, flags, two reserved bytes, fragment offset),
+/// carried by the kinds whose receiver already knows the rest: a write's later fragments (the
+/// target learnt region, key, offset and length from the first) and read data (the initiator
+/// knows its own read). On a 1500-byte link it leaves 44 more bytes per frame for data.
+pub const SEGMENT_SHORT_LEN: usize = 12;
 /// Segment flag: notify the target once the whole operation is placed.
 pub const SEG_NOTIFY: u8 = 1;
 /// Segment flag: backward fence (informational at the target).
@@ -53,6 +58,13 @@ mod seg {
 
 const _: () = assert!(seg::IMM + 8 == SEGMENT_LEN);
 
+mod short {
+    pub const RESERVED: usize = 6;
+    pub const FRAG_OFF: usize = 8;
+}
+
+const _: () = assert!(short::FRAG_OFF + 4 == SEGMENT_SHORT_LEN);
+
 /// What a segment does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SegKind {
@@ -72,6 +84,9 @@ pub enum SegKind {
     Done,
     /// The target refused the operation (`reason`).
     Refused,
+    /// A later fragment of a one-sided write (short header: placed where the first fragment
+    /// said).
+    WriteMore,
     /// A kind this build does not know.
     Unknown(u8),
 }
@@ -87,6 +102,7 @@ impl From<u8> for SegKind {
             6 => SegKind::Msg,
             7 => SegKind::Done,
             8 => SegKind::Refused,
+            9 => SegKind::WriteMore,
             n => SegKind::Unknown(n),
         }
     }
@@ -103,7 +119,19 @@ impl From<SegKind> for u8 {
             SegKind::Msg => 6,
             SegKind::Done => 7,
             SegKind::Refused => 8,
+            SegKind::WriteMore => 9,
             SegKind::Unknown(n) => n,
+        }
+    }
+}
+
+impl SegKind {
+    /// The length of this kind's segment header: [`SEGMENT_SHORT_LEN`] for
+    /// [`SegKind::WriteMore`] and [`SegKind::ReadData`], [`SEGMENT_LEN`] for the rest.
+    pub fn header_len(self) -> usize {
+        match self {
+            SegKind::WriteMore | SegKind::ReadData => SEGMENT_SHORT_LEN,
+            _ => SEGMENT_LEN,
         }
     }
 }
@@ -112,21 +140,26 @@ impl From<SegKind> for u8 {
 #[derive(Debug, Clone)]
 pub struct Segment<T: AsRef<[u8]>> {
     buffer: T,
+    header_len: usize,
 }
 
 impl<T: AsRef<[u8]>> Segment<T> {
-    /// Wrap and check the length.
+    /// Wrap and check the length (which depends on the kind).
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
-        need("segment header", SEGMENT_LEN, buffer.as_ref().len())?;
-        Ok(Segment { buffer })
+        let b = buffer.as_ref();
+        need("segment kind", seg::KIND + 1, b.len())?;
+        let header_len = SegKind::from(b[seg::KIND]).header_len();
+        need("segment header", header_len, b.len())?;
+        Ok(Segment { buffer, header_len })
     }
     /// The bytes after the header.
     pub fn body(&self) -> &[u8] {
-        &self.buffer.as_ref()[SEGMENT_LEN..]
+        &self.buffer.as_ref()[self.header_len..]
     }
 }
 
-/// A segment header, validated.
+/// A segment header, validated. A short header ([`SegKind::header_len`]) carries `op`,
+/// `kind` and `frag_off` only; its other fields read as zero and must be zero to emit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentRepr {
     /// The initiator's operation id.
@@ -155,6 +188,23 @@ impl SegmentRepr {
     /// Read a checked segment header.
     pub fn parse<T: AsRef<[u8]>>(s: &Segment<T>) -> Result<Self, WireError> {
         let b = s.buffer.as_ref();
+        let kind = SegKind::from(b[seg::KIND]);
+        if kind.header_len() == SEGMENT_SHORT_LEN {
+            zero(&b[seg::FLAGS..seg::FLAGS + 1], "segment flags")?;
+            zero(&b[short::RESERVED..short::FRAG_OFF], "segment reserved")?;
+            return Ok(SegmentRepr {
+                op: be32(b, seg::OP),
+                kind,
+                flags: 0,
+                reason: 0,
+                region: 0,
+                frag_off: be32(b, short::FRAG_OFF),
+                offset: 0,
+                op_len: 0,
+                key: 0,
+                imm: 0,
+            });
+        }
         zero(&b[seg::RESERVED_A..seg::RESERVED_A + 1], "segment reserved")?;
         zero(&b[seg::RESERVED_B..seg::RESERVED_B + 4], "segment reserved")?;
         let flags = b[seg::FLAGS];
@@ -163,7 +213,7 @@ impl SegmentRepr {
         }
         let r = SegmentRepr {
             op: be32(b, seg::OP),
-            kind: b[seg::KIND].into(),
+            kind,
             flags,
             reason: b[seg::REASON],
             region: be32(b, seg::REGION),
@@ -174,16 +224,28 @@ impl SegmentRepr {
             imm: be64(b, seg::IMM),
         };
         let body = b.len() - SEGMENT_LEN;
-        if matches!(r.kind, SegKind::Write | SegKind::ReadData | SegKind::Msg)
-            && (r.frag_off as u64 + body as u64) > r.op_len as u64
-        {
+        if matches!(r.kind, SegKind::Write | SegKind::Msg) && (r.frag_off as u64 + body as u64) > r.op_len as u64 {
             return Err(WireError::BadValue { field: "segment frag_off" });
         }
         Ok(r)
     }
 
-    /// Write the header into the first [`SEGMENT_LEN`] bytes of `buf`.
-    pub fn emit(&self, buf: &mut [u8]) {
+    /// The length of this header on the wire.
+    pub fn header_len(&self) -> usize {
+        self.kind.header_len()
+    }
+
+    /// Write the header into the first [`SegmentRepr::header_len`] bytes of `buf`; that
+    /// length.
+    pub fn emit(&self, buf: &mut [u8]) -> usize {
+        if self.header_len() == SEGMENT_SHORT_LEN {
+            let b = &mut buf[..SEGMENT_SHORT_LEN];
+            b[seg::OP..seg::OP + 4].copy_from_slice(&self.op.to_be_bytes());
+            b[seg::KIND] = self.kind.into();
+            b[seg::FLAGS..short::FRAG_OFF].fill(0);
+            b[short::FRAG_OFF..short::FRAG_OFF + 4].copy_from_slice(&self.frag_off.to_be_bytes());
+            return SEGMENT_SHORT_LEN;
+        }
         let b = &mut buf[..SEGMENT_LEN];
         b[seg::OP..seg::OP + 4].copy_from_slice(&self.op.to_be_bytes());
         b[seg::KIND] = self.kind.into();
@@ -197,6 +259,7 @@ impl SegmentRepr {
         b[seg::RESERVED_B..seg::RESERVED_B + 4].fill(0);
         b[seg::KEY..seg::KEY + 16].copy_from_slice(&self.key.to_be_bytes());
         b[seg::IMM..seg::IMM + 8].copy_from_slice(&self.imm.to_be_bytes());
+        SEGMENT_LEN
     }
 }
 
@@ -206,12 +269,16 @@ impl SegmentRepr {
 /// The most ranges an acknowledgement or negative acknowledgement carries.
 pub const ACK_RANGES_MAX: usize = 32;
 
-fn parse_ranges(b: &[u8], at: usize, count: usize) -> Result<Vec<(u32, u32)>, WireError> {
+/// The most duplicate-report ranges an acknowledgement carries.
+pub const ACK_DUP_RANGES_MAX: usize = 4;
+
+/// `count` ranges at `at`, which must end the payload exactly when `last`.
+fn parse_ranges(b: &[u8], at: usize, count: usize, last: bool) -> Result<Vec<(u32, u32)>, WireError> {
     if count > ACK_RANGES_MAX {
         return Err(WireError::BadValue { field: "range count" });
     }
     need("ranges", at + 8 * count, b.len())?;
-    if b.len() != at + 8 * count {
+    if last && b.len() != at + 8 * count {
         return Err(WireError::BadValue { field: "ranges length" });
     }
     (0..count)
@@ -237,7 +304,9 @@ fn emit_ranges(buf: &mut [u8], at: usize, ranges: &[(u32, u32)]) {
 }
 
 /// A selective acknowledgement: ranges received beyond the cumulative acknowledgement (which
-/// is in the frame header), and the timestamp of the frame that triggered it.
+/// is in the frame header), frames that arrived twice, and the timestamp of the frame that
+/// triggered it. Layout: echo_ts (4), echo_link (1), range count (1), duplicate range count
+/// (1), reserved (1), then the ranges and the duplicate ranges, 8 bytes each.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AckRepr {
     /// `ts` of the frame being answered.
@@ -246,27 +315,43 @@ pub struct AckRepr {
     pub echo_link: u8,
     /// Received ranges `[start, end)` above the cumulative acknowledgement.
     pub ranges: Vec<(u32, u32)>,
+    /// Frames that arrived again since the last acknowledgement, as ranges `[start, end)`: the
+    /// sender learns that their retransmissions were not needed.
+    pub dups: Vec<(u32, u32)>,
 }
 
 impl AckRepr {
     /// Parse an acknowledgement payload.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
         need("ack header", 8, b.len())?;
-        zero(&b[6..8], "ack reserved")?;
-        Ok(AckRepr { echo_ts: be32(b, 0), echo_link: b[4], ranges: parse_ranges(b, 8, b[5] as usize)? })
+        zero(&b[7..8], "ack reserved")?;
+        let (n, d) = (b[5] as usize, b[6] as usize);
+        if d > ACK_DUP_RANGES_MAX {
+            return Err(WireError::BadValue { field: "duplicate range count" });
+        }
+        let ranges = parse_ranges(b, 8, n, false)?;
+        let dups = parse_ranges(b, 8 + 8 * n, d, true)?;
+        Ok(AckRepr { echo_ts: be32(b, 0), echo_link: b[4], ranges, dups })
+    }
+    fn counts(&self) -> (usize, usize) {
+        (self.ranges.len().min(ACK_RANGES_MAX), self.dups.len().min(ACK_DUP_RANGES_MAX))
     }
     /// Bytes it takes.
     pub fn buffer_len(&self) -> usize {
-        8 + 8 * self.ranges.len().min(ACK_RANGES_MAX)
+        let (n, d) = self.counts();
+        8 + 8 * (n + d)
     }
-    /// Write it (at most [`ACK_RANGES_MAX`] ranges; extra ones are dropped).
+    /// Write it (at most [`ACK_RANGES_MAX`] ranges and [`ACK_DUP_RANGES_MAX`] duplicate ranges;
+    /// extra ones are dropped).
     pub fn emit(&self, buf: &mut [u8]) {
-        let ranges = &self.ranges[..self.ranges.len().min(ACK_RANGES_MAX)];
+        let (n, d) = self.counts();
         buf[0..4].copy_from_slice(&self.echo_ts.to_be_bytes());
         buf[4] = self.echo_link;
-        buf[5] = ranges.len() as u8;
-        buf[6..8].fill(0);
-        emit_ranges(buf, 8, ranges);
+        buf[5] = n as u8;
+        buf[6] = d as u8;
+        buf[7] = 0;
+        emit_ranges(buf, 8, &self.ranges[..n]);
+        emit_ranges(buf, 8 + 8 * n, &self.dups[..d]);
     }
 }
 
@@ -282,7 +367,7 @@ impl RangesRepr {
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
         need("ranges header", 4, b.len())?;
         zero(&b[1..4], "ranges reserved")?;
-        Ok(RangesRepr { ranges: parse_ranges(b, 4, b[0] as usize)? })
+        Ok(RangesRepr { ranges: parse_ranges(b, 4, b[0] as usize, true)? })
     }
     /// Bytes it takes.
     pub fn buffer_len(&self) -> usize {
@@ -456,7 +541,7 @@ mod tests {
     fn seg_strategy() -> impl Strategy<Value = (SegmentRepr, Vec<u8>)> {
         (
             any::<u32>(),
-            1u8..=8,
+            1u8..=9,
             0u8..8,
             any::<u8>(),
             any::<u32>(),
@@ -469,7 +554,25 @@ mod tests {
             .prop_map(|(op, kind, flags, reason, region, offset, key, imm, body, extra)| {
                 let frag_off = extra;
                 let op_len = frag_off + body.len() as u32 + extra;
-                (SegmentRepr { op, kind: kind.into(), flags, reason, region, frag_off, offset, op_len, key, imm }, body)
+                let kind = SegKind::from(kind);
+                let s = if kind.header_len() == SEGMENT_SHORT_LEN {
+                    // A short header carries only these.
+                    SegmentRepr {
+                        op,
+                        kind,
+                        flags: 0,
+                        reason: 0,
+                        region: 0,
+                        frag_off,
+                        offset: 0,
+                        op_len: 0,
+                        key: 0,
+                        imm: 0,
+                    }
+                } else {
+                    SegmentRepr { op, kind, flags, reason, region, frag_off, offset, op_len, key, imm }
+                };
+                (s, body)
             })
     }
 
@@ -482,12 +585,13 @@ mod tests {
             seq: 3,
             ack: None,
             ts: 1,
-            payload_len: (SEGMENT_LEN + body.len()) as u16,
+            payload_len: (seg.header_len() + body.len()) as u16,
         };
         let mut buf = vec![0u8; repr.buffer_len()];
         let mut f = repr.emit(&mut buf);
-        seg.emit(f.payload_mut());
-        f.payload_mut()[SEGMENT_LEN..].copy_from_slice(body);
+        let n = seg.emit(f.payload_mut());
+        assert_eq!(n, seg.header_len());
+        f.payload_mut()[n..].copy_from_slice(body);
         f.fill_checksums();
         buf
     }
@@ -523,11 +627,13 @@ mod tests {
         fn control_payloads_round_trip(
             ts: u32, link: u8,
             starts in proptest::collection::vec(any::<u32>(), 0..ACK_RANGES_MAX),
+            dup_starts in proptest::collection::vec(any::<u32>(), 0..ACK_DUP_RANGES_MAX),
             nonce: [u8; 32], proof: [u8; 32], from: u32, to: u32, conn: u32, links in 1u8..=255, mtu: u16,
             token: u32, reply: bool, reason: u8,
         ) {
             let ranges: Vec<(u32, u32)> = starts.iter().map(|&s| (s, s.wrapping_add(1 + s % 100))).collect();
-            let ack = AckRepr { echo_ts: ts, echo_link: link, ranges: ranges.clone() };
+            let dups: Vec<(u32, u32)> = dup_starts.iter().map(|&s| (s, s.wrapping_add(1))).collect();
+            let ack = AckRepr { echo_ts: ts, echo_link: link, ranges: ranges.clone(), dups };
             let mut b = vec![0u8; ack.buffer_len()];
             ack.emit(&mut b);
             prop_assert_eq!(AckRepr::parse(&b).unwrap(), ack);
@@ -559,6 +665,11 @@ mod tests {
         let mut b = vec![0u8; 8 + 8 * 33];
         b[5] = 33;
         assert_eq!(AckRepr::parse(&b).unwrap_err(), WireError::BadValue { field: "range count" });
+        b[5] = 0;
+        b[6] = 5;
+        assert_eq!(AckRepr::parse(&b).unwrap_err(), WireError::BadValue { field: "duplicate range count" });
+        b[6] = 1;
+        assert_eq!(AckRepr::parse(&b).unwrap_err(), WireError::BadValue { field: "ranges length" });
         let mut b = vec![0u8; 12];
         b[0] = 1;
         assert_eq!(RangesRepr::parse(&b).unwrap_err(), WireError::BadValue { field: "range" });
@@ -586,6 +697,21 @@ mod tests {
             SegmentRepr::parse(&Segment::new_checked(&b[..]).unwrap()).unwrap_err(),
             WireError::BadValue { field: "segment reserved" }
         );
+        // A short header: flags and reserved bytes must be zero, and it needs its 12 bytes.
+        let mut b = [0u8; SEGMENT_SHORT_LEN];
+        b[4] = 9;
+        b[7] = 1;
+        assert_eq!(
+            SegmentRepr::parse(&Segment::new_checked(&b[..]).unwrap()).unwrap_err(),
+            WireError::BadValue { field: "segment reserved" }
+        );
+        b[7] = 0;
+        b[5] = 1;
+        assert_eq!(
+            SegmentRepr::parse(&Segment::new_checked(&b[..]).unwrap()).unwrap_err(),
+            WireError::BadValue { field: "segment flags" }
+        );
+        assert!(Segment::new_checked(&b[..11]).is_err());
         let mut b = [0u8; HANDSHAKE_LEN];
         b[0] = 9;
         b[1] = 1;
