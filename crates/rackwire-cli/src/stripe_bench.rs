@@ -119,6 +119,10 @@ pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) ->
         out_of_order_pct: w["ooo_pct"].as_f64(),
         ..Row::default()
     });
+    report.notes.push(format!(
+        "frames declared lost: {} ({} by timeout); window cuts: {}, undone as spurious: {}",
+        w["losses"], w["timeouts"], w["cuts"], w["undone"]
+    ));
     let tcp_secs = ((5.0 * scale).round() as u64).clamp(1, 30);
     let path =
         NetPath { server_ns: Some(dst.ns.clone()), client_ns: Some(src.ns.clone()), addr: dst.addrs[0].to_string() };
@@ -271,6 +275,10 @@ pub(crate) fn worker(role: &str, total: u64) -> Result<()> {
                     "retransmits": s.retransmits,
                     "extra_pct": 100.0 * s.retransmits as f64 / s.data_frames.max(1) as f64,
                     "ooo_pct": 100.0 * s.out_of_order as f64 / s.frames_received.max(1) as f64,
+                    "losses": s.losses,
+                    "timeouts": s.loss_timeouts,
+                    "cuts": s.window_cuts,
+                    "undone": s.cuts_undone,
                 })
             )?;
         }

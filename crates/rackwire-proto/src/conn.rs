@@ -166,6 +166,8 @@ pub struct Connection {
     /// Frames declared lost: the link whose window they cut, and the cut's episode, until the
     /// peer reports them arrived twice (at most [`RETX_WATCH_MAX`], oldest forgotten first).
     retx_watch: BTreeMap<u64, (usize, u32)>,
+    /// Frames arrived since losses were last looked for.
+    losses_due: bool,
     /// Latest send time of a frame known delivered (first transmissions only).
     rack_time: Time,
     recv: RecvState,
@@ -243,6 +245,7 @@ impl Connection {
             inflight: BTreeMap::new(),
             retx: VecDeque::new(),
             retx_watch: BTreeMap::new(),
+            losses_due: false,
             rack_time: 0,
             recv: RecvState::default(),
             ops: Ops::default(),
@@ -488,7 +491,10 @@ impl Connection {
             },
             FrameKind::Data | FrameKind::Ack | FrameKind::Nack | FrameKind::Unknown(_) => {}
         }
-        self.detect_losses(now);
+        // Losses are looked for once the frames that arrived together are all in (at the next
+        // timeout, which is due at once): acknowledgements on one link read before those on
+        // another must not make the other's frames look lost.
+        self.losses_due = true;
     }
 
     /// Ranges of our sequence numbers from the wire, widened to 64 bits.
@@ -772,6 +778,11 @@ impl Connection {
                 let link = &mut self.links[l];
                 link.inflight -= 1;
                 link.on_ack(&self.cfg);
+            } else if !s.retransmitted {
+                // Declared lost, yet the original arrived before any copy was sent.
+                if let Some((link, episode)) = self.retx_watch.remove(&seq) {
+                    self.links[link].on_spurious(episode);
+                }
             }
             if !s.retransmitted {
                 self.links[s.link].rtt_sample(now.saturating_sub(s.sent_at));
@@ -802,6 +813,11 @@ impl Connection {
         }
     }
 
+    /// When a frame's retransmission timer fires: its link's timeout after it was sent.
+    fn rto_deadline(&self, s: &Sent) -> Time {
+        s.sent_at + self.links[s.link].rto(&self.cfg)
+    }
+
     /// When a frame overtaken by later ones counts as lost: its link's round trip plus slack.
     fn loss_deadline(&self, s: &Sent) -> Time {
         let l = &self.links[s.link];
@@ -826,6 +842,7 @@ impl Connection {
     }
 
     fn detect_losses(&mut self, now: Time) {
+        self.losses_due = false;
         if self.state != State::Established {
             return;
         }
@@ -836,7 +853,7 @@ impl Connection {
             }
             if s.sent_at < self.rack_time && now >= self.loss_deadline(s) {
                 lost.push((seq, false));
-            } else if now >= s.sent_at + self.links[s.link].rto(&self.cfg) {
+            } else if now >= self.rto_deadline(s) {
                 lost.push((seq, true));
             }
         }
@@ -921,8 +938,11 @@ impl Connection {
         if let Some(d) = self.recv.ack_deadline() {
             at(d);
         }
+        if self.losses_due {
+            at(0);
+        }
         for s in self.inflight.values().filter(|s| s.counted_on.is_some()) {
-            let rto = s.sent_at + self.links[s.link].rto(&self.cfg);
+            let rto = self.rto_deadline(s);
             at(if s.sent_at < self.rack_time { self.loss_deadline(s).min(rto) } else { rto });
         }
         for l in &self.links {

@@ -113,13 +113,17 @@ impl Link {
         self.up && self.inflight < if self.suspect { 1 } else { self.window() }
     }
 
+    /// Whether the latest round trip shows a queue building beyond the allowance.
+    fn queueing(&self) -> bool {
+        self.latest_rtt > self.min_rtt + self.min_rtt.max(QUEUE_DELAY_FLOOR_US)
+    }
+
     /// A frame sent on this link was acknowledged: grow the window, unless the round trip shows
     /// a queue building (then the link is full: more window would only add delay and, at a
     /// full buffer, burst losses).
     pub fn on_ack(&mut self, cfg: &Config) {
         self.suspect = false;
-        let queueing = self.min_rtt.max(QUEUE_DELAY_FLOOR_US);
-        if self.latest_rtt > self.min_rtt + queueing {
+        if self.queueing() {
             return;
         }
         if self.cwnd < self.ssthresh {
@@ -142,6 +146,7 @@ impl Link {
             return;
         }
         self.last_cut = now;
+        self.stats.cuts += 1;
         self.episode = self.episode.wrapping_add(1);
         self.undo = Some(Undo { cwnd: self.cwnd, ssthresh: self.ssthresh, pending: 1 });
         self.ssthresh = (self.cwnd * LOSS_BETA).max(cfg.link_window_min as f64);
@@ -149,15 +154,19 @@ impl Link {
         self.stats.window = self.cwnd as u64;
     }
 
-    /// A frame declared lost in cut `episode` arrived after all (the peer got it twice): once
-    /// every loss of the latest cut's episode proved so, the window before the cut is back.
+    /// A frame declared lost in cut `episode` arrived after all: once every loss of the latest
+    /// cut's episode proved so, the window before the cut is back, unless the link is queueing
+    /// (then the cut stands, as a brake on the delay).
     pub fn on_spurious(&mut self, episode: u32) {
         if episode != self.episode {
             return;
         }
+        let queueing = self.queueing();
         let Some(u) = &mut self.undo else { return };
         u.pending -= 1;
-        if u.pending == 0 {
+        if u.pending == 0 && queueing {
+            self.undo = None;
+        } else if u.pending == 0 {
             self.cwnd = self.cwnd.max(u.cwnd);
             self.ssthresh = self.ssthresh.max(u.ssthresh);
             self.undo = None;
@@ -168,6 +177,7 @@ impl Link {
 
     /// The retransmission timer fired for a frame sent here.
     pub fn on_timeout(&mut self, cfg: &Config, now: Time) {
+        self.stats.timeouts += 1;
         self.on_loss(cfg, now);
         self.backoff = (self.backoff + 1).min(16);
         self.suspect = true;

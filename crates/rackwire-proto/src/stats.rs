@@ -15,6 +15,10 @@ pub struct LinkStats {
     pub retransmits: u64,
     /// Frames declared lost that were sent on it.
     pub losses: u64,
+    /// Of those, declared lost by the retransmission timer.
+    pub timeouts: u64,
+    /// Times its window was cut (at most once per round trip).
+    pub cuts: u64,
     /// Window cuts undone because every retransmission behind them proved unneeded.
     pub undone_cuts: u64,
     /// Probes sent on it.

@@ -66,6 +66,14 @@ pub struct ConnStats {
     pub nacks_sent: u64,
     /// Edge transport: frames dropped as damaged or malformed.
     pub malformed: u64,
+    /// Edge transport: data frames declared lost (each is sent again).
+    pub losses: u64,
+    /// Edge transport: of those, declared lost by the retransmission timer.
+    pub loss_timeouts: u64,
+    /// Edge transport: link window cuts.
+    pub window_cuts: u64,
+    /// Edge transport: window cuts undone because their losses proved spurious.
+    pub cuts_undone: u64,
 }
 
 /// A connection to one peer. Cheap to clone; all calls take `&self` and may be made from

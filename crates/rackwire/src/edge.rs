@@ -35,6 +35,8 @@ use crate::{
 
 /// Frames taken from one socket before the others get a turn.
 const RECV_BURST: usize = 64;
+/// The retransmission timer's floor on real links (µs).
+const RTO_MIN_US: proto::Time = 5_000;
 /// An application thread that pumped this recently (µs) is taken to be polling still.
 const PUMP_RECENT_US: u64 = 50;
 /// Longest the network thread leaves the sockets to a polling application thread before it
@@ -275,6 +277,11 @@ impl EdgeEndpoint {
         // so a lone answer (ping-pong) is acknowledged by the next frame going back, not by a
         // frame of its own.
         c.ack_every_frames = scale(c.ack_every_frames as usize, 2) as u32;
+        // A user-space transport on a shared host sees scheduling stalls of a few milliseconds;
+        // frames lost between delivered ones are found sooner (by the overtaking rule and the
+        // receiver's reports), so the timer, which catches tails and dead links, can wait out
+        // such a stall instead of declaring a window's worth of frames lost.
+        c.rto_min_us = RTO_MIN_US;
         c
     }
 
@@ -358,6 +365,7 @@ impl EdgeEndpoint {
     fn round(self: &Arc<Self>, st: &mut State, io: &mut Io, target: &mut FabricTarget) -> (usize, usize) {
         let now = self.now();
         let mut got = 0;
+        let mut more = false;
         for (l, sock) in self.socks.iter().enumerate() {
             let mut taken = 0;
             while taken < RECV_BURST {
@@ -371,10 +379,15 @@ impl EdgeEndpoint {
                 }
             }
             got += taken;
+            more |= taken >= RECV_BURST;
         }
-        for s in st.slots.values_mut() {
-            if s.conn.poll_timeout().is_some_and(|t| t <= now) {
-                s.conn.handle_timeout(now, target);
+        // Timers (and loss detection) wait while frames are still queued: after a stall, the
+        // acknowledgements not yet read would otherwise make frames look lost.
+        if !more {
+            for s in st.slots.values_mut() {
+                if s.conn.poll_timeout().is_some_and(|t| t <= now) {
+                    s.conn.handle_timeout(now, target);
+                }
             }
         }
         let sent = self.transmit(st, now, io);
@@ -883,6 +896,10 @@ impl PeerTransport for EdgePeer {
             acks_sent: p.acks_sent,
             nacks_sent: p.nacks_sent,
             malformed: p.malformed,
+            losses: p.links.iter().map(|l| l.losses).sum(),
+            loss_timeouts: p.links.iter().map(|l| l.timeouts).sum(),
+            window_cuts: p.links.iter().map(|l| l.cuts).sum(),
+            cuts_undone: p.links.iter().map(|l| l.undone_cuts).sum(),
             ..ConnStats::default()
         }
     }
