@@ -162,6 +162,8 @@ pub struct Connection {
     payload_max: usize,
     next_seq: u64,
     inflight: BTreeMap<u64, Sent>,
+    /// Latest send time of a frame known delivered, on any link (first transmissions only).
+    rack_time: Time,
     retx: VecDeque<u64>,
     /// Frames declared lost: the link whose window they cut, and the cut's episode, until the
     /// peer reports them arrived twice (at most [`RETX_WATCH_MAX`], oldest forgotten first).
@@ -169,7 +171,6 @@ pub struct Connection {
     /// Frames arrived since losses were last looked for.
     losses_due: bool,
     /// Latest send time of a frame known delivered (first transmissions only).
-    rack_time: Time,
     recv: RecvState,
     ops: Ops,
     responses: VecDeque<DataPayload>,
@@ -243,10 +244,10 @@ impl Connection {
             payload_max,
             next_seq: 0,
             inflight: BTreeMap::new(),
+            rack_time: 0,
             retx: VecDeque::new(),
             retx_watch: BTreeMap::new(),
             losses_due: false,
-            rack_time: 0,
             recv: RecvState::default(),
             ops: Ops::default(),
             responses: VecDeque::new(),
@@ -786,6 +787,8 @@ impl Connection {
             }
             if !s.retransmitted {
                 self.links[s.link].rtt_sample(now.saturating_sub(s.sent_at));
+                let l = &mut self.links[s.link];
+                l.rack_time = l.rack_time.max(s.sent_at);
                 self.rack_time = self.rack_time.max(s.sent_at);
             }
         }
@@ -807,7 +810,7 @@ impl Connection {
         let seqs: Vec<u64> = self.inflight.range(start..end).map(|(&s, _)| s).collect();
         for seq in seqs {
             let s = &self.inflight[&seq];
-            if s.counted_on.is_some() && now >= self.loss_deadline(s) {
+            if s.counted_on.is_some() && self.overtaken(s) && now >= self.loss_deadline(s) {
                 self.lose(now, seq, false);
             }
         }
@@ -818,10 +821,23 @@ impl Connection {
         s.sent_at + self.links[s.link].rto(&self.cfg)
     }
 
-    /// When a frame overtaken by later ones counts as lost: its link's round trip plus slack.
+    /// Whether a frame sent after `s` was delivered (see [`Connection::loss_deadline`]).
+    fn overtaken(&self, s: &Sent) -> bool {
+        s.sent_at < self.rack_time
+    }
+
+    /// When a frame overtaken by later ones counts as lost: its link's round trip plus slack,
+    /// if a later frame on the same link was delivered (links keep order); one more round trip
+    /// if only frames on other links overtook it (their queues differ, and a queue growing on
+    /// its own link delays it past its smoothed round trip without losing it).
     fn loss_deadline(&self, s: &Sent) -> Time {
         let l = &self.links[s.link];
-        s.sent_at + l.srtt(&self.cfg) + self.cfg.reorder_slack_us.max(4 * l.rttvar())
+        let at = s.sent_at + l.srtt(&self.cfg) + self.cfg.reorder_slack_us.max(4 * l.rttvar());
+        if s.sent_at < l.rack_time {
+            at
+        } else {
+            at + l.srtt(&self.cfg)
+        }
     }
 
     fn lose(&mut self, now: Time, seq: u64, timeout: bool) {
@@ -851,7 +867,7 @@ impl Connection {
             if s.counted_on.is_none() {
                 continue;
             }
-            if s.sent_at < self.rack_time && now >= self.loss_deadline(s) {
+            if self.overtaken(s) && now >= self.loss_deadline(s) {
                 lost.push((seq, false));
             } else if now >= self.rto_deadline(s) {
                 lost.push((seq, true));
@@ -943,7 +959,7 @@ impl Connection {
         }
         for s in self.inflight.values().filter(|s| s.counted_on.is_some()) {
             let rto = self.rto_deadline(s);
-            at(if s.sent_at < self.rack_time { self.loss_deadline(s).min(rto) } else { rto });
+            at(if self.overtaken(s) { self.loss_deadline(s).min(rto) } else { rto });
         }
         for l in &self.links {
             match l.probe {

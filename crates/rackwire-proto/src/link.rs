@@ -33,6 +33,8 @@ pub(crate) struct Link {
     ssthresh: f64,
     pub inflight: usize,
     last_cut: Time,
+    /// The latest send time of a frame sent on it and delivered (first transmissions only).
+    pub rack_time: Time,
     /// Counts cuts: a loss belongs to the episode of the latest cut.
     pub episode: u32,
     undo: Option<Undo>,
@@ -57,6 +59,7 @@ impl Link {
             ssthresh: cfg.link_window_max as f64,
             inflight: 0,
             last_cut: 0,
+            rack_time: 0,
             episode: 0,
             undo: None,
             last_heard: now,
