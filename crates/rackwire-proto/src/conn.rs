@@ -170,7 +170,6 @@ pub struct Connection {
     retx_watch: BTreeMap<u64, (usize, u32)>,
     /// Frames arrived since losses were last looked for.
     losses_due: bool,
-    /// Latest send time of a frame known delivered (first transmissions only).
     recv: RecvState,
     ops: Ops,
     responses: VecDeque<DataPayload>,
@@ -781,13 +780,11 @@ impl Connection {
                 link.on_ack(&self.cfg);
             } else if !s.retransmitted {
                 // Declared lost, yet the original arrived before any copy was sent.
-                if let Some((link, episode)) = self.retx_watch.remove(&seq) {
-                    self.links[link].on_spurious(episode);
-                }
+                self.proved_spurious(seq);
             }
             if !s.retransmitted {
-                self.links[s.link].rtt_sample(now.saturating_sub(s.sent_at));
                 let l = &mut self.links[s.link];
+                l.rtt_sample(now.saturating_sub(s.sent_at));
                 l.rack_time = l.rack_time.max(s.sent_at);
                 self.rack_time = self.rack_time.max(s.sent_at);
             }
@@ -799,9 +796,14 @@ impl Connection {
     fn on_arrived_twice(&mut self, start: u64, end: u64) {
         let seqs: Vec<u64> = self.retx_watch.range(start..end).map(|(&s, _)| s).collect();
         for seq in seqs {
-            if let Some((link, episode)) = self.retx_watch.remove(&seq) {
-                self.links[link].on_spurious(episode);
-            }
+            self.proved_spurious(seq);
+        }
+    }
+
+    /// Frame `seq`, declared lost, was not: its link learns (see [`Link::on_spurious`]).
+    fn proved_spurious(&mut self, seq: u64) {
+        if let Some((link, episode)) = self.retx_watch.remove(&seq) {
+            self.links[link].on_spurious(episode);
         }
     }
 

@@ -164,18 +164,19 @@ impl Link {
         if episode != self.episode {
             return;
         }
-        let queueing = self.queueing();
         let Some(u) = &mut self.undo else { return };
         u.pending -= 1;
-        if u.pending == 0 && queueing {
-            self.undo = None;
-        } else if u.pending == 0 {
-            self.cwnd = self.cwnd.max(u.cwnd);
-            self.ssthresh = self.ssthresh.max(u.ssthresh);
-            self.undo = None;
-            self.stats.undone_cuts += 1;
-            self.stats.window = self.cwnd as u64;
+        if u.pending > 0 {
+            return;
         }
+        let Some(u) = self.undo.take() else { return };
+        if self.queueing() {
+            return;
+        }
+        self.cwnd = self.cwnd.max(u.cwnd);
+        self.ssthresh = self.ssthresh.max(u.ssthresh);
+        self.stats.undone_cuts += 1;
+        self.stats.window = self.cwnd as u64;
     }
 
     /// The retransmission timer fired for a frame sent here.

@@ -37,6 +37,21 @@ pub(crate) struct RecvState {
 /// The most duplicate arrivals remembered between two acknowledgements.
 const DUPS_MAX: usize = 64;
 
+/// Runs of consecutive sequence numbers in `seqs` as ranges `[start, end)` on the wire, lowest
+/// first, at most `max` of them.
+fn ranges_of(seqs: &BTreeSet<u64>, max: usize) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for &s in seqs {
+        let full = out.len() == max;
+        match out.last_mut() {
+            Some(r) if r.1 == s as u32 => r.1 = (s + 1) as u32,
+            _ if full => break,
+            _ => out.push((s as u32, (s + 1) as u32)),
+        }
+    }
+    out
+}
+
 /// Missing frames are reported again at most this often.
 const NACK_REPEAT_US: Time = 2_000;
 
@@ -111,39 +126,13 @@ impl RecvState {
 
     /// Ranges above `next` that arrived, lowest first.
     pub fn sack_ranges(&self) -> Vec<(u32, u32)> {
-        let mut out: Vec<(u32, u32)> = Vec::new();
-        let mut cur: Option<(u64, u64)> = None;
-        for &s in &self.above {
-            cur = match cur {
-                Some((a, b)) if b == s => Some((a, s + 1)),
-                Some((a, b)) => {
-                    out.push((a as u32, b as u32));
-                    if out.len() == ACK_RANGES_MAX {
-                        return out;
-                    }
-                    Some((s, s + 1))
-                }
-                None => Some((s, s + 1)),
-            };
-        }
-        if let Some((a, b)) = cur {
-            out.push((a as u32, b as u32));
-        }
-        out
+        ranges_of(&self.above, ACK_RANGES_MAX)
     }
 
     /// Duplicate arrivals since the last explicit acknowledgement, as ranges (at most
     /// [`ACK_DUP_RANGES_MAX`], lowest first), forgotten once taken.
     pub fn take_dups(&mut self) -> Vec<(u32, u32)> {
-        let mut out: Vec<(u32, u32)> = Vec::new();
-        for &s in &self.dups {
-            let full = out.len() == ACK_DUP_RANGES_MAX;
-            match out.last_mut() {
-                Some(r) if r.1 == s as u32 => r.1 = (s + 1) as u32,
-                _ if full => break,
-                _ => out.push((s as u32, (s + 1) as u32)),
-            }
-        }
+        let out = ranges_of(&self.dups, ACK_DUP_RANGES_MAX);
         self.dups.clear();
         out
     }
