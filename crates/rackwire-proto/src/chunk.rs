@@ -20,9 +20,9 @@ impl DataPayload {
     pub fn new(seg: &SegmentRepr, body: Option<Bytes>) -> Self {
         let mut head = [0u8; SEGMENT_LEN];
         let seg_len = seg.emit(&mut head);
-        let mut crc = crc32c::crc32c(&head[..seg_len]);
+        let mut crc = rackwire_wire::crc::crc32c(&head[..seg_len]);
         if let Some(b) = &body {
-            crc = crc32c::crc32c_append(crc, b);
+            crc = rackwire_wire::crc::crc32c_append(crc, b);
         }
         DataPayload { seg: head, seg_len: seg_len as u8, body, crc }
     }
@@ -66,7 +66,7 @@ mod tests {
             assert_eq!(seg.emit(&mut whole), len);
             assert_eq!(p.seg(), &whole[..]);
             whole.extend_from_slice(b"345");
-            assert_eq!(p.crc, crc32c::crc32c(&whole));
+            assert_eq!(p.crc, rackwire_wire::crc::crc32c(&whole));
             assert_eq!(p.len(), whole.len());
         }
     }

@@ -130,12 +130,12 @@ impl<T: AsRef<[u8]>> Frame<T> {
         if b[field::VERSION] != VERSION {
             return Err(WireError::BadVersion(b[field::VERSION]));
         }
-        if crc32c::crc32c(&b[..field::HEADER_CRC.start]) != be32(b, field::HEADER_CRC) {
+        if crate::crc::crc32c(&b[..field::HEADER_CRC.start]) != be32(b, field::HEADER_CRC) {
             return Err(WireError::HeaderChecksum);
         }
         let len = self.payload_len() as usize;
         need("payload", HEADER_LEN + len, b.len())?;
-        if crc32c::crc32c(&b[HEADER_LEN..HEADER_LEN + len]) != be32(b, field::PAYLOAD_CRC) {
+        if crate::crc::crc32c(&b[HEADER_LEN..HEADER_LEN + len]) != be32(b, field::PAYLOAD_CRC) {
             return Err(WireError::PayloadChecksum);
         }
         Ok(())
@@ -198,9 +198,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     /// Compute both checksums; call after the header and payload are written.
     pub fn fill_checksums(&mut self) {
         let len = self.payload_len() as usize;
-        let pc = crc32c::crc32c(&self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + len]);
+        let pc = crate::crc::crc32c(&self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + len]);
         self.put(field::PAYLOAD_CRC, &pc.to_be_bytes());
-        let hc = crc32c::crc32c(&self.buffer.as_ref()[..field::HEADER_CRC.start]);
+        let hc = crate::crc::crc32c(&self.buffer.as_ref()[..field::HEADER_CRC.start]);
         self.put(field::HEADER_CRC, &hc.to_be_bytes());
     }
 }
@@ -262,7 +262,7 @@ impl FrameRepr {
         let mut f = Frame::new_unchecked(&mut buf[..HEADER_LEN]);
         self.put_fields(&mut f);
         f.put(field::PAYLOAD_CRC, &payload_crc.to_be_bytes());
-        let hc = crc32c::crc32c(&f.buffer[..field::HEADER_CRC.start]);
+        let hc = crate::crc::crc32c(&f.buffer[..field::HEADER_CRC.start]);
         f.put(field::HEADER_CRC, &hc.to_be_bytes());
     }
 
@@ -307,8 +307,8 @@ mod tests {
     fn header_bytes_are_as_documented() {
         let (repr, buf) = sample();
         assert_eq!(&buf[..24], &[0x52, 0x57, 1, 1, 1, 2, 0, 3, 1, 2, 3, 4, 0, 0, 0, 7, 0, 0, 0, 5, 0, 0, 0, 99]);
-        assert_eq!(&buf[24..28], &crc32c::crc32c(b"abc").to_be_bytes());
-        assert_eq!(&buf[28..32], &crc32c::crc32c(&buf[..28]).to_be_bytes());
+        assert_eq!(&buf[24..28], &crate::crc::crc32c(b"abc").to_be_bytes());
+        assert_eq!(&buf[28..32], &crate::crc::crc32c(&buf[..28]).to_be_bytes());
         let f = Frame::new_checked(&buf[..]).unwrap();
         assert_eq!(FrameRepr::parse(&f).unwrap(), repr);
         assert_eq!(f.payload(), b"abc");
@@ -320,7 +320,7 @@ mod tests {
     fn split_header_matches_whole_frame() {
         let (repr, buf) = sample();
         let mut head = [0u8; HEADER_LEN];
-        let crc = crc32c::crc32c_append(crc32c::crc32c(b"a"), b"bc");
+        let crc = crate::crc::crc32c_append(crate::crc::crc32c(b"a"), b"bc");
         repr.emit_header(&mut head, crc);
         assert_eq!(&head[..], &buf[..HEADER_LEN]);
     }

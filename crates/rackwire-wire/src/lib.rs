@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 
 pub mod auth;
+pub mod crc;
 mod error;
 pub mod frame;
 pub mod payload;
