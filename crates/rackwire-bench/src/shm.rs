@@ -364,8 +364,11 @@ impl Session {
             lat_us_p50: Some(lat.p_us(0.5)),
             lat_us_p99: Some(lat.p_us(0.99)),
             lat_us_avg: Some(lat.avg_us()),
-            mb_per_s: Some((size * iters) as f64 / wall.as_secs_f64() / 1e6),
-            msgs_per_s: Some(iters as f64 / wall.as_secs_f64()),
+            // Payload moved both ways (the ping and the pong each carry `size` bytes), which
+            // is `size` over the one-way time: the same measure as ucx_perftest's and
+            // fi_pingpong's ping-pong bandwidth.
+            mb_per_s: Some((2 * size * iters) as f64 / wall.as_secs_f64() / 1e6),
+            msgs_per_s: Some((2 * iters) as f64 / wall.as_secs_f64()),
             cpu_pct: Some(cpu),
             ..Row::default()
         })

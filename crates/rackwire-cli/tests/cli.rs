@@ -49,6 +49,11 @@ fn bench_json_has_rows_for_every_pattern() {
         let pp = find("shm", "pingpong", size).expect("pingpong row");
         assert!(pp["lat_us_p50"].as_f64().unwrap() > 0.0);
         assert!(pp["lat_us_p99"].as_f64().unwrap() >= pp["lat_us_p50"].as_f64().unwrap());
+        // Ping-pong bandwidth counts the payload of both directions, so it is the size over the
+        // mean one-way time (as UCX and fabtests report it), less only the loop's own overhead.
+        let one_way = size as f64 / pp["lat_us_avg"].as_f64().unwrap();
+        let share = pp["mb_per_s"].as_f64().unwrap() / one_way;
+        assert!((0.7..=1.01).contains(&share), "ping-pong MB/s is {share} of size / one-way time");
         for p in ["oneway", "twoway", "rate"] {
             let r = find("shm", p, size).unwrap_or_else(|| panic!("{p} row at {size}"));
             assert!(r["mb_per_s"].as_f64().unwrap() > 0.0);

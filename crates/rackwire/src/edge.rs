@@ -46,6 +46,9 @@ const PUMP_WATCH: Duration = Duration::from_millis(1);
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
 /// How long the network thread keeps looking after its last piece of work before it sleeps.
 const NET_SPIN: Duration = Duration::from_micros(50);
+/// A link's gathered frames go out once they hold this many bytes: a run of large frames
+/// starts moving (and the peer starts receiving) while the rest are still being prepared.
+const TX_FLUSH_BYTES: usize = 64 * 1024;
 /// The network thread is awake (not parked).
 const AWAKE: u64 = 0;
 
@@ -73,6 +76,8 @@ impl Io {
 struct TxLink {
     heads: Vec<u8>,
     frames: Vec<(usize, usize, Option<Bytes>, SocketAddr)>,
+    /// Bytes of the gathered frames.
+    bytes: usize,
 }
 
 fn refusal(r: Rule) -> proto::Refusal {
@@ -531,7 +536,7 @@ impl EdgeEndpoint {
     }
 
     /// Send what every connection has to send, batched per link (a batch goes out once it
-    /// holds [`SEND_BATCH_MAX`] frames), through the fault injector where one is configured.
+    /// holds [`SEND_BATCH_MAX`] frames or [`TX_FLUSH_BYTES`]), through the fault injector where one is configured.
     fn transmit(&self, st: &mut State, now: proto::Time, io: &mut Io) -> usize {
         let mut sent = 0;
         let State { slots, faults, .. } = st;
@@ -541,8 +546,9 @@ impl EdgeEndpoint {
                 let Some(q) = io.tx.get_mut(t.link) else { continue };
                 let at = q.heads.len();
                 q.heads.extend_from_slice(&io.out[..t.head_len]);
+                q.bytes += t.head_len + t.body.as_ref().map_or(0, Bytes::len);
                 q.frames.push((at, t.head_len, t.body, *addr));
-                if q.frames.len() >= SEND_BATCH_MAX {
+                if q.frames.len() >= SEND_BATCH_MAX || q.bytes >= TX_FLUSH_BYTES {
                     sent += self.flush(t.link, q, faults);
                 }
             }
@@ -589,6 +595,7 @@ impl EdgeEndpoint {
         };
         q.heads.clear();
         q.frames.clear();
+        q.bytes = 0;
         match result {
             Ok(n) => n,
             Err(e) => {
