@@ -7,12 +7,12 @@ use rackwire_wire::frame::PAYLOAD_LEN_MAX;
 use rackwire_wire::payload::{CLOSE_LEN, HANDSHAKE_LEN, PROBE_LEN};
 use rackwire_wire::{
     AckRepr, CloseRepr, Frame, FrameKind, FrameRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind,
-    Segment, SegmentRepr, HEADER_LEN, SEGMENT_SHORT_LEN,
+    SegmentRepr, HEADER_LEN, SEGMENT_LEN, SEGMENT_SHORT_LEN, SEG_MORE,
 };
 
 use bytes::Bytes;
 
-use crate::chunk::DataPayload;
+use crate::chunk::{DataPayload, ANSWERS_PACKED_MAX};
 use crate::link::Link;
 use crate::ops::{Body, Incomings, Ops, WriteOutcome};
 use crate::recv::{Arrival, RecvState};
@@ -172,7 +172,10 @@ pub struct Connection {
     losses_due: bool,
     recv: RecvState,
     ops: Ops,
-    responses: VecDeque<DataPayload>,
+    /// Segments the target owes the peer: answers, and read data.
+    responses: VecDeque<(SegmentRepr, Option<Bytes>)>,
+    /// Until when bodiless answers wait for a data frame to ride in rather than go alone.
+    answers_held_until: Time,
     incoming: Incomings,
     events: VecDeque<Event>,
     probe_replies: VecDeque<(usize, u32, u32)>,
@@ -192,6 +195,9 @@ impl std::fmt::Debug for Connection {
             .finish_non_exhaustive()
     }
 }
+
+/// Body bytes a frame's last segment keeps room for at least when answers ride ahead of it.
+const ANSWER_RIDE_BODY_MIN: usize = 64;
 
 /// The most frames declared lost that a connection remembers, waiting for a report that they
 /// arrived after all.
@@ -250,6 +256,7 @@ impl Connection {
             recv: RecvState::default(),
             ops: Ops::default(),
             responses: VecDeque::new(),
+            answers_held_until: 0,
             incoming: Incomings::default(),
             events: VecDeque::new(),
             probe_replies: VecDeque::new(),
@@ -581,17 +588,25 @@ impl Connection {
 
     fn on_data(&mut self, now: Time, link: usize, repr: &FrameRepr, payload: &[u8], target: &mut dyn Target) {
         let seq = unwrap_seq(self.recv.next, repr.seq);
-        let Ok(seg) = Segment::new_checked(payload) else {
+        // The whole chain is checked before any of it acts: answers riding ahead, then the
+        // frame's last segment, which carries the body.
+        let mut last = None;
+        for seg in rackwire_wire::segments(payload) {
+            match seg {
+                Ok(x) => last = Some(x),
+                Err(_) => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            }
+        }
+        let Some((s, body)) = last else {
             self.stats.malformed += 1;
             return;
         };
-        let Ok(s) = SegmentRepr::parse(&seg) else {
-            self.stats.malformed += 1;
-            return;
-        };
-        let body = seg.body();
         // A write's later fragment ahead of its first cannot be placed yet: it is kept until
-        // the first arrives, or, when the stash is full, dropped unacknowledged (sent again).
+        // the first arrives, or, when the stash is full, dropped unacknowledged (sent again,
+        // with any answers that rode along).
         let early =
             s.kind == SegKind::WriteMore && !self.recv.is_duplicate(seq) && self.incoming.placement(s.op).is_none();
         if early && !self.incoming.stash(s.op, seq, s.frag_off, body) {
@@ -609,14 +624,24 @@ impl Connection {
                 }
             }
         }
+        for (a, _) in rackwire_wire::segments(payload).flatten().filter(|(a, _)| a.flags & SEG_MORE != 0) {
+            self.on_segment(&a, &[], target);
+        }
         if early {
             self.stats.stashed += 1;
-            return;
+        } else {
+            self.on_segment(&s, body, target);
         }
+        let orphans = self.incoming.drop_orphans(self.recv.next);
+        self.stats.malformed += orphans as u64;
+    }
+
+    /// Act on one segment of a new data frame.
+    fn on_segment(&mut self, s: &SegmentRepr, body: &[u8], target: &mut dyn Target) {
         let peer = self.peer;
         match s.kind {
             SegKind::Write => {
-                self.incoming.begin_write(&s);
+                self.incoming.begin_write(s);
                 let r =
                     target.write(peer, s.region, s.key, s.offset, s.op_len as u64, s.offset + s.frag_off as u64, body);
                 self.write_done(s.op, body.len(), r);
@@ -670,7 +695,7 @@ impl Connection {
                     Err(r) => self.answer(s.op, Some(r), 0),
                 }
             }
-            SegKind::Msg => match self.incoming.msg_fragment(&s, body) {
+            SegKind::Msg => match self.incoming.msg_fragment(s, body) {
                 Ok(done) => {
                     for (op, data) in done {
                         self.answer(op, None, 0);
@@ -697,8 +722,6 @@ impl Connection {
             }
             SegKind::Unknown(_) => self.stats.malformed += 1,
         }
-        let orphans = self.incoming.drop_orphans(self.recv.next);
-        self.stats.malformed += orphans as u64;
     }
 
     /// Place a write's later fragment where its first fragment said, after the target's check.
@@ -754,7 +777,7 @@ impl Connection {
         body: Option<Bytes>,
     ) {
         let seg = SegmentRepr { op, kind, flags: 0, reason, region: 0, frag_off, offset: 0, op_len, key: 0, imm };
-        self.responses.push_back(DataPayload::new(&seg, body));
+        self.responses.push_back((seg, body));
     }
 
     fn on_cumulative_ack(&mut self, now: Time, ack: u64) {
@@ -956,6 +979,9 @@ impl Connection {
         if let Some(d) = self.recv.ack_deadline() {
             at(d);
         }
+        if !self.responses.is_empty() && self.answers_held_until > 0 {
+            at(self.answers_held_until);
+        }
         if self.losses_due {
             at(0);
         }
@@ -1038,7 +1064,7 @@ impl Connection {
         payload: &DataPayload,
     ) -> Option<SplitTransmit> {
         let repr = self.frame_repr(now, link, FrameKind::Data, seq, payload.len());
-        let seg = payload.seg();
+        let seg = payload.head();
         let head_len = HEADER_LEN + seg.len();
         if buf.len() < head_len {
             return None;
@@ -1183,27 +1209,73 @@ impl Connection {
         None
     }
 
-    /// A new data frame (an answer first, else the next fragment of an operation), if the
-    /// windows allow.
+    /// A new data frame, if the windows allow: answers the target owes ride ahead of its last
+    /// segment, which is owed read data if any, else the next fragment of an operation, else
+    /// one more answer. Answers alone wait while held ([`Connection::hold_answers`]).
     fn poll_new_data(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
         if self.inflight.len() >= self.cfg.window_frames_max || self.incoming.len() >= crate::OPS_MAX {
             return None;
         }
-        if self.responses.is_empty() && !self.ops.can_emit() {
+        let bodiless = |r: &(SegmentRepr, Option<Bytes>)| r.0.kind.is_answer() && r.1.is_none();
+        let held = now < self.answers_held_until && self.responses.iter().all(bodiless);
+        if !self.ops.can_emit() && (self.responses.is_empty() || held) {
             return None;
         }
         let link = self.pick_link(None)?;
-        let payload = match self.responses.pop_front() {
-            Some(p) => p,
-            None => self.ops.next_segment(self.payload_max)?.1,
+        // Room for answers ahead of a last segment that still carries a useful body.
+        let room =
+            (self.payload_max.saturating_sub(SEGMENT_LEN + ANSWER_RIDE_BODY_MIN) / SEGMENT_LEN).min(ANSWERS_PACKED_MAX);
+        let blank = SegmentRepr {
+            op: 0,
+            kind: SegKind::Done,
+            flags: 0,
+            reason: 0,
+            region: 0,
+            frag_off: 0,
+            offset: 0,
+            op_len: 0,
+            key: 0,
+            imm: 0,
         };
+        let mut answers = [blank; ANSWERS_PACKED_MAX];
+        let mut n = 0;
+        while n < room && self.responses.front().is_some_and(bodiless) {
+            answers[n] = self.responses.pop_front().expect("looked at").0;
+            n += 1;
+        }
+        let packed = n * SEGMENT_LEN;
+        let fits = |r: &(SegmentRepr, Option<Bytes>)| {
+            packed + r.0.header_len() + r.1.as_ref().map_or(0, Bytes::len) <= self.payload_max
+        };
+        let (last, body) = match self.responses.front() {
+            Some(r) if fits(r) => self.responses.pop_front().expect("looked at"),
+            _ => match self.ops.next_segment(self.payload_max - packed) {
+                Some((_, seg, body)) => (seg, body),
+                None if n == 0 => return None,
+                None => {
+                    // Nothing else goes: the last answer taken ends the frame.
+                    n -= 1;
+                    (answers[n], None)
+                }
+            },
+        };
+        let payload = DataPayload::packed(&answers[..n], &last, body);
         let seq = self.next_seq;
         self.next_seq += 1;
         self.links[link].inflight += 1;
         self.stats.data_frames += 1;
+        self.stats.answers_packed += n as u64;
         let t = self.emit_data(now, buf, link, seq, &payload);
         self.inflight.insert(seq, Sent { payload, counted_on: Some(link), link, sent_at: now, retransmitted: false });
         t
+    }
+
+    /// Keep bodiless answers (`Done`, `Refused`) from going in frames of their own until
+    /// `until`, so they can ride in the next data frame: a driver that has just handed the
+    /// application a notification or message holds them, since the application usually answers
+    /// at once; a hold ends at `until` or when set again (`hold_answers(0)` ends it now).
+    pub fn hold_answers(&mut self, until: Time) {
+        self.answers_held_until = until;
     }
 
     fn poll_handshake(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {

@@ -8,7 +8,6 @@ use rackwire_wire::{SegKind, SegmentRepr, SEGMENT_LEN, SEGMENT_SHORT_LEN};
 
 use bytes::Bytes;
 
-use crate::chunk::DataPayload;
 use crate::{Refusal, Time, MESSAGE_BYTES_MAX, OPS_MAX, STASH_BYTES_MAX};
 
 /// An operation's id, unique per connection and direction.
@@ -167,7 +166,7 @@ impl Ops {
 
     /// The next request segment: header and body together at most `payload_max` bytes. A
     /// write's fragments after its first carry the short header.
-    pub fn next_segment(&mut self, payload_max: usize) -> Option<(OpId, DataPayload)> {
+    pub fn next_segment(&mut self, payload_max: usize) -> Option<(OpId, SegmentRepr, Option<Bytes>)> {
         if !self.can_emit() {
             return None;
         }
@@ -247,7 +246,7 @@ impl Ops {
         if op.emitted >= total {
             self.queue.pop_front();
         }
-        Some((id, DataPayload::new(&seg, body)))
+        Some((id, seg, body))
     }
 
     fn finish(&mut self, id: OpId) -> Option<Op> {

@@ -56,6 +56,8 @@ pub struct ConnStats {
     pub nacks_sent: u64,
     /// Frames dropped as malformed or damaged.
     pub malformed: u64,
+    /// Answers sent riding ahead of another segment instead of in frames of their own.
+    pub answers_packed: u64,
     /// Later write fragments kept until their operation's first fragment arrived.
     pub stashed: u64,
     /// Later write fragments dropped unacknowledged because the stash was full.

@@ -183,6 +183,85 @@ fn later_fragments_ahead_of_the_first_are_kept_and_placed() {
     assert!(events(&mut a).iter().any(|e| matches!(e, Event::Completed { result: Ok(Completion::Done), .. })));
 }
 
+/// `a` writes `data` at the start of region 5 of `b` (as `pair` sets it up) with a
+/// notification, and `b` takes the frames and its events.
+fn write_notified(
+    a: &mut Connection,
+    b: &mut Connection,
+    tb: &mut MemTarget,
+    now: &mut Time,
+    data: &[u8],
+) -> Vec<Event> {
+    let notify = OpFlags { notify: Some(1), ..OpFlags::default() };
+    a.write(*now, RegionRef { region: 5, key: 55 }, 0, data, notify).unwrap();
+    for (link, f) in drain(a, *now) {
+        b.handle_frame(*now + 10, link, &f, tb);
+    }
+    *now += 10;
+    events(b)
+}
+
+// Checks that a held answer rides in the next data frame: once `b` has the notification of
+// `a`'s write and holds answers (as a driver does when it hands the application a
+// notification), it sends nothing alone; its own write then goes as one frame that carries the
+// answer too, and from that one frame `a` learns its write completed and is notified of `b`'s.
+#[test]
+fn a_held_answer_rides_in_the_next_write() {
+    let (mut a, mut b, mut ta, mut tb, mut now) = pair(Config::new(1, MTU), 4096);
+    ta.add_region(6, 66, 4096, &[2]);
+    let got = write_notified(&mut a, &mut b, &mut tb, &mut now, b"ping");
+    assert!(got.iter().any(|e| matches!(e, Event::Notification { imm: 1, .. })), "{got:?}");
+    b.hold_answers(now + 100);
+    assert!(drain(&mut b, now).is_empty(), "a held answer does not go alone");
+    assert!(b.poll_timeout().is_some_and(|t| t <= now + 100), "the hold's end is a timer");
+    let notify = OpFlags { notify: Some(2), ..OpFlags::default() };
+    b.write(now, RegionRef { region: 6, key: 66 }, 0, b"pong", notify).unwrap();
+    let frames = drain(&mut b, now);
+    assert_eq!(frames.len(), 1, "answer and write in one frame");
+    assert_eq!(b.stats().answers_packed, 1);
+    a.handle_frame(now + 10, frames[0].0, &frames[0].1, &mut ta);
+    let got = events(&mut a);
+    assert!(got.iter().any(|e| matches!(e, Event::Completed { result: Ok(Completion::Done), .. })), "{got:?}");
+    assert!(got.iter().any(|e| matches!(e, Event::Notification { imm: 2, .. })), "{got:?}");
+    assert_eq!(&tb.regions[&5].data[..4], b"ping");
+    assert_eq!(&ta.regions[&6].data[..4], b"pong");
+}
+
+// Checks that a hold ends: `b` holds its answer and has nothing of its own to send; before
+// the hold's time nothing goes, at it the answer goes alone and `a`'s write completes.
+#[test]
+fn a_hold_ends_and_the_answer_goes_alone() {
+    let (mut a, mut b, mut ta, mut tb, mut now) = pair(Config::new(1, MTU), 4096);
+    write_notified(&mut a, &mut b, &mut tb, &mut now, b"ping");
+    b.hold_answers(now + 100);
+    assert!(drain(&mut b, now + 99).is_empty());
+    let frames = drain(&mut b, now + 100);
+    assert_eq!(frames.len(), 1);
+    assert_eq!(b.stats().answers_packed, 0);
+    a.handle_frame(now + 110, frames[0].0, &frames[0].1, &mut ta);
+    assert!(events(&mut a).iter().any(|e| matches!(e, Event::Completed { result: Ok(Completion::Done), .. })));
+}
+
+// Checks that answers owed at once pack together: `a` sends three writes before `b` answers;
+// `b`'s answers go as one frame, and each of `a`'s writes completes.
+#[test]
+fn answers_owed_together_share_a_frame() {
+    let (mut a, mut b, mut ta, mut tb, now) = pair(Config::new(1, MTU), 4096);
+    for i in 0..3u64 {
+        a.write(now, RegionRef { region: 5, key: 55 }, i * 8, b"abcdefgh", OpFlags::default()).unwrap();
+    }
+    for (link, f) in drain(&mut a, now) {
+        b.handle_frame(now + 10, link, &f, &mut tb);
+    }
+    let frames = drain(&mut b, now + 10);
+    assert_eq!(frames.len(), 1, "three answers, one frame");
+    assert_eq!(b.stats().answers_packed, 2);
+    a.handle_frame(now + 20, frames[0].0, &frames[0].1, &mut ta);
+    let done =
+        events(&mut a).iter().filter(|e| matches!(e, Event::Completed { result: Ok(Completion::Done), .. })).count();
+    assert_eq!(done, 3);
+}
+
 // Checks the stash's bound and that nothing is lost past it: with jumbo frames and a wide
 // window, a 12 MiB write whose first frame is held back fills the 8 MiB stash; the frames past
 // it are dropped unacknowledged (counted), the sender resends them after its timeouts, and the

@@ -20,8 +20,8 @@ pub mod payload;
 pub use error::WireError;
 pub use frame::{Frame, FrameKind, FrameRepr, HEADER_LEN};
 pub use payload::{
-    AckRepr, CloseRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind, Segment, SegmentRepr,
-    ACK_DUP_RANGES_MAX, ACK_RANGES_MAX, SEGMENT_LEN, SEGMENT_SHORT_LEN,
+    segments, AckRepr, CloseRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind, Segment, SegmentRepr,
+    Segments, ACK_DUP_RANGES_MAX, ACK_RANGES_MAX, SEGMENTS_PER_FRAME_MAX, SEGMENT_LEN, SEGMENT_SHORT_LEN, SEG_MORE,
 };
 
 /// [`check_any`] on `data`, and on a copy of it made into a frame that passes the header
@@ -48,9 +48,9 @@ pub fn check_any(data: &[u8]) {
     let payload = frame.payload();
     match repr.kind {
         FrameKind::Data => {
-            if let Ok(seg) = Segment::new_checked(payload) {
-                let _ = SegmentRepr::parse(&seg);
-                let _ = seg.body().len();
+            for seg in payload::segments(payload) {
+                let Ok((_, body)) = seg else { break };
+                let _ = body.len();
             }
         }
         FrameKind::Ack => {

@@ -39,7 +39,13 @@ pub const SEG_NOTIFY: u8 = 1;
 pub const SEG_FENCE_BEFORE: u8 = 2;
 /// Segment flag: forward fence (informational at the target).
 pub const SEG_FENCE_AFTER: u8 = 4;
-const SEG_FLAGS_ALL: u8 = SEG_NOTIFY | SEG_FENCE_BEFORE | SEG_FENCE_AFTER;
+/// Segment flag: this segment has no body and another segment follows it in the same frame.
+/// Only answers ([`SegKind::Done`], [`SegKind::Refused`]) carry it: they ride ahead of the
+/// frame's last segment instead of taking frames of their own.
+pub const SEG_MORE: u8 = 8;
+const SEG_FLAGS_ALL: u8 = SEG_NOTIFY | SEG_FENCE_BEFORE | SEG_FENCE_AFTER | SEG_MORE;
+/// The most segments one data frame carries (answers ahead of its last segment).
+pub const SEGMENTS_PER_FRAME_MAX: usize = 8;
 
 mod seg {
     pub const OP: usize = 0;
@@ -126,6 +132,12 @@ impl From<SegKind> for u8 {
 }
 
 impl SegKind {
+    /// Whether this kind is a target's bodiless answer, which may ride ahead of another
+    /// segment ([`SEG_MORE`]).
+    pub fn is_answer(self) -> bool {
+        matches!(self, SegKind::Done | SegKind::Refused)
+    }
+
     /// The length of this kind's segment header: [`SEGMENT_SHORT_LEN`] for
     /// [`SegKind::WriteMore`] and [`SegKind::ReadData`], [`SEGMENT_LEN`] for the rest.
     pub fn header_len(self) -> usize {
@@ -208,7 +220,7 @@ impl SegmentRepr {
         zero(&b[seg::RESERVED_A..seg::RESERVED_A + 1], "segment reserved")?;
         zero(&b[seg::RESERVED_B..seg::RESERVED_B + 4], "segment reserved")?;
         let flags = b[seg::FLAGS];
-        if flags & !SEG_FLAGS_ALL != 0 {
+        if flags & !SEG_FLAGS_ALL != 0 || (flags & SEG_MORE != 0 && !kind.is_answer()) {
             return Err(WireError::BadValue { field: "segment flags" });
         }
         let r = SegmentRepr {
@@ -260,6 +272,46 @@ impl SegmentRepr {
         b[seg::KEY..seg::KEY + 16].copy_from_slice(&self.key.to_be_bytes());
         b[seg::IMM..seg::IMM + 8].copy_from_slice(&self.imm.to_be_bytes());
         SEGMENT_LEN
+    }
+}
+
+/// The segments of a data frame's payload, first to last, each with its body: answers marked
+/// [`SEG_MORE`] (header only) and then one last segment whose body is the rest of the payload.
+/// Yields an error, and then nothing, at the first segment that does not parse, a chain that
+/// ends on [`SEG_MORE`], or more than [`SEGMENTS_PER_FRAME_MAX`] segments.
+pub fn segments(payload: &[u8]) -> Segments<'_> {
+    Segments { rest: Some(payload), count: 0 }
+}
+
+/// Iterator of [`segments`].
+#[derive(Debug, Clone)]
+pub struct Segments<'a> {
+    rest: Option<&'a [u8]>,
+    count: usize,
+}
+
+impl<'a> Iterator for Segments<'a> {
+    type Item = Result<(SegmentRepr, &'a [u8]), WireError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = self.rest.take()?;
+        self.count += 1;
+        if self.count > SEGMENTS_PER_FRAME_MAX {
+            return Some(Err(WireError::BadValue { field: "segment count" }));
+        }
+        let parsed = Segment::new_checked(b).and_then(|s| Ok((SegmentRepr::parse(&s)?, s.header_len)));
+        let (r, header_len) = match parsed {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        if r.flags & SEG_MORE == 0 {
+            return Some(Ok((r, &b[header_len..])));
+        }
+        if b.len() == header_len {
+            return Some(Err(WireError::BadValue { field: "segment chain" }));
+        }
+        self.rest = Some(&b[header_len..]);
+        Some(Ok((r, &[])))
     }
 }
 
@@ -621,6 +673,33 @@ mod tests {
             prop_assert_eq!(s.body(), &body[..]);
         }
 
+        // Checks that answers packed ahead of a last segment come back out of `segments` in
+        // order, each answer without a body and the last with its own, whatever the last is.
+        #[test]
+        fn packed_answers_round_trip(
+            answers in proptest::collection::vec((any::<u32>(), any::<bool>(), any::<u8>(), any::<u64>()), 0..SEGMENTS_PER_FRAME_MAX),
+            (last, body) in seg_strategy(),
+        ) {
+            let mut want = Vec::new();
+            let mut bytes = Vec::new();
+            for &(op, done, reason, imm) in &answers {
+                let kind = if done { SegKind::Done } else { SegKind::Refused };
+                let a = SegmentRepr { op, kind, flags: SEG_MORE, reason, region: 0, frag_off: 0, offset: 0, op_len: 0, key: 0, imm };
+                let at = bytes.len();
+                bytes.resize(at + SEGMENT_LEN, 0);
+                a.emit(&mut bytes[at..]);
+                want.push((a, Vec::new()));
+            }
+            let at = bytes.len();
+            bytes.resize(at + last.header_len(), 0);
+            last.emit(&mut bytes[at..]);
+            bytes.extend_from_slice(&body);
+            want.push((last, body));
+            let got: Vec<(SegmentRepr, Vec<u8>)> =
+                segments(&bytes).map(|r| r.map(|(s, b)| (s, b.to_vec()))).collect::<Result<_, _>>().unwrap();
+            prop_assert_eq!(got, want);
+        }
+
         // Checks that acknowledgements, negative acknowledgements, handshakes, probes and
         // closes round-trip through emit and parse.
         #[test]
@@ -656,6 +735,37 @@ mod tests {
             c.emit(&mut b);
             prop_assert_eq!(CloseRepr::parse(&b).unwrap(), c);
         }
+    }
+
+    // Checks that bad segment chains are refused with the field named and end the iteration:
+    // "more follows" on a kind that is not an answer, a chain that ends on "more follows",
+    // and more segments than a frame may carry.
+    #[test]
+    fn bad_segment_chains_are_named() {
+        let answer = SegmentRepr {
+            op: 1,
+            kind: SegKind::Done,
+            flags: SEG_MORE,
+            reason: 0,
+            region: 0,
+            frag_off: 0,
+            offset: 0,
+            op_len: 0,
+            key: 0,
+            imm: 0,
+        };
+        let mut b = [0u8; SEGMENT_LEN];
+        answer.emit(&mut b);
+        let errors = |bytes: &[u8]| segments(bytes).filter_map(Result::err).collect::<Vec<_>>();
+        assert_eq!(errors(&b), vec![WireError::BadValue { field: "segment chain" }]);
+        b[4] = SegKind::Write.into();
+        let mut write = b.to_vec();
+        write.extend_from_slice(&[0; 8]);
+        assert_eq!(errors(&write), vec![WireError::BadValue { field: "segment flags" }]);
+        answer.emit(&mut b);
+        let long: Vec<u8> = b.repeat(SEGMENTS_PER_FRAME_MAX + 1);
+        assert_eq!(segments(&long).filter(Result::is_ok).count(), SEGMENTS_PER_FRAME_MAX);
+        assert_eq!(errors(&long), vec![WireError::BadValue { field: "segment count" }]);
     }
 
     // Checks that bad values are refused with the field named: too many ranges, an empty range,

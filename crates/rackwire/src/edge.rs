@@ -40,8 +40,13 @@ const RTO_MIN_US: proto::Time = 5_000;
 /// An application thread that pumped this recently (µs) is taken to be polling still.
 const PUMP_RECENT_US: u64 = 50;
 /// Longest the network thread leaves the sockets to a polling application thread before it
-/// looks whether that thread still polls.
-const PUMP_WATCH: Duration = Duration::from_millis(1);
+/// looks whether that thread still polls (and so the longest a held answer waits once the
+/// application stopped polling without sending).
+const PUMP_WATCH: Duration = Duration::from_micros(200);
+/// How long answers are held for a frame to ride in after an application thread was handed a
+/// notification or message (µs): it usually sends its reply at once, and one frame then carries
+/// both (see [`Connection::hold_answers`]). A later round sends them sooner.
+const ANSWER_HOLD_US: proto::Time = 200;
 /// Longest the network thread sleeps without looking at its timers.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
 /// How long the network thread keeps looking after its last piece of work before it sleeps.
@@ -365,10 +370,16 @@ impl EdgeEndpoint {
         Ok(Arc::new(EdgePeer { ep: self.clone(), local, peer: info.id }))
     }
 
-    /// One round of work: drain the sockets, fire due timers, send, dispatch events.
-    /// Returns (frames received, frames sent).
-    fn round(self: &Arc<Self>, st: &mut State, io: &mut Io, target: &mut FabricTarget) -> (usize, usize) {
+    /// One round of work: drain the sockets, fire due timers, dispatch events, send. `app`:
+    /// an application thread runs it (polling while it waits), and answers to what it hands
+    /// that thread are held for the reply it is likely to send next. Returns (frames received,
+    /// frames sent).
+    fn round(self: &Arc<Self>, st: &mut State, io: &mut Io, target: &mut FabricTarget, app: bool) -> (usize, usize) {
         let now = self.now();
+        // A hold lasts until the next round: whoever runs it, the reply did not come first.
+        for s in st.slots.values_mut() {
+            s.conn.hold_answers(0);
+        }
         let mut got = 0;
         let mut more = false;
         for (l, sock) in self.socks.iter().enumerate() {
@@ -395,12 +406,13 @@ impl EdgeEndpoint {
                 }
             }
         }
-        let sent = self.transmit(st, now, io);
-        if self.dispatch(st) {
+        let hold = app.then_some(now + ANSWER_HOLD_US);
+        if self.dispatch(st, hold) {
             if let Some(f) = self.fabric.upgrade() {
                 f.doorbell.ring_local();
             }
         }
+        let sent = self.transmit(st, now, io);
         (got, sent)
     }
 
@@ -411,7 +423,7 @@ impl EdgeEndpoint {
         let Ok(mut st) = self.state.try_lock() else { return false };
         let mut io = lock(&self.app_io);
         let mut target = FabricTarget { fabric: self.fabric.clone() };
-        let (got, sent) = self.round(&mut st, &mut io, &mut target);
+        let (got, sent) = self.round(&mut st, &mut io, &mut target, true);
         got + sent > 0
     }
 
@@ -434,7 +446,7 @@ impl EdgeEndpoint {
         loop {
             let stopping = self.stop.load(Ordering::SeqCst);
             let mut st = lock(&self.state);
-            let (got, sent) = self.round(&mut st, &mut io, &mut target);
+            let (got, sent) = self.round(&mut st, &mut io, &mut target, false);
             let next = st.slots.values().filter_map(|s| s.conn.poll_timeout()).min();
             let now = self.now();
             let polling = now.saturating_sub(self.last_pump_us.load(Ordering::Relaxed)) < PUMP_RECENT_US;
@@ -606,8 +618,9 @@ impl EdgeEndpoint {
     }
 
     /// Turn connection events into completed handles, messages and notifications. True when
-    /// something arrived that a waiter might want.
-    fn dispatch(self: &Arc<Self>, st: &mut State) -> bool {
+    /// something arrived that a waiter might want. With `hold`, a connection that delivered a
+    /// message or notification holds its answers until then.
+    fn dispatch(self: &Arc<Self>, st: &mut State, hold: Option<proto::Time>) -> bool {
         let mut woke = false;
         let mut register = Vec::new();
         let mut gone = Vec::new();
@@ -630,10 +643,16 @@ impl EdgeEndpoint {
                     Event::Message { data } => {
                         s.msgs.push_back(data);
                         woke = true;
+                        if let Some(t) = hold {
+                            s.conn.hold_answers(t);
+                        }
                     }
                     Event::Notification { region, offset, len, imm } => {
                         s.notes.push_back(Notification { from: s.peer, region, offset, len, imm });
                         woke = true;
+                        if let Some(t) = hold {
+                            s.conn.hold_answers(t);
+                        }
                     }
                     Event::LinkDown(l) => warn!(peer = s.peer, link = l, "edge link down"),
                     Event::LinkUp(l) => debug!(peer = s.peer, link = l, "edge link up"),
@@ -754,6 +773,17 @@ impl EdgePeer {
         self.submit(t.region, offset, 8, Access::ATOMIC, |c, now| c.atomic(now, r, offset, op, flags(f)))
     }
 
+    /// Something queued for the application (a message, a notification), driving the endpoint
+    /// first only when nothing is queued yet: what an earlier round queued is handed over
+    /// without another round (which would also send the answers held for the reply).
+    fn take<T>(&self, mut f: impl FnMut(&mut Slot) -> Option<T>) -> Option<T> {
+        if let Some(v) = lock(&self.ep.state).slots.get_mut(&self.local).and_then(&mut f) {
+            return Some(v);
+        }
+        self.ep.pump_unless_recent();
+        lock(&self.ep.state).slots.get_mut(&self.local).and_then(f)
+    }
+
     fn check(&self, t: &RemoteRegion) -> Result<proto::RegionRef, Error> {
         if t.node != self.peer {
             return Err(Error::UnknownPeer(t.node));
@@ -855,9 +885,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
-        self.ep.pump_unless_recent();
-        let mut st = lock(&self.ep.state);
-        match st.slots.get_mut(&self.local).and_then(|s| s.msgs.pop_front()) {
+        match self.take(|s| s.msgs.pop_front()) {
             Some(m) => {
                 *out = m;
                 Ok(true)
@@ -867,8 +895,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn try_notification(&self) -> Result<Option<Notification>, Error> {
-        self.ep.pump_unless_recent();
-        Ok(lock(&self.ep.state).slots.get_mut(&self.local).and_then(|s| s.notes.pop_front()))
+        Ok(self.take(|s| s.notes.pop_front()))
     }
 
     fn unmap(&self, _region: RegionId, _timeout: Duration) -> bool {
