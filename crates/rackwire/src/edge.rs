@@ -374,8 +374,14 @@ impl EdgeEndpoint {
     /// an application thread runs it (polling while it waits), and answers to what it hands
     /// that thread are held for the reply it is likely to send next. Returns (frames received,
     /// frames sent).
-    fn round(self: &Arc<Self>, st: &mut State, io: &mut Io, target: &mut FabricTarget, app: bool) -> (usize, usize) {
-        let now = self.now();
+    fn round(
+        self: &Arc<Self>,
+        st: &mut State,
+        io: &mut Io,
+        target: &mut FabricTarget,
+        now: proto::Time,
+        app: bool,
+    ) -> (usize, usize) {
         // A hold lasts until the next round: whoever runs it, the reply did not come first.
         for s in st.slots.values_mut() {
             s.conn.hold_answers(0);
@@ -419,11 +425,12 @@ impl EdgeEndpoint {
     /// Make progress from a waiting application thread (busy polling), if the network thread
     /// is not at it right now. True when something was received or sent.
     pub fn pump(self: &Arc<Self>) -> bool {
-        self.last_pump_us.store(self.now(), Ordering::Relaxed);
+        let now = self.now();
+        self.last_pump_us.store(now, Ordering::Relaxed);
         let Ok(mut st) = self.state.try_lock() else { return false };
         let mut io = lock(&self.app_io);
         let mut target = FabricTarget { fabric: self.fabric.clone() };
-        let (got, sent) = self.round(&mut st, &mut io, &mut target, true);
+        let (got, sent) = self.round(&mut st, &mut io, &mut target, now, true);
         got + sent > 0
     }
 
@@ -445,8 +452,19 @@ impl EdgeEndpoint {
         let mut last_work = Instant::now();
         loop {
             let stopping = self.stop.load(Ordering::SeqCst);
-            let mut st = lock(&self.state);
-            let (got, sent) = self.round(&mut st, &mut io, &mut target, false);
+            let now = self.now();
+            let polling = now.saturating_sub(self.last_pump_us.load(Ordering::Relaxed)) < PUMP_RECENT_US;
+            // While an application thread polls, it most likely holds the state: do not queue
+            // behind it (its every unlock would then pay for waking this thread).
+            let mut st = match self.state.try_lock() {
+                Ok(st) => st,
+                Err(_) if polling && !stopping => {
+                    rackwire_udp::wait(&[], &self.waker, Some(PUMP_WATCH));
+                    continue;
+                }
+                Err(_) => lock(&self.state),
+            };
+            let (got, sent) = self.round(&mut st, &mut io, &mut target, self.now(), false);
             let next = st.slots.values().filter_map(|s| s.conn.poll_timeout()).min();
             let now = self.now();
             let polling = now.saturating_sub(self.last_pump_us.load(Ordering::Relaxed)) < PUMP_RECENT_US;

@@ -24,7 +24,7 @@ use crate::{
 /// joined after it went to sleep).
 const DOORBELL_SLICE: Duration = Duration::from_millis(10);
 /// A busy-polling waiter reads the clock once per this many looks.
-const CLOCK_EVERY_SPINS: u32 = 64;
+pub(crate) const CLOCK_EVERY_SPINS: u32 = 64;
 /// How long a freed region's peers have to confirm they unmapped it.
 const FREE_UNMAP_TIMEOUT: Duration = Duration::from_millis(500);
 
