@@ -392,8 +392,14 @@ impl EdgeEndpoint {
             let mut taken = 0;
             while taken < RECV_BURST {
                 match sock.recv_batch(&mut io.rx, |frame, from| self.deliver(st, l, frame, from, now, target)) {
-                    Ok(0) => break,
-                    Ok(n) => taken += n,
+                    Ok(n) => {
+                        taken += n;
+                        // The socket was found empty: looking again now would cost a system
+                        // call for nothing.
+                        if io.rx.drained() {
+                            break;
+                        }
+                    }
                     Err(e) => {
                         debug!(link = l, "receive: {e}");
                         break;
@@ -694,7 +700,7 @@ impl EdgeEndpoint {
             }
             st.accepted.retain(|_, l| *l != local);
         }
-        if let Some(f) = self.fabric.upgrade() {
+        if let Some(f) = (!register.is_empty()).then(|| self.fabric.upgrade()).flatten() {
             for (local, peer) in register {
                 let p: Arc<dyn PeerTransport> = Arc::new(EdgePeer { ep: self.clone(), local, peer });
                 if let Err(e) = f.add_peer(p) {
