@@ -794,8 +794,7 @@ impl Connection {
         if end <= start || end > self.next_seq {
             return;
         }
-        let seqs: Vec<u64> = self.inflight.range(start..end).map(|(&s, _)| s).collect();
-        for seq in seqs {
+        while let Some(seq) = self.inflight.range(start..end).next().map(|(&s, _)| s) {
             let s = self.inflight.remove(&seq).expect("listed");
             if let Some(l) = s.counted_on {
                 let link = &mut self.links[l];

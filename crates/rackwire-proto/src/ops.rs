@@ -109,7 +109,7 @@ impl Op {
 /// The initiator's operations.
 #[derive(Debug, Default)]
 pub(crate) struct Ops {
-    map: HashMap<OpId, Op>,
+    map: crate::OwnIdMap<OpId, Op>,
     /// Not fully emitted yet, in submission order.
     queue: VecDeque<OpId>,
     /// Started and not completed.

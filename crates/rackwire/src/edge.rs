@@ -187,7 +187,7 @@ struct Slot {
     conn: Connection,
     peer: NodeId,
     addrs: Vec<Option<SocketAddr>>,
-    pending: HashMap<proto::OpId, Pending>,
+    pending: proto::OwnIdMap<proto::OpId, Pending>,
     msgs: VecDeque<Vec<u8>>,
     notes: VecDeque<Notification>,
     connected: bool,
@@ -197,7 +197,8 @@ struct Slot {
 }
 
 struct State {
-    slots: HashMap<u32, Slot>,
+    /// By local connection id (chosen here; a frame's id is only looked up).
+    slots: proto::OwnIdMap<u32, Slot>,
     /// Accepted connections by (peer, the peer's connection id), so a repeated first handshake
     /// frame finds its connection.
     accepted: HashMap<(NodeId, u32), u32>,
@@ -242,7 +243,7 @@ impl EdgeEndpoint {
         let ep = Arc::new(EdgeEndpoint {
             socks,
             waker: Waker::new().map_err(|e| Error::Sys(e.to_string()))?,
-            state: Mutex::new(State { slots: HashMap::new(), accepted: HashMap::new(), next_local: 1, faults }),
+            state: Mutex::new(State { slots: Default::default(), accepted: HashMap::new(), next_local: 1, faults }),
             fabric: f.weak.clone(),
             start: Instant::now(),
             stop: AtomicBool::new(false),
@@ -338,7 +339,7 @@ impl EdgeEndpoint {
                     conn,
                     peer: info.id,
                     addrs: addrs.iter().take(links).map(|a| Some(*a)).collect(),
-                    pending: HashMap::new(),
+                    pending: Default::default(),
                     msgs: VecDeque::new(),
                     notes: VecDeque::new(),
                     connected: false,
@@ -550,7 +551,7 @@ impl EdgeEndpoint {
                             conn,
                             peer: h.from,
                             addrs: vec![None; links],
-                            pending: HashMap::new(),
+                            pending: Default::default(),
                             msgs: VecDeque::new(),
                             notes: VecDeque::new(),
                             connected: false,
@@ -615,6 +616,12 @@ impl EdgeEndpoint {
                 let list: Vec<OutFrame<'_>> =
                     faulty.iter().map(|(f, a)| OutFrame { head: f, body: &[], to: *a }).collect();
                 self.socks[l].send_batch(&list)
+            }
+            None if q.frames.len() == 1 => {
+                // One frame (the latency case): nothing to gather.
+                let (at, len, body, addr) = &q.frames[0];
+                let f = OutFrame { head: &q.heads[*at..*at + *len], body: body.as_deref().unwrap_or(&[]), to: *addr };
+                self.socks[l].send_batch(std::slice::from_ref(&f))
             }
             None => {
                 let list: Vec<OutFrame<'_>> = q
