@@ -204,6 +204,9 @@ struct State {
     accepted: HashMap<(NodeId, u32), u32>,
     next_local: u32,
     faults: Vec<Option<FaultInjector>>,
+    /// The last round ended early, right after handing an application thread what it waited
+    /// for (the next one does not).
+    shortcut: bool,
 }
 
 /// A node's edge transport: its links and their connections.
@@ -243,7 +246,13 @@ impl EdgeEndpoint {
         let ep = Arc::new(EdgeEndpoint {
             socks,
             waker: Waker::new().map_err(|e| Error::Sys(e.to_string()))?,
-            state: Mutex::new(State { slots: Default::default(), accepted: HashMap::new(), next_local: 1, faults }),
+            state: Mutex::new(State {
+                slots: Default::default(),
+                accepted: HashMap::new(),
+                next_local: 1,
+                faults,
+                shortcut: false,
+            }),
             fabric: f.weak.clone(),
             start: Instant::now(),
             stop: AtomicBool::new(false),
@@ -410,19 +419,36 @@ impl EdgeEndpoint {
             got += taken;
             more |= taken >= RECV_BURST;
         }
+        // What arrived is handed over first. An application thread handed a notification or a
+        // message goes back to its caller at once (it usually replies, and the reply carries
+        // the held answers); timers and sending wait for the next round, which follows at
+        // once, as this shortcut is never taken twice in a row.
+        let hold = app.then_some(now + ANSWER_HOLD_US);
+        let handed = self.dispatch(st, hold);
+        if handed {
+            if let Some(f) = self.fabric.upgrade() {
+                f.doorbell.ring_local();
+            }
+        }
+        let shortcut = app && handed && !st.shortcut;
+        st.shortcut = shortcut;
+        if shortcut {
+            return (got, 0);
+        }
         // Timers (and loss detection) wait while frames are still queued: after a stall, the
         // acknowledgements not yet read would otherwise make frames look lost.
         if !more {
+            let mut fired = false;
             for s in st.slots.values_mut() {
                 if s.conn.poll_timeout().is_some_and(|t| t <= now) {
                     s.conn.handle_timeout(now, target);
+                    fired = true;
                 }
             }
-        }
-        let hold = app.then_some(now + ANSWER_HOLD_US);
-        if self.dispatch(st, hold) {
-            if let Some(f) = self.fabric.upgrade() {
-                f.doorbell.ring_local();
+            if fired && self.dispatch(st, None) {
+                if let Some(f) = self.fabric.upgrade() {
+                    f.doorbell.ring_local();
+                }
             }
         }
         let sent = self.transmit(st, now, io);
