@@ -4,8 +4,9 @@
 //! own address). Sends are batched: runs of equal-sized small frames to one peer go out as one
 //! segmentation-offload send (UDP GSO) where the kernel has it, other frames with `sendmmsg`,
 //! each as two parts (header, and the operation's bytes) so nothing is copied on the way.
-//! Receives take one datagram per call, as many as are waiting (a receiving thread gains little
-//! from `recvmmsg` here and coalescing would cost the one-frame latency path);
+//! Links of small frames receive coalesced runs of frames (UDP GRO, with `recvmmsg`); links of
+//! large frames take one datagram per system call, as many as are waiting (the quickest path
+//! for a lone frame), and a batch tells when it found the socket empty;
 //! [`wait`] blocks on several sockets and a [`Waker`] at once for the adaptive mode, while the
 //! busy-poll mode simply keeps receiving. [`FaultInjector`] wraps the send path of any link with
 //! seeded drop, duplication, reordering and corruption, configured from the environment or the
