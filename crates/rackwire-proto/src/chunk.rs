@@ -94,21 +94,9 @@ mod tests {
     // CRC covers every byte laid end to end.
     #[test]
     fn packed_answers_read_back_in_order() {
-        let answer = |op, kind| SegmentRepr {
-            op,
-            kind,
-            flags: 0,
-            reason: 3,
-            region: 0,
-            frag_off: 0,
-            offset: 0,
-            op_len: 0,
-            key: 0,
-            imm: 99,
-        };
-        let answers = [answer(1, SegKind::Done), answer(2, SegKind::Refused)];
-        let last = SegmentRepr { op: 5, kind: SegKind::WriteMore, frag_off: 40, ..answer(0, SegKind::Done) };
-        let last = SegmentRepr { reason: 0, imm: 0, ..last };
+        let answers = [SegmentRepr::answer(1, SegKind::Done, 3, 99), SegmentRepr::answer(2, SegKind::Refused, 3, 99)];
+        let last =
+            SegmentRepr { kind: SegKind::WriteMore, frag_off: 40, ..SegmentRepr::answer(5, SegKind::Done, 0, 0) };
         let p = DataPayload::packed(&answers, &last, Some(Bytes::from_static(b"xyz")));
         let mut whole = p.head().to_vec();
         whole.extend_from_slice(b"xyz");

@@ -1216,27 +1216,16 @@ impl Connection {
             return None;
         }
         let bodiless = |r: &(SegmentRepr, Option<Bytes>)| r.0.kind.is_answer() && r.1.is_none();
-        let held = now < self.answers_held_until && self.responses.iter().all(bodiless);
-        if !self.ops.can_emit() && (self.responses.is_empty() || held) {
+        if !self.ops.can_emit()
+            && (self.responses.is_empty() || (now < self.answers_held_until && self.responses.iter().all(bodiless)))
+        {
             return None;
         }
         let link = self.pick_link(None)?;
         // Room for answers ahead of a last segment that still carries a useful body.
         let room =
             (self.payload_max.saturating_sub(SEGMENT_LEN + ANSWER_RIDE_BODY_MIN) / SEGMENT_LEN).min(ANSWERS_PACKED_MAX);
-        let blank = SegmentRepr {
-            op: 0,
-            kind: SegKind::Done,
-            flags: 0,
-            reason: 0,
-            region: 0,
-            frag_off: 0,
-            offset: 0,
-            op_len: 0,
-            key: 0,
-            imm: 0,
-        };
-        let mut answers = [blank; ANSWERS_PACKED_MAX];
+        let mut answers = [SegmentRepr::answer(0, SegKind::Done, 0, 0); ANSWERS_PACKED_MAX];
         let mut n = 0;
         while n < room && self.responses.front().is_some_and(bodiless) {
             answers[n] = self.responses.pop_front().expect("looked at").0;

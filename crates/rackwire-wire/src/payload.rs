@@ -242,6 +242,12 @@ impl SegmentRepr {
         Ok(r)
     }
 
+    /// A target's answer to operation `op` ([`SegKind::Done`] with an atomic's old value in
+    /// `imm`, or [`SegKind::Refused`] with its `reason`); every other field zero.
+    pub const fn answer(op: u32, kind: SegKind, reason: u8, imm: u64) -> Self {
+        SegmentRepr { op, kind, flags: 0, reason, region: 0, frag_off: 0, offset: 0, op_len: 0, key: 0, imm }
+    }
+
     /// The length of this header on the wire.
     pub fn header_len(&self) -> usize {
         self.kind.header_len()
@@ -684,7 +690,7 @@ mod tests {
             let mut bytes = Vec::new();
             for &(op, done, reason, imm) in &answers {
                 let kind = if done { SegKind::Done } else { SegKind::Refused };
-                let a = SegmentRepr { op, kind, flags: SEG_MORE, reason, region: 0, frag_off: 0, offset: 0, op_len: 0, key: 0, imm };
+                let a = SegmentRepr { flags: SEG_MORE, ..SegmentRepr::answer(op, kind, reason, imm) };
                 let at = bytes.len();
                 bytes.resize(at + SEGMENT_LEN, 0);
                 a.emit(&mut bytes[at..]);
@@ -742,18 +748,7 @@ mod tests {
     // and more segments than a frame may carry.
     #[test]
     fn bad_segment_chains_are_named() {
-        let answer = SegmentRepr {
-            op: 1,
-            kind: SegKind::Done,
-            flags: SEG_MORE,
-            reason: 0,
-            region: 0,
-            frag_off: 0,
-            offset: 0,
-            op_len: 0,
-            key: 0,
-            imm: 0,
-        };
+        let answer = SegmentRepr { flags: SEG_MORE, ..SegmentRepr::answer(1, SegKind::Done, 0, 0) };
         let mut b = [0u8; SEGMENT_LEN];
         answer.emit(&mut b);
         let errors = |bytes: &[u8]| segments(bytes).filter_map(Result::err).collect::<Vec<_>>();

@@ -207,6 +207,8 @@ struct State {
     /// The last round ended early, right after handing an application thread what it waited
     /// for (the next one does not).
     shortcut: bool,
+    /// Some connection holds its answers (until the next round).
+    holding: bool,
 }
 
 /// A node's edge transport: its links and their connections.
@@ -252,6 +254,7 @@ impl EdgeEndpoint {
                 next_local: 1,
                 faults,
                 shortcut: false,
+                holding: false,
             }),
             fabric: f.weak.clone(),
             start: Instant::now(),
@@ -393,8 +396,10 @@ impl EdgeEndpoint {
         app: bool,
     ) -> (usize, usize) {
         // A hold lasts until the next round: whoever runs it, the reply did not come first.
-        for s in st.slots.values_mut() {
-            s.conn.hold_answers(0);
+        if std::mem::take(&mut st.holding) {
+            for s in st.slots.values_mut() {
+                s.conn.hold_answers(0);
+            }
         }
         let mut got = 0;
         let mut more = false;
@@ -423,13 +428,8 @@ impl EdgeEndpoint {
         // message goes back to its caller at once (it usually replies, and the reply carries
         // the held answers); timers and sending wait for the next round, which follows at
         // once, as this shortcut is never taken twice in a row.
-        let hold = app.then_some(now + ANSWER_HOLD_US);
-        let handed = self.dispatch(st, hold);
-        if handed {
-            if let Some(f) = self.fabric.upgrade() {
-                f.doorbell.ring_local();
-            }
-        }
+        let handed = self.dispatch(st, app.then_some(now + ANSWER_HOLD_US));
+        st.holding = app && handed;
         let shortcut = app && handed && !st.shortcut;
         st.shortcut = shortcut;
         if shortcut {
@@ -445,10 +445,8 @@ impl EdgeEndpoint {
                     fired = true;
                 }
             }
-            if fired && self.dispatch(st, None) {
-                if let Some(f) = self.fabric.upgrade() {
-                    f.doorbell.ring_local();
-                }
+            if fired {
+                self.dispatch(st, None);
             }
         }
         let sent = self.transmit(st, now, io);
@@ -674,14 +672,15 @@ impl EdgeEndpoint {
         }
     }
 
-    /// Turn connection events into completed handles, messages and notifications. True when
-    /// something arrived that a waiter might want. With `hold`, a connection that delivered a
-    /// message or notification holds its answers until then.
+    /// Turn connection events into completed handles, messages and notifications, and ring
+    /// this node's doorbell for a message or notification. True when there was one. With
+    /// `hold`, a connection that delivered one holds its answers until then.
     fn dispatch(self: &Arc<Self>, st: &mut State, hold: Option<proto::Time>) -> bool {
         let mut woke = false;
         let mut register = Vec::new();
         let mut gone = Vec::new();
         for (&local, s) in st.slots.iter_mut() {
+            let mut handed = false;
             while let Some(e) = s.conn.poll_event() {
                 match e {
                     Event::Connected { peer } => {
@@ -699,17 +698,11 @@ impl EdgeEndpoint {
                     }
                     Event::Message { data } => {
                         s.msgs.push_back(data);
-                        woke = true;
-                        if let Some(t) = hold {
-                            s.conn.hold_answers(t);
-                        }
+                        handed = true;
                     }
                     Event::Notification { region, offset, len, imm } => {
                         s.notes.push_back(Notification { from: s.peer, region, offset, len, imm });
-                        woke = true;
-                        if let Some(t) = hold {
-                            s.conn.hold_answers(t);
-                        }
+                        handed = true;
                     }
                     Event::LinkDown(l) => warn!(peer = s.peer, link = l, "edge link down"),
                     Event::LinkUp(l) => debug!(peer = s.peer, link = l, "edge link up"),
@@ -721,6 +714,12 @@ impl EdgeEndpoint {
                         }
                         gone.push(local);
                     }
+                }
+            }
+            if handed {
+                woke = true;
+                if let Some(t) = hold {
+                    s.conn.hold_answers(t);
                 }
             }
         }
@@ -739,6 +738,11 @@ impl EdgeEndpoint {
                 if let Err(e) = f.add_peer(p) {
                     warn!(peer, "edge connection not registered: {e}");
                 }
+            }
+        }
+        if woke {
+            if let Some(f) = self.fabric.upgrade() {
+                f.doorbell.ring_local();
             }
         }
         woke
