@@ -414,7 +414,9 @@ pub fn wait(socks: &[LinkSocket], waker: &Waker, timeout: Option<Duration>) {
     fds.push(PollFd::new(&waker.fd, PollFlags::IN));
     let ts = timeout.map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as _ });
     let _ = rustix::event::poll(&mut fds, ts.as_ref());
-    waker.drain();
+    if fds.last().is_some_and(|w| !w.revents().is_empty()) {
+        waker.drain();
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use rackwire_wire::{FrameKind, HandshakeRepr, HEADER_LEN};
 use tracing::{debug, warn};
 
 use crate::fabric::{lock, read, FabricInner};
-use crate::op::OpCell;
+use crate::op::{Drive, OpCell};
 use crate::region::Refusal as Rule;
 use crate::transport::PeerTransport;
 use crate::{
@@ -37,15 +37,26 @@ use crate::{
 const RECV_BURST: usize = 64;
 /// The retransmission timer's floor on real links (µs).
 const RTO_MIN_US: proto::Time = 5_000;
-/// An application thread that pumped this recently (µs) is taken to be polling still.
-const PUMP_RECENT_US: u64 = 50;
-/// Longest the network thread leaves the sockets to a polling application thread before it
-/// looks whether that thread still polls (and so the longest a held answer waits once the
-/// application stopped polling without sending).
+/// An application thread that pumped this recently (µs) is taken to be polling still, unless
+/// it said it stopped ([`Drive::rest`]). Long enough that a polling thread the scheduler sets
+/// aside for a moment (common on a small, shared host) is not taken to have left: the network
+/// thread would then take the frames it waits for and compete with it for the core.
+const PUMP_RECENT_US: u64 = 500;
+/// While an application thread polls, the network thread leaves it the sockets and the core
+/// and only looks, every so often, whether it still polls: first after this long, then after
+/// twice as long each time it found the thread still at it, up to [`PUMP_WATCH_MAX`]. Every
+/// look takes a core from a polling thread (on a small host, from the one about to answer), so
+/// a thread that polls for long is looked at rarely. A thread that stops polling to sleep says
+/// so ([`Drive::rest`]) and the network thread takes over at once.
 const PUMP_WATCH: Duration = Duration::from_micros(200);
+/// The longest look interval of [`PUMP_WATCH`]: how late, at worst, the network thread takes
+/// over from an application thread that stopped polling without sleeping (it went on with
+/// other work): frames for this node's memory, held answers and timers wait at most this long.
+const PUMP_WATCH_MAX: Duration = Duration::from_millis(2);
 /// How long answers are held for a frame to ride in after an application thread was handed a
 /// notification or message (µs): it usually sends its reply at once, and one frame then carries
-/// both (see [`Connection::hold_answers`]). A later round sends them sooner.
+/// both (see [`Connection::hold_answers`]). A later round sends them sooner; if the thread
+/// stops polling without sleeping, the network thread's next look (within [`PUMP_WATCH_MAX`]).
 const ANSWER_HOLD_US: proto::Time = 200;
 /// Longest the network thread sleeps without looking at its timers.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
@@ -213,6 +224,8 @@ struct State {
 
 /// A node's edge transport: its links and their connections.
 pub(crate) struct EdgeEndpoint {
+    /// Itself, for the peers it registers.
+    this: Weak<EdgeEndpoint>,
     socks: Vec<LinkSocket>,
     waker: Waker,
     state: Mutex<State>,
@@ -227,8 +240,15 @@ pub(crate) struct EdgeEndpoint {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Buffers for application threads (pumping, submitting).
     app_io: Mutex<Io>,
-    /// When an application thread last pumped (µs): the network thread stays out of its way.
+    /// When an application thread last pumped (µs), or 0 once it stopped to sleep: the network
+    /// thread stays out of its way.
     last_pump_us: AtomicU64,
+    /// The network thread leaves the sockets to a polling application thread and only looks
+    /// now and then whether it still polls (see [`PUMP_WATCH`]).
+    watching: AtomicBool,
+    /// The first and the longest look interval while watching (µs): [`PUMP_WATCH`] and
+    /// [`PUMP_WATCH_MAX`] (a test lengthens them).
+    watch_us: [AtomicU64; 2],
     /// Until when the network thread sleeps (µs), or [`AWAKE`]: a submission that needs it
     /// sooner (a timer) wakes it.
     parked_until_us: AtomicU64,
@@ -245,9 +265,11 @@ impl EdgeEndpoint {
             .collect::<Result<Vec<_>, _>>()?;
         let faults =
             (0..socks.len()).map(|l| cfg.faults.filter(|s| !s.is_clean()).map(|s| FaultInjector::new(s, l))).collect();
-        let ep = Arc::new(EdgeEndpoint {
+        let waker = Waker::new().map_err(|e| Error::Sys(e.to_string()))?;
+        let ep = Arc::new_cyclic(|this| EdgeEndpoint {
+            this: this.clone(),
             socks,
-            waker: Waker::new().map_err(|e| Error::Sys(e.to_string()))?,
+            waker,
             state: Mutex::new(State {
                 slots: Default::default(),
                 accepted: HashMap::new(),
@@ -267,6 +289,8 @@ impl EdgeEndpoint {
             thread: Mutex::new(None),
             app_io: Mutex::new(Io::new(cfg.links.len())),
             last_pump_us: AtomicU64::new(0),
+            watching: AtomicBool::new(false),
+            watch_us: [PUMP_WATCH, PUMP_WATCH_MAX].map(|d| AtomicU64::new(d.as_micros() as u64)),
             parked_until_us: AtomicU64::new(AWAKE),
         });
         let runner = ep.clone();
@@ -388,7 +412,7 @@ impl EdgeEndpoint {
     /// that thread are held for the reply it is likely to send next. Returns (frames received,
     /// frames sent).
     fn round(
-        self: &Arc<Self>,
+        &self,
         st: &mut State,
         io: &mut Io,
         target: &mut FabricTarget,
@@ -455,7 +479,7 @@ impl EdgeEndpoint {
 
     /// Make progress from a waiting application thread (busy polling), if the network thread
     /// is not at it right now. True when something was received or sent.
-    pub fn pump(self: &Arc<Self>) -> bool {
+    pub fn pump(&self) -> bool {
         let now = self.now();
         self.last_pump_us.store(now, Ordering::Relaxed);
         let Ok(mut st) = self.state.try_lock() else { return false };
@@ -467,46 +491,62 @@ impl EdgeEndpoint {
 
     /// [`EdgeEndpoint::pump`], unless some thread did within the last microsecond: a receiver
     /// looking at many peers of one endpoint drives it once per look, not once per peer.
-    pub fn pump_unless_recent(self: &Arc<Self>) {
+    pub fn pump_unless_recent(&self) {
         if self.now() != self.last_pump_us.load(Ordering::Relaxed) {
             self.pump();
         }
     }
 
+    /// Make the network thread's looks while an application thread polls this far apart.
+    #[cfg(test)]
+    pub(crate) fn set_watch(&self, d: Duration) {
+        for w in &self.watch_us {
+            w.store(d.as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// The network thread only watches a polling application thread.
+    #[cfg(test)]
+    pub(crate) fn is_watching(&self) -> bool {
+        self.watching.load(Ordering::SeqCst)
+    }
+
+    /// An application thread pumped within [`PUMP_RECENT_US`] of `now`.
+    fn polled_lately(&self, now: proto::Time) -> bool {
+        now.saturating_sub(self.last_pump_us.load(Ordering::SeqCst)) < PUMP_RECENT_US
+    }
+
     /// The network thread: works while there is work, looks again for [`NET_SPIN`] after it,
     /// then blocks until a frame arrives, a timer is due or an operation is submitted. Latency
     /// comes from the waiting application threads, which poll (see [`EdgeEndpoint::pump`]);
-    /// while one does, this thread leaves it the sockets and the core.
+    /// while one does, this thread leaves it the sockets and the core (see [`PUMP_WATCH`]).
     fn run(self: Arc<Self>) {
         let mut io = Io::new(self.socks.len());
         let mut target = FabricTarget { fabric: self.fabric.clone() };
         let mut last_work = Instant::now();
+        let watch_us = |i: usize| Duration::from_micros(self.watch_us[i].load(Ordering::Relaxed));
+        let mut watch = watch_us(0);
         loop {
             let stopping = self.stop.load(Ordering::SeqCst);
-            let now = self.now();
-            let polling = now.saturating_sub(self.last_pump_us.load(Ordering::Relaxed)) < PUMP_RECENT_US;
-            // While an application thread polls, it most likely holds the state: do not queue
-            // behind it (its every unlock would then pay for waking this thread).
-            let mut st = match self.state.try_lock() {
-                Ok(st) => st,
-                Err(_) if polling && !stopping => {
-                    rackwire_udp::wait(&[], &self.waker, Some(PUMP_WATCH));
-                    continue;
+            if !stopping && self.polled_lately(self.now()) {
+                // Said before looking again: a thread that stops polling after the look below
+                // sees it and wakes this one (see `Drive::rest`).
+                self.watching.store(true, Ordering::SeqCst);
+                if self.polled_lately(self.now()) {
+                    rackwire_udp::wait(&[], &self.waker, Some(watch));
+                    watch = (watch * 2).min(watch_us(1));
                 }
-                Err(_) => lock(&self.state),
-            };
+                self.watching.store(false, Ordering::SeqCst);
+                continue;
+            }
+            watch = watch_us(0);
+            let mut st = lock(&self.state);
             let (got, sent) = self.round(&mut st, &mut io, &mut target, self.now(), false);
             let next = st.slots.values().filter_map(|s| s.conn.poll_timeout()).min();
             let now = self.now();
-            let polling = now.saturating_sub(self.last_pump_us.load(Ordering::Relaxed)) < PUMP_RECENT_US;
-            // An application thread that polls handles arrivals and timers itself: leave the
-            // sockets (and the core) to it, and look again after a while whether it still polls.
-            let wait = if polling {
-                PUMP_WATCH
-            } else {
-                next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX))
-            };
-            if !(stopping || got > 0 || sent > 0) {
+            let wait = next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX));
+            let idle = !(stopping || got > 0 || sent > 0);
+            if idle {
                 // Published under the state lock: a submission after this sees it.
                 self.parked_until_us.store(now + wait.as_micros() as u64, Ordering::SeqCst);
             }
@@ -514,19 +554,23 @@ impl EdgeEndpoint {
             if stopping {
                 return;
             }
-            if got > 0 || sent > 0 {
+            if !idle {
                 last_work = Instant::now();
                 continue;
             }
+            // An application thread started polling: it does the work now (see the top).
+            if self.polled_lately(now) {
+                self.parked_until_us.store(AWAKE, Ordering::SeqCst);
+                continue;
+            }
             // In a stream, the next acknowledgement or frame is usually microseconds away:
-            // look again for a moment before paying for a sleep and a wake-up. Not while an
-            // application thread polls (it does the work, and needs the core).
-            if !polling && last_work.elapsed() < NET_SPIN {
+            // look again for a moment before paying for a sleep and a wake-up.
+            if last_work.elapsed() < NET_SPIN {
                 self.parked_until_us.store(AWAKE, Ordering::SeqCst);
                 std::hint::spin_loop();
                 continue;
             }
-            rackwire_udp::wait(if polling { &[] } else { &self.socks }, &self.waker, Some(wait));
+            rackwire_udp::wait(&self.socks, &self.waker, Some(wait));
             self.parked_until_us.store(AWAKE, Ordering::SeqCst);
         }
     }
@@ -675,7 +719,7 @@ impl EdgeEndpoint {
     /// Turn connection events into completed handles, messages and notifications, and ring
     /// this node's doorbell for a message or notification. True when there was one. With
     /// `hold`, a connection that delivered one holds its answers until then.
-    fn dispatch(self: &Arc<Self>, st: &mut State, hold: Option<proto::Time>) -> bool {
+    fn dispatch(&self, st: &mut State, hold: Option<proto::Time>) -> bool {
         let mut woke = false;
         let mut register = Vec::new();
         let mut gone = Vec::new();
@@ -732,9 +776,10 @@ impl EdgeEndpoint {
             }
             st.accepted.retain(|_, l| *l != local);
         }
-        if let Some(f) = (!register.is_empty()).then(|| self.fabric.upgrade()).flatten() {
+        let up = || Some((self.fabric.upgrade()?, self.this.upgrade()?));
+        if let Some((f, ep)) = (!register.is_empty()).then(up).flatten() {
             for (local, peer) in register {
-                let p: Arc<dyn PeerTransport> = Arc::new(EdgePeer { ep: self.clone(), local, peer });
+                let p: Arc<dyn PeerTransport> = Arc::new(EdgePeer { ep: ep.clone(), local, peer });
                 if let Err(e) = f.add_peer(p) {
                     warn!(peer, "edge connection not registered: {e}");
                 }
@@ -746,6 +791,21 @@ impl EdgeEndpoint {
             }
         }
         woke
+    }
+}
+
+impl Drive for EdgeEndpoint {
+    fn drive(&self) -> bool {
+        self.pump()
+    }
+
+    /// The network thread takes over at once if it only watches: it would otherwise look again
+    /// only after up to [`PUMP_WATCH_MAX`].
+    fn rest(&self) {
+        self.last_pump_us.store(0, Ordering::SeqCst);
+        if self.watching.load(Ordering::SeqCst) {
+            self.waker.wake();
+        }
     }
 }
 
@@ -792,8 +852,7 @@ impl EdgePeer {
         need: Access,
         go: impl FnOnce(&mut Connection, proto::Time) -> Result<proto::OpId, OpError>,
     ) -> Op {
-        let ep = self.ep.clone();
-        let cell = Arc::new(OpCell::with_driver(Arc::new(move || ep.pump()), self.ep.busy_poll));
+        let cell = Arc::new(OpCell::with_driver(self.ep.clone(), self.ep.busy_poll));
         {
             let mut st = lock(&self.ep.state);
             let now = self.ep.now();

@@ -12,6 +12,7 @@ use rackwire_shm::{CopyEngine, Doorbell, Endpoint, SharedMem};
 use tracing::{debug, warn};
 
 use crate::edge::EdgeEndpoint;
+use crate::op::Drive;
 use crate::region::{AccessPolicy, Acl, RegionInner};
 use crate::shm::ShmPeer;
 use crate::transport::PeerTransport;
@@ -238,6 +239,7 @@ pub(crate) fn poll_until<T>(
     let deadline = start + timeout;
     let spin_until = start + f.cfg.busy_poll;
     let mut spins = 0u32;
+    let mut resting = false;
     loop {
         if let Some(v) = probe()? {
             return Ok(v);
@@ -257,6 +259,13 @@ pub(crate) fn poll_until<T>(
         }
         if now < spin_until {
             continue;
+        }
+        if !resting {
+            // This thread stops driving the edge transport: its network thread takes over.
+            resting = true;
+            if let Some(ep) = f.edge.get() {
+                ep.rest();
+            }
         }
         f.doorbell.arm();
         let got = probe();
@@ -522,6 +531,41 @@ fn accept_loop(fabric: Weak<FabricInner>, endpoint: Arc<Endpoint>) {
                 warn!("accept: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TransportChoice;
+
+    // Checks that a thread that stops polling to sleep hands the edge transport back to its
+    // network thread at once: with that thread's looks an hour apart, it watches a polling
+    // thread (pumping by hand) and stops watching only because a notification wait that ran
+    // out of busy polling woke it.
+    #[test]
+    fn a_waiter_going_to_sleep_wakes_the_watching_network_thread() {
+        let secret = "rest-test-secret-0123456789abcdef";
+        let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
+        let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, "rest-test");
+        cfg.transport = TransportChoice::Edge;
+        cfg.links = vec!["127.0.0.1:0".into()];
+        cfg.busy_poll = Duration::from_millis(2);
+        let f = Fabric::join(cfg).unwrap();
+        let ep = f.inner.edge.get().expect("an edge endpoint").clone();
+        ep.set_watch(Duration::from_secs(3600));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ep.is_watching() {
+            assert!(Instant::now() < deadline, "the network thread never watched the polling thread");
+            ep.drive();
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        assert!(matches!(f.wait_notification(Duration::from_millis(20)), Err(Error::Timeout)));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ep.is_watching() {
+            assert!(Instant::now() < deadline, "the network thread still watches a thread that sleeps");
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }

@@ -72,9 +72,17 @@ impl Completion {
     }
 }
 
-/// Something a waiting thread can call to make progress itself (poll the network) instead of
-/// sleeping: true when it did something.
-pub type Driver = Arc<dyn Fn() -> bool + Send + Sync>;
+/// What a waiting thread drives itself (polls the network) instead of sleeping.
+pub trait Drive: Send + Sync {
+    /// Make progress: true when something was done.
+    fn drive(&self) -> bool;
+    /// The waiting thread stops driving and is about to sleep: whoever else makes progress
+    /// must take over now, not when it next happens to look.
+    fn rest(&self);
+}
+
+/// A shared [`Drive`] (cloning it allocates nothing).
+pub type Driver = Arc<dyn Drive>;
 
 /// Where an asynchronous transport puts an operation's outcome.
 #[derive(Default)]
@@ -199,9 +207,10 @@ impl Op {
                 while cell.slot.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
                     spins = spins.wrapping_add(1);
                     if spins.is_multiple_of(crate::fabric::CLOCK_EVERY_SPINS) && Instant::now() >= spin_until {
+                        drive.rest();
                         break;
                     }
-                    if !drive() {
+                    if !drive.drive() {
                         std::hint::spin_loop();
                     }
                 }
@@ -225,6 +234,47 @@ impl Op {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A driver that counts how it is used and never makes progress.
+    #[derive(Default)]
+    struct Counting {
+        drives: AtomicUsize,
+        rests: AtomicUsize,
+    }
+
+    impl Drive for Counting {
+        fn drive(&self) -> bool {
+            self.drives.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        fn rest(&self) {
+            self.rests.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    // Checks the waiter's side of driving: a waiter calls the driver while it spins and says
+    // once that it stops (before it sleeps), and a waiter whose operation completes while it
+    // spins never says so.
+    #[test]
+    fn waiter_drives_then_rests_once() {
+        let d = Arc::new(Counting::default());
+        let cell = Arc::new(OpCell::with_driver(d.clone(), Duration::from_millis(2)));
+        let mut op = Op::pending(cell.clone());
+        assert_eq!(op.wait_timeout(Duration::from_millis(30)), Err(Error::Timeout));
+        assert!(d.drives.load(Ordering::Relaxed) > 0, "the waiter drove while it spun");
+        assert_eq!(d.rests.load(Ordering::Relaxed), 1, "one rest before sleeping");
+
+        let d = Arc::new(Counting::default());
+        let cell = Arc::new(OpCell::with_driver(d.clone(), Duration::from_secs(60)));
+        let op = Op::pending(cell.clone());
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            cell.complete(Ok(Completion::Done));
+        });
+        assert_eq!(op.wait(), Ok(Completion::Done));
+        t.join().unwrap();
+        assert_eq!(d.rests.load(Ordering::Relaxed), 0, "completed while spinning: no rest");
+    }
 
     // Checks the handle's contract: a pending op times out without losing itself, completes
     // from another thread, hands out its outcome once, and then polls as None.
