@@ -7,7 +7,7 @@ use rackwire_wire::frame::PAYLOAD_LEN_MAX;
 use rackwire_wire::payload::{CLOSE_LEN, HANDSHAKE_LEN, PROBE_LEN};
 use rackwire_wire::{
     AckRepr, CloseRepr, Frame, FrameKind, FrameRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind,
-    SegmentRepr, HEADER_LEN, SEGMENT_LEN, SEGMENT_SHORT_LEN, SEG_MORE,
+    SegmentRepr, HEADER_LEN, SEGMENT_LEN, SEGMENT_SHORT_LEN,
 };
 
 use bytes::Bytes;
@@ -16,6 +16,7 @@ use crate::chunk::{DataPayload, ANSWERS_PACKED_MAX};
 use crate::link::Link;
 use crate::ops::{Body, Incomings, Ops, WriteOutcome};
 use crate::recv::{Arrival, RecvState};
+use crate::sent::SentRing;
 use crate::stats::ConnStats;
 use crate::{
     AtomicOp, Completion, Config, OpError, OpFlags, OpId, Refusal, RegionRef, Target, Time, MESSAGE_BYTES_MAX,
@@ -161,7 +162,7 @@ pub struct Connection {
     /// Segment header and body bytes per data frame (the smallest link's).
     payload_max: usize,
     next_seq: u64,
-    inflight: BTreeMap<u64, Sent>,
+    inflight: SentRing<Sent>,
     /// Latest send time of a frame known delivered, on any link (first transmissions only).
     rack_time: Time,
     retx: VecDeque<u64>,
@@ -248,7 +249,7 @@ impl Connection {
             rr: 0,
             payload_max,
             next_seq: 0,
-            inflight: BTreeMap::new(),
+            inflight: SentRing::default(),
             rack_time: 0,
             retx: VecDeque::new(),
             retx_watch: BTreeMap::new(),
@@ -500,8 +501,9 @@ impl Connection {
         }
         // Losses are looked for once the frames that arrived together are all in (at the next
         // timeout, which is due at once): acknowledgements on one link read before those on
-        // another must not make the other's frames look lost.
-        self.losses_due = true;
+        // another must not make the other's frames look lost. Nothing in flight, nothing to
+        // lose.
+        self.losses_due = !self.inflight.is_empty();
     }
 
     /// Ranges of our sequence numbers from the wire, widened to 64 bits.
@@ -591,9 +593,17 @@ impl Connection {
         // The whole chain is checked before any of it acts: answers riding ahead, then the
         // frame's last segment, which carries the body.
         let mut last = None;
+        let mut ahead = [SegmentRepr::answer(0, SegKind::Done, 0, 0); rackwire_wire::SEGMENTS_PER_FRAME_MAX];
+        let mut n = 0;
         for seg in rackwire_wire::segments(payload) {
             match seg {
-                Ok(x) => last = Some(x),
+                Ok(x) => {
+                    // The reader ends a chain longer than the array with an error.
+                    if let (Some((a, _)), Some(slot)) = (last.replace(x), ahead.get_mut(n)) {
+                        *slot = a;
+                        n += 1;
+                    }
+                }
                 Err(_) => {
                     self.stats.malformed += 1;
                     return;
@@ -624,8 +634,8 @@ impl Connection {
                 }
             }
         }
-        for (a, _) in rackwire_wire::segments(payload).flatten().filter(|(a, _)| a.flags & SEG_MORE != 0) {
-            self.on_segment(&a, &[], target);
+        for a in &ahead[..n] {
+            self.on_segment(a, &[], target);
         }
         if early {
             self.stats.stashed += 1;
@@ -781,10 +791,7 @@ impl Connection {
     }
 
     fn on_cumulative_ack(&mut self, now: Time, ack: u64) {
-        let first = match self.inflight.keys().next() {
-            Some(&f) => f,
-            None => return,
-        };
+        let Some(first) = self.inflight.first_seq() else { return };
         if ack > first {
             self.on_delivered_range(now, first, ack);
         }
@@ -794,8 +801,8 @@ impl Connection {
         if end <= start || end > self.next_seq {
             return;
         }
-        while let Some(seq) = self.inflight.range(start..end).next().map(|(&s, _)| s) {
-            let s = self.inflight.remove(&seq).expect("listed");
+        for seq in start.max(self.inflight.first_seq().unwrap_or(end))..end {
+            let Some(s) = self.inflight.remove(seq) else { continue };
             if let Some(l) = s.counted_on {
                 let link = &mut self.links[l];
                 link.inflight -= 1;
@@ -831,9 +838,9 @@ impl Connection {
 
     /// The peer says these are missing: resend those that had time to arrive.
     fn on_reported_missing(&mut self, now: Time, start: u64, end: u64) {
-        let seqs: Vec<u64> = self.inflight.range(start..end).map(|(&s, _)| s).collect();
+        let seqs: Vec<u64> = self.inflight.range(start, end).map(|(s, _)| s).collect();
         for seq in seqs {
-            let s = &self.inflight[&seq];
+            let Some(s) = self.inflight.get(seq) else { continue };
             if s.counted_on.is_some() && self.overtaken(s) && now >= self.loss_deadline(s) {
                 self.lose(now, seq, false);
             }
@@ -865,7 +872,7 @@ impl Connection {
     }
 
     fn lose(&mut self, now: Time, seq: u64, timeout: bool) {
-        let Some(s) = self.inflight.get_mut(&seq) else { return };
+        let Some(s) = self.inflight.get_mut(seq) else { return };
         if let Some(l) = s.counted_on.take() {
             self.links[l].inflight -= 1;
             if timeout {
@@ -887,7 +894,7 @@ impl Connection {
             return;
         }
         let mut lost = Vec::new();
-        for (&seq, s) in &self.inflight {
+        for (seq, s) in self.inflight.iter() {
             if s.counted_on.is_none() {
                 continue;
             }
@@ -946,7 +953,7 @@ impl Connection {
                         l.stats.downs += 1;
                         self.events.push_back(Event::LinkDown(i));
                         let seqs: Vec<u64> =
-                            self.inflight.iter().filter(|(_, s)| s.counted_on == Some(i)).map(|(&q, _)| q).collect();
+                            self.inflight.iter().filter(|(_, s)| s.counted_on == Some(i)).map(|(q, _)| q).collect();
                         for seq in seqs {
                             self.lose(now, seq, false);
                         }
@@ -984,7 +991,7 @@ impl Connection {
         if self.losses_due {
             at(0);
         }
-        for s in self.inflight.values().filter(|s| s.counted_on.is_some()) {
+        for (_, s) in self.inflight.iter().filter(|(_, s)| s.counted_on.is_some()) {
             let rto = self.rto_deadline(s);
             at(if self.overtaken(s) { self.loss_deadline(s).min(rto) } else { rto });
         }
@@ -1169,7 +1176,7 @@ impl Connection {
             }
         }
         while let Some(&seq) = self.retx.front() {
-            let Some(s) = self.inflight.get(&seq) else {
+            let Some(s) = self.inflight.get(seq) else {
                 self.retx.pop_front();
                 continue;
             };
@@ -1177,7 +1184,7 @@ impl Connection {
             // No link has window for it now: fall through (an acknowledgement may still be due).
             let Some(link) = self.pick_link(Some(prev)) else { break };
             self.retx.pop_front();
-            let s = self.inflight.get_mut(&seq).expect("checked");
+            let s = self.inflight.get_mut(seq).expect("checked");
             s.counted_on = Some(link);
             s.link = link;
             s.sent_at = now;
@@ -1212,7 +1219,10 @@ impl Connection {
     /// segment, which is owed read data if any, else the next fragment of an operation, else
     /// one more answer. Answers alone wait while held ([`Connection::hold_answers`]).
     fn poll_new_data(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
-        if self.inflight.len() >= self.cfg.window_frames_max || self.incoming.len() >= crate::OPS_MAX {
+        if self.inflight.len() >= self.cfg.window_frames_max
+            || !self.inflight.has_room()
+            || self.incoming.len() >= crate::OPS_MAX
+        {
             return None;
         }
         let bodiless = |r: &(SegmentRepr, Option<Bytes>)| r.0.kind.is_answer() && r.1.is_none();
@@ -1254,7 +1264,9 @@ impl Connection {
         self.stats.data_frames += 1;
         self.stats.answers_packed += n as u64;
         let t = self.emit_data(now, buf, link, seq, &payload);
-        self.inflight.insert(seq, Sent { payload, counted_on: Some(link), link, sent_at: now, retransmitted: false });
+        let added =
+            self.inflight.push(seq, Sent { payload, counted_on: Some(link), link, sent_at: now, retransmitted: false });
+        debug_assert!(added, "sequence numbers only grow");
         t
     }
 

@@ -50,6 +50,7 @@ mod conn;
 mod link;
 mod ops;
 mod recv;
+mod sent;
 mod stats;
 mod target;
 
@@ -57,6 +58,7 @@ pub use bytes::Bytes;
 pub use config::Config;
 pub use conn::{CloseReason, Connection, Event, SplitTransmit, State, Transmit};
 pub use ops::{AtomicOp, Completion, OpError, OpFlags, OpId, RegionRef};
+pub use sent::SEND_SPAN_MAX;
 pub use stats::{ConnStats, LinkStats};
 pub use target::{Refusal, Target};
 

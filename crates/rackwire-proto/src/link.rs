@@ -3,6 +3,9 @@
 use crate::stats::LinkStats;
 use crate::{Config, Time};
 
+/// Smoothed round-trip figures closer than this (µs) to where they are heading are set to it.
+const SMOOTHING_FLOOR_US: f64 = 1e-6;
+
 /// How much a link's window shrinks on loss (once per round trip).
 const LOSS_BETA: f64 = 0.7;
 /// Queueing delay a link may build before its window stops growing, beyond its minimum round
@@ -81,8 +84,13 @@ impl Link {
                 self.rttvar = r / 2.0;
             }
             Some(s) => {
-                self.rttvar = 0.75 * self.rttvar + 0.25 * (s - r).abs();
-                self.srtt = Some(0.875 * s + 0.125 * r);
+                // Steady samples make both decay geometrically; below a millionth of a
+                // microsecond they are snapped, or they sink into subnormal numbers, on which
+                // every later sample costs the processor a slow path.
+                let var = 0.75 * self.rttvar + 0.25 * (s - r).abs();
+                self.rttvar = if var < SMOOTHING_FLOOR_US { 0.0 } else { var };
+                let srtt = 0.875 * s + 0.125 * r;
+                self.srtt = Some(if (srtt - r).abs() < SMOOTHING_FLOOR_US { r } else { srtt });
             }
         }
         self.backoff = 0;
@@ -188,5 +196,29 @@ impl Link {
         if self.probe.is_none() {
             self.probe_due = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that steady round trips leave the smoothed figures at exactly the sample and zero
+    // variation, never in subnormal numbers (each later sample would then take the processor's
+    // slow path): 10,000 equal samples, then one different one still moves them.
+    #[test]
+    fn steady_samples_settle_without_subnormals() {
+        let cfg = Config::new(1, 1500);
+        let mut l = Link::new(&cfg, 0);
+        for _ in 0..10_000 {
+            l.rtt_sample(7);
+            let srtt = l.srtt.expect("sampled");
+            assert!(srtt.is_normal() && (l.rttvar == 0.0 || l.rttvar.is_normal()), "{srtt} {}", l.rttvar);
+        }
+        assert_eq!(l.srtt, Some(7.0));
+        assert_eq!(l.rttvar, 0.0);
+        l.rtt_sample(15);
+        assert_eq!(l.srtt, Some(8.0));
+        assert_eq!(l.rttvar, 2.0);
     }
 }

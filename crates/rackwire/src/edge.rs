@@ -96,6 +96,14 @@ struct TxLink {
     bytes: usize,
 }
 
+/// The earlier of two deadlines (none is never).
+fn earliest(a: Option<proto::Time>, b: Option<proto::Time>) -> Option<proto::Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 fn refusal(r: Rule) -> proto::Refusal {
     match r {
         Rule::Ungranted { .. } => proto::Refusal::Ungranted,
@@ -220,6 +228,22 @@ struct State {
     shortcut: bool,
     /// Some connection holds its answers (until the next round).
     holding: bool,
+    /// No connection has anything due before this (µs), unless `stale`: an idle round (the
+    /// polling loop's usual one) then skips the look at every connection's timers.
+    due: Option<proto::Time>,
+    /// Something may have moved a deadline earlier since `due` was taken.
+    stale: bool,
+}
+
+impl State {
+    /// The earliest deadline of any connection.
+    fn next_due(&mut self) -> Option<proto::Time> {
+        if self.stale {
+            self.due = self.slots.values().filter_map(|s| s.conn.poll_timeout()).min();
+            self.stale = false;
+        }
+        self.due
+    }
 }
 
 /// A node's edge transport: its links and their connections.
@@ -277,6 +301,8 @@ impl EdgeEndpoint {
                 faults,
                 shortcut: false,
                 holding: false,
+                due: None,
+                stale: true,
             }),
             fabric: f.weak.clone(),
             start: Instant::now(),
@@ -360,6 +386,7 @@ impl EdgeEndpoint {
             let mut st = lock(&self.state);
             let local = st.next_local;
             st.next_local += 1;
+            st.stale = true;
             let conn = Connection::connect(
                 self.proto_config(links),
                 self.me,
@@ -457,16 +484,23 @@ impl EdgeEndpoint {
         let shortcut = app && handed && !st.shortcut;
         st.shortcut = shortcut;
         if shortcut {
+            st.stale = true;
             return (got, 0);
         }
         // Timers (and loss detection) wait while frames are still queued: after a stall, the
-        // acknowledgements not yet read would otherwise make frames look lost.
-        if !more {
-            let mut fired = false;
+        // acknowledgements not yet read would otherwise make frames look lost. Connections are
+        // looked at only when frames arrived, something changed, or a deadline passed.
+        let look = !more && (got > 0 || st.stale || st.due.is_some_and(|t| t <= now));
+        let mut fired = false;
+        let mut due = None;
+        if look {
             for s in st.slots.values_mut() {
-                if s.conn.poll_timeout().is_some_and(|t| t <= now) {
-                    s.conn.handle_timeout(now, target);
-                    fired = true;
+                match s.conn.poll_timeout() {
+                    Some(t) if t <= now => {
+                        s.conn.handle_timeout(now, target);
+                        fired = true;
+                    }
+                    t => due = earliest(due, t),
                 }
             }
             if fired {
@@ -474,6 +508,12 @@ impl EdgeEndpoint {
             }
         }
         let sent = self.transmit(st, now, io);
+        if look && !fired && sent == 0 {
+            st.due = due;
+            st.stale = false;
+        } else if look || got > 0 || sent > 0 {
+            st.stale = true;
+        }
         (got, sent)
     }
 
@@ -542,7 +582,7 @@ impl EdgeEndpoint {
             watch = watch_us(0);
             let mut st = lock(&self.state);
             let (got, sent) = self.round(&mut st, &mut io, &mut target, self.now(), false);
-            let next = st.slots.values().filter_map(|s| s.conn.poll_timeout()).min();
+            let next = st.next_due();
             let now = self.now();
             let wait = next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX));
             let idle = !(stopping || got > 0 || sent > 0);
@@ -874,6 +914,8 @@ impl EdgePeer {
             // Wake the network thread only if this connection now needs it before it would
             // wake anyway (a timer armed by the new frames, or frames the windows held back).
             let due = st.slots.get(&self.local).and_then(|s| s.conn.poll_timeout());
+            // Only this connection changed: its deadline keeps `due` a lower bound.
+            st.due = earliest(st.due, due);
             let parked = self.ep.parked_until_us.load(Ordering::SeqCst);
             if parked != AWAKE && due.is_some_and(|t| t < parked) {
                 self.ep.waker.wake();
@@ -1030,6 +1072,7 @@ impl PeerTransport for EdgePeer {
             if let Some(s) = st.slots.get_mut(&self.local) {
                 s.conn.close(now);
             }
+            st.stale = true;
         }
         self.ep.waker.wake();
     }
