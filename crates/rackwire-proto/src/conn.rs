@@ -422,6 +422,11 @@ impl Connection {
         self.events.push_back(Event::Closed(why));
     }
 
+    /// Whether [`Connection::poll_event`] has something.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()

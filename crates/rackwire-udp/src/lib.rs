@@ -20,6 +20,7 @@ pub use faults::{FaultInjector, FaultSpec};
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
+use std::ops::ControlFlow;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -319,8 +320,15 @@ impl LinkSocket {
     }
 
     /// Receive the datagrams waiting, up to [`RECV_BATCH`] of them, and hand each to `each`
-    /// with its sender. Returns how many there were (0: none waiting).
-    pub fn recv_batch(&self, bufs: &mut RecvBufs, mut each: impl FnMut(&[u8], SocketAddr)) -> io::Result<usize> {
+    /// with its sender. Returns how many there were (0: none waiting). `each` breaks to have
+    /// what it got acted on first: no more are taken from the socket after that one (though a
+    /// receive that got several at once still hands them all over), and the buffers do not
+    /// read as drained.
+    pub fn recv_batch(
+        &self,
+        bufs: &mut RecvBufs,
+        mut each: impl FnMut(&[u8], SocketAddr) -> ControlFlow<()>,
+    ) -> io::Result<usize> {
         if let Some(gro) = &self.gro {
             return self.recv_coalesced(gro, bufs, each);
         }
@@ -331,7 +339,12 @@ impl LinkSocket {
             // to every look, most of which find nothing).
             match rustix::net::recvfrom(&self.sock, &mut *buf, RecvFlags::DONTWAIT) {
                 Ok((_, len, Some(from))) => match SocketAddr::try_from(from) {
-                    Ok(from) => each(&buf[..len.min(buf.len())], from),
+                    Ok(from) => {
+                        if each(&buf[..len.min(buf.len())], from).is_break() {
+                            bufs.drained = false;
+                            return Ok(n + 1);
+                        }
+                    }
                     Err(_) => continue,
                 },
                 Ok((_, _, None)) => continue,
@@ -352,7 +365,7 @@ impl LinkSocket {
         &self,
         gro: &UdpSocketState,
         bufs: &mut RecvBufs,
-        mut each: impl FnMut(&[u8], SocketAddr),
+        mut each: impl FnMut(&[u8], SocketAddr) -> ControlFlow<()>,
     ) -> io::Result<usize> {
         if bufs.gro.is_empty() {
             bufs.gro = (0..GRO_BATCH).map(|_| vec![0u8; GRO_BUFFER_BYTES]).collect();
@@ -373,7 +386,8 @@ impl LinkSocket {
             let data = &buf[..m.len.min(buf.len())];
             let stride = if m.stride == 0 { data.len().max(1) } else { m.stride };
             for d in data.chunks(stride) {
-                each(d, m.addr);
+                // Already out of the socket: every one is handed over.
+                let _ = each(d, m.addr);
                 count += 1;
             }
         }
@@ -456,6 +470,7 @@ mod tests {
                 .recv_batch(&mut bufs, |d, from| {
                     assert_eq!(from, a.local_addr());
                     got.push(d.to_vec());
+                    ControlFlow::Continue(())
                 })
                 .unwrap();
             if n == 0 {
@@ -463,8 +478,44 @@ mod tests {
             }
         }
         assert_eq!(got, frames);
-        assert_eq!(b.recv_batch(&mut bufs, |_, _| {}).unwrap(), 0);
+        assert_eq!(b.recv_batch(&mut bufs, |_, _| ControlFlow::Continue(())).unwrap(), 0);
         assert!(bufs.drained(), "an empty socket reads as drained");
+    }
+
+    // Checks that a receiver can have a frame acted on before more are taken: on a jumbo link
+    // (one datagram per look), breaking on the first of three takes only it and leaves the
+    // buffers not drained; the next look takes the other two, in order, and finds the socket
+    // empty.
+    #[test]
+    fn a_break_stops_taking_frames() {
+        let a = LinkSocket::bind("127.0.0.1:0", 65_000).unwrap();
+        let b = LinkSocket::bind("127.0.0.1:0", 65_000).unwrap();
+        let frames: Vec<Vec<u8>> = (1..=3u8).map(|i| vec![i; 200]).collect();
+        let list: Vec<OutFrame<'_>> =
+            frames.iter().map(|f| OutFrame { head: f, body: &[], to: b.local_addr() }).collect();
+        assert_eq!(a.send_batch(&list).unwrap(), 3);
+        let waker = Waker::new().unwrap();
+        wait(std::slice::from_ref(&b), &waker, Some(Duration::from_secs(5)));
+        let mut bufs = RecvBufs::default();
+        let mut got = Vec::new();
+        let n = b
+            .recv_batch(&mut bufs, |d, _| {
+                got.push(d.to_vec());
+                ControlFlow::Break(())
+            })
+            .unwrap();
+        assert_eq!((n, &got[..]), (1, &frames[..1]));
+        assert!(!bufs.drained(), "a break says nothing of what is left");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() < 3 && std::time::Instant::now() < deadline {
+            b.recv_batch(&mut bufs, |d, _| {
+                got.push(d.to_vec());
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        }
+        assert_eq!(got, frames);
+        assert!(bufs.drained());
     }
 
     // Checks the segmentation-offload path end to end: a run of equal frames (then a shorter
@@ -495,7 +546,11 @@ mod tests {
             let mut got = Vec::new();
             let deadline = std::time::Instant::now() + Duration::from_secs(5);
             while got.len() < want.len() && std::time::Instant::now() < deadline {
-                if sock.recv_batch(&mut bufs, |d, _| got.push(d.to_vec())).unwrap() == 0 {
+                let keep = |d: &[u8], _| {
+                    got.push(d.to_vec());
+                    ControlFlow::Continue(())
+                };
+                if sock.recv_batch(&mut bufs, keep).unwrap() == 0 {
                     wait(std::slice::from_ref(sock), &waker, Some(Duration::from_millis(100)));
                 }
             }

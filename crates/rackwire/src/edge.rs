@@ -14,6 +14,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
@@ -454,12 +455,32 @@ impl EdgeEndpoint {
         }
         let mut got = 0;
         let mut more = false;
-        for (l, sock) in self.socks.iter().enumerate() {
+        // A frame that gave a connection something to hand over (a completion, a message, a
+        // notification) ends the receiving: it is handed over first, and the next round looks
+        // for more (a look that would find the socket empty costs a system call).
+        let mut hand = false;
+        'links: for (l, sock) in self.socks.iter().enumerate() {
             let mut taken = 0;
             while taken < RECV_BURST {
-                match sock.recv_batch(&mut io.rx, |frame, from| self.deliver(st, l, frame, from, now, target)) {
+                let each = |frame: &[u8], from| {
+                    let events = self.deliver(st, l, frame, from, now, target);
+                    hand |= events;
+                    if events {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                };
+                match sock.recv_batch(&mut io.rx, each) {
                     Ok(n) => {
                         taken += n;
+                        if hand {
+                            // Frames may still wait (and with them acknowledgements): no
+                            // timers until they are read.
+                            got += taken;
+                            more = true;
+                            break 'links;
+                        }
                         // The socket was found empty: looking again now would cost a system
                         // call for nothing.
                         if io.rx.drained() {
@@ -616,6 +637,7 @@ impl EdgeEndpoint {
     }
 
     /// A frame arrived on link `l` from `from`: find (or open) its connection and feed it.
+    /// True when the connection has events to hand over.
     fn deliver(
         &self,
         st: &mut State,
@@ -624,23 +646,23 @@ impl EdgeEndpoint {
         from: SocketAddr,
         now: proto::Time,
         target: &mut FabricTarget,
-    ) {
+    ) -> bool {
         if frame.len() < HEADER_LEN {
-            return;
+            return false;
         }
         let conn_id = u32::from_be_bytes([frame[8], frame[9], frame[10], frame[11]]);
         let local = if conn_id == 0 && FrameKind::from(frame[3]) == FrameKind::Handshake {
             // A first handshake frame: whose, and how many links.
-            let Ok(h) = HandshakeRepr::parse(&frame[HEADER_LEN..]) else { return };
+            let Ok(h) = HandshakeRepr::parse(&frame[HEADER_LEN..]) else { return false };
             if h.to != self.me {
-                return;
+                return false;
             }
             match st.accepted.get(&(h.from, h.conn)) {
                 Some(&local) => local,
                 None => {
                     let links = (h.links as usize).min(self.socks.len());
                     if l >= links {
-                        return;
+                        return false;
                     }
                     let local = st.next_local;
                     st.next_local += 1;
@@ -673,11 +695,12 @@ impl EdgeEndpoint {
         } else {
             conn_id
         };
-        let Some(s) = st.slots.get_mut(&local) else { return };
+        let Some(s) = st.slots.get_mut(&local) else { return false };
         if let Some(a) = s.addrs.get_mut(l) {
             *a = Some(from);
         }
         s.conn.handle_frame(now, l, frame, target);
+        s.conn.has_events()
     }
 
     /// Send what every connection has to send, batched per link (a batch goes out once it
