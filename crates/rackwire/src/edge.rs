@@ -229,6 +229,8 @@ struct State {
     shortcut: bool,
     /// Some connection holds its answers (until the next round).
     holding: bool,
+    /// The last round found every socket empty.
+    quiet: bool,
     /// No connection has anything due before this (µs), unless `stale`: an idle round (the
     /// polling loop's usual one) then skips the look at every connection's timers.
     due: Option<proto::Time>,
@@ -302,6 +304,7 @@ impl EdgeEndpoint {
                 faults,
                 shortcut: false,
                 holding: false,
+                quiet: true,
                 due: None,
                 stale: true,
             }),
@@ -455,15 +458,18 @@ impl EdgeEndpoint {
         }
         let mut got = 0;
         let mut more = false;
-        // A frame that gave a connection something to hand over (a completion, a message, a
-        // notification) ends the receiving: it is handed over first, and the next round looks
-        // for more (a look that would find the socket empty costs a system call).
+        // After a round that found every socket empty, a frame that gives a connection
+        // something to hand over (a completion, a message, a notification) is most likely
+        // alone (a ping-pong): it ends the receiving and is handed over before the look that
+        // would find its socket empty (a system call). The next round, which follows at once,
+        // reads every link to the end, so no link waits behind another and timers do run.
+        let may_break = st.quiet;
         let mut hand = false;
         'links: for (l, sock) in self.socks.iter().enumerate() {
             let mut taken = 0;
             while taken < RECV_BURST {
                 let each = |frame: &[u8], from| {
-                    let events = self.deliver(st, l, frame, from, now, target);
+                    let events = self.deliver(st, l, frame, from, now, target) && may_break;
                     hand |= events;
                     if events {
                         ControlFlow::Break(())
@@ -496,6 +502,7 @@ impl EdgeEndpoint {
             got += taken;
             more |= taken >= RECV_BURST;
         }
+        st.quiet = got == 0;
         // What arrived is handed over first. An application thread handed a notification or a
         // message goes back to its caller at once (it usually replies, and the reply carries
         // the held answers); timers and sending wait for the next round, which follows at
