@@ -480,7 +480,7 @@ impl EdgeEndpoint {
                 match sock.recv_batch(&mut io.rx, each) {
                     Ok(n) => {
                         taken += n;
-                        if hand {
+                        if hand && !io.rx.drained() {
                             // Frames may still wait (and with them acknowledgements): no
                             // timers until they are read.
                             got += taken;
