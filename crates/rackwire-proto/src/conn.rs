@@ -417,6 +417,9 @@ impl Connection {
             self.events.push_back(Event::Completed { op, result: Err(OpError::Closed) });
         }
         self.inflight.clear();
+        for l in &mut self.links {
+            l.sent_order.clear();
+        }
         self.retx.clear();
         self.responses.clear();
         self.events.push_back(Event::Closed(why));
@@ -823,6 +826,7 @@ impl Connection {
                 self.rack_time = self.rack_time.max(s.sent_at);
             }
         }
+        self.trim_sent_order();
     }
 
     /// The peer got these frames twice: those declared lost were not, so their links may undo
@@ -853,6 +857,37 @@ impl Connection {
     }
 
     /// When a frame's retransmission timer fires: its link's timeout after it was sent.
+    /// The frames counted against link `l`, in the order sent (so by deadline).
+    fn counted_on_link(&self, l: usize) -> impl Iterator<Item = (u64, &Sent)> + '_ {
+        self.links[l].sent_order.iter().filter_map(move |&(seq, at)| {
+            self.inflight.get(seq).filter(|s| s.counted_on == Some(l) && s.sent_at == at).map(|s| (seq, s))
+        })
+    }
+
+    /// Drop the entries of the links' send order that no longer stand for a frame counted
+    /// against that link, up to the first that does.
+    fn trim_sent_order(&mut self) {
+        for l in 0..self.links.len() {
+            while let Some(&(seq, at)) = self.links[l].sent_order.front() {
+                if self.inflight.get(seq).is_some_and(|s| s.counted_on == Some(l) && s.sent_at == at) {
+                    break;
+                }
+                self.links[l].sent_order.pop_front();
+            }
+        }
+    }
+
+    /// When frame `s` counts as lost: its retransmission timer, or sooner by the overtaking
+    /// rule once a later frame was delivered.
+    fn loss_due(&self, s: &Sent) -> Time {
+        let rto = self.rto_deadline(s);
+        if self.overtaken(s) {
+            self.loss_deadline(s).min(rto)
+        } else {
+            rto
+        }
+    }
+
     fn rto_deadline(&self, s: &Sent) -> Time {
         s.sent_at + self.links[s.link].rto(&self.cfg)
     }
@@ -898,20 +933,23 @@ impl Connection {
         if self.state != State::Established {
             return;
         }
+        // Per link, oldest first, up to the first frame not yet due: the later ones are not
+        // either (their deadlines grow with the send time).
         let mut lost = Vec::new();
-        for (seq, s) in self.inflight.iter() {
-            if s.counted_on.is_none() {
-                continue;
-            }
-            if self.overtaken(s) && now >= self.loss_deadline(s) {
-                lost.push((seq, false));
-            } else if now >= self.rto_deadline(s) {
-                lost.push((seq, true));
+        for l in 0..self.links.len() {
+            for (seq, s) in self.counted_on_link(l) {
+                if now < self.loss_due(s) {
+                    break;
+                }
+                lost.push((seq, !(self.overtaken(s) && now >= self.loss_deadline(s))));
             }
         }
+        // In sequence order, as they were first sent.
+        lost.sort_unstable_by_key(|&(seq, _)| seq);
         for (seq, timeout) in lost {
             self.lose(now, seq, timeout);
         }
+        self.trim_sent_order();
     }
 
     fn on_probe_reply(&mut self, now: Time, link: usize, p: ProbeRepr) {
@@ -962,6 +1000,7 @@ impl Connection {
                         for seq in seqs {
                             self.lose(now, seq, false);
                         }
+                        self.trim_sent_order();
                     }
                 }
                 Some(_) => {}
@@ -996,9 +1035,17 @@ impl Connection {
         if self.losses_due {
             at(0);
         }
-        for (_, s) in self.inflight.iter().filter(|(_, s)| s.counted_on.is_some()) {
-            let rto = self.rto_deadline(s);
-            at(if self.overtaken(s) { self.loss_deadline(s).min(rto) } else { rto });
+        // A link's deadlines grow with the send time: its oldest frame has the first.
+        let first = (0..self.links.len()).filter_map(|l| self.counted_on_link(l).next()).map(|(_, s)| self.loss_due(s));
+        let first = first.min();
+        // Checked against every frame in debug builds (the test suite and the simulator).
+        debug_assert_eq!(
+            first,
+            self.inflight.iter().filter(|(_, s)| s.counted_on.is_some()).map(|(_, s)| self.loss_due(s)).min(),
+            "the links' send order lost track of a frame's deadline"
+        );
+        if let Some(d) = first {
+            at(d);
         }
         for l in &self.links {
             match l.probe {
@@ -1195,6 +1242,7 @@ impl Connection {
             s.sent_at = now;
             s.retransmitted = true;
             let payload = s.payload.clone();
+            self.links[link].sent_order.push_back((seq, now));
             self.links[link].inflight += 1;
             self.links[link].stats.retransmits += 1;
             self.stats.retransmits += 1;
@@ -1272,6 +1320,7 @@ impl Connection {
         let added =
             self.inflight.push(seq, Sent { payload, counted_on: Some(link), link, sent_at: now, retransmitted: false });
         debug_assert!(added, "sequence numbers only grow");
+        self.links[link].sent_order.push_back((seq, now));
         t
     }
 

@@ -1,5 +1,7 @@
 //! Per-link state: round-trip estimate, window, liveness.
 
+use std::collections::VecDeque;
+
 use crate::stats::LinkStats;
 use crate::{Config, Time};
 
@@ -46,6 +48,11 @@ pub(crate) struct Link {
     pub probe_due: bool,
     pub missed: u32,
     pub stats: LinkStats,
+    /// The frames sent on it, as (sequence number, when), in the order sent: the first still
+    /// counted against this link is the one whose deadlines come first. Entries of frames
+    /// since acknowledged, declared lost or sent again elsewhere are dropped once they reach
+    /// the front (so it holds at most the frames sent since its oldest one still in flight).
+    pub sent_order: VecDeque<(u64, Time)>,
 }
 
 impl Link {
@@ -70,6 +77,7 @@ impl Link {
             probe_due: false,
             missed: 0,
             stats: LinkStats::default(),
+            sent_order: VecDeque::new(),
         }
     }
 
