@@ -1,7 +1,8 @@
 //! Connection parameters.
 
 use crate::{Time, LINKS_MAX, WINDOW_FRAMES_MAX};
-use rackwire_wire::{HEADER_LEN, SEGMENT_LEN};
+use rackwire_wire::payload::FRAME_LEN_MIN;
+use rackwire_wire::HEADER_LEN;
 
 /// Parameters of a connection; every bound is explicit. Times in microseconds.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,8 +75,8 @@ impl Config {
         if !(1..=LINKS_MAX).contains(&self.links) || self.mtu.len() != self.links {
             return Err(format!("links must be 1..={LINKS_MAX} with one MTU each"));
         }
-        if let Some(m) = self.mtu.iter().find(|&&m| !(HEADER_LEN + SEGMENT_LEN + 64..=65507).contains(&m)) {
-            return Err(format!("MTU {m} outside {}..=65507", HEADER_LEN + SEGMENT_LEN + 64));
+        if let Some(m) = self.mtu.iter().find(|&&m| !(FRAME_LEN_MIN..=65507).contains(&m)) {
+            return Err(format!("MTU {m} outside {FRAME_LEN_MIN}..=65507"));
         }
         if !(1..=WINDOW_FRAMES_MAX).contains(&self.window_frames_max) {
             return Err(format!("window_frames_max must be 1..={WINDOW_FRAMES_MAX}"));

@@ -205,6 +205,12 @@ const ANSWER_RIDE_BODY_MIN: usize = 64;
 const RETX_WATCH_MAX: usize = 1024;
 
 /// Widen a 32-bit sequence number to the 64-bit one nearest `near`.
+/// The payload of this end's largest frame: its smallest link's, since any frame may be sent
+/// again on any link.
+fn own_payload_max(cfg: &Config) -> usize {
+    (0..cfg.links).map(|l| cfg.payload_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX)
+}
+
 fn unwrap_seq(near: u64, wire: u32) -> u64 {
     let base = near & !0xffff_ffff;
     let cands =
@@ -230,7 +236,7 @@ impl Connection {
     ) -> Self {
         cfg.validate().expect("invalid connection config");
         let links = (0..cfg.links).map(|_| Link::new(&cfg, now)).collect();
-        let payload_max = (0..cfg.links).map(|l| cfg.payload_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX);
+        let payload_max = own_payload_max(&cfg);
         let stats = ConnStats { links: vec![Default::default(); cfg.links], ..Default::default() };
         Connection {
             role,
@@ -537,6 +543,7 @@ impl Connection {
                 self.peer = h.from;
                 self.peer_conn = h.conn;
                 self.their_nonce = h.nonce;
+                self.agree_frame_size(h.mtu);
                 self.handshake_next(HandshakeStep::Challenge);
             }
             (Role::Acceptor, HandshakeStep::Proof) => {
@@ -569,6 +576,7 @@ impl Connection {
                 self.peer_conn = h.conn;
                 self.their_nonce = h.nonce;
                 if self.state != State::Established {
+                    self.agree_frame_size(h.mtu);
                     self.handshake_next(HandshakeStep::Proof);
                 }
             }
@@ -579,6 +587,18 @@ impl Connection {
             }
             _ => {}
         }
+    }
+
+    /// Frames both ends can take: the smaller of this end's largest and the peer's (the parser
+    /// refuses announcements under [`rackwire_wire::payload::FRAME_LEN_MIN`]). Data frames go
+    /// out only once established, so every one is cut to the agreed size.
+    fn agree_frame_size(&mut self, peer_mtu: u16) {
+        self.payload_max = own_payload_max(&self.cfg).min((peer_mtu as usize).saturating_sub(HEADER_LEN));
+    }
+
+    /// The largest frame this connection sends (after the handshake: what both ends take).
+    pub fn frame_max(&self) -> usize {
+        self.payload_max + HEADER_LEN
     }
 
     /// The next handshake frame to send: at once (the retry timer is for repeating a step).
@@ -1354,7 +1374,7 @@ impl Connection {
         let h = HandshakeRepr {
             step,
             links: self.links.len() as u8,
-            mtu: self.cfg.mtu.iter().copied().min().unwrap_or(0) as u16,
+            mtu: (own_payload_max(&self.cfg) + HEADER_LEN) as u16,
             from: self.me,
             to: self.peer,
             conn: self.local_conn,

@@ -471,3 +471,45 @@ fn close_tells_the_peer_and_fails_pending_operations() {
         Err(OpError::Closed)
     );
 }
+
+// Checks the frame size agreed in the handshake: an initiator whose links take 8972-byte
+// frames and an acceptor whose links take 1472 both settle on 1472; the initiator's write and
+// the acceptor's read answer then go in frames no larger than that (the large side alone would
+// cut 8972-byte frames), and the write lands whole.
+#[test]
+fn ends_with_different_mtus_agree_on_the_smaller() {
+    let mut a = Connection::connect(Config::new(2, 8972), 1, 2, b"shared-secret", [1; 32], 11, 0);
+    let mut b = Connection::accept(Config::new(2, MTU), 2, b"shared-secret", [2; 32], 22, 0);
+    let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
+    tb.add_region(5, 55, 65536, &[1]);
+    assert_eq!(a.frame_max(), 8972, "before the handshake: its own links' size");
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert_eq!(a.state(), State::Established);
+    assert_eq!((a.frame_max(), b.frame_max()), (MTU, MTU));
+    let data: Vec<u8> = (0..30_000u32).map(|i| (i * 7 + 3) as u8).collect();
+    let target = RegionRef { region: 5, key: 55 };
+    a.write(now, target, 0, &data, OpFlags::default()).unwrap();
+    let frames = drain(&mut a, now);
+    assert!(frames.len() > 20 && frames.iter().all(|(_, f)| f.len() <= MTU), "{} frames", frames.len());
+    for (link, f) in &frames {
+        b.handle_frame(now + 10, *link, f, &mut tb);
+    }
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    events(&mut a);
+    a.read(now, target, 0, data.len() as u64, OpFlags::default()).unwrap();
+    for (link, f) in drain(&mut a, now) {
+        b.handle_frame(now + 10, link, &f, &mut tb);
+    }
+    now += 10;
+    let answers = drain(&mut b, now);
+    assert!(answers.len() > 20 && answers.iter().all(|(_, f)| f.len() <= MTU), "{} answers", answers.len());
+    for (link, f) in &answers {
+        a.handle_frame(now + 10, *link, f, &mut ta);
+    }
+    assert_eq!(&tb.regions[&5].data[..data.len()], &data[..]);
+    let got = events(&mut a).into_iter().find_map(|e| match e {
+        Event::Completed { result: Ok(Completion::Data(d)), .. } => Some(d),
+        _ => None,
+    });
+    assert_eq!(got.as_deref(), Some(&data[..]), "the read brings the bytes back");
+}

@@ -86,3 +86,34 @@ fn unknown_peer_is_refused() {
     let ans = a.cmd(&format!("write rw1:777:1:4096:{} 0 00", "0".repeat(32)));
     assert!(ans.starts_with("err unknown_peer"), "{ans}");
 }
+
+// Checks that two nodes whose links carry different frame sizes (one 8972 bytes, the other
+// 1472) agree on the smaller one in the handshake: both report 1472 as the connection's
+// largest frame (without the agreement the large side reports 8972 and sends frames a real
+// 1500-byte link cannot carry whole); a stream of writes from the small side, a read answered
+// by the large side, and a message from the large side all arrive byte-exact.
+#[test]
+fn nodes_with_different_link_mtus_use_the_smaller() {
+    let mh = TestMh::start("mtu");
+    let links = ("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0");
+    let big = [("RACKWIRE_TRANSPORT", "edge"), links, ("RACKWIRE_LINK_MTU", "8972")];
+    let small = [("RACKWIRE_TRANSPORT", "edge"), links, ("RACKWIRE_LINK_MTU", "1472")];
+    let mut owner = Node::spawn_env(&mh.addr, "mtu-big", &big);
+    let mut init = Node::spawn_env(&mh.addr, "mtu-small", &small);
+    let total: u64 = 4 << 20;
+    let a = owner.ok(&format!("alloc {total} rw"));
+    let (rid, h) = a.split_once(' ').unwrap();
+    owner.ok(&format!("grant {rid} {} rw", init.id));
+    assert_eq!(init.ok(&format!("connect {}", owner.id)), "edge");
+    init.ok(&format!("stream {h} {total} 262144 0 5"));
+    let (owner_id, init_id) = (owner.id, init.id);
+    for (n, peer) in [(&mut init, owner_id), (&mut owner, init_id)] {
+        let stats: serde_json::Value = serde_json::from_str(&n.ok(&format!("stats {peer}"))).unwrap();
+        assert_eq!(stats["frame_max"], 1472, "{}: {stats}", n.name);
+    }
+    assert_eq!(owner.cmd(&format!("check-pattern {rid} 0 {total} 5")), "ok");
+    let (off, len) = (100_000u64, 60_000usize);
+    assert_eq!(init.ok(&format!("read {h} {off} {len}")), hex(&rackwire_tests::pattern(5, off, len)));
+    owner.ok(&format!("send-len {} 50000", init.id));
+    assert_eq!(init.ok("recv 10000"), format!("{} {}", owner.id, hex(&[7u8; 50000])));
+}

@@ -75,8 +75,10 @@ impl Drop for Hosts {
 
 // Checks the edge transport between two hosts over two real (veth) links: a write with a
 // notification, a read back and an atomic across the namespaces; then an 8 MiB stream during
-// which link 1 is taken down on host a, which completes and arrives byte-exact. Afterwards
-// no namespace of the test is left.
+// which link 1 is taken down on host a, which completes and arrives byte-exact. Both hosts ask
+// for 8972-byte frames on interfaces of MTU 1500: each link takes what its interface carries
+// (1472 bytes), which both ends' statistics report. Afterwards no namespace of the test is
+// left.
 #[test]
 fn two_hosts_over_two_links_survive_a_link_going_down() {
     if !is_root() {
@@ -87,8 +89,9 @@ fn two_hosts_over_two_links_survive_a_link_going_down() {
     let names = (hosts.a.clone(), hosts.b.clone());
     {
         let (_mh, mh) = Node::mh_in_netns(&hosts.a, "198.18.0.1:0");
-        let env_a = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.1:0,198.18.1.1:0")];
-        let env_b = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.2:0,198.18.1.2:0")];
+        let jumbo = ("RACKWIRE_LINK_MTU", "8972");
+        let env_a = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.1:0,198.18.1.1:0"), jumbo];
+        let env_b = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.2:0,198.18.1.2:0"), jumbo];
         let mut owner = Node::spawn_in_netns(&hosts.a, &mh, "ns-owner", &env_a);
         let mut init = Node::spawn_in_netns(&hosts.b, &mh, "ns-init", &env_b);
         let total: u64 = 8 << 20;
@@ -100,6 +103,11 @@ fn two_hosts_over_two_links_survive_a_link_going_down() {
         assert_eq!(owner.ok("notif 5000"), format!("{} {rid} 64 17 9", init.id));
         assert_eq!(init.ok(&format!("read {h} 64 17")), hex(b"across namespaces"));
         assert_eq!(init.ok(&format!("fadd {h} 0 5")), "0");
+        let (owner_id, init_id) = (owner.id, init.id);
+        for (n, peer) in [(&mut init, owner_id), (&mut owner, init_id)] {
+            let stats: serde_json::Value = serde_json::from_str(&n.ok(&format!("stats {peer}"))).unwrap();
+            assert_eq!(stats["frame_max"], 1472, "{}: {stats}", n.name);
+        }
 
         init.start_cmd(&format!("stream {h} {total} 262144 20 5"));
         std::thread::sleep(Duration::from_millis(150));

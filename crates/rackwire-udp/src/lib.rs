@@ -32,6 +32,8 @@ use rustix::net::{MMsgHdr, RecvFlags, SendFlags, SocketAddrAny};
 
 /// The largest UDP payload on any link (IPv4, 64 KiB less headers).
 pub const UDP_PAYLOAD_MAX: usize = 65507;
+/// The smallest frame a link may carry (what [`LinkSocket::bind`] accepts).
+pub const FRAME_MIN: usize = 64;
 /// Frames one `sendmmsg` call carries at most.
 pub const SEND_BATCH_MAX: usize = 64;
 /// Socket buffer size asked for (the kernel may cap it).
@@ -58,6 +60,14 @@ fn device_of(ip: std::net::IpAddr) -> Option<String> {
         let addr = f.get(3)?.split('/').next()?;
         (addr.parse::<std::net::IpAddr>().ok()? == ip).then(|| f[1].trim_end_matches(':').to_string())
     })
+}
+
+/// The largest UDP payload interface `dev` carries without IP fragmentation: its MTU less the
+/// IP header (20 bytes for IPv4, 40 for IPv6) and the UDP header (8).
+fn interface_frame_max(dev: &str, ip: std::net::IpAddr) -> Option<usize> {
+    let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{dev}/mtu")).ok()?.trim().parse().ok()?;
+    let ip_header = if ip.is_ipv4() { 20 } else { 40 };
+    Some(mtu.saturating_sub(ip_header + 8).min(UDP_PAYLOAD_MAX))
 }
 
 /// How many frames from the start of `frames` can go as one segmentation-offload send: same
@@ -147,12 +157,14 @@ impl RecvBufs {
 }
 
 impl LinkSocket {
-    /// Bind to `addr` (port 0 picks one). `mtu` is the largest frame this link carries.
+    /// Bind to `addr` (port 0 picks one). `mtu` is the largest frame this link carries; where
+    /// the interface that holds the address takes less (its MTU less IP and UDP headers), the
+    /// link carries that instead (see [`LinkSocket::mtu`]), so that no frame is cut up by IP.
     pub fn bind(addr: &str, mtu: usize) -> io::Result<Self> {
-        if !(64..=UDP_PAYLOAD_MAX).contains(&mtu) {
+        if !(FRAME_MIN..=UDP_PAYLOAD_MAX).contains(&mtu) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("link MTU {mtu} outside 64..={UDP_PAYLOAD_MAX}"),
+                format!("link MTU {mtu} outside {FRAME_MIN}..={UDP_PAYLOAD_MAX}"),
             ));
         }
         let sock = UdpSocket::bind(addr)?;
@@ -160,10 +172,23 @@ impl LinkSocket {
         // Pin the link to the interface that holds its address, so that host routes through
         // the virtual NIC (which carries IP over this very transport) cannot capture it.
         let ip = sock.local_addr()?.ip();
+        let mut mtu = mtu;
         if !ip.is_loopback() && !ip.is_unspecified() {
             if let Some(dev) = device_of(ip) {
                 if let Err(e) = socket2::SockRef::from(&sock).bind_device(Some(dev.as_bytes())) {
                     tracing::debug!("link {ip}: not pinned to {dev}: {e}");
+                }
+                if let Some(fits) = interface_frame_max(&dev, ip) {
+                    if fits < FRAME_MIN {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("interface {dev} carries UDP payloads of {fits} bytes, under {FRAME_MIN}"),
+                        ));
+                    }
+                    if fits < mtu {
+                        tracing::info!("link {ip}: frames of {fits} bytes, as interface {dev}'s MTU allows");
+                        mtu = fits;
+                    }
                 }
             }
         }

@@ -480,6 +480,10 @@ pub struct HandshakeRepr {
 /// Bytes of a handshake payload.
 pub const HANDSHAKE_LEN: usize = 80;
 
+/// The smallest frame a link may carry: a header, a full segment header and 64 bytes of
+/// body. A handshake announcing less is refused.
+pub const FRAME_LEN_MIN: usize = crate::frame::HEADER_LEN + SEGMENT_LEN + 64;
+
 impl HandshakeRepr {
     /// Parse.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
@@ -496,6 +500,9 @@ impl HandshakeRepr {
         };
         if b[1] == 0 {
             return Err(WireError::BadValue { field: "handshake links" });
+        }
+        if (u16::from_be_bytes([b[2], b[3]]) as usize) < FRAME_LEN_MIN {
+            return Err(WireError::BadValue { field: "handshake mtu" });
         }
         let mut nonce = [0u8; 32];
         nonce.copy_from_slice(&b[16..48]);
@@ -713,7 +720,7 @@ mod tests {
             ts: u32, link: u8,
             starts in proptest::collection::vec(any::<u32>(), 0..ACK_RANGES_MAX),
             dup_starts in proptest::collection::vec(any::<u32>(), 0..ACK_DUP_RANGES_MAX),
-            nonce: [u8; 32], proof: [u8; 32], from: u32, to: u32, conn: u32, links in 1u8..=255, mtu: u16,
+            nonce: [u8; 32], proof: [u8; 32], from: u32, to: u32, conn: u32, links in 1u8..=255, mtu in FRAME_LEN_MIN as u16..=u16::MAX,
             token: u32, reply: bool, reason: u8,
         ) {
             let ranges: Vec<(u32, u32)> = starts.iter().map(|&s| (s, s.wrapping_add(1 + s % 100))).collect();
@@ -821,5 +828,11 @@ mod tests {
         b[0] = 9;
         b[1] = 1;
         assert_eq!(HandshakeRepr::parse(&b).unwrap_err(), WireError::BadValue { field: "handshake step" });
+        // A frame size too small for one segment header and some body is refused.
+        b[0] = 1;
+        b[2..4].copy_from_slice(&(FRAME_LEN_MIN as u16 - 1).to_be_bytes());
+        assert_eq!(HandshakeRepr::parse(&b).unwrap_err(), WireError::BadValue { field: "handshake mtu" });
+        b[2..4].copy_from_slice(&(FRAME_LEN_MIN as u16).to_be_bytes());
+        assert!(HandshakeRepr::parse(&b).is_ok());
     }
 }

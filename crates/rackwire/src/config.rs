@@ -72,6 +72,8 @@ pub struct FabricConfig {
 
 /// Default frame size on edge links: a 1500-byte Ethernet MTU less IPv4 and UDP headers.
 pub const LINK_MTU_DEFAULT: usize = 1472;
+/// Smallest frame on edge links (a link whose interface takes less is refused).
+pub const LINK_MTU_MIN: usize = 256;
 
 impl std::fmt::Debug for FabricConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -234,8 +236,8 @@ impl FabricConfig {
                 "transport edge needs at least one link (RACKWIRE_LINKS, `links`, or --link)".into(),
             ));
         }
-        if !(256..=rackwire_udp::UDP_PAYLOAD_MAX).contains(&self.link_mtu) {
-            return Err(Error::Config(format!("link_mtu must be 256..={}", rackwire_udp::UDP_PAYLOAD_MAX)));
+        if !(LINK_MTU_MIN..=rackwire_udp::UDP_PAYLOAD_MAX).contains(&self.link_mtu) {
+            return Err(Error::Config(format!("link_mtu must be {LINK_MTU_MIN}..={}", rackwire_udp::UDP_PAYLOAD_MAX)));
         }
         if !(1..=rackwire_shm::COPY_CHANNELS_MAX).contains(&self.copy_channels) {
             return Err(Error::Config(format!("copy_channels must be 1..={}", rackwire_shm::COPY_CHANNELS_MAX)));

@@ -74,6 +74,9 @@ pub struct ConnStats {
     pub window_cuts: u64,
     /// Edge transport: window cuts undone because their losses proved spurious.
     pub cuts_undone: u64,
+    /// Edge transport: the largest frame, as agreed with the peer in the handshake (the
+    /// smaller of the two ends' link MTUs less IP and UDP headers).
+    pub frame_max: u64,
 }
 
 /// A connection to one peer. Cheap to clone; all calls take `&self` and may be made from

@@ -25,6 +25,7 @@ use rackwire_udp::{FaultInjector, LinkSocket, OutFrame, RecvBufs, Waker, SEND_BA
 use rackwire_wire::{FrameKind, HandshakeRepr, HEADER_LEN};
 use tracing::{debug, warn};
 
+use crate::config::LINK_MTU_MIN;
 use crate::fabric::{lock, read, FabricInner};
 use crate::op::{Drive, OpCell};
 use crate::region::Refusal as Rule;
@@ -288,8 +289,16 @@ impl EdgeEndpoint {
         let socks = cfg
             .links
             .iter()
-            .map(|a| LinkSocket::bind(a, cfg.link_mtu).map_err(|e| Error::Config(format!("link {a}: {e}"))))
+            .map(|a| {
+                let s = LinkSocket::bind(a, cfg.link_mtu).map_err(|e| Error::Config(format!("link {a}: {e}")))?;
+                if s.mtu() < LINK_MTU_MIN {
+                    return Err(Error::Config(format!("link {a}: its interface takes frames of {} bytes", s.mtu())));
+                }
+                Ok(s)
+            })
             .collect::<Result<Vec<_>, _>>()?;
+        // A link's socket may take smaller frames than configured (its interface's MTU).
+        let mtu = socks.iter().map(LinkSocket::mtu).min().unwrap_or(cfg.link_mtu);
         let faults =
             (0..socks.len()).map(|l| cfg.faults.filter(|s| !s.is_clean()).map(|s| FaultInjector::new(s, l))).collect();
         let waker = Waker::new().map_err(|e| Error::Sys(e.to_string()))?;
@@ -313,7 +322,7 @@ impl EdgeEndpoint {
             stop: AtomicBool::new(false),
             me: f.id,
             secret: cfg.secret.clone(),
-            mtu: cfg.link_mtu,
+            mtu,
             busy_poll: cfg.busy_poll,
             op_timeout: cfg.op_timeout,
             thread: Mutex::new(None),
@@ -343,6 +352,7 @@ impl EdgeEndpoint {
 
     fn proto_config(&self, links: usize) -> proto::Config {
         let mut c = proto::Config::new(links, self.mtu);
+        c.mtu = self.socks.iter().take(links).map(LinkSocket::mtu).collect();
         c.op_timeout_us = self.op_timeout.as_micros() as proto::Time;
         // Windows count frames: keep their byte sizes about the same whatever the MTU.
         let scale = |frames_at_1500: usize, floor: usize| (frames_at_1500 * 1472 / self.mtu).max(floor);
@@ -1127,6 +1137,7 @@ impl PeerTransport for EdgePeer {
             loss_timeouts: p.links.iter().map(|l| l.timeouts).sum(),
             window_cuts: p.links.iter().map(|l| l.cuts).sum(),
             cuts_undone: p.links.iter().map(|l| l.undone_cuts).sum(),
+            frame_max: s.conn.frame_max() as u64,
             ..ConnStats::default()
         }
     }
