@@ -100,8 +100,8 @@ pub(crate) fn run(json: bool, scale: f64) -> Result<()> {
         ("veth-tcp", Box::new(|| iperf3_path(&veth, false, TCP_WRITE, secs, "veth-tcp"))),
         ("vnic-udp", Box::new(|| iperf3_path(&vnic, true, UDP_DATAGRAM, secs, "vnic-udp"))),
         ("veth-udp", Box::new(|| iperf3_path(&veth, true, UDP_DATAGRAM, secs, "veth-udp"))),
-        ("vnic-sockperf", Box::new(|| sockperf_path(&vnic, PING_SIZE, secs, "vnic-sockperf"))),
-        ("veth-sockperf", Box::new(|| sockperf_path(&veth, PING_SIZE, secs, "veth-sockperf"))),
+        ("vnic-sockperf", Box::new(|| sockperf_path(&vnic, PING_SIZE, secs, false, "vnic-sockperf"))),
+        ("veth-sockperf", Box::new(|| sockperf_path(&veth, PING_SIZE, secs, false, "veth-sockperf"))),
         ("veth-1g-tcp", Box::new(|| iperf3_path(&path(plain_addr(1, 1)), false, TCP_WRITE, secs, "veth-1g-tcp"))),
         ("veth-10g-tcp", Box::new(|| iperf3_path(&path(plain_addr(1, 2)), false, TCP_WRITE, secs, "veth-10g-tcp"))),
     ];
