@@ -76,6 +76,7 @@ fn print_stats(r: &SeedReport) {
         "nacks",
         "refused",
         "malformed",
+        "ops chained",
     ]);
     for (a, b, s) in &r.conns {
         t.add_row([
@@ -91,6 +92,7 @@ fn print_stats(r: &SeedReport) {
             s.nacks_sent.to_string(),
             s.refused.to_string(),
             s.malformed.to_string(),
+            s.ops_chained.to_string(),
         ]);
     }
     println!("{t}");

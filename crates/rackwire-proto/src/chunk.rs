@@ -3,22 +3,30 @@
 //! part of them, and every retransmission of that frame, refers to its part, so a driver hands
 //! the kernel the header and the body as two pieces of one datagram.
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use rackwire_wire::crc::{crc32c, crc32c_append};
 use rackwire_wire::{SegmentRepr, SEGMENTS_PER_FRAME_MAX, SEGMENT_LEN, SEG_MORE};
 
 /// The most answers (bodiless `Done` / `Refused` segments) packed ahead of a frame's last
-/// segment.
+/// segment when the frame carries a body that leaves room for them.
 pub(crate) const ANSWERS_PACKED_MAX: usize = 4;
 const _: () = assert!(ANSWERS_PACKED_MAX < SEGMENTS_PER_FRAME_MAX);
 
-/// Bytes of segment headers one payload holds at most: the packed answers and the last
-/// segment's header.
-const HEAD_MAX: usize = SEGMENT_LEN * (ANSWERS_PACKED_MAX + 1);
+/// The largest whole operation (segment header and body) that shares a frame with others; the
+/// bodies of such a frame are copied into one buffer, so only small ones share.
+pub(crate) const CHAINED_SEGMENT_MAX: usize = 8 * 1024;
 
-/// A data frame's payload: its segment headers (answers riding ahead, then the last segment's
-/// full or short header) and the last segment's body, with their CRC32C computed once (a
-/// retransmission only rewrites the frame header).
+/// Bytes of segment headers one payload holds in its head at most (a frame's segments, when
+/// none ahead of the last has a body).
+const HEAD_MAX: usize = SEGMENT_LEN * SEGMENTS_PER_FRAME_MAX;
+
+/// A segment and its body, as a frame carries it.
+pub(crate) type Piece = (SegmentRepr, Option<Bytes>);
+
+/// A data frame's payload: its segment headers (segments chained ahead, then the last
+/// segment's full or short header) and the last segment's body, with their CRC32C computed
+/// once (a retransmission only rewrites the frame header). Where a segment ahead has a body,
+/// the head ends with that segment's header and the body holds the rest of the frame.
 #[derive(Clone, Debug)]
 pub(crate) struct DataPayload {
     head: [u8; HEAD_MAX],
@@ -28,21 +36,52 @@ pub(crate) struct DataPayload {
 }
 
 impl DataPayload {
-    /// `answers` (at most [`ANSWERS_PACKED_MAX`], bodiless; each marked as followed by more)
-    /// ahead of `last` and its body.
-    pub fn packed(answers: &[SegmentRepr], last: &SegmentRepr, body: Option<Bytes>) -> Self {
-        debug_assert!(answers.len() <= ANSWERS_PACKED_MAX && answers.iter().all(|a| a.kind.is_answer()));
+    /// `ahead` (whole operations or answers, each with exactly its whole body; each marked as
+    /// followed by more), then `last` and its body; at most [`SEGMENTS_PER_FRAME_MAX`] in all.
+    /// Only bodies ahead of the last are copied: with none, the last body is kept as it is.
+    pub fn chain(ahead: &[Piece], last: &SegmentRepr, body: Option<Bytes>) -> Self {
+        debug_assert!(ahead.len() < SEGMENTS_PER_FRAME_MAX);
+        debug_assert!(ahead
+            .iter()
+            .all(|(s, b)| s.frag_off == 0 && s.whole_body_len() == Some(b.as_ref().map_or(0, Bytes::len))));
         let mut head = [0u8; HEAD_MAX];
         let mut at = 0;
-        for a in answers.iter().take(ANSWERS_PACKED_MAX) {
-            at += SegmentRepr { flags: a.flags | SEG_MORE, ..*a }.emit(&mut head[at..]);
+        let mut rest: Option<BytesMut> = None;
+        for (s, b) in ahead.iter().take(SEGMENTS_PER_FRAME_MAX - 1) {
+            let s = SegmentRepr { flags: s.flags | SEG_MORE, ..*s };
+            match &mut rest {
+                None => at += s.emit(&mut head[at..]),
+                Some(r) => put_header(r, &s),
+            }
+            if let Some(b) = b.as_ref().filter(|b| !b.is_empty()) {
+                rest.get_or_insert_with(|| BytesMut::with_capacity(CHAINED_SEGMENT_MAX)).put_slice(b);
+            }
         }
-        at += last.emit(&mut head[at..]);
+        let body = match rest {
+            None => {
+                at += last.emit(&mut head[at..]);
+                body
+            }
+            Some(mut r) => {
+                put_header(&mut r, last);
+                if let Some(b) = &body {
+                    r.put_slice(b);
+                }
+                Some(r.freeze())
+            }
+        };
         let mut crc = crc32c(&head[..at]);
         if let Some(b) = &body {
             crc = crc32c_append(crc, b);
         }
         DataPayload { head, head_len: at as u16, body, crc }
+    }
+
+    /// Answers packed ahead of `last`.
+    #[cfg(test)]
+    pub fn packed(answers: &[SegmentRepr], last: &SegmentRepr, body: Option<Bytes>) -> Self {
+        let ahead: Vec<Piece> = answers.iter().map(|a| (*a, None)).collect();
+        DataPayload::chain(&ahead, last, body)
     }
 
     /// The segment headers' bytes.
@@ -53,6 +92,13 @@ impl DataPayload {
     pub fn len(&self) -> usize {
         self.head_len as usize + self.body.as_ref().map_or(0, Bytes::len)
     }
+}
+
+/// A segment header appended to `buf`.
+fn put_header(buf: &mut BytesMut, s: &SegmentRepr) {
+    let mut h = [0u8; SEGMENT_LEN];
+    let n = s.emit(&mut h);
+    buf.put_slice(&h[..n]);
 }
 
 #[cfg(test)]

@@ -7,12 +7,12 @@ use rackwire_wire::frame::PAYLOAD_LEN_MAX;
 use rackwire_wire::payload::{CLOSE_LEN, HANDSHAKE_LEN, PROBE_LEN};
 use rackwire_wire::{
     AckRepr, CloseRepr, Frame, FrameKind, FrameRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind,
-    SegmentRepr, HEADER_LEN, SEGMENT_LEN, SEGMENT_SHORT_LEN,
+    SegmentRepr, HEADER_LEN, SEGMENTS_PER_FRAME_MAX, SEGMENT_LEN, SEGMENT_SHORT_LEN,
 };
 
 use bytes::Bytes;
 
-use crate::chunk::{DataPayload, ANSWERS_PACKED_MAX};
+use crate::chunk::{DataPayload, Piece, ANSWERS_PACKED_MAX, CHAINED_SEGMENT_MAX};
 use crate::link::Link;
 use crate::ops::{Body, Incomings, Ops, WriteOutcome};
 use crate::recv::{Arrival, RecvState};
@@ -211,6 +211,16 @@ fn own_payload_max(cfg: &Config) -> usize {
     (0..cfg.links).map(|l| cfg.payload_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX)
 }
 
+/// Frames in flight from which [`Connection::worth_gathering`] holds small operations.
+pub const GATHER_IN_FLIGHT_MIN: usize = 2;
+
+/// Whether a segment may have another chained behind it in its frame: it carries its whole
+/// operation (or is an answer), and is small enough to be copied.
+fn chainable(s: &SegmentRepr, body: Option<&Bytes>) -> bool {
+    let len = body.map_or(0, Bytes::len);
+    s.frag_off == 0 && s.whole_body_len() == Some(len) && s.header_len() + len <= CHAINED_SEGMENT_MAX
+}
+
 fn unwrap_seq(near: u64, wire: u32) -> u64 {
     let base = near & !0xffff_ffff;
     let cands =
@@ -324,6 +334,14 @@ impl Connection {
     /// Frames in flight.
     pub fn in_flight(&self) -> usize {
         self.inflight.len()
+    }
+
+    /// Whether the operation just submitted is better sent a little later, with others: it is
+    /// small enough to share a frame, and [`GATHER_IN_FLIGHT_MIN`] frames are already in
+    /// flight (the peer is busy with them; operations submitted meanwhile can go up to
+    /// [`SEGMENTS_PER_FRAME_MAX`] to a frame). A lone operation is never worth holding.
+    pub fn worth_gathering(&self) -> bool {
+        self.inflight.len() >= GATHER_IN_FLIGHT_MIN && self.ops.last_is_small()
     }
 
     /// True when nothing is queued, in flight, or owed to the peer.
@@ -618,16 +636,17 @@ impl Connection {
 
     fn on_data(&mut self, now: Time, link: usize, repr: &FrameRepr, payload: &[u8], target: &mut dyn Target) {
         let seq = unwrap_seq(self.recv.next, repr.seq);
-        // The whole chain is checked before any of it acts: answers riding ahead, then the
-        // frame's last segment, which carries the body.
+        // The whole chain is checked before any of it acts: whole operations and answers
+        // chained ahead, each with its body, then the frame's last segment with the rest.
         let mut last = None;
-        let mut ahead = [SegmentRepr::answer(0, SegKind::Done, 0, 0); rackwire_wire::SEGMENTS_PER_FRAME_MAX];
+        let mut ahead: [(SegmentRepr, &[u8]); SEGMENTS_PER_FRAME_MAX] =
+            [(SegmentRepr::answer(0, SegKind::Done, 0, 0), &[]); SEGMENTS_PER_FRAME_MAX];
         let mut n = 0;
         for seg in rackwire_wire::segments(payload) {
             match seg {
                 Ok(x) => {
                     // The reader ends a chain longer than the array with an error.
-                    if let (Some((a, _)), Some(slot)) = (last.replace(x), ahead.get_mut(n)) {
+                    if let (Some(a), Some(slot)) = (last.replace(x), ahead.get_mut(n)) {
                         *slot = a;
                         n += 1;
                     }
@@ -662,8 +681,8 @@ impl Connection {
                 }
             }
         }
-        for a in &ahead[..n] {
-            self.on_segment(a, &[], target);
+        for (a, a_body) in &ahead[..n] {
+            self.on_segment(a, a_body, target);
         }
         if early {
             self.stats.stashed += 1;
@@ -1318,7 +1337,7 @@ impl Connection {
         let fits = |r: &(SegmentRepr, Option<Bytes>)| {
             packed + r.0.header_len() + r.1.as_ref().map_or(0, Bytes::len) <= self.payload_max
         };
-        let (last, body) = match self.responses.front() {
+        let (mut last, mut body) = match self.responses.front() {
             Some(r) if fits(r) => self.responses.pop_front().expect("looked at"),
             _ => match self.ops.next_segment(self.payload_max - packed) {
                 Some((_, seg, body)) => (seg, body),
@@ -1330,7 +1349,32 @@ impl Connection {
                 }
             },
         };
-        let payload = DataPayload::packed(&answers[..n], &last, body);
+        let mut ahead: [Piece; SEGMENTS_PER_FRAME_MAX - 1] = std::array::from_fn(|_| (answers[0], None));
+        for (slot, a) in ahead.iter_mut().zip(&answers[..n]) {
+            slot.0 = *a;
+        }
+        // Small whole operations (and answers) waiting behind share the frame: each one moves
+        // the last ahead, while the frame has room and segments to spare.
+        let mut used = packed + last.header_len() + body.as_ref().map_or(0, Bytes::len);
+        while n + 1 < SEGMENTS_PER_FRAME_MAX && chainable(&last, body.as_ref()) {
+            let room = (self.payload_max - used).min(CHAINED_SEGMENT_MAX);
+            let from_responses = self.responses.front().is_some_and(|r| {
+                r.0.header_len() + r.1.as_ref().map_or(0, Bytes::len) <= room && chainable(&r.0, r.1.as_ref())
+            });
+            let next = if from_responses {
+                self.responses.pop_front()
+            } else {
+                let op = self.ops.next_whole(room).map(|(_, seg, body)| (seg, body));
+                self.stats.ops_chained += op.is_some() as u64;
+                op
+            };
+            let Some(next) = next else { break };
+            used += next.0.header_len() + next.1.as_ref().map_or(0, Bytes::len);
+            ahead[n] = (last, body);
+            n += 1;
+            (last, body) = next;
+        }
+        let payload = DataPayload::chain(&ahead[..n], &last, body);
         let seq = self.next_seq;
         self.next_seq += 1;
         self.links[link].inflight += 1;

@@ -56,7 +56,7 @@ mod target;
 
 pub use bytes::Bytes;
 pub use config::Config;
-pub use conn::{CloseReason, Connection, Event, SplitTransmit, State, Transmit};
+pub use conn::{CloseReason, Connection, Event, SplitTransmit, State, Transmit, GATHER_IN_FLIGHT_MIN};
 pub use ops::{AtomicOp, Completion, OpError, OpFlags, OpId, RegionRef};
 pub use sent::SEND_SPAN_MAX;
 pub use stats::{ConnStats, LinkStats};

@@ -104,6 +104,15 @@ impl Op {
             Body::Read { .. } | Body::Atomic { .. } => 0,
         }
     }
+
+    /// Bytes of its request's segment body when sent whole (a compare-and-swap carries its
+    /// new value).
+    fn whole_body_len(&self) -> u64 {
+        match &self.body {
+            Body::Atomic { op: AtomicOp::CompareSwap { .. }, .. } => 8,
+            _ => self.request_len(),
+        }
+    }
 }
 
 /// The initiator's operations.
@@ -162,6 +171,24 @@ impl Ops {
         let Some(id) = self.queue.front() else { return false };
         let op = &self.map[id];
         op.started || (self.running_fence_after == 0 && !(op.flags.fence_before && self.running > 0))
+    }
+
+    /// Whether the last operation submitted has not started and would go whole in a frame
+    /// shared with others (see [`crate::chunk::CHAINED_SEGMENT_MAX`]).
+    pub fn last_is_small(&self) -> bool {
+        self.queue.back().and_then(|id| self.map.get(id)).is_some_and(|op| {
+            !op.started && SEGMENT_LEN as u64 + op.whole_body_len() <= crate::chunk::CHAINED_SEGMENT_MAX as u64
+        })
+    }
+
+    /// The next operation whole, as one segment, if it has not started, may go now (fences)
+    /// and its header and body take at most `room` bytes; otherwise nothing is taken.
+    pub fn next_whole(&mut self, room: usize) -> Option<(OpId, SegmentRepr, Option<Bytes>)> {
+        let op = self.map.get(self.queue.front()?)?;
+        if op.started || SEGMENT_LEN as u64 + op.whole_body_len() > room as u64 {
+            return None;
+        }
+        self.next_segment(room)
     }
 
     /// The next request segment: header and body together at most `payload_max` bytes. A

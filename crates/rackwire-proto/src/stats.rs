@@ -58,6 +58,9 @@ pub struct ConnStats {
     pub malformed: u64,
     /// Answers sent riding ahead of another segment instead of in frames of their own.
     pub answers_packed: u64,
+    /// Operations sent whole in a frame behind another operation's segment instead of in a
+    /// frame of their own.
+    pub ops_chained: u64,
     /// Later write fragments kept until their operation's first fragment arrived.
     pub stashed: u64,
     /// Later write fragments dropped unacknowledged because the stash was full.

@@ -513,3 +513,83 @@ fn ends_with_different_mtus_agree_on_the_smaller() {
     });
     assert_eq!(got.as_deref(), Some(&data[..]), "the read brings the bytes back");
 }
+
+// Checks that small whole operations share frames: twenty 100-byte writes queued together
+// go out in three frames (eight segments at most to a frame), counted as chained; delivered
+// last frame first, every write lands where it was aimed and completes once. Then a read, a
+// fetch-and-add and a compare-and-swap queued together go in one frame and each completes
+// with its own result.
+#[test]
+fn small_operations_share_frames() {
+    let (mut a, mut b, mut ta, mut tb, mut now) = pair(Config::new(1, MTU), 4096);
+    let target = RegionRef { region: 5, key: 55 };
+    let mut ids = Vec::new();
+    for i in 0..20u8 {
+        ids.push(a.write(now, target, i as u64 * 100, &[i + 1; 100], OpFlags::default()).unwrap());
+    }
+    let frames = drain(&mut a, now);
+    assert_eq!(frames.len(), 3, "20 operations in frames of at most 8 segments");
+    assert_eq!(a.stats().ops_chained, 17);
+    for (link, f) in frames.iter().rev() {
+        b.handle_frame(now + 10, *link, f, &mut tb);
+    }
+    assert_eq!(b.stats().malformed, 0);
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    for i in 0..20usize {
+        assert!(tb.regions[&5].data[i * 100..(i + 1) * 100].iter().all(|&x| x == i as u8 + 1), "write {i}");
+    }
+    let completed = |a: &mut Connection| -> Vec<(u32, Result<Completion, OpError>)> {
+        events(a)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Completed { op, result } => Some((op, result)),
+                _ => None,
+            })
+            .collect()
+    };
+    let done = completed(&mut a);
+    assert_eq!(done.len(), 20, "each write completes once");
+    assert!(ids.iter().all(|id| done.iter().any(|(op, r)| op == id && *r == Ok(Completion::Done))));
+
+    let read = a.read(now, target, 150, 100, OpFlags::default()).unwrap();
+    let fadd = a.atomic(now, target, 2000, AtomicOp::FetchAdd(5), OpFlags::default()).unwrap();
+    let cas = a.atomic(now, target, 2000, AtomicOp::CompareSwap { expected: 5, new: 9 }, OpFlags::default()).unwrap();
+    assert_eq!(drain_and_deliver(&mut a, &mut b, &mut tb, now), 1, "three operations in one frame");
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    let done = completed(&mut a);
+    let mut want_read = vec![2u8; 50];
+    want_read.extend_from_slice(&[3; 50]);
+    assert!(done.contains(&(read, Ok(Completion::Data(want_read)))));
+    assert!(done.contains(&(fadd, Ok(Completion::Value(0)))));
+    assert!(done.contains(&(cas, Ok(Completion::Value(5)))));
+    assert_eq!(u64::from_le_bytes(tb.regions[&5].data[2000..2008].try_into().unwrap()), 9);
+}
+
+/// Every frame `a` sends now, handed to `b` in order; how many there were.
+fn drain_and_deliver(a: &mut Connection, b: &mut Connection, tb: &mut MemTarget, now: Time) -> usize {
+    let frames = drain(a, now);
+    for (link, f) in &frames {
+        b.handle_frame(now + 10, *link, f, tb);
+    }
+    frames.len()
+}
+
+// Checks when an operation is worth holding back to share a frame: never with nothing in
+// flight (a lone operation goes at once), yes for a small one once two frames are in flight,
+// never for one too large to share a frame.
+#[test]
+fn small_operations_are_gathered_only_behind_frames_in_flight() {
+    let (mut a, _b, _ta, _tb, now) = pair(Config::new(1, MTU), 65536);
+    let target = RegionRef { region: 5, key: 55 };
+    a.write(now, target, 0, &[1; 64], OpFlags::default()).unwrap();
+    assert!(!a.worth_gathering(), "nothing in flight");
+    drain(&mut a, now);
+    a.write(now, target, 0, &[1; 64], OpFlags::default()).unwrap();
+    drain(&mut a, now);
+    assert_eq!(a.in_flight(), rackwire_proto::GATHER_IN_FLIGHT_MIN);
+    a.write(now, target, 0, &[2; 64], OpFlags::default()).unwrap();
+    assert!(a.worth_gathering(), "small, behind two frames in flight");
+    drain(&mut a, now);
+    a.write(now, target, 0, &[3; 20_000], OpFlags::default()).unwrap();
+    assert!(!a.worth_gathering(), "too large to share a frame");
+}

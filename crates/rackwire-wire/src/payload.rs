@@ -39,9 +39,11 @@ pub const SEG_NOTIFY: u8 = 1;
 pub const SEG_FENCE_BEFORE: u8 = 2;
 /// Segment flag: forward fence (informational at the target).
 pub const SEG_FENCE_AFTER: u8 = 4;
-/// Segment flag: this segment has no body and another segment follows it in the same frame.
-/// Only answers ([`SegKind::Done`], [`SegKind::Refused`]) carry it: they ride ahead of the
-/// frame's last segment instead of taking frames of their own.
+/// Segment flag: another segment follows this one in the same frame. A segment so marked
+/// carries its whole operation (`frag_off` 0) and a body of exactly
+/// [`SegmentRepr::whole_body_len`] bytes; only full-header kinds may carry it. Answers
+/// ([`SegKind::Done`], [`SegKind::Refused`]) ride ahead of a frame's last segment this way, and
+/// small whole requests share one frame instead of taking one each.
 pub const SEG_MORE: u8 = 8;
 const SEG_FLAGS_ALL: u8 = SEG_NOTIFY | SEG_FENCE_BEFORE | SEG_FENCE_AFTER | SEG_MORE;
 /// The most segments one data frame carries (answers ahead of its last segment).
@@ -138,6 +140,20 @@ impl SegKind {
         matches!(self, SegKind::Done | SegKind::Refused)
     }
 
+    /// Whether a segment of this kind may be followed by another in its frame ([`SEG_MORE`]).
+    pub fn can_chain(self) -> bool {
+        matches!(
+            self,
+            SegKind::Write
+                | SegKind::ReadReq
+                | SegKind::Cas
+                | SegKind::Fadd
+                | SegKind::Msg
+                | SegKind::Done
+                | SegKind::Refused
+        )
+    }
+
     /// The length of this kind's segment header: [`SEGMENT_SHORT_LEN`] for
     /// [`SegKind::WriteMore`] and [`SegKind::ReadData`], [`SEGMENT_LEN`] for the rest.
     pub fn header_len(self) -> usize {
@@ -220,7 +236,7 @@ impl SegmentRepr {
         zero(&b[seg::RESERVED_A..seg::RESERVED_A + 1], "segment reserved")?;
         zero(&b[seg::RESERVED_B..seg::RESERVED_B + 4], "segment reserved")?;
         let flags = b[seg::FLAGS];
-        if flags & !SEG_FLAGS_ALL != 0 || (flags & SEG_MORE != 0 && !kind.is_answer()) {
+        if flags & !SEG_FLAGS_ALL != 0 || (flags & SEG_MORE != 0 && !kind.can_chain()) {
             return Err(WireError::BadValue { field: "segment flags" });
         }
         let r = SegmentRepr {
@@ -235,11 +251,27 @@ impl SegmentRepr {
             key: be128(b, seg::KEY),
             imm: be64(b, seg::IMM),
         };
+        // A chained segment's body is what its header says ([`segments`] checks it); the last
+        // segment's is the rest of the frame.
         let body = b.len() - SEGMENT_LEN;
-        if matches!(r.kind, SegKind::Write | SegKind::Msg) && (r.frag_off as u64 + body as u64) > r.op_len as u64 {
+        if flags & SEG_MORE == 0
+            && matches!(r.kind, SegKind::Write | SegKind::Msg)
+            && (r.frag_off as u64 + body as u64) > r.op_len as u64
+        {
             return Err(WireError::BadValue { field: "segment frag_off" });
         }
         Ok(r)
+    }
+
+    /// The body of a segment that carries its whole operation: a write's or message's
+    /// `op_len` bytes, a compare-and-swap's 8-byte new value (`op_len` 8), nothing for a read
+    /// request, a fetch-and-add or an answer; `None` for kinds that cannot be chained.
+    pub fn whole_body_len(&self) -> Option<usize> {
+        match self.kind {
+            SegKind::Write | SegKind::Msg | SegKind::Cas => Some(self.op_len as usize),
+            SegKind::ReadReq | SegKind::Fadd | SegKind::Done | SegKind::Refused => Some(0),
+            _ => None,
+        }
     }
 
     /// A target's answer to operation `op` ([`SegKind::Done`] with an atomic's old value in
@@ -281,10 +313,12 @@ impl SegmentRepr {
     }
 }
 
-/// The segments of a data frame's payload, first to last, each with its body: answers marked
-/// [`SEG_MORE`] (header only) and then one last segment whose body is the rest of the payload.
-/// Yields an error, and then nothing, at the first segment that does not parse, a chain that
-/// ends on [`SEG_MORE`], or more than [`SEGMENTS_PER_FRAME_MAX`] segments.
+/// The segments of a data frame's payload, first to last, each with its body: segments marked
+/// [`SEG_MORE`] (each a whole operation with its whole body, or an answer) and then one last
+/// segment whose body is the rest of the payload. Yields an error, and then nothing, at the
+/// first segment that does not parse, a chained segment that is not whole or whose body runs
+/// past the payload, a chain that ends on [`SEG_MORE`], or more than
+/// [`SEGMENTS_PER_FRAME_MAX`] segments.
 pub fn segments(payload: &[u8]) -> Segments<'_> {
     Segments { rest: Some(payload), count: 0 }
 }
@@ -313,11 +347,15 @@ impl<'a> Iterator for Segments<'a> {
         if r.flags & SEG_MORE == 0 {
             return Some(Ok((r, &b[header_len..])));
         }
-        if b.len() == header_len {
-            return Some(Err(WireError::BadValue { field: "segment chain" }));
+        let end = r.whole_body_len().filter(|_| r.frag_off == 0).map(|n| header_len + n);
+        match end {
+            // Something must follow.
+            Some(end) if end < b.len() => {
+                self.rest = Some(&b[end..]);
+                Some(Ok((r, &b[header_len..end])))
+            }
+            _ => Some(Err(WireError::BadValue { field: "segment chain" })),
         }
-        self.rest = Some(&b[header_len..]);
-        Some(Ok((r, &[])))
     }
 }
 
@@ -641,6 +679,50 @@ mod tests {
             })
     }
 
+    /// A segment that carries its whole operation (what may be chained ahead of another) and its
+    /// body.
+    fn whole_strategy() -> impl Strategy<Value = (SegmentRepr, Vec<u8>)> {
+        (
+            any::<u32>(),
+            0usize..7,
+            0u8..8,
+            (any::<u8>(), any::<u32>(), any::<u64>(), any::<u128>(), any::<u64>()),
+            proptest::collection::vec(any::<u8>(), 0..64),
+            any::<u32>(),
+        )
+            .prop_map(|(op, k, flags, (reason, region, offset, key, imm), body, read_len)| {
+                let kinds = [
+                    SegKind::Write,
+                    SegKind::ReadReq,
+                    SegKind::Cas,
+                    SegKind::Fadd,
+                    SegKind::Msg,
+                    SegKind::Done,
+                    SegKind::Refused,
+                ];
+                let kind = kinds[k];
+                let (op_len, body) = match kind {
+                    SegKind::Write | SegKind::Msg => (body.len() as u32, body),
+                    SegKind::Cas => (8, body.iter().copied().cycle().take(8).chain([0; 8]).take(8).collect()),
+                    SegKind::ReadReq => (read_len, Vec::new()),
+                    _ => (0, Vec::new()),
+                };
+                let s = SegmentRepr {
+                    op,
+                    kind,
+                    flags: flags | SEG_MORE,
+                    reason,
+                    region,
+                    frag_off: 0,
+                    offset,
+                    op_len,
+                    key,
+                    imm,
+                };
+                (s, body)
+            })
+    }
+
     /// A complete data frame around a segment.
     fn data_frame(seg: &SegmentRepr, body: &[u8]) -> Vec<u8> {
         let repr = FrameRepr {
@@ -686,22 +768,22 @@ mod tests {
             prop_assert_eq!(s.body(), &body[..]);
         }
 
-        // Checks that answers packed ahead of a last segment come back out of `segments` in
-        // order, each answer without a body and the last with its own, whatever the last is.
+        // Checks that whole segments chained ahead of a last segment (answers, whole writes,
+        // messages, reads, atomics) come back out of `segments` in order, each with exactly its
+        // own body, and the last with the rest, whatever the last is.
         #[test]
-        fn packed_answers_round_trip(
-            answers in proptest::collection::vec((any::<u32>(), any::<bool>(), any::<u8>(), any::<u64>()), 0..SEGMENTS_PER_FRAME_MAX),
+        fn chained_segments_round_trip(
+            ahead in proptest::collection::vec(whole_strategy(), 0..SEGMENTS_PER_FRAME_MAX),
             (last, body) in seg_strategy(),
         ) {
             let mut want = Vec::new();
             let mut bytes = Vec::new();
-            for &(op, done, reason, imm) in &answers {
-                let kind = if done { SegKind::Done } else { SegKind::Refused };
-                let a = SegmentRepr { flags: SEG_MORE, ..SegmentRepr::answer(op, kind, reason, imm) };
+            for (a, a_body) in ahead {
                 let at = bytes.len();
                 bytes.resize(at + SEGMENT_LEN, 0);
                 a.emit(&mut bytes[at..]);
-                want.push((a, Vec::new()));
+                bytes.extend_from_slice(&a_body);
+                want.push((a, a_body));
             }
             let at = bytes.len();
             bytes.resize(at + last.header_len(), 0);
@@ -751,8 +833,9 @@ mod tests {
     }
 
     // Checks that bad segment chains are refused with the field named and end the iteration:
-    // "more follows" on a kind that is not an answer, a chain that ends on "more follows",
-    // and more segments than a frame may carry.
+    // "more follows" on a kind that cannot chain, a chain that ends on "more follows", a
+    // chained write that is not whole or whose body runs to or past the payload's end, and
+    // more segments than a frame may carry.
     #[test]
     fn bad_segment_chains_are_named() {
         let answer = SegmentRepr { flags: SEG_MORE, ..SegmentRepr::answer(1, SegKind::Done, 0, 0) };
@@ -760,10 +843,27 @@ mod tests {
         answer.emit(&mut b);
         let errors = |bytes: &[u8]| segments(bytes).filter_map(Result::err).collect::<Vec<_>>();
         assert_eq!(errors(&b), vec![WireError::BadValue { field: "segment chain" }]);
-        b[4] = SegKind::Write.into();
-        let mut write = b.to_vec();
-        write.extend_from_slice(&[0; 8]);
-        assert_eq!(errors(&write), vec![WireError::BadValue { field: "segment flags" }]);
+        b[4] = 99;
+        let mut unknown = b.to_vec();
+        unknown.extend_from_slice(&b);
+        assert_eq!(errors(&unknown), vec![WireError::BadValue { field: "segment flags" }]);
+        // A chained write of 100 bytes: whole, followed by an answer, it reads; cut short, or
+        // followed by nothing, or a later fragment (frag_off 4), it does not.
+        let write = SegmentRepr { kind: SegKind::Write, op_len: 100, ..answer };
+        let mut chain = vec![0u8; SEGMENT_LEN];
+        write.emit(&mut chain);
+        chain.extend_from_slice(&[7; 100]);
+        let last = SegmentRepr::answer(2, SegKind::Done, 0, 0);
+        let mut tail = [0u8; SEGMENT_LEN];
+        last.emit(&mut tail);
+        let whole = [&chain[..], &tail[..]].concat();
+        let got: Vec<_> = segments(&whole).collect::<Result<_, _>>().unwrap();
+        assert_eq!(got, vec![(write, &[7u8; 100][..]), (last, &[][..])]);
+        assert_eq!(errors(&chain), vec![WireError::BadValue { field: "segment chain" }]);
+        assert_eq!(errors(&whole[..SEGMENT_LEN + 50]), vec![WireError::BadValue { field: "segment chain" }]);
+        let later = SegmentRepr { frag_off: 4, ..write };
+        later.emit(&mut chain);
+        assert_eq!(errors(&[&chain[..], &tail[..]].concat()), vec![WireError::BadValue { field: "segment chain" }]);
         answer.emit(&mut b);
         let long: Vec<u8> = b.repeat(SEGMENTS_PER_FRAME_MAX + 1);
         assert_eq!(segments(&long).filter(Result::is_ok).count(), SEGMENTS_PER_FRAME_MAX);

@@ -947,10 +947,22 @@ impl EdgePeer {
                 Err(_) => return Op::ready(Err(Error::PeerGone(self.peer))),
             }
             // Send what the windows allow now, from this thread, instead of handing the
-            // operation to the network thread: no wake-up on the way out.
-            let mut io = lock(&self.ep.app_io);
-            self.ep.transmit(&mut st, now, &mut io);
-            drop(io);
+            // operation to the network thread: no wake-up on the way out. But a small operation
+            // submitted while frames are in flight is left for whoever drives the endpoint next,
+            // which sends the operations gathered meanwhile several to a frame (one system
+            // call, and one for the peer, instead of one each): a thread that polls (most
+            // likely this one, waiting for its operations; one that stops to sleep hands over
+            // to the network thread at once), or the network thread when it is at work. A
+            // network thread that sleeps, or only looks in now and then, gets it sent inline.
+            let gather = st.slots.get(&self.local).is_some_and(|s| s.conn.worth_gathering())
+                && (self.ep.polled_lately(now)
+                    || (self.ep.parked_until_us.load(Ordering::SeqCst) == AWAKE
+                        && !self.ep.watching.load(Ordering::SeqCst)));
+            if !gather {
+                let mut io = lock(&self.ep.app_io);
+                self.ep.transmit(&mut st, now, &mut io);
+                drop(io);
+            }
             // Wake the network thread only if this connection now needs it before it would
             // wake anyway (a timer armed by the new frames, or frames the windows held back).
             let due = st.slots.get(&self.local).and_then(|s| s.conn.poll_timeout());
