@@ -337,11 +337,15 @@ impl Connection {
     }
 
     /// Whether the operation just submitted is better sent a little later, with others: it is
-    /// small enough to share a frame, and [`GATHER_IN_FLIGHT_MIN`] frames are already in
-    /// flight (the peer is busy with them; operations submitted meanwhile can go up to
-    /// [`SEGMENTS_PER_FRAME_MAX`] to a frame). A lone operation is never worth holding.
+    /// small enough to share a frame, [`GATHER_IN_FLIGHT_MIN`] frames are already in flight
+    /// (the peer is busy with them; operations submitted meanwhile can go up to
+    /// [`SEGMENTS_PER_FRAME_MAX`] to a frame), and fewer than a frame's worth wait. A lone
+    /// operation is never worth holding, nor are more than a frame's worth held: whatever a
+    /// caller does next, at most [`SEGMENTS_PER_FRAME_MAX`] less one wait for it.
     pub fn worth_gathering(&self) -> bool {
-        self.inflight.len() >= GATHER_IN_FLIGHT_MIN && self.ops.last_is_small()
+        self.inflight.len() >= GATHER_IN_FLIGHT_MIN
+            && self.ops.queued() < SEGMENTS_PER_FRAME_MAX
+            && self.ops.last_is_small()
     }
 
     /// True when nothing is queued, in flight, or owed to the peer.

@@ -173,6 +173,11 @@ impl Ops {
         op.started || (self.running_fence_after == 0 && !(op.flags.fence_before && self.running > 0))
     }
 
+    /// Operations waiting to send (or to finish sending).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
     /// Whether the last operation submitted has not started and would go whole in a frame
     /// shared with others (see [`crate::chunk::CHAINED_SEGMENT_MAX`]).
     pub fn last_is_small(&self) -> bool {

@@ -576,7 +576,7 @@ fn drain_and_deliver(a: &mut Connection, b: &mut Connection, tb: &mut MemTarget,
 
 // Checks when an operation is worth holding back to share a frame: never with nothing in
 // flight (a lone operation goes at once), yes for a small one once two frames are in flight,
-// never for one too large to share a frame.
+// never once a frame's worth (eight) wait, never for one too large to share a frame.
 #[test]
 fn small_operations_are_gathered_only_behind_frames_in_flight() {
     let (mut a, _b, _ta, _tb, now) = pair(Config::new(1, MTU), 65536);
@@ -587,8 +587,12 @@ fn small_operations_are_gathered_only_behind_frames_in_flight() {
     a.write(now, target, 0, &[1; 64], OpFlags::default()).unwrap();
     drain(&mut a, now);
     assert_eq!(a.in_flight(), rackwire_proto::GATHER_IN_FLIGHT_MIN);
+    for i in 1..8 {
+        a.write(now, target, 0, &[2; 64], OpFlags::default()).unwrap();
+        assert!(a.worth_gathering(), "small, behind two frames in flight, {i} waiting");
+    }
     a.write(now, target, 0, &[2; 64], OpFlags::default()).unwrap();
-    assert!(a.worth_gathering(), "small, behind two frames in flight");
+    assert!(!a.worth_gathering(), "a frame's worth waits");
     drain(&mut a, now);
     a.write(now, target, 0, &[3; 20_000], OpFlags::default()).unwrap();
     assert!(!a.worth_gathering(), "too large to share a frame");
