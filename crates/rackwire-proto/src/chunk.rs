@@ -16,9 +16,9 @@ const _: () = assert!(ANSWERS_PACKED_MAX < SEGMENTS_PER_FRAME_MAX);
 /// bodies of such a frame are copied into one buffer, so only small ones share.
 pub(crate) const CHAINED_SEGMENT_MAX: usize = 8 * 1024;
 
-/// Bytes of segment headers one payload holds in its head at most (a frame's segments, when
-/// none ahead of the last has a body).
-const HEAD_MAX: usize = SEGMENT_LEN * SEGMENTS_PER_FRAME_MAX;
+/// Bytes of segment headers one payload holds in its head at most: packed answers and the
+/// last segment's header (chained segments past that go into the body).
+const HEAD_MAX: usize = SEGMENT_LEN * (ANSWERS_PACKED_MAX + 1);
 
 /// A segment and its body, as a frame carries it.
 pub(crate) type Piece = (SegmentRepr, Option<Bytes>);
@@ -49,6 +49,10 @@ impl DataPayload {
         let mut rest: Option<BytesMut> = None;
         for (s, b) in ahead.iter().take(SEGMENTS_PER_FRAME_MAX - 1) {
             let s = SegmentRepr { flags: s.flags | SEG_MORE, ..*s };
+            // The head keeps room for the last segment's header.
+            if rest.is_none() && at + s.header_len() + SEGMENT_LEN > HEAD_MAX {
+                rest = Some(BytesMut::with_capacity(CHAINED_SEGMENT_MAX));
+            }
             match &mut rest {
                 None => at += s.emit(&mut head[at..]),
                 Some(r) => put_header(r, &s),
@@ -77,11 +81,21 @@ impl DataPayload {
         DataPayload { head, head_len: at as u16, body, crc }
     }
 
-    /// Answers packed ahead of `last`.
-    #[cfg(test)]
+    /// `answers` (at most [`ANSWERS_PACKED_MAX`], bodiless; each marked as followed by more)
+    /// ahead of `last` and its body: the common frame, nothing copied.
     pub fn packed(answers: &[SegmentRepr], last: &SegmentRepr, body: Option<Bytes>) -> Self {
-        let ahead: Vec<Piece> = answers.iter().map(|a| (*a, None)).collect();
-        DataPayload::chain(&ahead, last, body)
+        debug_assert!(answers.len() <= ANSWERS_PACKED_MAX && answers.iter().all(|a| a.kind.is_answer()));
+        let mut head = [0u8; HEAD_MAX];
+        let mut at = 0;
+        for a in answers.iter().take(ANSWERS_PACKED_MAX) {
+            at += SegmentRepr { flags: a.flags | SEG_MORE, ..*a }.emit(&mut head[at..]);
+        }
+        at += last.emit(&mut head[at..]);
+        let mut crc = crc32c(&head[..at]);
+        if let Some(b) = &body {
+            crc = crc32c_append(crc, b);
+        }
+        DataPayload { head, head_len: at as u16, body, crc }
     }
 
     /// The segment headers' bytes.
@@ -156,5 +170,43 @@ mod tests {
             assert!(g.1.is_empty());
         }
         assert_eq!(got[2], (last, b"xyz".to_vec()));
+    }
+
+    // Checks chained payloads against the wire's own reader, with seven segments ahead of the
+    // last (more headers than the head holds, so some go into the body) and with bodies ahead
+    // (copied into one buffer): every segment comes back in order with exactly its own body,
+    // all but the last marked as followed by more, and the CRC covers every byte.
+    #[test]
+    fn chains_read_back_in_order() {
+        let write = |op: u32, len: usize| {
+            let s = SegmentRepr {
+                kind: SegKind::Write,
+                op_len: len as u32,
+                ..SegmentRepr::answer(op, SegKind::Done, 0, 0)
+            };
+            (s, Some(Bytes::from(vec![op as u8; len])))
+        };
+        let answer = |op: u32| (SegmentRepr::answer(op, SegKind::Done, 0, op as u64), None);
+        let cases: [Vec<Piece>; 3] = [
+            (1..=7).map(answer).collect(),
+            (1..=7).map(|op| if op % 2 == 0 { write(op, 10 * op as usize) } else { answer(op) }).collect(),
+            vec![write(1, 0), write(2, 300), answer(3)],
+        ];
+        for ahead in cases {
+            let (last, body) = write(99, 50);
+            let p = DataPayload::chain(&ahead, &last, body.clone());
+            let mut whole = p.head().to_vec();
+            whole.extend_from_slice(p.body.as_deref().unwrap_or(&[]));
+            assert_eq!(p.crc, crc32c(&whole));
+            assert_eq!(p.len(), whole.len());
+            let got: Vec<(SegmentRepr, Vec<u8>)> =
+                rackwire_wire::segments(&whole).map(|r| r.map(|(s, b)| (s, b.to_vec())).unwrap()).collect();
+            let mut want: Vec<(SegmentRepr, Vec<u8>)> = ahead
+                .iter()
+                .map(|(s, b)| (SegmentRepr { flags: s.flags | SEG_MORE, ..*s }, b.as_deref().unwrap_or(&[]).to_vec()))
+                .collect();
+            want.push((last, body.as_deref().unwrap_or(&[]).to_vec()));
+            assert_eq!(got, want);
+        }
     }
 }

@@ -1353,14 +1353,12 @@ impl Connection {
                 }
             },
         };
-        let mut ahead: [Piece; SEGMENTS_PER_FRAME_MAX - 1] = std::array::from_fn(|_| (answers[0], None));
-        for (slot, a) in ahead.iter_mut().zip(&answers[..n]) {
-            slot.0 = *a;
-        }
         // Small whole operations (and answers) waiting behind share the frame: each one moves
-        // the last ahead, while the frame has room and segments to spare.
+        // the last ahead, while the frame has room and segments to spare. (Nothing is gathered
+        // for the usual frame of one operation.)
+        let mut chained: Vec<Piece> = Vec::new();
         let mut used = packed + last.header_len() + body.as_ref().map_or(0, Bytes::len);
-        while n + 1 < SEGMENTS_PER_FRAME_MAX && chainable(&last, body.as_ref()) {
+        while n + chained.len() + 1 < SEGMENTS_PER_FRAME_MAX && chainable(&last, body.as_ref()) {
             let room = (self.payload_max - used).min(CHAINED_SEGMENT_MAX);
             let from_responses = self.responses.front().is_some_and(|r| {
                 r.0.header_len() + r.1.as_ref().map_or(0, Bytes::len) <= room && chainable(&r.0, r.1.as_ref())
@@ -1374,11 +1372,15 @@ impl Connection {
             };
             let Some(next) = next else { break };
             used += next.0.header_len() + next.1.as_ref().map_or(0, Bytes::len);
-            ahead[n] = (last, body);
-            n += 1;
+            chained.push((last, body));
             (last, body) = next;
         }
-        let payload = DataPayload::chain(&ahead[..n], &last, body);
+        let payload = if chained.is_empty() {
+            DataPayload::packed(&answers[..n], &last, body)
+        } else {
+            let ahead: Vec<Piece> = answers[..n].iter().map(|a| (*a, None)).chain(chained).collect();
+            DataPayload::chain(&ahead, &last, body)
+        };
         let seq = self.next_seq;
         self.next_seq += 1;
         self.links[link].inflight += 1;
