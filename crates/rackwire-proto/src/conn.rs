@@ -640,6 +640,13 @@ impl Connection {
 
     fn on_data(&mut self, now: Time, link: usize, repr: &FrameRepr, payload: &[u8], target: &mut dyn Target) {
         let seq = unwrap_seq(self.recv.next, repr.seq);
+        // A sender keeps every frame it sends within SEND_SPAN_MAX of its oldest one in flight,
+        // which is at or below the first frame missing here: a frame further ahead is damaged
+        // or forged (and would make the gap to it, which is tracked, unbounded).
+        if seq >= self.recv.next + crate::SEND_SPAN_MAX {
+            self.stats.malformed += 1;
+            return;
+        }
         // The whole chain is checked before any of it acts: whole operations and answers
         // chained ahead, each with its body, then the frame's last segment with the rest.
         let mut last = None;

@@ -81,11 +81,13 @@ impl RecvState {
             self.nacked = self.nacked.split_off(&self.next);
         } else {
             self.above.insert(seq);
-            for s in self.next..seq {
-                if !self.above.contains(&s)
-                    && !self.nacked.contains_key(&s)
-                    && self.nacked.len() < crate::WINDOW_FRAMES_MAX
-                {
+            // The missing frames to report, the first WINDOW_FRAMES_MAX of the gap at most
+            // (the rest are reported once those arrive).
+            for s in self.next..seq.min(self.next + crate::WINDOW_FRAMES_MAX as u64) {
+                if self.nacked.len() >= crate::WINDOW_FRAMES_MAX {
+                    break;
+                }
+                if !self.above.contains(&s) && !self.nacked.contains_key(&s) {
                     self.nacked.insert(s, 0);
                 }
             }

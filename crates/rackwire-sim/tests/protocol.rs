@@ -597,3 +597,30 @@ fn small_operations_are_gathered_only_behind_frames_in_flight() {
     a.write(now, target, 0, &[3; 20_000], OpFlags::default()).unwrap();
     assert!(!a.worth_gathering(), "too large to share a frame");
 }
+
+// Checks that a data frame whose sequence number lies far beyond anything a sender may have
+// in flight (here 2^31 - 1 ahead, the most the 32-bit field can say) is dropped as malformed
+// as malformed, without tracking the gap to it (that took minutes: what the fuzzer found), and
+// that a frame just inside the span is taken; traffic then goes on.
+#[test]
+fn a_frame_beyond_the_send_span_is_dropped() {
+    let (mut a, mut b, mut ta, mut tb, mut now) = pair(Config::new(1, MTU), 4096);
+    let target = RegionRef { region: 5, key: 55 };
+    a.write(now, target, 0, b"probe", OpFlags::default()).unwrap();
+    let (link, frame) = drain(&mut a, now).remove(0);
+    let seq = u32::from_be_bytes(frame[12..16].try_into().unwrap());
+    let forged = |ahead: u32| {
+        let mut f = frame.clone();
+        f[12..16].copy_from_slice(&seq.wrapping_add(ahead).to_be_bytes());
+        rackwire_wire::Frame::new_unchecked(&mut f[..]).fill_checksums();
+        f
+    };
+    b.handle_frame(now, link, &forged(i32::MAX as u32), &mut tb);
+    assert_eq!(b.stats().malformed, 1);
+    b.handle_frame(now, link, &forged(rackwire_proto::SEND_SPAN_MAX as u32 - 1), &mut tb);
+    assert_eq!(b.stats().malformed, 1, "within the span: taken");
+    assert_eq!(b.stats().out_of_order, 1);
+    b.handle_frame(now, link, &frame, &mut tb);
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert_eq!(&tb.regions[&5].data[..5], b"probe");
+}
