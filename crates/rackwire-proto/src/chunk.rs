@@ -46,19 +46,21 @@ impl DataPayload {
             .all(|(s, b)| s.frag_off == 0 && s.whole_body_len() == Some(b.as_ref().map_or(0, Bytes::len))));
         let mut head = [0u8; HEAD_MAX];
         let mut at = 0;
+        // Everything after the first body ahead (or past the head's room) is laid out here.
         let mut rest: Option<BytesMut> = None;
+        let new_rest = || BytesMut::with_capacity(CHAINED_SEGMENT_MAX);
         for (s, b) in ahead.iter().take(SEGMENTS_PER_FRAME_MAX - 1) {
             let s = SegmentRepr { flags: s.flags | SEG_MORE, ..*s };
             // The head keeps room for the last segment's header.
             if rest.is_none() && at + s.header_len() + SEGMENT_LEN > HEAD_MAX {
-                rest = Some(BytesMut::with_capacity(CHAINED_SEGMENT_MAX));
+                rest = Some(new_rest());
             }
             match &mut rest {
                 None => at += s.emit(&mut head[at..]),
                 Some(r) => put_header(r, &s),
             }
             if let Some(b) = b.as_ref().filter(|b| !b.is_empty()) {
-                rest.get_or_insert_with(|| BytesMut::with_capacity(CHAINED_SEGMENT_MAX)).put_slice(b);
+                rest.get_or_insert_with(new_rest).put_slice(b);
             }
         }
         let body = match rest {
@@ -74,11 +76,7 @@ impl DataPayload {
                 Some(r.freeze())
             }
         };
-        let mut crc = crc32c(&head[..at]);
-        if let Some(b) = &body {
-            crc = crc32c_append(crc, b);
-        }
-        DataPayload { head, head_len: at as u16, body, crc }
+        DataPayload::sealed(head, at, body)
     }
 
     /// `answers` (at most [`ANSWERS_PACKED_MAX`], bodiless; each marked as followed by more)
@@ -91,11 +89,16 @@ impl DataPayload {
             at += SegmentRepr { flags: a.flags | SEG_MORE, ..*a }.emit(&mut head[at..]);
         }
         at += last.emit(&mut head[at..]);
-        let mut crc = crc32c(&head[..at]);
+        DataPayload::sealed(head, at, body)
+    }
+
+    /// The payload of the first `head_len` bytes of `head` and `body`, with its CRC.
+    fn sealed(head: [u8; HEAD_MAX], head_len: usize, body: Option<Bytes>) -> Self {
+        let mut crc = crc32c(&head[..head_len]);
         if let Some(b) = &body {
             crc = crc32c_append(crc, b);
         }
-        DataPayload { head, head_len: at as u16, body, crc }
+        DataPayload { head, head_len: head_len as u16, body, crc }
     }
 
     /// The segment headers' bytes.

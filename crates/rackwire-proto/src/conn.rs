@@ -204,7 +204,6 @@ const ANSWER_RIDE_BODY_MIN: usize = 64;
 /// arrived after all.
 const RETX_WATCH_MAX: usize = 1024;
 
-/// Widen a 32-bit sequence number to the 64-bit one nearest `near`.
 /// The payload of this end's largest frame: its smallest link's, since any frame may be sent
 /// again on any link.
 fn own_payload_max(cfg: &Config) -> usize {
@@ -216,11 +215,17 @@ pub const GATHER_IN_FLIGHT_MIN: usize = 2;
 
 /// Whether a segment may have another chained behind it in its frame: it carries its whole
 /// operation (or is an answer), and is small enough to be copied.
-fn chainable(s: &SegmentRepr, body: Option<&Bytes>) -> bool {
-    let len = body.map_or(0, Bytes::len);
-    s.frag_off == 0 && s.whole_body_len() == Some(len) && s.header_len() + len <= CHAINED_SEGMENT_MAX
+fn chainable(p: &Piece) -> bool {
+    let body = p.1.as_ref().map_or(0, Bytes::len);
+    p.0.frag_off == 0 && p.0.whole_body_len() == Some(body) && piece_len(p) <= CHAINED_SEGMENT_MAX
 }
 
+/// Bytes a segment and its body take in a frame.
+fn piece_len((s, body): &Piece) -> usize {
+    s.header_len() + body.as_ref().map_or(0, Bytes::len)
+}
+
+/// Widen a 32-bit sequence number to the 64-bit one nearest `near`.
 fn unwrap_seq(near: u64, wire: u32) -> u64 {
     let base = near & !0xffff_ffff;
     let cands =
@@ -906,7 +911,6 @@ impl Connection {
         }
     }
 
-    /// When a frame's retransmission timer fires: its link's timeout after it was sent.
     /// The frames counted against link `l`, in the order sent (so by deadline).
     fn counted_on_link(&self, l: usize) -> impl Iterator<Item = (u64, &Sent)> + '_ {
         self.links[l].sent_order.iter().filter_map(move |&(seq, at)| {
@@ -938,6 +942,7 @@ impl Connection {
         }
     }
 
+    /// When a frame's retransmission timer fires: its link's timeout after it was sent.
     fn rto_deadline(&self, s: &Sent) -> Time {
         s.sent_at + self.links[s.link].rto(&self.cfg)
     }
@@ -1345,10 +1350,8 @@ impl Connection {
             n += 1;
         }
         let packed = n * SEGMENT_LEN;
-        let fits = |r: &(SegmentRepr, Option<Bytes>)| {
-            packed + r.0.header_len() + r.1.as_ref().map_or(0, Bytes::len) <= self.payload_max
-        };
-        let (mut last, mut body) = match self.responses.front() {
+        let fits = |r: &Piece| packed + piece_len(r) <= self.payload_max;
+        let mut last: Piece = match self.responses.front() {
             Some(r) if fits(r) => self.responses.pop_front().expect("looked at"),
             _ => match self.ops.next_segment(self.payload_max - packed) {
                 Some((_, seg, body)) => (seg, body),
@@ -1364,12 +1367,10 @@ impl Connection {
         // the last ahead, while the frame has room and segments to spare. (Nothing is gathered
         // for the usual frame of one operation.)
         let mut chained: Vec<Piece> = Vec::new();
-        let mut used = packed + last.header_len() + body.as_ref().map_or(0, Bytes::len);
-        while n + chained.len() + 1 < SEGMENTS_PER_FRAME_MAX && chainable(&last, body.as_ref()) {
+        let mut used = packed + piece_len(&last);
+        while n + chained.len() + 1 < SEGMENTS_PER_FRAME_MAX && chainable(&last) {
             let room = (self.payload_max - used).min(CHAINED_SEGMENT_MAX);
-            let from_responses = self.responses.front().is_some_and(|r| {
-                r.0.header_len() + r.1.as_ref().map_or(0, Bytes::len) <= room && chainable(&r.0, r.1.as_ref())
-            });
+            let from_responses = self.responses.front().is_some_and(|r| piece_len(r) <= room && chainable(r));
             let next = if from_responses {
                 self.responses.pop_front()
             } else {
@@ -1378,10 +1379,10 @@ impl Connection {
                 op
             };
             let Some(next) = next else { break };
-            used += next.0.header_len() + next.1.as_ref().map_or(0, Bytes::len);
-            chained.push((last, body));
-            (last, body) = next;
+            used += piece_len(&next);
+            chained.push(std::mem::replace(&mut last, next));
         }
+        let (last, body) = last;
         let payload = if chained.is_empty() {
             DataPayload::packed(&answers[..n], &last, body)
         } else {

@@ -105,13 +105,14 @@ impl Op {
         }
     }
 
-    /// Bytes of its request's segment body when sent whole (a compare-and-swap carries its
-    /// new value).
-    fn whole_body_len(&self) -> u64 {
-        match &self.body {
+    /// Bytes of its request sent whole, as one segment: the header and the body (a
+    /// compare-and-swap's body is its new value).
+    fn whole_len(&self) -> u64 {
+        let body = match &self.body {
             Body::Atomic { op: AtomicOp::CompareSwap { .. }, .. } => 8,
             _ => self.request_len(),
-        }
+        };
+        SEGMENT_LEN as u64 + body
     }
 }
 
@@ -181,16 +182,15 @@ impl Ops {
     /// Whether the last operation submitted has not started and would go whole in a frame
     /// shared with others (see [`crate::chunk::CHAINED_SEGMENT_MAX`]).
     pub fn last_is_small(&self) -> bool {
-        self.queue.back().and_then(|id| self.map.get(id)).is_some_and(|op| {
-            !op.started && SEGMENT_LEN as u64 + op.whole_body_len() <= crate::chunk::CHAINED_SEGMENT_MAX as u64
-        })
+        let small = |op: &Op| !op.started && op.whole_len() <= crate::chunk::CHAINED_SEGMENT_MAX as u64;
+        self.queue.back().and_then(|id| self.map.get(id)).is_some_and(small)
     }
 
     /// The next operation whole, as one segment, if it has not started, may go now (fences)
     /// and its header and body take at most `room` bytes; otherwise nothing is taken.
     pub fn next_whole(&mut self, room: usize) -> Option<(OpId, SegmentRepr, Option<Bytes>)> {
         let op = self.map.get(self.queue.front()?)?;
-        if op.started || SEGMENT_LEN as u64 + op.whole_body_len() > room as u64 {
+        if op.started || op.whole_len() > room as u64 {
             return None;
         }
         self.next_segment(room)
