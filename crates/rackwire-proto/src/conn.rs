@@ -653,20 +653,13 @@ impl Connection {
             return;
         }
         // The whole chain is checked before any of it acts: whole operations and answers
-        // chained ahead, each with its body, then the frame's last segment with the rest.
+        // chained ahead, each with its body, then the frame's last segment with the rest. (The
+        // segments ahead, usually none, are read again to act on them.)
         let mut last = None;
-        let mut ahead: [(SegmentRepr, &[u8]); SEGMENTS_PER_FRAME_MAX] =
-            [(SegmentRepr::answer(0, SegKind::Done, 0, 0), &[]); SEGMENTS_PER_FRAME_MAX];
         let mut n = 0;
         for seg in rackwire_wire::segments(payload) {
             match seg {
-                Ok(x) => {
-                    // The reader ends a chain longer than the array with an error.
-                    if let (Some(a), Some(slot)) = (last.replace(x), ahead.get_mut(n)) {
-                        *slot = a;
-                        n += 1;
-                    }
-                }
+                Ok(x) => n += last.replace(x).is_some() as usize,
                 Err(_) => {
                     self.stats.malformed += 1;
                     return;
@@ -697,8 +690,8 @@ impl Connection {
                 }
             }
         }
-        for (a, a_body) in &ahead[..n] {
-            self.on_segment(a, a_body, target);
+        for (a, a_body) in rackwire_wire::segments(payload).take(n).flatten() {
+            self.on_segment(&a, a_body, target);
         }
         if early {
             self.stats.stashed += 1;
@@ -713,6 +706,20 @@ impl Connection {
     fn on_segment(&mut self, s: &SegmentRepr, body: &[u8], target: &mut dyn Target) {
         let peer = self.peer;
         match s.kind {
+            SegKind::Write
+                if s.frag_off == 0 && body.len() as u64 == u64::from(s.op_len) && self.incoming.no_writes() =>
+            {
+                // A whole write, nothing else in progress: placed and answered at once, without
+                // the bookkeeping of a write that comes in pieces.
+                let r = target.write(peer, s.region, s.key, s.offset, s.op_len as u64, s.offset, body);
+                let notify = (r.is_ok() && s.flags & rackwire_wire::payload::SEG_NOTIFY != 0).then_some((
+                    s.region,
+                    s.offset,
+                    u64::from(s.op_len),
+                    s.imm,
+                ));
+                self.write_finished(s.op, r.err(), notify);
+            }
             SegKind::Write => {
                 self.incoming.begin_write(s);
                 let r =
@@ -813,12 +820,15 @@ impl Connection {
     fn write_done(&mut self, op: OpId, len: usize, r: Result<(), Refusal>) {
         match self.incoming.write_fragment(op, len as u64, r) {
             WriteOutcome::Partial => {}
-            WriteOutcome::Complete { refused, notify } => {
-                self.answer(op, refused, 0);
-                if let Some((region, offset, len, imm)) = notify {
-                    self.events.push_back(Event::Notification { region, offset, len, imm });
-                }
-            }
+            WriteOutcome::Complete { refused, notify } => self.write_finished(op, refused, notify),
+        }
+    }
+
+    /// A whole write is placed (or refused): answer, and notify if asked.
+    fn write_finished(&mut self, op: OpId, refused: Option<Refusal>, notify: Option<(u32, u64, u64, u64)>) {
+        self.answer(op, refused, 0);
+        if let Some((region, offset, len, imm)) = notify {
+            self.events.push_back(Event::Notification { region, offset, len, imm });
         }
     }
 

@@ -110,6 +110,9 @@ impl std::hash::Hasher for OwnIdHasher {
 /// A map keyed by ids this node chose itself (see [`OwnIdHasher`]).
 pub type OwnIdMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<OwnIdHasher>>;
 
+/// A set of ids this node chose itself, or was given by someone it trusts (see [`OwnIdHasher`]).
+pub type OwnIdSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<OwnIdHasher>>;
+
 #[cfg(test)]
 mod own_id_tests {
     use super::*;

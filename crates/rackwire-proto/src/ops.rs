@@ -509,6 +509,11 @@ impl Incomings {
         self.map.len() + self.msgs.len()
     }
 
+    /// No write in progress and no later fragment waiting for its first.
+    pub fn no_writes(&self) -> bool {
+        self.map.is_empty() && self.stash.is_empty()
+    }
+
     /// Account a message fragment; returns the messages now deliverable, in order, each with
     /// the op to acknowledge, or the op to refuse.
     pub fn msg_fragment(&mut self, s: &SegmentRepr, body: &[u8]) -> Result<Delivered, (OpId, Refusal)> {

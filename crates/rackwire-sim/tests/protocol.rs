@@ -201,6 +201,65 @@ fn write_notified(
     events(b)
 }
 
+// Checks the two ways a write is placed at the target: alone and whole in its frame it is
+// placed and answered at once, in the middle of a write that comes in pieces it is tracked like
+// one; both must end the same way. A 3000-byte write (three frames) is started by its first
+// frame only; a whole 5-byte write with a notification, arriving then, lands, completes and
+// notifies (only) with its own place and immediate; the rest of the large write then lands and
+// completes it. Alone again, a whole write refused (out of bounds) answers with the reason,
+// places nothing and notifies nothing, and a good one notifies once with its place.
+#[test]
+fn whole_writes_alone_or_beside_one_in_pieces_end_the_same() {
+    let (mut a, mut b, mut ta, mut tb, now) = pair(Config::new(1, MTU), 8192);
+    events(&mut a);
+    events(&mut b);
+    let r = RegionRef { region: 5, key: 55 };
+    let big: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let big_op = a.write(now, r, 100, &big, OpFlags::default()).unwrap();
+    let notify = |imm| OpFlags { notify: Some(imm), ..OpFlags::default() };
+    let small_op = a.write(now, r, 5000, b"hello", notify(9)).unwrap();
+    let frames = drain(&mut a, now);
+    assert_eq!(frames.len(), 4, "three frames of the large write, one of the small");
+    b.handle_frame(now + 10, frames[0].0, &frames[0].1, &mut tb);
+    b.handle_frame(now + 10, frames[3].0, &frames[3].1, &mut tb);
+    assert_eq!(&tb.regions[&5].data[5000..5005], b"hello");
+    let got = events(&mut b);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(matches!(got[0], Event::Notification { region: 5, offset: 5000, len: 5, imm: 9 }), "{got:?}");
+    for (link, f) in &frames[1..3] {
+        b.handle_frame(now + 10, *link, f, &mut tb);
+    }
+    assert_eq!(&tb.regions[&5].data[100..3100], &big[..]);
+    let mut now = now + 10;
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    let done: Vec<u32> = events(&mut a)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Completed { op, result: Ok(Completion::Done) } => Some(op),
+            _ => None,
+        })
+        .collect();
+    assert!(done.contains(&big_op) && done.contains(&small_op) && done.len() == 2, "{done:?}");
+
+    let bad = a.write(now, r, 8190, b"past the end", notify(10)).unwrap();
+    let good = a.write(now, r, 0, b"fits", notify(11)).unwrap();
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    let got = events(&mut b);
+    assert_eq!(got.len(), 1, "only the good write notifies: {got:?}");
+    assert!(matches!(got[0], Event::Notification { region: 5, offset: 0, len: 4, imm: 11 }), "{got:?}");
+    assert!(tb.regions[&5].data[8190..].iter().all(|&x| x == 0), "the refused write placed nothing");
+    assert_eq!(&tb.regions[&5].data[..4], b"fits");
+    let got = events(&mut a);
+    let outcome = |op| {
+        got.iter().find_map(|e| match e {
+            Event::Completed { op: o, result } if *o == op => Some(result.clone()),
+            _ => None,
+        })
+    };
+    assert_eq!(outcome(bad), Some(Err(OpError::Refused(Refusal::OutOfBounds))));
+    assert_eq!(outcome(good), Some(Ok(Completion::Done)));
+}
+
 // Checks that a held answer rides in the next data frame: once `b` has the notification of
 // `a`'s write and holds answers (as a driver does when it hands the application a
 // notification), it sends nothing alone; its own write then goes as one frame that carries the

@@ -118,11 +118,11 @@ fn refusal(r: Rule) -> proto::Refusal {
 
 /// This node's memory as the edge transport's target sees it: every frame is checked against
 /// the owner's grant table, and the operation's whole range against the region.
-struct FabricTarget {
-    fabric: Weak<FabricInner>,
+struct FabricTarget<'a> {
+    fabric: &'a Weak<FabricInner>,
 }
 
-impl FabricTarget {
+impl FabricTarget<'_> {
     fn with<T>(
         &self,
         peer: u32,
@@ -143,7 +143,7 @@ fn in_bounds(len: u64, offset: u64, n: u64) -> Result<(), proto::Refusal> {
     }
 }
 
-impl proto::Target for FabricTarget {
+impl proto::Target for FabricTarget<'_> {
     fn write(
         &mut self,
         peer: u32,
@@ -456,7 +456,7 @@ impl EdgeEndpoint {
         &self,
         st: &mut State,
         io: &mut Io,
-        target: &mut FabricTarget,
+        target: &mut FabricTarget<'_>,
         now: proto::Time,
         app: bool,
     ) -> (usize, usize) {
@@ -561,18 +561,16 @@ impl EdgeEndpoint {
         let now = self.now();
         self.last_pump_us.store(now, Ordering::Relaxed);
         let Ok(mut st) = self.state.try_lock() else { return false };
-        let mut io = lock(&self.app_io);
-        let mut target = FabricTarget { fabric: self.fabric.clone() };
-        let (got, sent) = self.round(&mut st, &mut io, &mut target, now, true);
-        got + sent > 0
+        self.pump_locked(&mut st, now)
     }
 
-    /// [`EdgeEndpoint::pump`], unless some thread did within the last microsecond: a receiver
-    /// looking at many peers of one endpoint drives it once per look, not once per peer.
-    pub fn pump_unless_recent(&self) {
-        if self.now() != self.last_pump_us.load(Ordering::Relaxed) {
-            self.pump();
-        }
+    /// [`EdgeEndpoint::pump`] with the state in hand, at `now`.
+    fn pump_locked(&self, st: &mut State, now: proto::Time) -> bool {
+        self.last_pump_us.store(now, Ordering::Relaxed);
+        let mut io = lock(&self.app_io);
+        let mut target = FabricTarget { fabric: &self.fabric };
+        let (got, sent) = self.round(st, &mut io, &mut target, now, true);
+        got + sent > 0
     }
 
     /// Make the network thread's looks while an application thread polls this far apart.
@@ -600,7 +598,7 @@ impl EdgeEndpoint {
     /// while one does, this thread leaves it the sockets and the core (see [`PUMP_WATCH`]).
     fn run(self: Arc<Self>) {
         let mut io = Io::new(self.socks.len());
-        let mut target = FabricTarget { fabric: self.fabric.clone() };
+        let mut target = FabricTarget { fabric: &self.fabric };
         let mut last_work = Instant::now();
         let watch_us = |i: usize| Duration::from_micros(self.watch_us[i].load(Ordering::Relaxed));
         let mut watch = watch_us(0);
@@ -662,7 +660,7 @@ impl EdgeEndpoint {
         frame: &[u8],
         from: SocketAddr,
         now: proto::Time,
-        target: &mut FabricTarget,
+        target: &mut FabricTarget<'_>,
     ) -> bool {
         if frame.len() < HEADER_LEN {
             return false;
@@ -990,12 +988,19 @@ impl EdgePeer {
     /// Something queued for the application (a message, a notification), driving the endpoint
     /// first only when nothing is queued yet: what an earlier round queued is handed over
     /// without another round (which would also send the answers held for the reply).
+    /// Unless some thread drove it within the last microsecond: a receiver looking at many
+    /// peers of one endpoint drives it once per look, not once per peer.
     fn take<T>(&self, mut f: impl FnMut(&mut Slot) -> Option<T>) -> Option<T> {
-        if let Some(v) = lock(&self.ep.state).slots.get_mut(&self.local).and_then(&mut f) {
+        let mut st = lock(&self.ep.state);
+        if let Some(v) = st.slots.get_mut(&self.local).and_then(&mut f) {
             return Some(v);
         }
-        self.ep.pump_unless_recent();
-        lock(&self.ep.state).slots.get_mut(&self.local).and_then(f)
+        let now = self.ep.now();
+        if now == self.ep.last_pump_us.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.ep.pump_locked(&mut st, now);
+        st.slots.get_mut(&self.local).and_then(f)
     }
 
     fn check(&self, t: &RemoteRegion) -> Result<proto::RegionRef, Error> {

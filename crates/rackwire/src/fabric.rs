@@ -81,7 +81,8 @@ pub(crate) struct FabricInner {
     pub cfg: FabricConfig,
     pub mh: MhClient,
     pub host: String,
-    pub regions: RwLock<HashMap<RegionId, Arc<RegionInner>>>,
+    /// By id (chosen here: a frame's region id is only looked up).
+    pub regions: RwLock<rackwire_proto::OwnIdMap<RegionId, Arc<RegionInner>>>,
     next_region: AtomicU32,
     peers: RwLock<PeerTable>,
     pub doorbell: Doorbell,
@@ -325,7 +326,7 @@ impl Fabric {
             cfg,
             mh,
             host,
-            regions: RwLock::new(HashMap::new()),
+            regions: RwLock::new(Default::default()),
             next_region: AtomicU32::new(1),
             peers: RwLock::new(PeerTable::default()),
             doorbell,

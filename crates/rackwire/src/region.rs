@@ -1,6 +1,5 @@
 //! Regions: memory a node registers, and the rules for who may touch it.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
@@ -10,13 +9,16 @@ use tracing::{info, warn};
 
 use crate::fabric::{lock, read, FabricInner};
 use crate::{Access, Error, NodeId, RegionId, RemoteRegion, REVOKE_ACK_TIMEOUT};
+use rackwire_proto::{OwnIdMap, OwnIdSet};
 
-/// Who may do what to one region, and who holds a mapping of it.
+/// Who may do what to one region, and who holds a mapping of it. Node ids come from the
+/// management host, and a frame's sender is only looked up, never added by the frame: the
+/// tables hash them with the fast hasher for own ids.
 #[derive(Debug, Default)]
 pub(crate) struct Acl {
-    pub grants: HashMap<NodeId, Access>,
-    pub revoked: HashSet<NodeId>,
-    pub mapped_by: HashSet<NodeId>,
+    pub grants: OwnIdMap<NodeId, Access>,
+    pub revoked: OwnIdSet<NodeId>,
+    pub mapped_by: OwnIdSet<NodeId>,
 }
 
 /// The owner's side of a region.
