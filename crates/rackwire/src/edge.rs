@@ -230,6 +230,9 @@ struct State {
     shortcut: bool,
     /// Some connection holds its answers (until the next round).
     holding: bool,
+    /// An application thread queued operations it left unsent (to share frames): the next
+    /// round sends them.
+    unsent: bool,
     /// The last round found every socket empty.
     quiet: bool,
     /// No connection has anything due before this (µs), unless `stale`: an idle round (the
@@ -313,6 +316,7 @@ impl EdgeEndpoint {
                 faults,
                 shortcut: false,
                 holding: false,
+                unsent: false,
                 quiet: true,
                 due: None,
                 stale: true,
@@ -380,6 +384,7 @@ impl EdgeEndpoint {
             for s in st.slots.values_mut() {
                 s.conn.close(now);
             }
+            st.stale = true;
         }
         // One last round sends the closes.
         self.stop.store(true, Ordering::SeqCst);
@@ -461,7 +466,8 @@ impl EdgeEndpoint {
         app: bool,
     ) -> (usize, usize) {
         // A hold lasts until the next round: whoever runs it, the reply did not come first.
-        if std::mem::take(&mut st.holding) {
+        let released = std::mem::take(&mut st.holding);
+        if released {
             for s in st.slots.values_mut() {
                 s.conn.hold_answers(0);
             }
@@ -513,6 +519,17 @@ impl EdgeEndpoint {
             more |= taken >= RECV_BURST;
         }
         st.quiet = got == 0;
+        // Timers (and loss detection) wait while frames are still queued: after a stall, the
+        // acknowledgements not yet read would otherwise make frames look lost. Connections are
+        // looked at only when frames arrived, something changed, or a deadline passed.
+        let look = !more && (got > 0 || st.stale || st.due.is_some_and(|t| t <= now));
+        let unsent = std::mem::take(&mut st.unsent);
+        if got == 0 && !look && !released && !unsent {
+            // Nothing arrived, changed or fell due: no connection has anything to hand over or
+            // to send (the polling loop's usual round, kept short: a frame that lands during it
+            // waits for the next look).
+            return (0, 0);
+        }
         // What arrived is handed over first. An application thread handed a notification or a
         // message goes back to its caller at once (it usually replies, and the reply carries
         // the held answers); timers and sending wait for the next round, which follows at
@@ -525,10 +542,6 @@ impl EdgeEndpoint {
             st.stale = true;
             return (got, 0);
         }
-        // Timers (and loss detection) wait while frames are still queued: after a stall, the
-        // acknowledgements not yet read would otherwise make frames look lost. Connections are
-        // looked at only when frames arrived, something changed, or a deadline passed.
-        let look = !more && (got > 0 || st.stale || st.due.is_some_and(|t| t <= now));
         let mut fired = false;
         let mut due = None;
         if look {
@@ -956,6 +969,7 @@ impl EdgePeer {
                 && (self.ep.polled_lately(now)
                     || (self.ep.parked_until_us.load(Ordering::SeqCst) == AWAKE
                         && !self.ep.watching.load(Ordering::SeqCst)));
+            st.unsent |= gather;
             if !gather {
                 let mut io = lock(&self.ep.app_io);
                 self.ep.transmit(&mut st, now, &mut io);

@@ -463,7 +463,7 @@ impl Fabric {
         if n == 0 {
             return Ok(None);
         }
-        let start = self.inner.rr.fetch_add(1, Ordering::Relaxed);
+        let start = if n > 1 { self.inner.rr.fetch_add(1, Ordering::Relaxed) } else { 0 };
         for i in 0..n {
             let p = &peers[(start + i) % n];
             match f(p) {
