@@ -161,6 +161,9 @@ pub struct Connection {
     rr: usize,
     /// Segment header and body bytes per data frame (the smallest link's).
     payload_max: usize,
+    /// The windows as configured (in frames of this end's own size): the agreed frame size
+    /// scales them (see [`Connection::agree_frame_size`]).
+    own_windows: Windows,
     next_seq: u64,
     inflight: SentRing<Sent>,
     /// Latest send time of a frame known delivered, on any link (first transmissions only).
@@ -208,6 +211,45 @@ const RETX_WATCH_MAX: usize = 1024;
 /// again on any link.
 fn own_payload_max(cfg: &Config) -> usize {
     (0..cfg.links).map(|l| cfg.payload_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX)
+}
+
+/// A connection's window settings, in frames (see [`Config`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Windows {
+    link_min: usize,
+    link_initial: usize,
+    link_max: usize,
+    ack_every: u32,
+}
+
+impl Windows {
+    fn of(cfg: &Config) -> Self {
+        Windows {
+            link_min: cfg.link_window_min,
+            link_initial: cfg.link_window_initial,
+            link_max: cfg.link_window_max,
+            ack_every: cfg.ack_every_frames,
+        }
+    }
+
+    /// Each window `scale` times larger (never smaller), within `cap` frames unless it was
+    /// larger already; the order min <= initial <= max holds, as scaling keeps it.
+    fn scaled(self, scale: f64, cap: usize) -> Self {
+        let grow = |w: usize| ((w as f64 * scale) as usize).min(cap).max(w);
+        Windows {
+            link_min: grow(self.link_min),
+            link_initial: grow(self.link_initial),
+            link_max: grow(self.link_max),
+            ack_every: grow(self.ack_every as usize) as u32,
+        }
+    }
+
+    fn apply(self, cfg: &mut Config) {
+        cfg.link_window_min = self.link_min;
+        cfg.link_window_initial = self.link_initial;
+        cfg.link_window_max = self.link_max;
+        cfg.ack_every_frames = self.ack_every;
+    }
 }
 
 /// Frames in flight from which [`Connection::worth_gathering`] holds small operations.
@@ -269,6 +311,7 @@ impl Connection {
             links,
             rr: 0,
             payload_max,
+            own_windows: Windows::of(&cfg),
             next_seq: 0,
             inflight: SentRing::default(),
             rack_time: 0,
@@ -620,7 +663,17 @@ impl Connection {
     /// refuses announcements under [`rackwire_wire::payload::FRAME_LEN_MIN`]). Data frames go
     /// out only once established, so every one is cut to the agreed size.
     fn agree_frame_size(&mut self, peer_mtu: u16) {
-        self.payload_max = own_payload_max(&self.cfg).min((peer_mtu as usize).saturating_sub(HEADER_LEN));
+        let own = own_payload_max(&self.cfg);
+        self.payload_max = own.min((peer_mtu as usize).saturating_sub(HEADER_LEN));
+        // Windows count frames, and were set for frames of this end's own size: smaller agreed
+        // frames carry less each, so proportionally more of them keep as many bytes in flight
+        // (within the connection's window). Scaled from the configured values, so a repeated
+        // handshake step scales once; no data has moved yet.
+        let scale = (own + HEADER_LEN) as f64 / (self.payload_max + HEADER_LEN) as f64;
+        self.own_windows.scaled(scale, self.cfg.window_frames_max).apply(&mut self.cfg);
+        for l in &mut self.links {
+            l.reset_window(&self.cfg);
+        }
     }
 
     /// The largest frame this connection sends (after the handshake: what both ends take).

@@ -140,6 +140,13 @@ impl Link {
     /// A frame sent on this link was acknowledged: grow the window, unless the round trip shows
     /// a queue building (then the link is full: more window would only add delay and, at a
     /// full buffer, burst losses).
+    /// Start over with the configured windows (they changed before any data moved).
+    pub fn reset_window(&mut self, cfg: &Config) {
+        self.cwnd = cfg.link_window_initial as f64;
+        self.ssthresh = cfg.link_window_max as f64;
+        self.stats.window = self.cwnd as u64;
+    }
+
     pub fn on_ack(&mut self, cfg: &Config) {
         self.suspect = false;
         if self.queueing() {

@@ -573,6 +573,33 @@ fn ends_with_different_mtus_agree_on_the_smaller() {
     assert_eq!(got.as_deref(), Some(&data[..]), "the read brings the bytes back");
 }
 
+// Checks that windows, counted in frames, follow the agreed frame size: an end set up for
+// 8972-byte frames that agrees on 1472 with its peer starts its links' windows 8972/1472 times
+// larger (64 frames become 390), so as many bytes go in flight as it was set up for: a 200 KB
+// write leaves in one go (about 140 frames; 64 with the window of its own frame size). The end
+// whose frames were agreed keeps its window.
+#[test]
+fn windows_follow_the_agreed_frame_size() {
+    let mut a = Connection::connect(Config::new(1, 8972), 1, 2, b"shared-secret", [1; 32], 11, 0);
+    let mut b = Connection::accept(Config::new(1, MTU), 2, b"shared-secret", [2; 32], 22, 0);
+    let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
+    tb.add_region(5, 55, 1 << 20, &[1]);
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert_eq!(a.state(), State::Established);
+    let initial = Config::new(1, MTU).link_window_initial as u64;
+    assert_eq!(a.stats().links[0].window, initial * 8972 / MTU as u64);
+    assert_eq!(b.stats().links[0].window, initial);
+    let data = vec![0x3cu8; 200_000];
+    a.write(now, RegionRef { region: 5, key: 55 }, 0, &data, OpFlags::default()).unwrap();
+    let frames = drain(&mut a, now);
+    let carried: usize = frames.iter().map(|(_, f)| f.len()).sum();
+    assert!(frames.len() > 130 && carried > data.len(), "{} frames, {carried} bytes", frames.len());
+    for (link, f) in &frames {
+        b.handle_frame(now + 10, *link, f, &mut tb);
+    }
+    assert_eq!(&tb.regions[&5].data[..data.len()], &data[..]);
+}
+
 // Checks that small whole operations share frames: twenty 100-byte writes queued together
 // go out in three frames (eight segments at most to a frame), counted as chained; delivered
 // last frame first, every write lands where it was aimed and completes once. Then a read, a
