@@ -164,6 +164,8 @@ pub struct Connection {
     /// The windows as configured (in frames of this end's own size): the agreed frame size
     /// scales them (see [`Connection::agree_frame_size`]).
     own_windows: Windows,
+    /// What the application's queues take (see [`Connection::set_delivery_room`]).
+    room: Room,
     next_seq: u64,
     inflight: SentRing<Sent>,
     /// Latest send time of a frame known delivered, on any link (first transmissions only).
@@ -211,6 +213,13 @@ const RETX_WATCH_MAX: usize = 1024;
 /// again on any link.
 fn own_payload_max(cfg: &Config) -> usize {
     (0..cfg.links).map(|l| cfg.payload_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX)
+}
+
+/// Room left in the application's queues (see [`Connection::set_delivery_room`]).
+#[derive(Clone, Copy, Debug)]
+struct Room {
+    msg_bytes: usize,
+    notes: usize,
 }
 
 /// A connection's window settings, in frames (see [`Config`]).
@@ -312,6 +321,7 @@ impl Connection {
             rr: 0,
             payload_max,
             own_windows: Windows::of(&cfg),
+            room: Room { msg_bytes: usize::MAX, notes: usize::MAX },
             next_seq: 0,
             inflight: SentRing::default(),
             rack_time: 0,
@@ -723,6 +733,23 @@ impl Connection {
             self.stats.malformed += 1;
             return;
         };
+        // What the frame will hand the application (message bytes, notifications) must fit in
+        // what its queues have room for; if not, the frame is dropped unacknowledged and sent
+        // again later, as the receiver reads (see [`Connection::set_delivery_room`]).
+        if !self.recv.is_duplicate(seq) {
+            let ahead = rackwire_wire::segments(payload).take(n).flatten();
+            let (bytes, notes) = ahead.chain([(s, body)]).fold((0, 0), |(b, k), (g, g_body)| {
+                let notifies = matches!(g.kind, SegKind::Write | SegKind::ReadReq)
+                    && g.flags & rackwire_wire::payload::SEG_NOTIFY != 0;
+                (b + if g.kind == SegKind::Msg { g_body.len() } else { 0 }, k + notifies as usize)
+            });
+            if bytes > self.room.msg_bytes || notes > self.room.notes {
+                self.stats.receiver_full += 1;
+                return;
+            }
+            self.room.msg_bytes -= bytes;
+            self.room.notes -= notes;
+        }
         // A write's later fragment ahead of its first cannot be placed yet: it is kept until
         // the first arrives, or, when the stash is full, dropped unacknowledged (sent again,
         // with any answers that rode along).
@@ -1463,6 +1490,15 @@ impl Connection {
         debug_assert!(added, "sequence numbers only grow");
         self.links[link].sent_order.push_back((seq, now));
         t
+    }
+
+    /// How much more the application's queues take: message bytes and notifications. A data
+    /// frame that would hand over more is dropped unacknowledged (its sender tries again
+    /// later), so a receiver that does not read holds its senders back instead of growing
+    /// without bound. Lowered as frames are taken; a driver sets it again as its queues drain.
+    /// Unlimited until set.
+    pub fn set_delivery_room(&mut self, msg_bytes: usize, notes: usize) {
+        self.room = Room { msg_bytes, notes };
     }
 
     /// Keep bodiless answers (`Done`, `Refused`) from going in frames of their own until

@@ -137,9 +137,6 @@ impl Link {
         self.latest_rtt > self.min_rtt + self.min_rtt.max(QUEUE_DELAY_FLOOR_US)
     }
 
-    /// A frame sent on this link was acknowledged: grow the window, unless the round trip shows
-    /// a queue building (then the link is full: more window would only add delay and, at a
-    /// full buffer, burst losses).
     /// Start over with the configured windows (they changed before any data moved).
     pub fn reset_window(&mut self, cfg: &Config) {
         self.cwnd = cfg.link_window_initial as f64;
@@ -147,6 +144,9 @@ impl Link {
         self.stats.window = self.cwnd as u64;
     }
 
+    /// A frame sent on this link was acknowledged: grow the window, unless the round trip shows
+    /// a queue building (then the link is full: more window would only add delay and, at a
+    /// full buffer, burst losses).
     pub fn on_ack(&mut self, cfg: &Config) {
         self.suspect = false;
         if self.queueing() {

@@ -600,6 +600,74 @@ fn windows_follow_the_agreed_frame_size() {
     assert_eq!(&tb.regions[&5].data[..data.len()], &data[..]);
 }
 
+// Checks that a receiver that does not read holds its sender back and loses nothing. With
+// room for 3000 message bytes, ten 1000-byte messages are sent at once: three are handed over,
+// the frames of the other seven are dropped unacknowledged (counted as `receiver_full`) and
+// their sends stay open. Once there is room again (a driver gives it back as the application
+// reads), the sender's timers send them again and all seven follow, in order, and every send
+// completes. Notifications likewise: with room for one, of two notifying writes (one after
+// the other) the second waits, its bytes not placed, until the first is taken.
+#[test]
+fn a_receiver_that_does_not_read_holds_its_sender_back() {
+    let (mut a, mut b, mut ta, mut tb, mut now) = pair(Config::new(1, MTU), 4096);
+    events(&mut a);
+    events(&mut b);
+    let messages = |c: &mut Connection| -> Vec<Vec<u8>> {
+        events(c)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Message { data } => Some(data),
+                _ => None,
+            })
+            .collect()
+    };
+    let completed =
+        |c: &mut Connection| events(c).iter().filter(|e| matches!(e, Event::Completed { result: Ok(_), .. })).count();
+    // Until quiet, firing timers as they fall due; what each side handed over.
+    let settle = |a: &mut Connection, b: &mut Connection, now: &mut Time, ta: &mut MemTarget, tb: &mut MemTarget| {
+        let (mut got, mut done) = (Vec::new(), 0);
+        for _ in 0..200 {
+            pump(a, b, now, ta, tb);
+            got.extend(messages(b));
+            done += completed(a);
+            *now += 5_000;
+            for (c, t) in [(&mut *a, &mut *ta), (&mut *b, &mut *tb)] {
+                if c.poll_timeout().is_some_and(|d| d <= *now) {
+                    c.handle_timeout(*now, t);
+                }
+            }
+        }
+        (got, done)
+    };
+    b.set_delivery_room(3000, 1);
+    for i in 0..10u8 {
+        a.send(now, &[i; 1000], OpFlags::default()).unwrap();
+    }
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    let first = messages(&mut b);
+    assert_eq!(first.len(), 3, "room for three");
+    assert!(b.stats().receiver_full >= 7, "{} frames held back", b.stats().receiver_full);
+    assert_eq!(completed(&mut a), 3, "only the delivered sends complete");
+    b.set_delivery_room(usize::MAX, 1);
+    let (rest, done) = settle(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    let all: Vec<u8> = first.iter().chain(&rest).map(|m| m[0]).collect();
+    assert_eq!(all, (0..10).collect::<Vec<u8>>(), "every message once, in order");
+    assert_eq!(done, 7);
+
+    let r = RegionRef { region: 5, key: 55 };
+    let notify = |imm| OpFlags { notify: Some(imm), ..OpFlags::default() };
+    a.write(now, r, 0, b"one", notify(1)).unwrap();
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    a.write(now, r, 8, b"two", notify(2)).unwrap();
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    let got = events(&mut b);
+    assert!(matches!(got[..], [Event::Notification { imm: 1, .. }]), "{got:?}");
+    assert_eq!(&tb.regions[&5].data[8..11], &[0, 0, 0], "the second write waits");
+    b.set_delivery_room(usize::MAX, 1);
+    settle(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert_eq!(&tb.regions[&5].data[8..11], b"two");
+}
+
 // Checks that small whole operations share frames: twenty 100-byte writes queued together
 // go out in three frames (eight segments at most to a frame), counted as chained; delivered
 // last frame first, every write lands where it was aimed and completes once. Then a read, a

@@ -99,10 +99,21 @@ fn wrong_secret_cannot_join() {
     assert!(!SECRET.is_empty());
 }
 
+/// Every thread of process `pid` is stopped (state `T` in /proc).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().all(|t| {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+    })
+}
+
 // Checks revocation of a peer that does not answer: the peer process is stopped (SIGSTOP)
 // after it mapped the region, so it cannot confirm the unmap; revoke returns `cutoff` after the
-// acknowledgement timeout, and once resumed the peer finds its connection gone. The owner's
-// bytes written before the revocation survive the move to fresh memory.
+// acknowledgement timeout, and once resumed the peer finds its connection gone (within 5 s;
+// none of its writes reach the owner meanwhile). The owner's bytes written before the
+// revocation survive the move to fresh memory.
 #[test]
 fn unresponsive_peer_is_cut_off() {
     if rackwire_tests::Transport::from_env() == rackwire_tests::Transport::Edge {
@@ -118,6 +129,13 @@ fn unresponsive_peer_is_cut_off() {
     peer.ok(&format!("write {h} 0 {}", hex(b"before")));
     let stop = std::process::Command::new("kill").args(["-STOP", &peer.pid().to_string()]).status().unwrap();
     assert!(stop.success());
+    // The signal stops each thread as it next enters the kernel: wait until all have stopped,
+    // or a thread still running could answer the revocation.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !all_threads_stopped(peer.pid()) {
+        assert!(std::time::Instant::now() < deadline, "the peer did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let t0 = std::time::Instant::now();
     let outcome = owner.ok(&format!("revoke {rid} {}", peer.id));
     let cont = std::process::Command::new("kill").args(["-CONT", &peer.pid().to_string()]).status().unwrap();
@@ -125,7 +143,18 @@ fn unresponsive_peer_is_cut_off() {
     assert_eq!(outcome, "cutoff");
     assert!(t0.elapsed() >= rackwire::REVOKE_ACK_TIMEOUT, "cut off only after the acknowledgement timeout");
     assert_eq!(owner.ok(&format!("local-read {rid} 0 6")), hex(b"before"));
-    let after = peer.cmd(&format!("write {h} 0 {}", hex(b"after!")));
-    assert!(after.starts_with("err"), "{after}");
-    assert_eq!(owner.ok(&format!("local-read {rid} 0 6")), hex(b"before"));
+    // The resumed peer learns of the cut-off from its control socket, on a thread of its own
+    // that may run only after the next command: its writes may still say `ok` for a moment
+    // (into the old memory), but never reach the owner, and soon fail.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let after = peer.cmd(&format!("write {h} 0 {}", hex(b"after!")));
+        assert_eq!(owner.ok(&format!("local-read {rid} 0 6")), hex(b"before"), "a write after the cut-off arrived");
+        if after.starts_with("err") {
+            break;
+        }
+        assert_eq!(after, "ok");
+        assert!(std::time::Instant::now() < deadline, "the peer never learnt it was cut off");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

@@ -66,6 +66,9 @@ pub struct ConnStats {
     pub nacks_sent: u64,
     /// Edge transport: frames dropped as damaged or malformed.
     pub malformed: u64,
+    /// Edge transport: data frames dropped unacknowledged (sent again later) because the
+    /// application had not read enough of its messages or notifications to take them.
+    pub receiver_full: u64,
     /// Edge transport: data frames declared lost (each is sent again).
     pub losses: u64,
     /// Edge transport: of those, declared lost by the retransmission timer.

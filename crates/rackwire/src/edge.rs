@@ -67,6 +67,13 @@ const NET_SPIN: Duration = Duration::from_micros(50);
 /// A link's gathered frames go out once they hold this many bytes: a run of large frames
 /// starts moving (and the peer starts receiving) while the rest are still being prepared.
 const TX_FLUSH_BYTES: usize = 64 * 1024;
+/// Bytes of messages received and not yet read, per connection, as the shared-memory
+/// transport's message ring holds: a sender to a receiver that does not read is held back
+/// (its frames are dropped unacknowledged and sent again later) and its sends time out as they
+/// would on shared memory.
+const MESSAGES_QUEUED_BYTES: usize = crate::MESSAGE_RING_BYTES as usize;
+/// Notifications not yet taken, per connection (a write or read asking for one more waits).
+const NOTES_QUEUED_MAX: usize = 4096;
 /// The network thread is awake (not parked).
 const AWAKE: u64 = 0;
 
@@ -210,11 +217,54 @@ struct Slot {
     addrs: Vec<Option<SocketAddr>>,
     pending: proto::OwnIdMap<proto::OpId, Pending>,
     msgs: VecDeque<Vec<u8>>,
+    /// Bytes of `msgs`.
+    msg_bytes: usize,
     notes: VecDeque<Notification>,
     connected: bool,
     closed: bool,
     /// An [`EdgePeer`] for it is registered with the fabric.
     registered: bool,
+}
+
+impl Slot {
+    fn new(mut conn: Connection, peer: NodeId, addrs: Vec<Option<SocketAddr>>, registered: bool) -> Slot {
+        conn.set_delivery_room(MESSAGES_QUEUED_BYTES, NOTES_QUEUED_MAX);
+        Slot {
+            conn,
+            peer,
+            addrs,
+            pending: Default::default(),
+            msgs: VecDeque::new(),
+            msg_bytes: 0,
+            notes: VecDeque::new(),
+            connected: false,
+            closed: false,
+            registered,
+        }
+    }
+
+    /// The oldest message not yet read.
+    fn next_message(&mut self) -> Option<Vec<u8>> {
+        let m = self.msgs.pop_front()?;
+        self.msg_bytes -= m.len();
+        self.refresh_room();
+        Some(m)
+    }
+
+    /// The oldest notification not yet taken.
+    fn next_note(&mut self) -> Option<Notification> {
+        let n = self.notes.pop_front()?;
+        self.refresh_room();
+        Some(n)
+    }
+
+    /// Tell the connection how much more the application's queues take.
+    fn refresh_room(&mut self) {
+        self.conn.set_delivery_room(
+            MESSAGES_QUEUED_BYTES.saturating_sub(self.msg_bytes),
+            NOTES_QUEUED_MAX.saturating_sub(self.notes.len()),
+        );
+    }
 }
 
 struct State {
@@ -415,20 +465,8 @@ impl EdgeEndpoint {
                 local,
                 self.now(),
             );
-            st.slots.insert(
-                local,
-                Slot {
-                    conn,
-                    peer: info.id,
-                    addrs: addrs.iter().take(links).map(|a| Some(*a)).collect(),
-                    pending: Default::default(),
-                    msgs: VecDeque::new(),
-                    notes: VecDeque::new(),
-                    connected: false,
-                    closed: false,
-                    registered: true,
-                },
-            );
+            st.slots
+                .insert(local, Slot::new(conn, info.id, addrs.iter().take(links).map(|a| Some(*a)).collect(), true));
             local
         };
         self.waker.wake();
@@ -703,20 +741,7 @@ impl EdgeEndpoint {
                         now,
                     );
                     st.accepted.insert((h.from, h.conn), local);
-                    st.slots.insert(
-                        local,
-                        Slot {
-                            conn,
-                            peer: h.from,
-                            addrs: vec![None; links],
-                            pending: Default::default(),
-                            msgs: VecDeque::new(),
-                            notes: VecDeque::new(),
-                            connected: false,
-                            closed: false,
-                            registered: false,
-                        },
-                    );
+                    st.slots.insert(local, Slot::new(conn, h.from, vec![None; links], false));
                     local
                 }
             }
@@ -832,6 +857,7 @@ impl EdgeEndpoint {
                         }
                     }
                     Event::Message { data } => {
+                        s.msg_bytes += data.len();
                         s.msgs.push_back(data);
                         handed = true;
                     }
@@ -852,6 +878,7 @@ impl EdgeEndpoint {
                 }
             }
             if handed {
+                s.refresh_room();
                 woke = true;
                 if let Some(t) = hold {
                     s.conn.hold_answers(t);
@@ -1002,7 +1029,7 @@ impl EdgePeer {
     /// Something queued for the application (a message, a notification), driving the endpoint
     /// first only when nothing is queued yet: what an earlier round queued is handed over
     /// without another round (which would also send the answers held for the reply).
-    /// Unless some thread drove it within the last microsecond: a receiver looking at many
+    /// Nor when some thread drove it within the last microsecond: a receiver looking at many
     /// peers of one endpoint drives it once per look, not once per peer.
     fn take<T>(&self, mut f: impl FnMut(&mut Slot) -> Option<T>) -> Option<T> {
         let mut st = lock(&self.ep.state);
@@ -1118,7 +1145,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
-        match self.take(|s| s.msgs.pop_front()) {
+        match self.take(Slot::next_message) {
             Some(m) => {
                 *out = m;
                 Ok(true)
@@ -1128,7 +1155,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn try_notification(&self) -> Result<Option<Notification>, Error> {
-        Ok(self.take(|s| s.notes.pop_front()))
+        Ok(self.take(Slot::next_note))
     }
 
     fn unmap(&self, _region: RegionId, _timeout: Duration) -> bool {
@@ -1164,6 +1191,7 @@ impl PeerTransport for EdgePeer {
             acks_sent: p.acks_sent,
             nacks_sent: p.nacks_sent,
             malformed: p.malformed,
+            receiver_full: p.receiver_full,
             losses: p.links.iter().map(|l| l.losses).sum(),
             loss_timeouts: p.links.iter().map(|l| l.timeouts).sum(),
             window_cuts: p.links.iter().map(|l| l.cuts).sum(),
