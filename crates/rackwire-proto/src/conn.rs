@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use rackwire_wire::auth;
 use rackwire_wire::frame::PAYLOAD_LEN_MAX;
-use rackwire_wire::payload::{CLOSE_LEN, HANDSHAKE_LEN, PROBE_LEN};
+use rackwire_wire::payload::{CLOSE_LEN, HANDSHAKE_LEN, PROBE_LEN, SEG_NOTIFY};
 use rackwire_wire::{
     AckRepr, CloseRepr, Frame, FrameKind, FrameRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind,
     SegmentRepr, HEADER_LEN, SEGMENTS_PER_FRAME_MAX, SEGMENT_LEN, SEGMENT_SHORT_LEN,
@@ -213,6 +213,13 @@ const RETX_WATCH_MAX: usize = 1024;
 /// again on any link.
 fn own_payload_max(cfg: &Config) -> usize {
     (0..cfg.links).map(|l| cfg.payload_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX)
+}
+
+/// What a segment hands the application once it acts: message bytes, and notifications.
+fn handed_over((s, body): &(SegmentRepr, &[u8])) -> (usize, usize) {
+    let bytes = if s.kind == SegKind::Msg { body.len() } else { 0 };
+    let notifies = matches!(s.kind, SegKind::Write | SegKind::ReadReq) && s.flags & SEG_NOTIFY != 0;
+    (bytes, notifies as usize)
 }
 
 /// Room left in the application's queues (see [`Connection::set_delivery_room`]).
@@ -717,12 +724,19 @@ impl Connection {
         }
         // The whole chain is checked before any of it acts: whole operations and answers
         // chained ahead, each with its body, then the frame's last segment with the rest. (The
-        // segments ahead, usually none, are read again to act on them.)
+        // segments ahead, usually none, are read again to act on them.) The same pass adds up
+        // what the frame hands the application.
         let mut last = None;
         let mut n = 0;
+        let (mut bytes, mut notes) = (0, 0);
         for seg in rackwire_wire::segments(payload) {
             match seg {
-                Ok(x) => n += last.replace(x).is_some() as usize,
+                Ok(x) => {
+                    let (b, k) = handed_over(&x);
+                    bytes += b;
+                    notes += k;
+                    n += last.replace(x).is_some() as usize;
+                }
                 Err(_) => {
                     self.stats.malformed += 1;
                     return;
@@ -733,16 +747,11 @@ impl Connection {
             self.stats.malformed += 1;
             return;
         };
-        // What the frame will hand the application (message bytes, notifications) must fit in
-        // what its queues have room for; if not, the frame is dropped unacknowledged and sent
-        // again later, as the receiver reads (see [`Connection::set_delivery_room`]).
-        if !self.recv.is_duplicate(seq) {
-            let ahead = rackwire_wire::segments(payload).take(n).flatten();
-            let (bytes, notes) = ahead.chain([(s, body)]).fold((0, 0), |(b, k), (g, g_body)| {
-                let notifies = matches!(g.kind, SegKind::Write | SegKind::ReadReq)
-                    && g.flags & rackwire_wire::payload::SEG_NOTIFY != 0;
-                (b + if g.kind == SegKind::Msg { g_body.len() } else { 0 }, k + notifies as usize)
-            });
+        let duplicate = self.recv.is_duplicate(seq);
+        // What the frame hands the application (message bytes, notifications) must fit in what
+        // its queues have room for; if not, the frame is dropped unacknowledged and sent again
+        // later, as the receiver reads (see [`Connection::set_delivery_room`]).
+        if !duplicate {
             if bytes > self.room.msg_bytes || notes > self.room.notes {
                 self.stats.receiver_full += 1;
                 return;
@@ -753,8 +762,7 @@ impl Connection {
         // A write's later fragment ahead of its first cannot be placed yet: it is kept until
         // the first arrives, or, when the stash is full, dropped unacknowledged (sent again,
         // with any answers that rode along).
-        let early =
-            s.kind == SegKind::WriteMore && !self.recv.is_duplicate(seq) && self.incoming.placement(s.op).is_none();
+        let early = s.kind == SegKind::WriteMore && !duplicate && self.incoming.placement(s.op).is_none();
         if early && !self.incoming.stash(s.op, seq, s.frag_off, body) {
             self.stats.stash_full += 1;
             return;
@@ -792,7 +800,7 @@ impl Connection {
                 // A whole write, nothing else in progress: placed and answered at once, without
                 // the bookkeeping of a write that comes in pieces.
                 let r = target.write(peer, s.region, s.key, s.offset, s.op_len as u64, s.offset, body);
-                let notify = (r.is_ok() && s.flags & rackwire_wire::payload::SEG_NOTIFY != 0).then_some((
+                let notify = (r.is_ok() && s.flags & SEG_NOTIFY != 0).then_some((
                     s.region,
                     s.offset,
                     u64::from(s.op_len),
@@ -825,7 +833,7 @@ impl Connection {
                         if data.is_empty() {
                             self.respond(SegKind::ReadData, s.op, 0, 0, 0, 0, None);
                         }
-                        if s.flags & rackwire_wire::payload::SEG_NOTIFY != 0 {
+                        if s.flags & SEG_NOTIFY != 0 {
                             self.events.push_back(Event::Notification {
                                 region: s.region,
                                 offset: s.offset,

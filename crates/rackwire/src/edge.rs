@@ -610,8 +610,11 @@ impl EdgeEndpoint {
     /// is not at it right now. True when something was received or sent.
     pub fn pump(&self) -> bool {
         let now = self.now();
-        self.last_pump_us.store(now, Ordering::Relaxed);
-        let Ok(mut st) = self.state.try_lock() else { return false };
+        let Ok(mut st) = self.state.try_lock() else {
+            // Polling all the same: the network thread stays out of the way.
+            self.last_pump_us.store(now, Ordering::Relaxed);
+            return false;
+        };
         self.pump_locked(&mut st, now)
     }
 
