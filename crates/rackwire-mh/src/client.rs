@@ -310,6 +310,21 @@ impl MhClient {
         }
     }
 
+    /// Post `blob` as `rank` of the `size`-rank `job` in bootstrap round `round` (round 0
+    /// joins the job). See [`crate::jobs`].
+    pub fn job_post(&self, job: &str, size: u32, rank: u32, round: u64, blob: &[u8]) -> Result<(), MhError> {
+        let req = Request::JobPost { job: job.into(), size, rank, round, blob: to_hex(blob) };
+        self.inner.request(&req).map(drop)
+    }
+
+    /// What round `round` of `job` holds so far.
+    pub fn job_round(&self, job: &str, round: u64) -> Result<JobRound, MhError> {
+        match self.inner.request(&Request::JobRound { job: job.into(), round })? {
+            Reply::Job { round } => Ok(round),
+            other => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
     /// The region directory and grant records.
     pub fn regions(&self) -> Result<(Vec<RegionEntry>, Vec<GrantEntry>), MhError> {
         match self.inner.request(&Request::Regions)? {

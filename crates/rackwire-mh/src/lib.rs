@@ -14,12 +14,13 @@
 
 pub mod auth;
 mod client;
+pub mod jobs;
 pub mod proto;
 mod server;
 mod state;
 
 pub use client::{MhClient, MhConfig, Role};
-pub use proto::{GrantEntry, NodeId, NodeInfo, NodeStatus, RegionEntry};
+pub use proto::{GrantEntry, JobMember, JobRound, NodeId, NodeInfo, NodeStatus, RegionEntry};
 pub use server::{ManagementHost, MhHandle};
 
 use std::time::Duration;

@@ -62,6 +62,26 @@ pub struct GrantEntry {
     pub access: u8,
 }
 
+/// One rank of a job as a round sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobMember {
+    /// The node that is this rank.
+    pub node: NodeId,
+    /// What it posted in the round, hex; `None` while it has not.
+    pub blob: Option<String>,
+}
+
+/// One bootstrap round of a job: what each rank posted so far.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRound {
+    /// Ranks in the job.
+    pub size: u32,
+    /// By rank; `None` for a rank that has not joined yet.
+    pub members: Vec<Option<JobMember>>,
+    /// Ranks whose node is down (the job cannot go on).
+    pub down: Vec<u32>,
+}
+
 /// What a client says first.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Hello {
@@ -162,6 +182,26 @@ pub enum Request {
         /// Region id.
         region: u32,
     },
+    /// Post this node's blob, as `rank` of `job`, in bootstrap round `round`.
+    JobPost {
+        /// Job name.
+        job: String,
+        /// Ranks in the job.
+        size: u32,
+        /// This node's rank.
+        rank: u32,
+        /// Round number (0 joins).
+        round: u64,
+        /// The blob, hex.
+        blob: String,
+    },
+    /// What a round of a job holds so far.
+    JobRound {
+        /// Job name.
+        job: String,
+        /// Round number.
+        round: u64,
+    },
 }
 
 /// Replies.
@@ -198,5 +238,10 @@ pub enum Reply {
         regions: Vec<RegionEntry>,
         /// Recorded grants.
         grants: Vec<GrantEntry>,
+    },
+    /// One round of a job.
+    Job {
+        /// The round.
+        round: JobRound,
     },
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tracing::{debug, info, warn};
 
 use crate::auth::{self, from_hex, to_hex};
+use crate::jobs::{Jobs, Post};
 use crate::proto::*;
 use crate::state::Store;
 use crate::{
@@ -55,6 +56,7 @@ struct Live {
 
 struct Shared {
     secret: Vec<u8>,
+    jobs: Mutex<Jobs>,
     store: Mutex<Store>,
     live: Mutex<HashMap<NodeId, Live>>,
     sessions: Mutex<HashMap<u64, TcpStream>>,
@@ -93,6 +95,7 @@ impl ManagementHost {
         listener.set_nonblocking(true).map_err(|e| MhError::Config(e.to_string()))?;
         let shared = Arc::new(Shared {
             secret: secret.to_vec(),
+            jobs: Mutex::new(Jobs::default()),
             store: Mutex::new(store),
             live: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
@@ -306,6 +309,24 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             Ok(())
         }
     };
+    // Jobs live in memory beside the stored state, behind their own lock.
+    match req {
+        Request::JobPost { job, size, rank, round, blob } => {
+            need_node()?;
+            check_name(&job).map_err(|e| MhError::Refused(e.to_string()))?;
+            let blob = from_hex(&blob).ok_or_else(|| MhError::Refused("blob is not hex".into()))?;
+            let live = lock(&shared.live);
+            let post = Post { job: &job, size, rank, round, blob };
+            lock(&shared.jobs).post(me, post, |n| live.contains_key(&n))?;
+            return Ok(Reply::Ok);
+        }
+        Request::JobRound { job, round } => {
+            let live = lock(&shared.live);
+            let round = lock(&shared.jobs).round(&job, round, |n| live.contains_key(&n))?;
+            return Ok(Reply::Job { round });
+        }
+        _ => {}
+    }
     let mut store = lock(&shared.store);
     let st = &mut store.state;
     let reply = match req {
@@ -417,6 +438,7 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             st.regions.retain(|_, e| !(e.node == me && e.region == region));
             Reply::Ok
         }
+        Request::JobPost { .. } | Request::JobRound { .. } => unreachable!("jobs are answered above"),
     };
     store.save()?;
     Ok(reply)

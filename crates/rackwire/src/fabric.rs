@@ -478,6 +478,35 @@ impl Fabric {
         Ok(None)
     }
 
+    /// Drive the transports once from this thread (poll the edge transport's links, hand over
+    /// what arrived, send what is due); true when something happened. A thread that waits for
+    /// memory a peer writes (a flag set by a one-sided write, not a notification) calls this
+    /// while it spins, and [`Fabric::rest`] before it sleeps. The shared-memory transport needs
+    /// no driving: its operations complete in the calling thread.
+    pub fn progress(&self) -> bool {
+        self.inner.edge.get().is_some_and(|ep| ep.drive())
+    }
+
+    /// This thread stops driving the transports (it is about to sleep): the edge transport's
+    /// network thread takes over at once.
+    pub fn rest(&self) {
+        if let Some(ep) = self.inner.edge.get() {
+            ep.rest();
+        }
+    }
+
+    /// Bootstrap: post `blob` (at most [`rackwire_mh::jobs::JOB_BLOB_BYTES_MAX`] bytes) as
+    /// `rank` of the `size`-rank `job` in round `round` at the management host; round 0 joins
+    /// the job. Jobs of ranks (`rackwire-coll`) are built on this and [`Fabric::job_round`].
+    pub fn job_post(&self, job: &str, size: u32, rank: u32, round: u64, blob: &[u8]) -> Result<(), Error> {
+        Ok(self.inner.mh.job_post(job, size, rank, round, blob)?)
+    }
+
+    /// Bootstrap: what round `round` of `job` holds so far, and which ranks are down.
+    pub fn job_round(&self, job: &str, round: u64) -> Result<crate::JobRound, Error> {
+        Ok(self.inner.mh.job_round(job, round)?)
+    }
+
     /// Every node the management host knows.
     pub fn nodes(&self) -> Result<Vec<NodeStatus>, Error> {
         Ok(self.inner.mh.nodes()?)

@@ -53,7 +53,7 @@ pub use error::{Error, MhErrorText};
 pub use fabric::{Fabric, Message, Notification};
 pub use handle::{RegionId, RemoteRegion, REMOTE_REGION_BYTES};
 pub use op::{Completion, Op, OpFlags};
-pub use rackwire_mh::{ManagementHost, MhHandle, NodeId, NodeInfo, NodeStatus};
+pub use rackwire_mh::{JobMember, JobRound, ManagementHost, MhHandle, NodeId, NodeInfo, NodeStatus};
 pub use rackwire_shm::COPY_CHANNELS_MAX;
 pub use region::{Region, RevokeOutcome};
 

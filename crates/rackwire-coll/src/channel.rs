@@ -1,0 +1,425 @@
+//! Point-to-point transfers between the ranks of a group, over one-sided writes into each
+//! rank's window.
+//!
+//! # The window
+//!
+//! Each rank owns one region, its window, granted to every other rank. For a group of `n`
+//! ranks, with `S` = [`SLOTS_PER_PEER`] and `B` the slot size:
+//!
+//! ```text
+//! offset 64·src          arrived[src]   pieces rank src has placed here (src bumps it)
+//! offset 64·(n + dst)    consumed[dst]  pieces rank dst took of those this rank placed there
+//!                                       (dst bumps it here)
+//! offset C + (src·S + k)·B              slot k of rank src (C: the counters, page-rounded)
+//! ```
+//!
+//! Each counter has a cache line of its own, so two ranks updating neighbouring counters do
+//! not fight over one line.
+//!
+//! # One piece
+//!
+//! The `p`-th piece (from 1) a rank sends to `dst` goes into slot `(p - 1) mod S` of its
+//! slots in `dst`'s window. It may go once `dst` has taken piece `p - S` (its slot is free
+//! again): the sender reads `consumed[dst]` in its *own* window, a local load. It is written
+//! with one write, then `arrived[me]` in `dst`'s window is bumped by a fetch-and-add fenced
+//! behind the write, so `dst` never sees the counter before the data. The receiver waits
+//! for `arrived[src]` to reach the piece it expects (a local load), copies the piece out of
+//! its own memory, and gives slots back by bumping `consumed[me]` in the sender's window once
+//! for every `S / 2` pieces taken (a sender with a full set of slots in flight is always
+//! given half of them back, so acknowledging less often cannot stall it).
+//!
+//! A transfer of `len` bytes is `max(1, ⌈len / B⌉)` pieces; both ends know `len` (collectives
+//! give both sides their counts, as MPI does), so pieces carry no header. A zero-length
+//! transfer is one empty piece: a signal.
+//!
+//! Both ends run every transfer of one step together ([`Channels::exchange`]): a rank sends
+//! what its credit allows to every peer, takes what arrived from every peer, and only then
+//! waits, so no rank waits on one peer while another could move.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rackwire::{Access, Conn, Fabric, NodeId, Op, OpFlags, Region, RemoteRegion};
+
+use crate::wait::{Idle, Waiter};
+use crate::{CollError, OPS_IN_FLIGHT_MAX, SLOTS_PER_PEER, SLOT_BYTES_MAX, SLOT_BYTES_MIN, WINDOW_DATA_BYTES_MAX};
+
+/// Bytes of one counter's cache line.
+const COUNTER_STRIDE: u64 = 64;
+/// Pieces a receiver takes from one sender before it gives their slots back.
+const ACK_EVERY: u64 = SLOTS_PER_PEER as u64 / 2;
+const _: () = assert!(SLOTS_PER_PEER >= 2 && SLOT_BYTES_MIN <= SLOT_BYTES_MAX);
+
+/// The shape of a window for `n` ranks: (counter bytes, slot bytes, total bytes).
+pub fn window_layout(n: usize) -> (u64, usize, u64) {
+    let counters = (2 * n as u64 * COUNTER_STRIDE).next_multiple_of(4096);
+    let per_slot = WINDOW_DATA_BYTES_MAX / (n.max(2) * SLOTS_PER_PEER);
+    // Whole pages, so slots start page-aligned and copies run at full speed.
+    let slot = (per_slot / 4096 * 4096).clamp(SLOT_BYTES_MIN, SLOT_BYTES_MAX);
+    (counters, slot, counters + (n * SLOTS_PER_PEER * slot) as u64)
+}
+
+/// One send of a step: `data` to rank `to`.
+pub(crate) struct SendSpec<'a> {
+    pub to: usize,
+    pub data: &'a [u8],
+}
+
+/// One receive of a step: `into.len()` bytes from rank `from`.
+pub(crate) struct RecvSpec<'a> {
+    pub from: usize,
+    pub into: &'a mut [u8],
+}
+
+/// A rank's transfers: its window, the peers' windows and connections, and the counts.
+pub(crate) struct Channels {
+    pub fabric: Arc<Fabric>,
+    pub me: usize,
+    pub nodes: Vec<NodeId>,
+    pub job: String,
+    /// The last bootstrap round (to ask the management host which ranks are down).
+    pub mh_round: u64,
+    pub timeout: Duration,
+    pub oversubscribed: bool,
+    window: Region,
+    peers: Vec<Option<(Conn, RemoteRegion)>>,
+    counters: u64,
+    slot: usize,
+    /// Pieces sent to each rank.
+    sent: Vec<u64>,
+    /// Pieces taken from each rank.
+    taken: Vec<u64>,
+    /// Of those, how many the sender was told of.
+    acked: Vec<u64>,
+    /// Operations whose outcome is not yet seen (over the edge transport).
+    in_flight: VecDeque<(usize, Op)>,
+}
+
+impl Channels {
+    /// Allocate this rank's window (granted to every other rank's node); its handle goes to
+    /// the others through the bootstrap.
+    pub(crate) fn alloc_window(fabric: &Fabric, nodes: &[NodeId], me: usize) -> Result<Region, CollError> {
+        let (_, _, len) = window_layout(nodes.len());
+        let region = fabric.alloc(len, Access::READ | Access::WRITE | Access::ATOMIC)?;
+        for (r, &node) in nodes.iter().enumerate() {
+            if r != me {
+                region.grant(node, Access::WRITE | Access::ATOMIC)?;
+            }
+        }
+        Ok(region)
+    }
+
+    /// Connect to every other rank, given their windows' handles.
+    pub(crate) fn connect(
+        fabric: Arc<Fabric>,
+        me: usize,
+        nodes: Vec<NodeId>,
+        window: Region,
+        remotes: Vec<RemoteRegion>,
+        job: String,
+        timeout: Duration,
+    ) -> Result<Channels, CollError> {
+        let n = nodes.len();
+        let (counters, slot, len) = window_layout(n);
+        let mut peers = Vec::with_capacity(n);
+        for (r, remote) in remotes.into_iter().enumerate() {
+            if r == me {
+                peers.push(None);
+                continue;
+            }
+            if remote.node() != nodes[r] || remote.len() != len {
+                return Err(CollError::Config(format!("rank {r} posted a window that is not its own of {len} bytes")));
+            }
+            let conn = fabric.connect(nodes[r]).map_err(|e| match e {
+                rackwire::Error::PeerGone(node) => CollError::RankGone { rank: r, node },
+                e => e.into(),
+            })?;
+            peers.push(Some((conn, remote)));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        Ok(Channels {
+            fabric,
+            me,
+            nodes,
+            job,
+            // The windows were exchanged in round 1 of the bootstrap.
+            mh_round: 1,
+            timeout,
+            oversubscribed: n > cores,
+            window,
+            peers,
+            counters,
+            slot,
+            sent: vec![0; n],
+            taken: vec![0; n],
+            acked: vec![0; n],
+            in_flight: VecDeque::new(),
+        })
+    }
+
+    /// The connection to rank `r` (none to this rank itself).
+    pub(crate) fn conn(&self, r: usize) -> Option<&Conn> {
+        self.peers.get(r)?.as_ref().map(|(c, _)| c)
+    }
+
+    fn pieces(&self, len: usize) -> u64 {
+        len.div_ceil(self.slot).max(1) as u64
+    }
+
+    fn arrived_at(r: usize) -> u64 {
+        r as u64 * COUNTER_STRIDE
+    }
+
+    fn consumed_at(&self, r: usize) -> u64 {
+        (self.nodes.len() + r) as u64 * COUNTER_STRIDE
+    }
+
+    fn slot_at(&self, src: usize, piece: u64) -> u64 {
+        self.counters + ((src * SLOTS_PER_PEER) as u64 + (piece - 1) % SLOTS_PER_PEER as u64) * self.slot as u64
+    }
+
+    fn load(&self, offset: u64) -> Result<u64, CollError> {
+        Ok(self.window.load_u64(offset)?)
+    }
+
+    fn gone(&self, r: usize) -> CollError {
+        CollError::RankGone { rank: r, node: self.nodes[r] }
+    }
+
+    /// Keep an operation's handle until its outcome is known; an outcome known now is looked
+    /// at now (over shared memory every operation completes in the call).
+    fn track(&mut self, r: usize, mut op: Op) -> Result<(), CollError> {
+        match op.poll() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(self.op_error(r, e)),
+            None => {
+                if self.in_flight.len() >= OPS_IN_FLIGHT_MAX {
+                    let (r0, mut oldest) = self.in_flight.pop_front().expect("in flight is full");
+                    oldest.wait_timeout(self.timeout).map_err(|e| self.op_error(r0, e))?;
+                }
+                self.in_flight.push_back((r, op));
+                Ok(())
+            }
+        }
+    }
+
+    fn op_error(&self, r: usize, e: rackwire::Error) -> CollError {
+        match e {
+            rackwire::Error::PeerGone(_) => self.gone(r),
+            e => e.into(),
+        }
+    }
+
+    /// Look at the operations in flight, oldest first, dropping the finished ones.
+    fn reap(&mut self) -> Result<bool, CollError> {
+        let mut any = false;
+        while let Some((r, op)) = self.in_flight.front_mut() {
+            let r = *r;
+            match op.poll() {
+                None => break,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(self.op_error(r, e)),
+            }
+            any = true;
+            self.in_flight.pop_front();
+        }
+        Ok(any)
+    }
+
+    /// Send piece `sent + 1` of `data` to `to` if its slot is free. True if it went.
+    fn try_send_piece(&mut self, to: usize, data: &[u8], first: u64) -> Result<bool, CollError> {
+        let p = self.sent[to] + 1;
+        if p > SLOTS_PER_PEER as u64 && self.load(self.consumed_at(to))? < p - SLOTS_PER_PEER as u64 {
+            return Ok(false);
+        }
+        let idx = (p - first) as usize;
+        let lo = (idx * self.slot).min(data.len());
+        let hi = (lo + self.slot).min(data.len());
+        let at = self.slot_at(self.me, p);
+        let (conn, remote) = self.peers[to].as_ref().ok_or_else(|| CollError::BadArgument("send to self".into()))?;
+        let (conn, remote) = (conn.clone(), *remote);
+        if hi > lo {
+            self.track(to, conn.write(&remote, at, &data[lo..hi], OpFlags::NONE))?;
+        }
+        let bump = conn.fetch_add(&remote, Self::arrived_at(self.me), 1, OpFlags::NONE.fence_before());
+        self.track(to, bump)?;
+        self.sent[to] = p;
+        Ok(true)
+    }
+
+    /// Take piece `taken + 1` from `from` into `into` if it has arrived. True if it had.
+    fn try_recv_piece(&mut self, from: usize, into: &mut [u8], first: u64) -> Result<bool, CollError> {
+        let p = self.taken[from] + 1;
+        if self.load(Self::arrived_at(from))? < p {
+            return Ok(false);
+        }
+        let idx = (p - first) as usize;
+        let lo = (idx * self.slot).min(into.len());
+        let hi = (lo + self.slot).min(into.len());
+        if hi > lo {
+            self.window.read_at(self.slot_at(from, p), &mut into[lo..hi])?;
+        }
+        self.taken[from] = p;
+        if p - self.acked[from] >= ACK_EVERY {
+            let add = p - self.acked[from];
+            self.acked[from] = p;
+            let (conn, remote) = self.peers[from].as_ref().expect("a peer, not this rank");
+            let (conn, remote) = (conn.clone(), *remote);
+            let bump = conn.fetch_add(&remote, self.consumed_at(self.me), add, OpFlags::NONE);
+            self.track(from, bump)?;
+        }
+        Ok(true)
+    }
+
+    /// Run one step: every send and every receive, together, until all are done.
+    pub(crate) fn exchange(
+        &mut self,
+        sends: &[SendSpec<'_>],
+        recvs: &mut [RecvSpec<'_>],
+        during: &'static str,
+    ) -> Result<(), CollError> {
+        for s in sends {
+            if s.to == self.me || s.to >= self.nodes.len() {
+                return Err(CollError::BadArgument(format!("send to rank {} from rank {}", s.to, self.me)));
+            }
+        }
+        for r in recvs.iter() {
+            if r.from == self.me || r.from >= self.nodes.len() {
+                return Err(CollError::BadArgument(format!("receive from rank {} at rank {}", r.from, self.me)));
+            }
+        }
+        // Where each transfer's pieces start, and how many it has.
+        for s in sends {
+            if s.to == self.me || s.to >= self.nodes.len() {
+                return Err(CollError::BadArgument(format!("send to rank {} from rank {}", s.to, self.me)));
+            }
+        }
+        for r in recvs.iter() {
+            if r.from == self.me || r.from >= self.nodes.len() {
+                return Err(CollError::BadArgument(format!("receive from rank {} at rank {}", r.from, self.me)));
+            }
+        }
+        // Where each transfer's pieces start, and where the next begins (two transfers between
+        // one pair in one step follow each other).
+        let mut next = self.sent.clone();
+        let (send_first, send_end): (Vec<u64>, Vec<u64>) = sends
+            .iter()
+            .map(|s| {
+                let first = next[s.to] + 1;
+                next[s.to] += self.pieces(s.data.len());
+                (first, next[s.to] + 1)
+            })
+            .unzip();
+        let mut next = self.taken.clone();
+        let (recv_first, recv_end): (Vec<u64>, Vec<u64>) = recvs
+            .iter()
+            .map(|r| {
+                let first = next[r.from] + 1;
+                next[r.from] += self.pieces(r.into.len());
+                (first, next[r.from] + 1)
+            })
+            .unzip();
+        let n = self.nodes.len();
+        let mut seen = vec![false; n];
+        let dup_sends = sends.iter().any(|s| std::mem::replace(&mut seen[s.to], true));
+        let mut seen = vec![false; n];
+        let dup_recvs = recvs.iter().any(|r| std::mem::replace(&mut seen[r.from], true));
+        let mut waiter = Waiter::new(self.timeout, self.oversubscribed);
+        loop {
+            let mut moved = false;
+            let mut all_done = true;
+            for (i, s) in sends.iter().enumerate() {
+                // Two sends to one rank in one step go one after the other.
+                if dup_sends && sends[..i].iter().zip(&send_end).any(|(o, &e)| o.to == s.to && self.sent[s.to] + 1 < e)
+                {
+                    all_done = false;
+                    continue;
+                }
+                while self.sent[s.to] + 1 < send_end[i] && self.try_send_piece(s.to, s.data, send_first[i])? {
+                    moved = true;
+                }
+                all_done &= self.sent[s.to] + 1 >= send_end[i];
+            }
+            for i in 0..recvs.len() {
+                let from = recvs[i].from;
+                if dup_recvs && (0..i).any(|j| recvs[j].from == from && self.taken[from] + 1 < recv_end[j]) {
+                    all_done = false;
+                    continue;
+                }
+                while self.taken[from] + 1 < recv_end[i] {
+                    let first = recv_first[i];
+                    if !self.try_recv_piece(from, recvs[i].into, first)? {
+                        break;
+                    }
+                    moved = true;
+                }
+                all_done &= self.taken[from] + 1 >= recv_end[i];
+            }
+            moved |= self.reap()?;
+            if all_done {
+                return Ok(());
+            }
+            if moved {
+                waiter.progressed();
+                continue;
+            }
+            if self.fabric.progress() {
+                continue;
+            }
+            match waiter.idle(|| self.fabric.rest()) {
+                Idle::Again => {}
+                Idle::CheckPeers { ask_mh } => {
+                    let waiting = self.waiting_for(sends, recvs, &send_end, &recv_end);
+                    self.check_alive(&waiting, ask_mh)?;
+                }
+                Idle::TimedOut => {
+                    let ranks = self.waiting_for(sends, recvs, &send_end, &recv_end);
+                    return Err(CollError::Timeout { during, ranks, waited_ms: waiter.waited().as_millis() as u64 });
+                }
+            }
+        }
+    }
+
+    /// The ranks a step still waits for.
+    fn waiting_for(&self, sends: &[SendSpec<'_>], recvs: &[RecvSpec<'_>], se: &[u64], re: &[u64]) -> Vec<usize> {
+        let mut v: Vec<usize> = sends
+            .iter()
+            .zip(se)
+            .filter(|(s, &e)| self.sent[s.to] + 1 < e)
+            .map(|(s, _)| s.to)
+            .chain(recvs.iter().zip(re).filter(|(r, &e)| self.taken[r.from] + 1 < e).map(|(r, _)| r.from))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Fail with [`CollError::RankGone`] if one of `ranks` is gone, by its connection or, with
+    /// `ask_mh`, by the management host's word.
+    pub(crate) fn check_alive(&self, ranks: &[usize], ask_mh: bool) -> Result<(), CollError> {
+        for &r in ranks {
+            if self.conn(r).is_some_and(|c| !c.is_alive()) {
+                return Err(self.gone(r));
+            }
+        }
+        if ask_mh {
+            // The management host being unreachable is not a rank's death: the transports
+            // still tell, and the timeout still holds.
+            if let Ok(round) = self.fabric.job_round(&self.job, self.mh_round) {
+                if let Some(&r) = round.down.first() {
+                    return Err(self.gone(r as usize));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait for the outcome of every operation still in flight (before the group goes).
+    pub(crate) fn drain(&mut self) -> Result<(), CollError> {
+        while let Some((r, mut op)) = self.in_flight.pop_front() {
+            op.wait_timeout(self.timeout).map_err(|e| self.op_error(r, e))?;
+        }
+        Ok(())
+    }
+}

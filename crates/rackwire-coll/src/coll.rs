@@ -1,0 +1,447 @@
+//! The collective operations of a [`Group`], built from steps of direct transfers
+//! ([`crate::channel`]).
+//!
+//! # Algorithms, and why
+//!
+//! A rack has few ranks (tens at most) and, over shared memory, a transfer costs its copy and
+//! two counter updates; there is no switch to be congested. So the collectives send each
+//! block **straight to the rank that needs it** (one step, every pair at once) wherever that
+//! moves no byte more than once, rather than routing it through other ranks over `log2 N`
+//! steps as tree and butterfly algorithms do (they pay a step's latency per level and copy
+//! the data at every level):
+//!
+//! - **barrier**: dissemination (`⌈log2 N⌉` steps of one empty signal each way): fewer
+//!   counter updates per rank than all-to-all signalling once N passes 3, and no root.
+//! - **scatter(v), gather(v), allgather(v), alltoall(v)**: direct; the order of peers is
+//!   staggered by rank so no rank is every sender's first target.
+//! - **broadcast**: direct from the root below [`BCAST_SCATTER_MIN_BYTES`]; at and above it
+//!   (and for N ≥ 3) the root scatters the buffer in N segments and the ranks allgather them
+//!   (van de Geijn): the root then sends the data once instead of N−1 times, which pays off
+//!   as soon as the root's copying, not the extra step, is what takes the time.
+//! - **reduce / allreduce**: below [`REDUCE_SEGMENTED_MIN_BYTES`] every rank sends its whole
+//!   vector to the root (to every rank, for allreduce) and the receiver folds them; at and
+//!   above it (N ≥ 3), reduce-scatter then gather (allgather): rank i folds only segment i of
+//!   every vector, so each rank moves about `2·(N−1)/N` of the vector and folds `1/N` of it,
+//!   instead of folding all N vectors itself.
+//!
+//! Every fold goes in rank order (rank 0's contribution first), so every rank of an allreduce
+//! gets the same bits, floating point included.
+
+use crate::channel::{RecvSpec, SendSpec};
+use crate::{CollError, Element, Group, ReduceOp, BLOCK_BYTES_MAX};
+
+/// From this size (bytes) up, a broadcast scatters and allgathers instead of sending the
+/// whole buffer from the root to every rank.
+pub const BCAST_SCATTER_MIN_BYTES: usize = 64 * 1024;
+/// From this size (bytes) up, reduce and allreduce split the vector into one segment per rank
+/// (reduce-scatter, then gather or allgather) instead of folding whole vectors.
+pub const REDUCE_SEGMENTED_MIN_BYTES: usize = 16 * 1024;
+
+fn block_ok(what: &str, len: usize) -> Result<(), CollError> {
+    if len > BLOCK_BYTES_MAX {
+        return Err(CollError::Limit(format!("{what}: a block of {len} bytes, at most {BLOCK_BYTES_MAX}")));
+    }
+    Ok(())
+}
+
+/// Cut `buf` into consecutive parts of `lens` bytes (the parts must fit).
+fn split_mut<'a>(mut buf: &'a mut [u8], lens: &[usize]) -> Vec<&'a mut [u8]> {
+    let mut parts = Vec::with_capacity(lens.len());
+    for &l in lens {
+        let (head, tail) = std::mem::take(&mut buf).split_at_mut(l);
+        parts.push(head);
+        buf = tail;
+    }
+    parts
+}
+
+/// Where part `i` of `n` parts of `total` units starts (balanced: sizes differ by one at most).
+fn seg_start(total: usize, n: usize, i: usize) -> usize {
+    (total as u128 * i as u128 / n as u128) as usize
+}
+
+/// Peers of `me` in the staggered order: me+1, me+2, ... (mod n).
+fn others(me: usize, n: usize) -> impl Iterator<Item = usize> {
+    (1..n).map(move |k| (me + k) % n)
+}
+
+fn as_elems<T: Element>(b: &[u8]) -> Result<&[T], CollError> {
+    bytemuck::try_cast_slice(b).map_err(|e| CollError::BadArgument(format!("element view: {e:?}")))
+}
+
+impl Group {
+    fn check_root(&self, root: usize) -> Result<(), CollError> {
+        if root >= self.size() {
+            return Err(CollError::BadArgument(format!("root {root} outside 0..{}", self.size())));
+        }
+        Ok(())
+    }
+
+    /// Wait until every rank has called it.
+    pub fn barrier(&mut self) -> Result<(), CollError> {
+        let (me, n) = (self.rank(), self.size());
+        let mut k = 1;
+        while k < n {
+            let sends = [SendSpec { to: (me + k) % n, data: &[] }];
+            let mut recvs = [RecvSpec { from: (me + n - k) % n, into: &mut [] }];
+            self.ch.exchange(&sends, &mut recvs, "barrier")?;
+            k *= 2;
+        }
+        Ok(())
+    }
+
+    /// Copy `buf` of rank `root` into `buf` of every rank (every rank passes the same length).
+    pub fn bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<(), CollError> {
+        self.check_root(root)?;
+        block_ok("bcast", buf.len())?;
+        let (me, n) = (self.rank(), self.size());
+        if n == 1 {
+            return Ok(());
+        }
+        if buf.len() < BCAST_SCATTER_MIN_BYTES || n < 3 {
+            if me == root {
+                let sends: Vec<SendSpec<'_>> = others(me, n).map(|to| SendSpec { to, data: &*buf }).collect();
+                return self.ch.exchange(&sends, &mut [], "bcast");
+            }
+            return self.ch.exchange(&[], &mut [RecvSpec { from: root, into: buf }], "bcast");
+        }
+        // Scatter, then allgather (see the module documentation).
+        let len = buf.len();
+        let bounds: Vec<usize> = (0..=n).map(|i| seg_start(len, n, i)).collect();
+        let seg = |i: usize| bounds[i]..bounds[i + 1];
+        if me == root {
+            // Each rank gets its own segment, then the root's.
+            let mut sends = Vec::with_capacity(2 * n);
+            for to in others(me, n) {
+                sends.push(SendSpec { to, data: &buf[seg(to)] });
+                sends.push(SendSpec { to, data: &buf[seg(root)] });
+            }
+            return self.ch.exchange(&sends, &mut [], "bcast");
+        }
+        let lens: Vec<usize> = (0..n).map(|i| bounds[i + 1] - bounds[i]).collect();
+        let mut parts = split_mut(buf, &lens);
+        {
+            let (lo, hi) = if me < root { (me, root) } else { (root, me) };
+            let (a, b) = parts.split_at_mut(hi);
+            let (mine, roots) = if me < root { (&mut a[lo], &mut b[0]) } else { (&mut b[0], &mut a[lo]) };
+            let mut recvs = [RecvSpec { from: root, into: mine }, RecvSpec { from: root, into: roots }];
+            self.ch.exchange(&[], &mut recvs, "bcast")?;
+        }
+        let mine = std::mem::take(&mut parts[me]);
+        let sends: Vec<SendSpec<'_>> =
+            others(me, n).filter(|&to| to != root).map(|to| SendSpec { to, data: &*mine }).collect();
+        let mut recvs: Vec<RecvSpec<'_>> = parts
+            .into_iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me && r != root)
+            .map(|(from, into)| RecvSpec { from, into })
+            .collect();
+        self.ch.exchange(&sends, &mut recvs, "bcast")
+    }
+
+    /// Rank `root` sends block `i` of `send` (`N · recv.len()` bytes; ignored elsewhere) to
+    /// rank `i`, which receives it in `recv`.
+    pub fn scatter(&mut self, root: usize, send: &[u8], recv: &mut [u8]) -> Result<(), CollError> {
+        let counts = vec![recv.len(); self.size()];
+        self.scatterv(root, send, &counts, recv)
+    }
+
+    /// Rank `root` sends `counts[i]` bytes to rank `i`, taken from `send` packed by rank
+    /// (`counts` and `send` matter at the root only); every rank receives `recv.len()` bytes,
+    /// which must equal its count at the root.
+    pub fn scatterv(&mut self, root: usize, send: &[u8], counts: &[usize], recv: &mut [u8]) -> Result<(), CollError> {
+        self.check_root(root)?;
+        block_ok("scatterv", recv.len())?;
+        let (me, n) = (self.rank(), self.size());
+        if me != root {
+            return self.ch.exchange(&[], &mut [RecvSpec { from: root, into: recv }], "scatterv");
+        }
+        let offs = self.packed("scatterv", counts, send.len())?;
+        if counts[me] != recv.len() {
+            return Err(CollError::BadArgument(format!("root's count {} but receives {}", counts[me], recv.len())));
+        }
+        recv.copy_from_slice(&send[offs[me]..offs[me + 1]]);
+        let sends: Vec<SendSpec<'_>> =
+            others(me, n).map(|to| SendSpec { to, data: &send[offs[to]..offs[to + 1]] }).collect();
+        self.ch.exchange(&sends, &mut [], "scatterv")
+    }
+
+    /// Every rank sends `send` to rank `root`, which receives them in `recv` by rank
+    /// (`N · send.len()` bytes; ignored elsewhere).
+    pub fn gather(&mut self, root: usize, send: &[u8], recv: &mut [u8]) -> Result<(), CollError> {
+        let counts = vec![send.len(); self.size()];
+        self.gatherv(root, send, &counts, recv)
+    }
+
+    /// Every rank sends `send` to rank `root`, which receives `counts[i]` bytes from rank `i`
+    /// packed by rank in `recv` (`counts` and `recv` matter at the root only).
+    pub fn gatherv(&mut self, root: usize, send: &[u8], counts: &[usize], recv: &mut [u8]) -> Result<(), CollError> {
+        self.check_root(root)?;
+        block_ok("gatherv", send.len())?;
+        let (me, n) = (self.rank(), self.size());
+        if me != root {
+            return self.ch.exchange(&[SendSpec { to: root, data: send }], &mut [], "gatherv");
+        }
+        self.packed("gatherv", counts, recv.len())?;
+        if counts[me] != send.len() {
+            return Err(CollError::BadArgument(format!("root's count {} but sends {}", counts[me], send.len())));
+        }
+        let mut parts = split_mut(recv, counts);
+        parts[me].copy_from_slice(send);
+        let mut recvs: Vec<RecvSpec<'_>> = parts
+            .into_iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .map(|(from, into)| RecvSpec { from, into })
+            .collect();
+        // Staggered: rank me takes from me-1, me-2, ... first.
+        recvs.sort_by_key(|r| (me + n - r.from) % n);
+        self.ch.exchange(&[], &mut recvs, "gatherv")
+    }
+
+    /// Every rank's `send` to every rank's `recv`, by rank (`N · send.len()` bytes).
+    pub fn allgather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CollError> {
+        let counts = vec![send.len(); self.size()];
+        self.allgatherv(send, &counts, recv)
+    }
+
+    /// Every rank's `send` (`counts[i]` bytes from rank `i`; every rank passes the same
+    /// counts) to every rank's `recv`, packed by rank.
+    pub fn allgatherv(&mut self, send: &[u8], counts: &[usize], recv: &mut [u8]) -> Result<(), CollError> {
+        block_ok("allgatherv", send.len())?;
+        let (me, n) = (self.rank(), self.size());
+        self.packed("allgatherv", counts, recv.len())?;
+        if counts[me] != send.len() {
+            return Err(CollError::BadArgument(format!(
+                "count {} for this rank but it sends {}",
+                counts[me],
+                send.len()
+            )));
+        }
+        let mut parts = split_mut(recv, counts);
+        parts[me].copy_from_slice(send);
+        let sends: Vec<SendSpec<'_>> = others(me, n).map(|to| SendSpec { to, data: send }).collect();
+        let mut recvs: Vec<RecvSpec<'_>> = parts
+            .into_iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .map(|(from, into)| RecvSpec { from, into })
+            .collect();
+        recvs.sort_by_key(|r| (me + n - r.from) % n);
+        self.ch.exchange(&sends, &mut recvs, "allgatherv")
+    }
+
+    /// Block `i` of every rank's `send` to rank `i`, which receives them by sender in `recv`
+    /// (both `N · block` bytes).
+    pub fn alltoall(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CollError> {
+        let n = self.size();
+        if !send.len().is_multiple_of(n) || send.len() != recv.len() {
+            return Err(CollError::BadArgument(format!(
+                "alltoall of {} bytes into {}: both must be {n} equal blocks",
+                send.len(),
+                recv.len()
+            )));
+        }
+        let counts = vec![send.len() / n; n];
+        self.alltoallv(send, &counts, recv, &counts)
+    }
+
+    /// Rank `i` sends `send_counts[j]` bytes (packed by rank in `send`) to rank `j`, and
+    /// receives `recv_counts[j]` bytes from rank `j` (packed by rank in `recv`); a count must
+    /// equal its sender's.
+    pub fn alltoallv(
+        &mut self,
+        send: &[u8],
+        send_counts: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+    ) -> Result<(), CollError> {
+        let (me, n) = (self.rank(), self.size());
+        let soffs = self.packed("alltoallv send", send_counts, send.len())?;
+        self.packed("alltoallv recv", recv_counts, recv.len())?;
+        if send_counts[me] != recv_counts[me] {
+            return Err(CollError::BadArgument(format!(
+                "this rank sends itself {} bytes but receives {}",
+                send_counts[me], recv_counts[me]
+            )));
+        }
+        let mut parts = split_mut(recv, recv_counts);
+        parts[me].copy_from_slice(&send[soffs[me]..soffs[me + 1]]);
+        let sends: Vec<SendSpec<'_>> =
+            others(me, n).map(|to| SendSpec { to, data: &send[soffs[to]..soffs[to + 1]] }).collect();
+        let mut recvs: Vec<RecvSpec<'_>> = parts
+            .into_iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .map(|(from, into)| RecvSpec { from, into })
+            .collect();
+        recvs.sort_by_key(|r| (me + n - r.from) % n);
+        self.ch.exchange(&sends, &mut recvs, "alltoallv")
+    }
+
+    /// Offsets of `counts` packed, checked against the group size, the limits and `total`.
+    fn packed(&self, what: &str, counts: &[usize], total: usize) -> Result<Vec<usize>, CollError> {
+        if counts.len() != self.size() {
+            return Err(CollError::BadArgument(format!("{what}: {} counts for {} ranks", counts.len(), self.size())));
+        }
+        let mut offs = Vec::with_capacity(counts.len() + 1);
+        let mut at = 0usize;
+        offs.push(0);
+        for &c in counts {
+            block_ok(what, c)?;
+            at = at.checked_add(c).ok_or_else(|| CollError::Limit(format!("{what}: counts overflow")))?;
+            offs.push(at);
+        }
+        if at != total {
+            return Err(CollError::BadArgument(format!("{what}: counts add up to {at} bytes, the buffer has {total}")));
+        }
+        Ok(offs)
+    }
+
+    /// Fold every rank's `data` elementwise with `op`; the result lands in `data` of rank
+    /// `root`. Elsewhere `data` serves as scratch: what it holds afterwards is unspecified.
+    pub fn reduce<T: Element>(&mut self, root: usize, data: &mut [T], op: ReduceOp) -> Result<(), CollError> {
+        self.check_root(root)?;
+        self.reduction(Some(root), data, op)
+    }
+
+    /// Fold every rank's `data` elementwise with `op`; every rank gets the result in `data`.
+    pub fn allreduce<T: Element>(&mut self, data: &mut [T], op: ReduceOp) -> Result<(), CollError> {
+        self.reduction(None, data, op)
+    }
+
+    fn reduction<T: Element>(&mut self, root: Option<usize>, data: &mut [T], op: ReduceOp) -> Result<(), CollError> {
+        let (_, n) = (self.rank(), self.size());
+        let bytes = std::mem::size_of_val(data);
+        block_ok("reduction", bytes)?;
+        if n == 1 {
+            return Ok(());
+        }
+        if bytes < REDUCE_SEGMENTED_MIN_BYTES || n < 3 {
+            self.reduce_whole(root, data, op)
+        } else {
+            self.reduce_segmented(root, data, op)
+        }
+    }
+
+    /// Whole vectors to the root (or to everyone), folded there in rank order.
+    fn reduce_whole<T: Element>(&mut self, root: Option<usize>, data: &mut [T], op: ReduceOp) -> Result<(), CollError> {
+        let (me, n) = (self.rank(), self.size());
+        let len = std::mem::size_of_val(data);
+        let mine: &[u8] = bytemuck::cast_slice(data);
+        let targets: Vec<usize> = match root {
+            Some(r) if r == me => Vec::new(),
+            Some(r) => vec![r],
+            None => others(me, n).collect(),
+        };
+        let receives = root.is_none_or(|r| r == me);
+        // Every contribution in its rank's place, this rank's too.
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let need = if receives { n * len } else { 0 };
+        let words = need.div_ceil(8);
+        if scratch.len() < words {
+            scratch.resize(words, 0);
+        }
+        let all = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch[..words])[..need];
+        let outcome = (|| {
+            let sends: Vec<SendSpec<'_>> = targets.iter().map(|&to| SendSpec { to, data: mine }).collect();
+            if !receives {
+                return self.ch.exchange(&sends, &mut [], "reduce");
+            }
+            let lens = vec![len; n];
+            let mut parts = split_mut(all, &lens);
+            parts[me].copy_from_slice(mine);
+            let mut recvs: Vec<RecvSpec<'_>> = parts
+                .into_iter()
+                .enumerate()
+                .filter(|&(r, _)| r != me)
+                .map(|(from, into)| RecvSpec { from, into })
+                .collect();
+            recvs.sort_by_key(|r| (me + n - r.from) % n);
+            self.ch.exchange(&sends, &mut recvs, if root.is_some() { "reduce" } else { "allreduce" })
+        })();
+        if outcome.is_ok() && receives {
+            let all: &[u8] = all;
+            data.copy_from_slice(as_elems::<T>(&all[..len])?);
+            for r in 1..n {
+                T::fold(op, data, as_elems::<T>(&all[r * len..(r + 1) * len])?);
+            }
+        }
+        self.scratch = scratch;
+        outcome
+    }
+
+    /// Reduce-scatter (rank i folds segment i of every vector), then gather the segments at
+    /// the root or allgather them everywhere.
+    fn reduce_segmented<T: Element>(
+        &mut self,
+        root: Option<usize>,
+        data: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), CollError> {
+        let (me, n) = (self.rank(), self.size());
+        let esz = std::mem::size_of::<T>();
+        let bounds: Vec<usize> = (0..=n).map(|i| seg_start(data.len(), n, i) * esz).collect();
+        let lens: Vec<usize> = (0..n).map(|i| bounds[i + 1] - bounds[i]).collect();
+        let seg_len = lens[me];
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let words = (n * seg_len).div_ceil(8);
+        if scratch.len() < words {
+            scratch.resize(words, 0);
+        }
+        let outcome = (|| {
+            let all = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch[..words])[..n * seg_len];
+            {
+                let bytes: &[u8] = bytemuck::cast_slice(&*data);
+                let sends: Vec<SendSpec<'_>> =
+                    others(me, n).map(|to| SendSpec { to, data: &bytes[bounds[to]..bounds[to + 1]] }).collect();
+                let mut parts = split_mut(&mut *all, &vec![seg_len; n]);
+                parts[me].copy_from_slice(&bytes[bounds[me]..bounds[me + 1]]);
+                let mut recvs: Vec<RecvSpec<'_>> = parts
+                    .into_iter()
+                    .enumerate()
+                    .filter(|&(r, _)| r != me)
+                    .map(|(from, into)| RecvSpec { from, into })
+                    .collect();
+                recvs.sort_by_key(|r| (me + n - r.from) % n);
+                self.ch.exchange(&sends, &mut recvs, "reduce-scatter")?;
+            }
+            let elems = seg_len / esz;
+            let lo = bounds[me] / esz;
+            let seg = &mut data[lo..lo + elems];
+            seg.copy_from_slice(as_elems::<T>(&all[..seg_len])?);
+            for r in 1..n {
+                T::fold(op, seg, as_elems::<T>(&all[r * seg_len..(r + 1) * seg_len])?);
+            }
+            Ok::<(), CollError>(())
+        })();
+        self.scratch = scratch;
+        outcome?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(data);
+        let mut parts = split_mut(bytes, &lens);
+        let mine = std::mem::take(&mut parts[me]);
+        match root {
+            Some(r) if r != me => self.ch.exchange(&[SendSpec { to: r, data: &*mine }], &mut [], "reduce"),
+            Some(_) => {
+                let mut recvs: Vec<RecvSpec<'_>> = parts
+                    .into_iter()
+                    .enumerate()
+                    .filter(|&(r, _)| r != me)
+                    .map(|(from, into)| RecvSpec { from, into })
+                    .collect();
+                self.ch.exchange(&[], &mut recvs, "reduce")
+            }
+            None => {
+                let sends: Vec<SendSpec<'_>> = others(me, n).map(|to| SendSpec { to, data: &*mine }).collect();
+                let mut recvs: Vec<RecvSpec<'_>> = parts
+                    .into_iter()
+                    .enumerate()
+                    .filter(|&(r, _)| r != me)
+                    .map(|(from, into)| RecvSpec { from, into })
+                    .collect();
+                recvs.sort_by_key(|r| (me + n - r.from) % n);
+                self.ch.exchange(&sends, &mut recvs, "allreduce")
+            }
+        }
+    }
+}
