@@ -4,6 +4,7 @@
 
 mod demo;
 mod inspect;
+mod launch;
 mod rack;
 mod sim;
 mod stripe_bench;
@@ -112,6 +113,11 @@ enum Cmd {
         #[command(flatten)]
         agent: rack::AgentArgs,
     },
+    /// Start the N ranks of a job on this machine, as mpirun does: each rank gets
+    /// RACKWIRE_RANK, RACKWIRE_SIZE and RACKWIRE_JOB (and a management host of the job's own
+    /// unless RACKWIRE_MH is set); output lines are prefixed with the rank; when a rank fails
+    /// the others are stopped and its exit status is the launcher's.
+    Launch(launch::LaunchArgs),
     /// (internal) One side of `rackwire bench stripe`.
     #[command(name = "stripe-worker", hide = true)]
     StripeWorker { role: String, bytes: u64 },
@@ -283,6 +289,14 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 println!("{}", print_table(&report));
+            }
+            Ok(())
+        }
+        Cmd::Launch(l) => {
+            init_logging(tracing::Level::WARN);
+            let code = launch::run(&l)?;
+            if code != 0 {
+                std::process::exit(code);
             }
             Ok(())
         }

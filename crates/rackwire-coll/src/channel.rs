@@ -92,8 +92,9 @@ pub(crate) struct Channels {
     taken: Vec<u64>,
     /// Of those, how many the sender was told of.
     acked: Vec<u64>,
-    /// Operations whose outcome is not yet seen (over the edge transport).
-    in_flight: VecDeque<(usize, Op)>,
+    /// Operations whose outcome is not yet seen (over the edge transport): the rank, the
+    /// handle, and whether it gives slots back (see [`Channels::track`]).
+    in_flight: VecDeque<(usize, Op, bool)>,
 }
 
 impl Channels {
@@ -188,39 +189,46 @@ impl Channels {
     }
 
     /// Keep an operation's handle until its outcome is known; an outcome known now is looked
-    /// at now (over shared memory every operation completes in the call).
-    fn track(&mut self, r: usize, mut op: Op) -> Result<(), CollError> {
+    /// at now (over shared memory every operation completes in the call). A `give_back`
+    /// operation returns slots to a sender: if that sender is gone it no longer needs them
+    /// (it may have left after its last piece), so its loss is not an error here; a rank gone
+    /// too early is still seen by whoever waits for it.
+    fn track(&mut self, r: usize, mut op: Op, give_back: bool) -> Result<(), CollError> {
         match op.poll() {
-            Some(Ok(_)) => Ok(()),
-            Some(Err(e)) => Err(self.op_error(r, e)),
+            Some(r0) => self.outcome(r, r0, give_back),
             None => {
                 if self.in_flight.len() >= OPS_IN_FLIGHT_MAX {
-                    let (r0, mut oldest) = self.in_flight.pop_front().expect("in flight is full");
-                    oldest.wait_timeout(self.timeout).map_err(|e| self.op_error(r0, e))?;
+                    let (r0, mut oldest, g) = self.in_flight.pop_front().expect("in flight is full");
+                    let got = oldest.wait_timeout(self.timeout);
+                    self.outcome(r0, got, g)?;
                 }
-                self.in_flight.push_back((r, op));
+                self.in_flight.push_back((r, op, give_back));
                 Ok(())
             }
         }
     }
 
-    fn op_error(&self, r: usize, e: rackwire::Error) -> CollError {
-        match e {
-            rackwire::Error::PeerGone(_) => self.gone(r),
-            e => e.into(),
+    fn outcome(
+        &self,
+        r: usize,
+        got: Result<rackwire::Completion, rackwire::Error>,
+        give_back: bool,
+    ) -> Result<(), CollError> {
+        match got {
+            Ok(_) => Ok(()),
+            Err(rackwire::Error::PeerGone(_)) if give_back => Ok(()),
+            Err(rackwire::Error::PeerGone(_)) => Err(self.gone(r)),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// Look at the operations in flight, oldest first, dropping the finished ones.
     fn reap(&mut self) -> Result<bool, CollError> {
         let mut any = false;
-        while let Some((r, op)) = self.in_flight.front_mut() {
-            let r = *r;
-            match op.poll() {
-                None => break,
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(self.op_error(r, e)),
-            }
+        while let Some((r, op, give_back)) = self.in_flight.front_mut() {
+            let (r, give_back) = (*r, *give_back);
+            let Some(got) = op.poll() else { break };
+            self.outcome(r, got, give_back)?;
             any = true;
             self.in_flight.pop_front();
         }
@@ -240,10 +248,10 @@ impl Channels {
         let (conn, remote) = self.peers[to].as_ref().ok_or_else(|| CollError::BadArgument("send to self".into()))?;
         let (conn, remote) = (conn.clone(), *remote);
         if hi > lo {
-            self.track(to, conn.write(&remote, at, &data[lo..hi], OpFlags::NONE))?;
+            self.track(to, conn.write(&remote, at, &data[lo..hi], OpFlags::NONE), false)?;
         }
         let bump = conn.fetch_add(&remote, Self::arrived_at(self.me), 1, OpFlags::NONE.fence_before());
-        self.track(to, bump)?;
+        self.track(to, bump, false)?;
         self.sent[to] = p;
         Ok(true)
     }
@@ -267,7 +275,7 @@ impl Channels {
             let (conn, remote) = self.peers[from].as_ref().expect("a peer, not this rank");
             let (conn, remote) = (conn.clone(), *remote);
             let bump = conn.fetch_add(&remote, self.consumed_at(self.me), add, OpFlags::NONE);
-            self.track(from, bump)?;
+            self.track(from, bump, true)?;
         }
         Ok(true)
     }
@@ -326,6 +334,9 @@ impl Channels {
         let mut seen = vec![false; n];
         let dup_recvs = recvs.iter().any(|r| std::mem::replace(&mut seen[r.from], true));
         let mut waiter = Waiter::new(self.timeout, self.oversubscribed);
+        // A rank found gone is reported only after one more look found nothing new: it may
+        // have placed its last piece and left between our look and the check.
+        let mut suspect: Option<CollError> = None;
         loop {
             let mut moved = false;
             let mut all_done = true;
@@ -362,16 +373,20 @@ impl Channels {
             }
             if moved {
                 waiter.progressed();
+                suspect = None;
                 continue;
             }
             if self.fabric.progress() {
                 continue;
             }
+            if let Some(e) = suspect.take() {
+                return Err(e);
+            }
             match waiter.idle(|| self.fabric.rest()) {
                 Idle::Again => {}
                 Idle::CheckPeers { ask_mh } => {
                     let waiting = self.waiting_for(sends, recvs, &send_end, &recv_end);
-                    self.check_alive(&waiting, ask_mh)?;
+                    suspect = self.check_alive(&waiting, ask_mh).err();
                 }
                 Idle::TimedOut => {
                     let ranks = self.waiting_for(sends, recvs, &send_end, &recv_end);
@@ -406,8 +421,9 @@ impl Channels {
         if ask_mh {
             // The management host being unreachable is not a rank's death: the transports
             // still tell, and the timeout still holds.
+            // Only ranks this one waits for count: others may have finished and gone.
             if let Ok(round) = self.fabric.job_round(&self.job, self.mh_round) {
-                if let Some(&r) = round.down.first() {
+                if let Some(&r) = round.down.iter().find(|&&r| ranks.contains(&(r as usize))) {
                     return Err(self.gone(r as usize));
                 }
             }
@@ -417,8 +433,9 @@ impl Channels {
 
     /// Wait for the outcome of every operation still in flight (before the group goes).
     pub(crate) fn drain(&mut self) -> Result<(), CollError> {
-        while let Some((r, mut op)) = self.in_flight.pop_front() {
-            op.wait_timeout(self.timeout).map_err(|e| self.op_error(r, e))?;
+        while let Some((r, mut op, give_back)) = self.in_flight.pop_front() {
+            let got = op.wait_timeout(self.timeout);
+            self.outcome(r, got, give_back)?;
         }
         Ok(())
     }

@@ -3,6 +3,8 @@
 
 #![deny(unsafe_code)]
 
+pub mod collcheck;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -114,10 +116,19 @@ pub fn testnode_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("RW_TESTNODE") {
         return PathBuf::from(p);
     }
+    sibling_bin("rw-testnode")
+}
+
+/// Where `rw-collcheck` (a rank of a test job) is, as [`testnode_bin`] finds its binary.
+pub fn collcheck_bin() -> PathBuf {
+    sibling_bin("rw-collcheck")
+}
+
+fn sibling_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let dir = exe.parent().expect("exe folder");
     let dir = if dir.ends_with("deps") { dir.parent().expect("target profile folder") } else { dir };
-    dir.join("rw-testnode")
+    dir.join(name)
 }
 
 /// Which transport the test nodes use between each other.

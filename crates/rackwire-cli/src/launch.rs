@@ -1,0 +1,164 @@
+//! `rackwire launch`: start the N ranks of a job on this machine, as mpirun does.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+/// The most ranks one launch starts (as many as a group may have).
+pub(crate) const LAUNCH_RANKS_MAX: usize = rackwire_coll::RANKS_MAX;
+/// How often the launcher looks at its ranks.
+const REAP_EVERY: Duration = Duration::from_millis(5);
+/// How long ranks have, once asked to stop (SIGTERM), before they are killed.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Args)]
+pub(crate) struct LaunchArgs {
+    /// Ranks to start.
+    #[arg(short = 'n', long = "np")]
+    ranks: usize,
+    /// The job's name (default: one of its own, unique on this machine).
+    #[arg(long)]
+    job: Option<String>,
+    /// Do not prefix output lines with the rank.
+    #[arg(long)]
+    no_prefix: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, num_args = 1..)]
+    program: Vec<String>,
+}
+
+/// Exit status of the job: the first failing rank's (128 + signal for a signal), else 0.
+fn code_of(s: ExitStatus) -> i32 {
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
+
+fn pipe_lines(rank: usize, prefix: bool, from: impl std::io::Read + Send + 'static, to_err: bool) {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(from);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if !line.ends_with(b"\n") {
+                line.push(b'\n');
+            }
+            let mut out: Box<dyn Write> =
+                if to_err { Box::new(std::io::stderr().lock()) } else { Box::new(std::io::stdout().lock()) };
+            if prefix {
+                let _ = write!(out, "[{rank}] ");
+            }
+            let _ = out.write_all(&line);
+        }
+    });
+}
+
+fn stop_all(children: &mut [(usize, Child)]) {
+    for (_, c) in children.iter() {
+        // Asked first, so a rank can leave cleanly; killed after the grace period.
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(c.id() as i32).expect("a child's pid is positive"),
+            rustix::process::Signal::TERM,
+        );
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    while Instant::now() < deadline && children.iter_mut().any(|(_, c)| matches!(c.try_wait(), Ok(None))) {
+        std::thread::sleep(REAP_EVERY);
+    }
+    for (_, c) in children.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Start the job and wait for it; returns the exit code for the launcher.
+pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
+    if !(1..=LAUNCH_RANKS_MAX).contains(&a.ranks) {
+        bail!("-n must be 1..={LAUNCH_RANKS_MAX}");
+    }
+    let job = a.job.clone().unwrap_or_else(|| format!("job-{}", std::process::id()));
+    rackwire_mh::check_name(&job).map_err(|e| anyhow::anyhow!("--job: {e}"))?;
+    // A management host of our own unless one is given.
+    let mut env: Vec<(String, String)> = Vec::new();
+    let _mh = if std::env::var_os("RACKWIRE_MH").is_some() {
+        None
+    } else {
+        let secret = format!("{:032x}{:032x}", rackwire_mh::auth::random_u128(), rackwire_mh::auth::random_u128());
+        let mh = rackwire::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes())
+            .context("starting the job's management host")?;
+        env.push(("RACKWIRE_MH".into(), mh.addr().to_string()));
+        env.push(("RACKWIRE_SECRET".into(), secret));
+        Some(mh)
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).context("signal handler")?;
+    }
+    let mut children = Vec::with_capacity(a.ranks);
+    for rank in 0..a.ranks {
+        let mut cmd = Command::new(&a.program[0]);
+        cmd.args(&a.program[1..])
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("RACKWIRE_RANK", rank.to_string())
+            .env("RACKWIRE_SIZE", a.ranks.to_string())
+            .env("RACKWIRE_LOCAL_RANK", rank.to_string())
+            .env("RACKWIRE_JOB", &job)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                stop_all(&mut children);
+                bail!("starting rank {rank} ({}): {e}", a.program[0]);
+            }
+        };
+        let prefix = !a.no_prefix;
+        if let Some(o) = child.stdout.take() {
+            pipe_lines(rank, prefix, o, false);
+        }
+        if let Some(e) = child.stderr.take() {
+            pipe_lines(rank, prefix, e, true);
+        }
+        children.push((rank, child));
+    }
+    let mut running = a.ranks;
+    let mut first_failure: Option<(usize, ExitStatus)> = None;
+    while running > 0 {
+        if stop.load(Ordering::Relaxed) {
+            eprintln!("rackwire launch: stopping the job");
+            stop_all(&mut children);
+            return Ok(130);
+        }
+        let mut exited = Vec::new();
+        for (i, (rank, c)) in children.iter_mut().enumerate() {
+            if let Ok(Some(s)) = c.try_wait() {
+                exited.push((i, *rank, s));
+            }
+        }
+        for &(i, rank, s) in exited.iter().rev() {
+            children.swap_remove(i);
+            running -= 1;
+            if !s.success() && first_failure.is_none() {
+                first_failure = Some((rank, s));
+            }
+        }
+        if let Some((rank, s)) = first_failure {
+            if running > 0 {
+                eprintln!("rackwire launch: rank {rank} failed ({s}); stopping the other ranks");
+                stop_all(&mut children);
+            }
+            return Ok(code_of(s));
+        }
+        std::thread::sleep(REAP_EVERY);
+    }
+    Ok(0)
+}

@@ -1,0 +1,95 @@
+//! Groups whose ranks are threads of this test process, each with a fabric node of its own
+//! (they reach each other over shared memory, or over the edge transport on loopback): quick
+//! to start, so the check suite runs here with more sizes than across processes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rackwire::{Fabric, FabricConfig, ManagementHost, TransportChoice};
+use rackwire_coll::{CollError, Group, GroupConfig};
+use rackwire_tests::collcheck;
+
+const SECRET: &str = "coll-thread-test-secret-0123456789";
+
+/// Run `body` as every rank of an `n`-rank group and return each rank's result.
+fn run(
+    job: &str,
+    n: usize,
+    edge: bool,
+    body: impl Fn(&mut Group) -> Result<(), CollError> + Send + Sync + 'static,
+) -> Vec<Result<(), CollError>> {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
+    let addr = mh.addr().to_string();
+    let body = Arc::new(body);
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            let (addr, job, body) = (addr.clone(), job.to_string(), body.clone());
+            std::thread::spawn(move || {
+                let mut cfg = FabricConfig::new(addr, SECRET, format!("{job}-{rank}"));
+                if edge {
+                    cfg.transport = TransportChoice::Edge;
+                    cfg.links = vec!["127.0.0.1:0".into()];
+                }
+                let fabric = Arc::new(Fabric::join(cfg)?);
+                let mut g = Group::join_with(fabric, &job, rank, n, GroupConfig { timeout: Duration::from_secs(30) })?;
+                body(&mut g)?;
+                g.leave()
+            })
+        })
+        .collect();
+    let out = handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect();
+    drop(mh);
+    out
+}
+
+fn every_collective(edge: bool, sizes: &[usize], lens: &'static [usize]) {
+    for &n in sizes {
+        let results = run(&format!("t{n}{}", if edge { "e" } else { "s" }), n, edge, move |g| {
+            if n > 1 {
+                let want = if edge { "edge" } else { "shm" };
+                assert_eq!(g.transport((g.rank() + 1) % n), Some(want), "the transport asked for");
+            }
+            collcheck::run_all(g, lens, 4, 3000)
+        });
+        let failures: Vec<String> = results
+            .iter()
+            .enumerate()
+            .filter_map(|(rank, r)| r.as_ref().err().map(|e| format!("rank {rank}: {e}")))
+            .collect();
+        assert!(failures.is_empty(), "n={n}: {failures:?}");
+    }
+}
+
+// Checks every collective (and the v-variants with seeded random counts) at group sizes 1, 2
+// and 3 over shared memory, at lengths on both sides of each algorithm switch and of the slot
+// size, against results computed locally from the same patterns every rank uses.
+#[test]
+fn every_collective_agrees_with_a_local_computation() {
+    every_collective(false, &[1, 2, 3], &[0, 1, 8, 1000, 20_000, 70_000, 300_000]);
+}
+
+// The same over the edge transport (UDP on loopback) for three ranks.
+#[test]
+fn every_collective_agrees_over_the_edge_transport() {
+    every_collective(true, &[3], &[0, 8, 20_000, 70_000]);
+}
+
+// Checks that bad arguments are clear errors that leave the group usable: a root outside the
+// group, counts that do not add up, an alltoall that is not N equal blocks; a barrier after
+// them still completes on every rank.
+#[test]
+fn bad_arguments_are_refused_and_the_group_goes_on() {
+    let results = run("badargs", 2, false, |g| {
+        let mut b = [0u8; 4];
+        assert!(matches!(g.bcast(5, &mut b), Err(CollError::BadArgument(m)) if m.contains("root 5")));
+        let mut out = [0u8; 3];
+        assert!(matches!(g.alltoall(&[1, 2, 3], &mut out), Err(CollError::BadArgument(_))));
+        let mut out = [0u8; 4];
+        let e = g.allgatherv(&[1, 2], &[2, 1], &mut out).unwrap_err();
+        assert!(e.to_string().contains("add up"), "{e}");
+        g.barrier()
+    });
+    for r in results {
+        r.unwrap();
+    }
+}
