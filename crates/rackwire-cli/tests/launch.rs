@@ -1,0 +1,135 @@
+//! Jobs of ranks across real processes: `rackwire launch` starting `rw-collcheck` ranks on
+//! shared memory and on the edge transport, a rank killed mid-allreduce, and a job started by
+//! Open MPI's mpirun.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rackwire_tests::{collcheck_bin, TestMh, SECRET};
+
+fn launch(n: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rackwire"))
+        .args(["launch", "-n", &n.to_string(), "--"])
+        .arg(collcheck_bin())
+        .args(args)
+        .env_remove("RACKWIRE_MH")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run rackwire launch")
+}
+
+fn lines(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Every rank printed `ok`, prefixed with its rank, and the launcher exited 0.
+fn assert_all_ok(n: usize, o: &Output) {
+    let out = lines(o);
+    assert!(o.status.success(), "launch -n {n} failed:\n{out}");
+    for r in 0..n {
+        assert!(out.lines().any(|l| l == format!("[{r}] ok")), "rank {r} did not say ok:\n{out}");
+    }
+}
+
+// Checks every collective, and the v-variants with random counts, across real processes at
+// group sizes 1, 2, 3, 5 and 8 over shared memory, against results each rank computes
+// locally (rw-collcheck exits non-zero on any mismatch); also that launch prefixes each
+// rank's lines with its rank and exits 0 only when all did.
+#[test]
+fn collectives_across_processes_over_shared_memory() {
+    for n in [1, 2, 3, 5, 8] {
+        assert_all_ok(n, &launch(n, &[], &["all", "0,8,1000,70000", "3", "5000"]));
+    }
+}
+
+// The same over the edge transport (UDP on loopback), every pair of ranks on it.
+#[test]
+fn collectives_across_processes_over_the_edge_transport() {
+    let env = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0")];
+    for n in [2, 3, 5, 8] {
+        assert_all_ok(n, &launch(n, &env, &["all", "0,8,70000", "2", "3000"]));
+    }
+}
+
+// Checks the launcher's failure path: a rank that exits non-zero (an unknown scenario makes
+// every rank fail with exit code 3) makes the launcher exit with that status.
+#[test]
+fn launch_exits_with_the_first_failing_status() {
+    let o = launch(2, &[], &["no-such-scenario"]);
+    assert_eq!(o.status.code(), Some(3), "{}", lines(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_rackwire")).args(["launch", "-n", "0", "--", "true"]).output().unwrap();
+    assert!(!o.status.success() && lines(&o).contains("-n must be"), "{}", lines(&o));
+}
+
+// Checks that a rank killed in the middle of an allreduce loop makes every other rank fail
+// with a rank-gone error within seconds (not hang, not time out): three ranks started here
+// directly (no launcher, which would stop them itself), rank 1 killed once all loop.
+#[test]
+fn a_killed_rank_makes_the_others_fail_not_hang() {
+    let mh = TestMh::start("coll-kill");
+    let mut ranks: Vec<_> = (0..3)
+        .map(|r| {
+            Command::new(collcheck_bin())
+                .args(["allreduce-loop", "100000000"])
+                .env("RACKWIRE_MH", &mh.addr)
+                .env("RACKWIRE_SECRET", SECRET)
+                .env("RACKWIRE_RANK", r.to_string())
+                .env("RACKWIRE_SIZE", "3")
+                .env("RACKWIRE_JOB", "killjob")
+                .env("RACKWIRE_GROUP_TIMEOUT_MS", "60000")
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a rank")
+        })
+        .collect();
+    let mut outs: Vec<_> = ranks.iter_mut().map(|c| BufReader::new(c.stdout.take().unwrap())).collect();
+    for (r, o) in outs.iter_mut().enumerate() {
+        let mut l = String::new();
+        o.read_line(&mut l).unwrap();
+        assert_eq!(l.trim(), "looping", "rank {r}");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let killed_at = Instant::now();
+    ranks[1].kill().unwrap();
+    ranks[1].wait().unwrap();
+    for r in [0, 2] {
+        let status = ranks[r].wait().unwrap();
+        let mut l = String::new();
+        outs[r].read_line(&mut l).unwrap();
+        assert!(l.starts_with("error rank_gone: rank 1"), "rank {r} said {l:?}");
+        assert_eq!(status.code(), Some(3), "rank {r}");
+    }
+    // Far below the 60 s group timeout: the loss was seen, not waited out.
+    assert!(killed_at.elapsed() < Duration::from_secs(15), "took {:?}", killed_at.elapsed());
+}
+
+// Checks that a program started by Open MPI's mpirun (with RACKWIRE_MH pointing at a running
+// management host) forms a group from mpirun's variables: each of three ranks reports its
+// rank, the size and shared memory to the others. Skipped with a message without mpirun.
+#[test]
+fn a_program_started_by_mpirun_forms_a_group() {
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        eprintln!("skipped: mpirun not installed (Debian package openmpi-bin)");
+        return;
+    }
+    let mh = TestMh::start("coll-mpirun");
+    let o = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "3"])
+        .args(["-x", "RACKWIRE_MH", "-x", "RACKWIRE_SECRET", "-x", "RACKWIRE_JOB"])
+        .arg(collcheck_bin())
+        .args(["info"])
+        .env("RACKWIRE_MH", &mh.addr)
+        .env("RACKWIRE_SECRET", SECRET)
+        .env("RACKWIRE_JOB", "mpijob")
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        .output()
+        .expect("run mpirun");
+    let out = lines(&o);
+    assert!(o.status.success(), "mpirun failed:\n{out}");
+    for r in 0..3 {
+        let want = format!("rank {r} size 3 job mpijob transports");
+        assert!(out.lines().any(|l| l.starts_with(&want) && l.contains("shm")), "no line {want:?}:\n{out}");
+    }
+    assert_eq!(out.lines().filter(|l| *l == "ok").count(), 3, "{out}");
+}
