@@ -2,6 +2,7 @@
 
 #![deny(unsafe_code)]
 
+mod coll_bench;
 mod demo;
 mod inspect;
 mod launch;
@@ -118,6 +119,16 @@ enum Cmd {
     /// unless RACKWIRE_MH is set); output lines are prefixed with the rank; when a rank fails
     /// the others are stopped and its exit status is the launcher's.
     Launch(launch::LaunchArgs),
+    /// (internal) A rank of `rackwire bench coll`.
+    #[command(name = "coll-worker", hide = true)]
+    CollWorker {
+        #[arg(long, value_delimiter = ',')]
+        op: Vec<String>,
+        #[arg(long)]
+        size: String,
+        #[arg(long)]
+        scale: f64,
+    },
     /// (internal) One side of `rackwire bench stripe`.
     #[command(name = "stripe-worker", hide = true)]
     StripeWorker { role: String, bytes: u64 },
@@ -133,10 +144,21 @@ enum Cmd {
 struct BenchArgs {
     /// `vnic`: the virtual NIC against the veth path between the same hosts, in a virtual
     /// rack (root). `stripe`: the edge transport striped over the shaped rails of the rack
-    /// given with --config, against one iperf3 TCP stream on one rail (root). Without it: the
-    /// RMA micro-benchmarks.
-    #[arg(value_parser = ["vnic", "stripe"])]
+    /// given with --config, against one iperf3 TCP stream on one rail (root). `coll`:
+    /// collectives of a job of --ranks ranks by the OSU method (with --peers, Open MPI's in the
+    /// same run). Without it: the RMA micro-benchmarks.
+    #[arg(value_parser = ["vnic", "stripe", "coll"])]
     suite: Option<String>,
+    /// With `coll`: ranks (comma-separated for several runs).
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    ranks: Vec<usize>,
+    /// With `coll`: collectives (barrier, bcast, scatter, alltoallv, allreduce).
+    #[arg(long, value_delimiter = ',', default_value = "barrier,bcast,scatter,alltoallv,allreduce")]
+    op: Vec<String>,
+    /// With `coll`: run the whole comparison this many times (ours and the peer's alternating)
+    /// and report the median, with the spread.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// With `stripe`: the rack description (e.g. examples/racks/2l-1g.toml).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -155,9 +177,10 @@ struct BenchArgs {
     /// Patterns: pingpong, oneway, twoway, rate, table1 (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "pingpong,oneway")]
     pattern: Vec<String>,
-    /// Sizes, 8 B to 4 MiB typical, suffixes K and M (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "8,64,4K,64K,1M,4M")]
-    size: Vec<String>,
+    /// Sizes, suffixes K and M (comma-separated) [default: 8,64,4K,64K,1M,4M; with `coll`:
+    /// 8,64,1K,8K,64K,1M].
+    #[arg(long, value_delimiter = ',')]
+    size: Option<Vec<String>>,
     /// Add memcpy rows for the same sizes (the physical limit), measured in the same run.
     #[arg(long)]
     with_limit: bool,
@@ -205,6 +228,14 @@ pub(crate) fn read_secret(file: &Option<PathBuf>) -> Result<Vec<u8>> {
 }
 
 impl BenchArgs {
+    fn sizes(&self, default: &str) -> Result<Vec<u64>> {
+        let given: Vec<String> = match &self.size {
+            Some(v) => v.clone(),
+            None => default.split(',').map(String::from).collect(),
+        };
+        given.iter().map(|s| parse_size(s)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)
+    }
+
     fn to_bench(&self) -> Result<ShmBench> {
         let patterns = self
             .pattern
@@ -212,8 +243,7 @@ impl BenchArgs {
             .map(|p| p.parse::<Pattern>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(anyhow::Error::msg)?;
-        let sizes =
-            self.size.iter().map(|s| parse_size(s)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+        let sizes = self.sizes("8,64,4K,64K,1M,4M")?;
         if !(1..=rackwire::COPY_CHANNELS_MAX).contains(&self.copy_channels) {
             bail!("--copy-channels must be 1..={}", rackwire::COPY_CHANNELS_MAX);
         }
@@ -275,6 +305,27 @@ fn run(cli: Cli) -> Result<()> {
             init_logging(tracing::Level::WARN);
             let Some(config) = &b.config else { bail!("bench stripe needs --config RACK.toml (see examples/racks/)") };
             stripe_bench::run(config, b.mib, b.json, b.scale)
+        }
+        Cmd::Bench(b) if b.suite.as_deref() == Some("coll") => {
+            init_logging(tracing::Level::WARN);
+            if !(b.scale > 0.0 && b.scale <= 10.0) {
+                bail!("--scale must be in (0, 10]");
+            }
+            coll_bench::run(&coll_bench::CollBench {
+                ranks: b.ranks.clone(),
+                ops: b.op.clone(),
+                sizes: b.sizes(coll_bench::SIZES_DEFAULT)?,
+                peers: b.peers,
+                edge: b.transport == "udp",
+                scale: b.scale,
+                repeat: b.repeat,
+                json: b.json,
+            })
+        }
+        Cmd::CollWorker { op, size, scale } => {
+            init_logging(tracing::Level::WARN);
+            let sizes = size.split(',').map(parse_size).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
+            coll_bench::worker(&op, &sizes, scale)
         }
         Cmd::StripeWorker { role, bytes } => {
             init_logging(tracing::Level::WARN);

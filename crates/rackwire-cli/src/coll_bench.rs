@@ -1,0 +1,288 @@
+//! `rackwire bench coll`: collective latency by the OSU method, rackwire's ranks beside Open
+//! MPI's in the same run.
+//!
+//! The method (the OSU micro-benchmarks'): per size, warm-up calls, then timed calls each
+//! preceded by a barrier; each rank averages its own time per call; the row gives the average
+//! over the ranks, and the fastest and slowest rank's average. With `--repeat R` the whole
+//! comparison runs R times, ours and the peer's alternating, and a row gives the median of the
+//! R averages with their spread.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rackwire_coll::{Group, ReduceOp};
+
+/// Collectives the benchmark knows.
+pub(crate) const OPS: [&str; 5] = ["barrier", "bcast", "scatter", "alltoallv", "allreduce"];
+/// Sizes when none are given.
+pub(crate) const SIZES_DEFAULT: &str = "8,64,1K,8K,64K,1M";
+/// Repeats at most.
+const REPEAT_MAX: usize = 50;
+
+/// Timed and warm-up calls for one size, as the OSU benchmarks choose them (1000 and 100 up
+/// to 8 KiB, 100 and 10 above), times `scale`.
+fn iterations(size: u64, scale: f64) -> (usize, usize) {
+    let (iters, warmup) = if size <= 8192 { (1000.0, 100.0) } else { (100.0, 10.0) };
+    (((iters * scale) as usize).max(5), ((warmup * scale) as usize).max(1))
+}
+
+/// One measured row.
+#[derive(Clone, Debug)]
+struct Measured {
+    op: String,
+    size: u64,
+    iters: usize,
+    avg: f64,
+    min: f64,
+    max: f64,
+}
+
+fn parse_row(line: &str) -> Option<Measured> {
+    let mut f = line.strip_prefix("ROW ")?.split_whitespace();
+    Some(Measured {
+        op: f.next()?.to_string(),
+        size: f.next()?.parse().ok()?,
+        iters: f.next()?.parse().ok()?,
+        avg: f.next()?.parse().ok()?,
+        min: f.next()?.parse().ok()?,
+        max: f.next()?.parse().ok()?,
+    })
+}
+
+/// A rank of the benchmark job (`rackwire coll-worker`): every op at every size; rank 0
+/// prints one `ROW` line per measurement.
+pub(crate) fn worker(ops: &[String], sizes: &[u64], scale: f64) -> Result<()> {
+    let mut g = Group::from_env()?;
+    let (me, n) = (g.rank(), g.size());
+    for op in ops {
+        let sizes: &[u64] = if op == "barrier" { &[0] } else { sizes };
+        for &size in sizes {
+            let s = size as usize;
+            let (iters, warmup) = iterations(size, scale);
+            let send = vec![1u8; s * n];
+            let mut recv = vec![0u8; s * n];
+            let counts = vec![s; n];
+            let mut floats = vec![1.0f32; (s / 4).max(1)];
+            let mut total = Duration::ZERO;
+            for i in 0..warmup + iters {
+                g.barrier()?;
+                let t0 = Instant::now();
+                match op.as_str() {
+                    "barrier" => g.barrier()?,
+                    "bcast" => g.bcast(0, &mut recv[..s])?,
+                    "scatter" => g.scatter(0, if me == 0 { &send } else { &[] }, &mut recv[..s])?,
+                    "alltoallv" => g.alltoallv(&send, &counts, &mut recv, &counts)?,
+                    "allreduce" => g.allreduce(&mut floats, ReduceOp::Sum)?,
+                    other => bail!("unknown collective {other:?}"),
+                }
+                if i >= warmup {
+                    total += t0.elapsed();
+                }
+            }
+            let mine = total.as_secs_f64() * 1e6 / iters as f64;
+            let mut all = vec![0f64; n];
+            g.allgather(&mine.to_ne_bytes(), bytemuck::cast_slice_mut(&mut all))?;
+            if me == 0 {
+                let avg = all.iter().sum::<f64>() / n as f64;
+                let min = all.iter().copied().fold(f64::INFINITY, f64::min);
+                let max = all.iter().copied().fold(0.0, f64::max);
+                println!("ROW {op} {size} {iters} {avg:.3} {min:.3} {max:.3}");
+            }
+        }
+    }
+    g.leave()?;
+    Ok(())
+}
+
+/// Run our ranks once: every op and size at `ranks` ranks.
+fn run_ours(ranks: usize, ops: &[String], sizes: &[u64], scale: f64, edge: bool) -> Result<Vec<Measured>> {
+    let exe = std::env::current_exe().context("own executable")?;
+    let mut cmd = Command::new(&exe);
+    cmd.args(["launch", "--no-prefix", "-n", &ranks.to_string(), "--"])
+        .arg(&exe)
+        .args(["coll-worker", "--op", &ops.join(","), "--size"])
+        .arg(sizes.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
+        .args(["--scale", &scale.to_string()])
+        .env_remove("RACKWIRE_MH");
+    if edge {
+        cmd.env("RACKWIRE_TRANSPORT", "edge").env("RACKWIRE_LINKS", "127.0.0.1:0");
+    }
+    let o = cmd.output().context("running the benchmark job")?;
+    if !o.status.success() {
+        bail!(
+            "the benchmark job failed:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).lines().filter_map(parse_row).collect())
+}
+
+/// Build the Open MPI harness with mpicc in `dir`.
+fn build_peer(dir: &Path) -> Result<PathBuf> {
+    let src = dir.join("coll_peer.c");
+    std::fs::write(&src, include_str!("peers/coll_peer.c"))?;
+    let exe = dir.join("coll_peer");
+    let o = Command::new("mpicc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .context("mpicc not found: install Debian's openmpi-bin and libopenmpi-dev")?;
+    if !o.status.success() {
+        bail!("mpicc failed: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    Ok(exe)
+}
+
+/// Run Open MPI's ranks once for every op and size, as its users run it: `mpirun -n N` with
+/// its default transports (as root it needs --allow-run-as-root; with more ranks than cores,
+/// --oversubscribe, which also makes idle ranks yield their core).
+fn run_peer(exe: &Path, ranks: usize, ops: &[String], sizes: &[u64], scale: f64) -> Result<Vec<Measured>> {
+    let mut rows = Vec::new();
+    for op in ops {
+        let sizes: &[u64] = if op == "barrier" { &[0] } else { sizes };
+        for &size in sizes {
+            let (iters, warmup) = iterations(size, scale);
+            let o = Command::new("mpirun")
+                .args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
+                .arg(exe)
+                .args([op.as_str(), &size.to_string(), &iters.to_string(), &warmup.to_string()])
+                .output()
+                .context("mpirun not found: install Debian's openmpi-bin")?;
+            if !o.status.success() {
+                bail!("mpirun failed:\n{}", String::from_utf8_lossy(&o.stderr));
+            }
+            rows.extend(String::from_utf8_lossy(&o.stdout).lines().filter_map(parse_row));
+        }
+    }
+    Ok(rows)
+}
+
+/// What `rackwire bench coll` was asked.
+pub(crate) struct CollBench {
+    pub ranks: Vec<usize>,
+    pub ops: Vec<String>,
+    pub sizes: Vec<u64>,
+    pub peers: bool,
+    pub edge: bool,
+    pub scale: f64,
+    pub repeat: usize,
+    pub json: bool,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub(crate) fn run(b: &CollBench) -> Result<()> {
+    for op in &b.ops {
+        if !OPS.contains(&op.as_str()) {
+            bail!("unknown collective {op:?}: use {}", OPS.join(", "));
+        }
+    }
+    if b.ranks.iter().any(|&r| !(1..=crate::launch::LAUNCH_RANKS_MAX).contains(&r)) {
+        bail!("--ranks must be 1..={}", crate::launch::LAUNCH_RANKS_MAX);
+    }
+    if !(1..=REPEAT_MAX).contains(&b.repeat) {
+        bail!("--repeat must be 1..={REPEAT_MAX}");
+    }
+    let dir = std::env::temp_dir().join(format!("rackwire-coll-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let peer = if b.peers { Some(build_peer(&dir)) } else { None };
+    let peer = match peer {
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => {
+            eprintln!("peer rows skipped: {e:#}");
+            None
+        }
+        None => None,
+    };
+    let ours = if b.edge { "udp" } else { "shm" };
+    // (transport, op, size, ranks) -> each repeat's measurement.
+    let mut got: BTreeMap<(String, String, u64, usize), Vec<Measured>> = BTreeMap::new();
+    for rep in 0..b.repeat {
+        for &n in &b.ranks {
+            // Alternate who goes first, so neither always runs on a warmer (or busier) host.
+            let order: &[bool] = if rep % 2 == 0 { &[true, false] } else { &[false, true] };
+            for &mine in order {
+                let rows = if mine {
+                    run_ours(n, &b.ops, &b.sizes, b.scale, b.edge)?
+                } else if let Some(exe) = &peer {
+                    run_peer(exe, n, &b.ops, &b.sizes, b.scale)?
+                } else {
+                    continue;
+                };
+                let t = if mine { ours } else { "openmpi" };
+                for r in rows {
+                    got.entry((t.to_string(), r.op.clone(), r.size, n)).or_default().push(r);
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut rows = Vec::new();
+    for ((transport, op, size, ranks), ms) in &got {
+        let mut avgs: Vec<f64> = ms.iter().map(|m| m.avg).collect();
+        let avg = median(&mut avgs);
+        let best = ms.iter().min_by(|a, b| (a.avg - avg).abs().total_cmp(&(b.avg - avg).abs())).expect("one");
+        rows.push(serde_json::json!({
+            "transport": transport, "pattern": op, "size": size, "ranks": ranks, "iters": best.iters,
+            "lat_us_avg": avg, "lat_us_min": best.min, "lat_us_max": best.max,
+            "repeats": ms.len(), "lat_us_avg_lo": avgs[0], "lat_us_avg_hi": avgs[avgs.len() - 1],
+        }));
+    }
+    if b.json {
+        let doc = serde_json::json!({
+            "meta": { "command": std::env::args().collect::<Vec<_>>().join(" "), "method": "osu" },
+            "rows": rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    let mut t = comfy_table::Table::new();
+    t.set_header([
+        "collective",
+        "ranks",
+        "size",
+        "transport",
+        "avg µs",
+        "min µs",
+        "max µs",
+        "spread of avg",
+        "vs openmpi",
+    ]);
+    for r in &rows {
+        let key = |k: &str| r[k].as_f64().unwrap_or(0.0);
+        let peer = rows.iter().find(|p| {
+            p["transport"] == "openmpi"
+                && p["pattern"] == r["pattern"]
+                && p["size"] == r["size"]
+                && p["ranks"] == r["ranks"]
+        });
+        let ratio = match peer {
+            Some(p) if r["transport"] != "openmpi" => {
+                format!("{:.2}x", key("lat_us_avg") / p["lat_us_avg"].as_f64().unwrap_or(f64::NAN))
+            }
+            _ => String::new(),
+        };
+        t.add_row([
+            r["pattern"].as_str().unwrap_or("").to_string(),
+            r["ranks"].to_string(),
+            rackwire_bench::show_size(r["size"].as_u64().unwrap_or(0)),
+            r["transport"].as_str().unwrap_or("").to_string(),
+            format!("{:.2}", key("lat_us_avg")),
+            format!("{:.2}", key("lat_us_min")),
+            format!("{:.2}", key("lat_us_max")),
+            format!("{:.2}–{:.2}", key("lat_us_avg_lo"), key("lat_us_avg_hi")),
+            ratio,
+        ]);
+    }
+    println!("{t}");
+    println!("(vs openmpi: our average latency over Open MPI's, same ranks and size; below 1 is faster)");
+    Ok(())
+}
