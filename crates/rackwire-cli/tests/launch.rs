@@ -133,3 +133,33 @@ fn a_program_started_by_mpirun_forms_a_group() {
     }
     assert_eq!(out.lines().filter(|l| *l == "ok").count(), 3, "{out}");
 }
+
+// Checks `bench coll` end to end at tiny scale so it does not rot: the JSON document has a row
+// per collective and size with the keys the issue asks for and positive latencies, and with
+// --peers (where mpicc is installed) Open MPI rows for the same collectives and sizes.
+#[test]
+fn bench_coll_json_has_rows_with_peers() {
+    let o = Command::new(env!("CARGO_BIN_EXE_rackwire"))
+        .args(["bench", "coll", "--ranks", "2", "--op", "barrier,alltoallv", "--size", "8,4K", "--scale", "0.01"])
+        .args(["--json", "--peers"])
+        .env_remove("RACKWIRE_MH")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", lines(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    let rows = doc["rows"].as_array().expect("rows");
+    let peers = Command::new("mpicc").arg("--version").output().is_ok();
+    for t in ["shm"].into_iter().chain(peers.then_some("openmpi")) {
+        for (p, size) in [("barrier", 0), ("alltoallv", 8), ("alltoallv", 4096)] {
+            let r = rows
+                .iter()
+                .find(|r| r["transport"] == t && r["pattern"] == p && r["size"] == size)
+                .unwrap_or_else(|| panic!("no {t} {p} {size} row in {rows:?}"));
+            for k in ["lat_us_avg", "lat_us_min", "lat_us_max"] {
+                assert!(r[k].as_f64().is_some_and(|v| v > 0.0), "{k} of {r}");
+            }
+            assert_eq!(r["ranks"], 2);
+            assert!(r["iters"].as_u64().is_some_and(|i| i >= 5));
+        }
+    }
+}
