@@ -280,6 +280,19 @@ impl Channels {
         Ok(true)
     }
 
+    /// For transfers of `(rank, bytes)` following the `done` pieces per rank: the first piece
+    /// of each and the one after its last.
+    fn spans(&self, done: &[u64], transfers: impl Iterator<Item = (usize, usize)>) -> (Vec<u64>, Vec<u64>) {
+        let mut next = done.to_vec();
+        transfers
+            .map(|(r, len)| {
+                let first = next[r] + 1;
+                next[r] += self.pieces(len);
+                (first, next[r] + 1)
+            })
+            .unzip()
+    }
+
     /// Run one step: every send and every receive, together, until all are done.
     pub(crate) fn exchange(
         &mut self,
@@ -297,7 +310,6 @@ impl Channels {
                 return Err(CollError::BadArgument(format!("receive from rank {} at rank {}", r.from, self.me)));
             }
         }
-        // Where each transfer's pieces start, and how many it has.
         for s in sends {
             if s.to == self.me || s.to >= self.nodes.len() {
                 return Err(CollError::BadArgument(format!("send to rank {} from rank {}", s.to, self.me)));
@@ -310,24 +322,8 @@ impl Channels {
         }
         // Where each transfer's pieces start, and where the next begins (two transfers between
         // one pair in one step follow each other).
-        let mut next = self.sent.clone();
-        let (send_first, send_end): (Vec<u64>, Vec<u64>) = sends
-            .iter()
-            .map(|s| {
-                let first = next[s.to] + 1;
-                next[s.to] += self.pieces(s.data.len());
-                (first, next[s.to] + 1)
-            })
-            .unzip();
-        let mut next = self.taken.clone();
-        let (recv_first, recv_end): (Vec<u64>, Vec<u64>) = recvs
-            .iter()
-            .map(|r| {
-                let first = next[r.from] + 1;
-                next[r.from] += self.pieces(r.into.len());
-                (first, next[r.from] + 1)
-            })
-            .unzip();
+        let (send_first, send_end) = self.spans(&self.sent, sends.iter().map(|s| (s.to, s.data.len())));
+        let (recv_first, recv_end) = self.spans(&self.taken, recvs.iter().map(|r| (r.from, r.into.len())));
         let n = self.nodes.len();
         let mut seen = vec![false; n];
         let dup_sends = sends.iter().any(|s| std::mem::replace(&mut seen[s.to], true));

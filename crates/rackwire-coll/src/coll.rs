@@ -65,6 +65,20 @@ fn others(me: usize, n: usize) -> impl Iterator<Item = usize> {
     (1..n).map(move |k| (me + k) % n)
 }
 
+/// Receives of every part but this rank's (and `skip`'s), from the rank whose index it has,
+/// in the staggered order: `me - 1`, `me - 2`, ... first.
+fn recvs_from_others<'a>(parts: Vec<&'a mut [u8]>, me: usize, skip: Option<usize>) -> Vec<RecvSpec<'a>> {
+    let n = parts.len();
+    let mut recvs: Vec<RecvSpec<'a>> = parts
+        .into_iter()
+        .enumerate()
+        .filter(|&(r, _)| r != me && Some(r) != skip)
+        .map(|(from, into)| RecvSpec { from, into })
+        .collect();
+    recvs.sort_by_key(|r| (me + n - r.from) % n);
+    recvs
+}
+
 fn as_elems<T: Element>(b: &[u8]) -> Result<&[T], CollError> {
     bytemuck::try_cast_slice(b).map_err(|e| CollError::BadArgument(format!("element view: {e:?}")))
 }
@@ -130,12 +144,7 @@ impl Group {
         let mine = std::mem::take(&mut parts[me]);
         let sends: Vec<SendSpec<'_>> =
             others(me, n).filter(|&to| to != root).map(|to| SendSpec { to, data: &*mine }).collect();
-        let mut recvs: Vec<RecvSpec<'_>> = parts
-            .into_iter()
-            .enumerate()
-            .filter(|&(r, _)| r != me && r != root)
-            .map(|(from, into)| RecvSpec { from, into })
-            .collect();
+        let mut recvs = recvs_from_others(parts, me, Some(root));
         self.ch.exchange(&sends, &mut recvs, "bcast")
     }
 
@@ -178,7 +187,7 @@ impl Group {
     pub fn gatherv(&mut self, root: usize, send: &[u8], counts: &[usize], recv: &mut [u8]) -> Result<(), CollError> {
         self.check_root(root)?;
         block_ok("gatherv", send.len())?;
-        let (me, n) = (self.rank(), self.size());
+        let me = self.rank();
         if me != root {
             return self.ch.exchange(&[SendSpec { to: root, data: send }], &mut [], "gatherv");
         }
@@ -188,14 +197,7 @@ impl Group {
         }
         let mut parts = split_mut(recv, counts);
         parts[me].copy_from_slice(send);
-        let mut recvs: Vec<RecvSpec<'_>> = parts
-            .into_iter()
-            .enumerate()
-            .filter(|&(r, _)| r != me)
-            .map(|(from, into)| RecvSpec { from, into })
-            .collect();
-        // Staggered: rank me takes from me-1, me-2, ... first.
-        recvs.sort_by_key(|r| (me + n - r.from) % n);
+        let mut recvs = recvs_from_others(parts, me, None);
         self.ch.exchange(&[], &mut recvs, "gatherv")
     }
 
@@ -221,13 +223,7 @@ impl Group {
         let mut parts = split_mut(recv, counts);
         parts[me].copy_from_slice(send);
         let sends: Vec<SendSpec<'_>> = others(me, n).map(|to| SendSpec { to, data: send }).collect();
-        let mut recvs: Vec<RecvSpec<'_>> = parts
-            .into_iter()
-            .enumerate()
-            .filter(|&(r, _)| r != me)
-            .map(|(from, into)| RecvSpec { from, into })
-            .collect();
-        recvs.sort_by_key(|r| (me + n - r.from) % n);
+        let mut recvs = recvs_from_others(parts, me, None);
         self.ch.exchange(&sends, &mut recvs, "allgatherv")
     }
 
@@ -269,13 +265,7 @@ impl Group {
         parts[me].copy_from_slice(&send[soffs[me]..soffs[me + 1]]);
         let sends: Vec<SendSpec<'_>> =
             others(me, n).map(|to| SendSpec { to, data: &send[soffs[to]..soffs[to + 1]] }).collect();
-        let mut recvs: Vec<RecvSpec<'_>> = parts
-            .into_iter()
-            .enumerate()
-            .filter(|&(r, _)| r != me)
-            .map(|(from, into)| RecvSpec { from, into })
-            .collect();
-        recvs.sort_by_key(|r| (me + n - r.from) % n);
+        let mut recvs = recvs_from_others(parts, me, None);
         self.ch.exchange(&sends, &mut recvs, "alltoallv")
     }
 
@@ -351,13 +341,7 @@ impl Group {
             let lens = vec![len; n];
             let mut parts = split_mut(all, &lens);
             parts[me].copy_from_slice(mine);
-            let mut recvs: Vec<RecvSpec<'_>> = parts
-                .into_iter()
-                .enumerate()
-                .filter(|&(r, _)| r != me)
-                .map(|(from, into)| RecvSpec { from, into })
-                .collect();
-            recvs.sort_by_key(|r| (me + n - r.from) % n);
+            let mut recvs = recvs_from_others(parts, me, None);
             self.ch.exchange(&sends, &mut recvs, if root.is_some() { "reduce" } else { "allreduce" })
         })();
         if outcome.is_ok() && receives {
@@ -397,13 +381,7 @@ impl Group {
                     others(me, n).map(|to| SendSpec { to, data: &bytes[bounds[to]..bounds[to + 1]] }).collect();
                 let mut parts = split_mut(&mut *all, &vec![seg_len; n]);
                 parts[me].copy_from_slice(&bytes[bounds[me]..bounds[me + 1]]);
-                let mut recvs: Vec<RecvSpec<'_>> = parts
-                    .into_iter()
-                    .enumerate()
-                    .filter(|&(r, _)| r != me)
-                    .map(|(from, into)| RecvSpec { from, into })
-                    .collect();
-                recvs.sort_by_key(|r| (me + n - r.from) % n);
+                let mut recvs = recvs_from_others(parts, me, None);
                 self.ch.exchange(&sends, &mut recvs, "reduce-scatter")?;
             }
             let elems = seg_len / esz;
@@ -423,23 +401,12 @@ impl Group {
         match root {
             Some(r) if r != me => self.ch.exchange(&[SendSpec { to: r, data: &*mine }], &mut [], "reduce"),
             Some(_) => {
-                let mut recvs: Vec<RecvSpec<'_>> = parts
-                    .into_iter()
-                    .enumerate()
-                    .filter(|&(r, _)| r != me)
-                    .map(|(from, into)| RecvSpec { from, into })
-                    .collect();
+                let mut recvs = recvs_from_others(parts, me, None);
                 self.ch.exchange(&[], &mut recvs, "reduce")
             }
             None => {
                 let sends: Vec<SendSpec<'_>> = others(me, n).map(|to| SendSpec { to, data: &*mine }).collect();
-                let mut recvs: Vec<RecvSpec<'_>> = parts
-                    .into_iter()
-                    .enumerate()
-                    .filter(|&(r, _)| r != me)
-                    .map(|(from, into)| RecvSpec { from, into })
-                    .collect();
-                recvs.sort_by_key(|r| (me + n - r.from) % n);
+                let mut recvs = recvs_from_others(parts, me, None);
                 self.ch.exchange(&sends, &mut recvs, "allreduce")
             }
         }
