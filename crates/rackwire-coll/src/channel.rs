@@ -95,6 +95,35 @@ pub(crate) struct Channels {
     /// Operations whose outcome is not yet seen (over the edge transport): the rank, the
     /// handle, and whether it gives slots back (see [`Channels::track`]).
     in_flight: VecDeque<(usize, Op, bool)>,
+    scratch: Scratch,
+}
+
+/// Per-step bookkeeping, kept between steps so that a step allocates nothing.
+#[derive(Default)]
+struct Scratch {
+    send_first: Vec<u64>,
+    send_end: Vec<u64>,
+    recv_first: Vec<u64>,
+    recv_end: Vec<u64>,
+    next: Vec<u64>,
+    /// `mark[r] == stamp`: rank `r` was seen in the current look for repeats.
+    mark: Vec<u64>,
+    stamp: u64,
+}
+
+impl Scratch {
+    /// True if a rank occurs twice in `ranks`.
+    fn any_repeated(&mut self, ranks: impl Iterator<Item = usize>) -> bool {
+        self.stamp += 1;
+        let mut repeated = false;
+        for r in ranks {
+            if r >= self.mark.len() {
+                self.mark.resize(r + 1, 0);
+            }
+            repeated |= std::mem::replace(&mut self.mark[r], self.stamp) == self.stamp;
+        }
+        repeated
+    }
 }
 
 impl Channels {
@@ -156,6 +185,7 @@ impl Channels {
             taken: vec![0; n],
             acked: vec![0; n],
             in_flight: VecDeque::new(),
+            scratch: Scratch::default(),
         })
     }
 
@@ -241,16 +271,18 @@ impl Channels {
         if p > SLOTS_PER_PEER as u64 && self.load(self.consumed_at(to))? < p - SLOTS_PER_PEER as u64 {
             return Ok(false);
         }
+        let at = self.slot_at(self.me, p);
+        let (conn, remote) = self.peers[to].as_ref().ok_or_else(|| CollError::BadArgument("send to self".into()))?;
         let idx = (p - first) as usize;
         let lo = (idx * self.slot).min(data.len());
         let hi = (lo + self.slot).min(data.len());
-        let at = self.slot_at(self.me, p);
-        let (conn, remote) = self.peers[to].as_ref().ok_or_else(|| CollError::BadArgument("send to self".into()))?;
-        let (conn, remote) = (conn.clone(), *remote);
         if hi > lo {
-            self.track(to, conn.write(&remote, at, &data[lo..hi], OpFlags::NONE), false)?;
+            let write = conn.write(remote, at, &data[lo..hi], OpFlags::NONE);
+            self.track(to, write, false)?;
         }
-        let bump = conn.fetch_add(&remote, Self::arrived_at(self.me), 1, OpFlags::NONE.fence_before());
+        // The counter only after the data went (the fence orders them over the edge transport).
+        let (conn, remote) = self.peers[to].as_ref().expect("checked above");
+        let bump = conn.fetch_add(remote, Self::arrived_at(self.me), 1, OpFlags::NONE.fence_before());
         self.track(to, bump, false)?;
         self.sent[to] = p;
         Ok(true)
@@ -273,24 +305,31 @@ impl Channels {
             let add = p - self.acked[from];
             self.acked[from] = p;
             let (conn, remote) = self.peers[from].as_ref().expect("a peer, not this rank");
-            let (conn, remote) = (conn.clone(), *remote);
-            let bump = conn.fetch_add(&remote, self.consumed_at(self.me), add, OpFlags::NONE);
+            let bump = conn.fetch_add(remote, self.consumed_at(self.me), add, OpFlags::NONE);
             self.track(from, bump, true)?;
         }
         Ok(true)
     }
 
     /// For transfers of `(rank, bytes)` following the `done` pieces per rank: the first piece
-    /// of each and the one after its last.
-    fn spans(&self, done: &[u64], transfers: impl Iterator<Item = (usize, usize)>) -> (Vec<u64>, Vec<u64>) {
-        let mut next = done.to_vec();
-        transfers
-            .map(|(r, len)| {
-                let first = next[r] + 1;
-                next[r] += self.pieces(len);
-                (first, next[r] + 1)
-            })
-            .unzip()
+    /// of each (into `first`) and the one after its last (into `end`).
+    fn spans(
+        &self,
+        next: &mut Vec<u64>,
+        first: &mut Vec<u64>,
+        end: &mut Vec<u64>,
+        done: &[u64],
+        transfers: impl Iterator<Item = (usize, usize)>,
+    ) {
+        next.clear();
+        next.extend_from_slice(done);
+        first.clear();
+        end.clear();
+        for (r, len) in transfers {
+            first.push(next[r] + 1);
+            next[r] += self.pieces(len);
+            end.push(next[r] + 1);
+        }
     }
 
     /// Run one step: every send and every receive, together, until all are done.
@@ -310,25 +349,40 @@ impl Channels {
                 return Err(CollError::BadArgument(format!("receive from rank {} at rank {}", r.from, self.me)));
             }
         }
-        for s in sends {
-            if s.to == self.me || s.to >= self.nodes.len() {
-                return Err(CollError::BadArgument(format!("send to rank {} from rank {}", s.to, self.me)));
-            }
-        }
-        for r in recvs.iter() {
-            if r.from == self.me || r.from >= self.nodes.len() {
-                return Err(CollError::BadArgument(format!("receive from rank {} at rank {}", r.from, self.me)));
-            }
-        }
         // Where each transfer's pieces start, and where the next begins (two transfers between
-        // one pair in one step follow each other).
-        let (send_first, send_end) = self.spans(&self.sent, sends.iter().map(|s| (s.to, s.data.len())));
-        let (recv_first, recv_end) = self.spans(&self.taken, recvs.iter().map(|r| (r.from, r.into.len())));
-        let n = self.nodes.len();
-        let mut seen = vec![false; n];
-        let dup_sends = sends.iter().any(|s| std::mem::replace(&mut seen[s.to], true));
-        let mut seen = vec![false; n];
-        let dup_recvs = recvs.iter().any(|r| std::mem::replace(&mut seen[r.from], true));
+        // one pair in one step follow each other). Kept between calls: a step allocates nothing.
+        let mut sc = std::mem::take(&mut self.scratch);
+        self.spans(
+            &mut sc.next,
+            &mut sc.send_first,
+            &mut sc.send_end,
+            &self.sent,
+            sends.iter().map(|s| (s.to, s.data.len())),
+        );
+        self.spans(
+            &mut sc.next,
+            &mut sc.recv_first,
+            &mut sc.recv_end,
+            &self.taken,
+            recvs.iter().map(|r| (r.from, r.into.len())),
+        );
+        let dup_sends = sc.any_repeated(sends.iter().map(|s| s.to));
+        let dup_recvs = sc.any_repeated(recvs.iter().map(|r| r.from));
+        let outcome = self.run_step(sends, recvs, &sc, dup_sends, dup_recvs, during);
+        self.scratch = sc;
+        outcome
+    }
+
+    fn run_step(
+        &mut self,
+        sends: &[SendSpec<'_>],
+        recvs: &mut [RecvSpec<'_>],
+        sc: &Scratch,
+        dup_sends: bool,
+        dup_recvs: bool,
+        during: &'static str,
+    ) -> Result<(), CollError> {
+        let (send_first, send_end, recv_first, recv_end) = (&sc.send_first, &sc.send_end, &sc.recv_first, &sc.recv_end);
         let mut waiter = Waiter::new(self.timeout, self.oversubscribed);
         // A rank found gone is reported only after one more look found nothing new: it may
         // have placed its last piece and left between our look and the check.
@@ -338,8 +392,7 @@ impl Channels {
             let mut all_done = true;
             for (i, s) in sends.iter().enumerate() {
                 // Two sends to one rank in one step go one after the other.
-                if dup_sends && sends[..i].iter().zip(&send_end).any(|(o, &e)| o.to == s.to && self.sent[s.to] + 1 < e)
-                {
+                if dup_sends && sends[..i].iter().zip(send_end).any(|(o, &e)| o.to == s.to && self.sent[s.to] + 1 < e) {
                     all_done = false;
                     continue;
                 }
@@ -381,11 +434,11 @@ impl Channels {
             match waiter.idle(|| self.fabric.rest()) {
                 Idle::Again => {}
                 Idle::CheckPeers { ask_mh } => {
-                    let waiting = self.waiting_for(sends, recvs, &send_end, &recv_end);
+                    let waiting = self.waiting_for(sends, recvs, send_end, recv_end);
                     suspect = self.check_alive(&waiting, ask_mh).err();
                 }
                 Idle::TimedOut => {
-                    let ranks = self.waiting_for(sends, recvs, &send_end, &recv_end);
+                    let ranks = self.waiting_for(sends, recvs, send_end, recv_end);
                     return Err(CollError::Timeout { during, ranks, waited_ms: waiter.waited().as_millis() as u64 });
                 }
             }

@@ -27,6 +27,8 @@
 //! Every fold goes in rank order (rank 0's contribution first), so every rank of an allreduce
 //! gets the same bits, floating point included.
 
+use rackwire::copy_bytes;
+
 use crate::channel::{RecvSpec, SendSpec};
 use crate::{CollError, Element, Group, ReduceOp, BLOCK_BYTES_MAX};
 
@@ -169,7 +171,7 @@ impl Group {
         if counts[me] != recv.len() {
             return Err(CollError::BadArgument(format!("root's count {} but receives {}", counts[me], recv.len())));
         }
-        recv.copy_from_slice(&send[offs[me]..offs[me + 1]]);
+        copy_bytes(recv, &send[offs[me]..offs[me + 1]]);
         let sends: Vec<SendSpec<'_>> =
             others(me, n).map(|to| SendSpec { to, data: &send[offs[to]..offs[to + 1]] }).collect();
         self.ch.exchange(&sends, &mut [], "scatterv")
@@ -196,7 +198,7 @@ impl Group {
             return Err(CollError::BadArgument(format!("root's count {} but sends {}", counts[me], send.len())));
         }
         let mut parts = split_mut(recv, counts);
-        parts[me].copy_from_slice(send);
+        copy_bytes(parts[me], send);
         let mut recvs = recvs_from_others(parts, me, None);
         self.ch.exchange(&[], &mut recvs, "gatherv")
     }
@@ -221,7 +223,7 @@ impl Group {
             )));
         }
         let mut parts = split_mut(recv, counts);
-        parts[me].copy_from_slice(send);
+        copy_bytes(parts[me], send);
         let sends: Vec<SendSpec<'_>> = others(me, n).map(|to| SendSpec { to, data: send }).collect();
         let mut recvs = recvs_from_others(parts, me, None);
         self.ch.exchange(&sends, &mut recvs, "allgatherv")
@@ -262,7 +264,7 @@ impl Group {
             )));
         }
         let mut parts = split_mut(recv, recv_counts);
-        parts[me].copy_from_slice(&send[soffs[me]..soffs[me + 1]]);
+        copy_bytes(parts[me], &send[soffs[me]..soffs[me + 1]]);
         let sends: Vec<SendSpec<'_>> =
             others(me, n).map(|to| SendSpec { to, data: &send[soffs[to]..soffs[to + 1]] }).collect();
         let mut recvs = recvs_from_others(parts, me, None);
@@ -340,13 +342,13 @@ impl Group {
             }
             let lens = vec![len; n];
             let mut parts = split_mut(all, &lens);
-            parts[me].copy_from_slice(mine);
+            copy_bytes(parts[me], mine);
             let mut recvs = recvs_from_others(parts, me, None);
             self.ch.exchange(&sends, &mut recvs, if root.is_some() { "reduce" } else { "allreduce" })
         })();
         if outcome.is_ok() && receives {
             let all: &[u8] = all;
-            data.copy_from_slice(as_elems::<T>(&all[..len])?);
+            copy_bytes(bytemuck::cast_slice_mut(data), &all[..len]);
             for r in 1..n {
                 T::fold(op, data, as_elems::<T>(&all[r * len..(r + 1) * len])?);
             }
@@ -380,14 +382,14 @@ impl Group {
                 let sends: Vec<SendSpec<'_>> =
                     others(me, n).map(|to| SendSpec { to, data: &bytes[bounds[to]..bounds[to + 1]] }).collect();
                 let mut parts = split_mut(&mut *all, &vec![seg_len; n]);
-                parts[me].copy_from_slice(&bytes[bounds[me]..bounds[me + 1]]);
+                copy_bytes(parts[me], &bytes[bounds[me]..bounds[me + 1]]);
                 let mut recvs = recvs_from_others(parts, me, None);
                 self.ch.exchange(&sends, &mut recvs, "reduce-scatter")?;
             }
             let elems = seg_len / esz;
             let lo = bounds[me] / esz;
             let seg = &mut data[lo..lo + elems];
-            seg.copy_from_slice(as_elems::<T>(&all[..seg_len])?);
+            copy_bytes(bytemuck::cast_slice_mut(seg), &all[..seg_len]);
             for r in 1..n {
                 T::fold(op, seg, as_elems::<T>(&all[r * seg_len..(r + 1) * seg_len])?);
             }

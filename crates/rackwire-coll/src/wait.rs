@@ -39,7 +39,9 @@ pub(crate) enum Idle {
 
 /// One wait of one group call.
 pub(crate) struct Waiter {
-    start: Instant,
+    /// When the first look that read the clock was made (a wait that ends while spinning
+    /// never reads it).
+    start: Option<Instant>,
     timeout: Duration,
     looks: u32,
     oversubscribed: bool,
@@ -52,7 +54,7 @@ pub(crate) struct Waiter {
 impl Waiter {
     pub(crate) fn new(timeout: Duration, oversubscribed: bool) -> Waiter {
         Waiter {
-            start: Instant::now(),
+            start: None,
             timeout,
             looks: 0,
             oversubscribed,
@@ -65,7 +67,7 @@ impl Waiter {
 
     /// How long this wait has lasted.
     pub(crate) fn waited(&self) -> Duration {
-        self.start.elapsed()
+        self.start.map_or(Duration::ZERO, |s| s.elapsed())
     }
 
     /// Something moved: the next idle look starts spinning again.
@@ -78,11 +80,13 @@ impl Waiter {
     /// called once before the first sleep (the transport's own thread takes over).
     pub(crate) fn idle(&mut self, rest: impl FnOnce()) -> Idle {
         self.looks = self.looks.saturating_add(1);
-        if !self.oversubscribed && self.looks < SPIN_LOOKS && !self.looks.is_multiple_of(64) {
+        let spinning = !self.oversubscribed && self.looks < SPIN_LOOKS;
+        // While spinning, the clock is read every 64th look only.
+        if spinning && !self.looks.is_multiple_of(64) {
             std::hint::spin_loop();
             return Idle::Again;
         }
-        let waited = self.start.elapsed();
+        let waited = self.start.get_or_insert_with(Instant::now).elapsed();
         if waited >= self.timeout {
             return Idle::TimedOut;
         }
@@ -94,7 +98,10 @@ impl Waiter {
             }
             return Idle::CheckPeers { ask_mh };
         }
-        if self.oversubscribed || self.looks < SPIN_LOOKS || waited < YIELD_PHASE {
+        if spinning {
+            return Idle::Again;
+        }
+        if self.oversubscribed || waited < YIELD_PHASE {
             std::thread::yield_now();
             if waited < YIELD_PHASE {
                 return Idle::Again;

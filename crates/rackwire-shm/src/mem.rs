@@ -176,7 +176,7 @@ impl SharedMem {
         // mapping of the same memfd (copies between two views are not overlapping borrows).
         #[allow(unsafe_code)]
         unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.as_ptr().add(offset as usize), data.len())
+            crate::memcpy::copy_raw(data.as_ptr(), self.as_ptr().add(offset as usize), data.len())
         };
         true
     }
@@ -191,7 +191,7 @@ impl SharedMem {
         // Rust slice the mapping cannot alias.
         #[allow(unsafe_code)]
         unsafe {
-            std::ptr::copy_nonoverlapping(self.as_ptr().add(offset as usize), out.as_mut_ptr(), out.len())
+            crate::memcpy::copy_raw(self.as_ptr().add(offset as usize), out.as_mut_ptr(), out.len())
         };
         true
     }

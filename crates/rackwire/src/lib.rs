@@ -54,7 +54,7 @@ pub use fabric::{Fabric, Message, Notification};
 pub use handle::{RegionId, RemoteRegion, REMOTE_REGION_BYTES};
 pub use op::{Completion, Op, OpFlags};
 pub use rackwire_mh::{JobMember, JobRound, ManagementHost, MhHandle, NodeId, NodeInfo, NodeStatus};
-pub use rackwire_shm::COPY_CHANNELS_MAX;
+pub use rackwire_shm::{copy_bytes, COPY_CHANNELS_MAX};
 pub use region::{Region, RevokeOutcome};
 
 use std::time::Duration;

@@ -447,7 +447,8 @@ impl ShmPeer {
         if t.node != self.peer {
             return Err(Error::UnknownPeer(t.node));
         }
-        let deadline = Instant::now() + self.op_timeout;
+        // Taken only when a mapping must be asked for: the common case (mapped) reads no clock.
+        let mut deadline = None;
         loop {
             if !self.alive.load(Relaxed) {
                 return Err(Error::PeerGone(self.peer));
@@ -464,6 +465,7 @@ impl ShmPeer {
                     }
                 }
             }
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + self.op_timeout);
             let r = self.request_mapping(t, need, deadline);
             if matches!(
                 r,
