@@ -100,9 +100,18 @@ pub fn run_all(g: &mut Group, lens: &[usize], random_rounds: usize, random_max: 
             return Err(fail("allreduce i64 min", len, root));
         }
     }
-    // Random counts: counts[i][j] bytes from rank i to rank j, the same matrix on every rank.
-    for round in 0..random_rounds {
-        let mut rng = Rng(0x5eed_0000 + round as u64);
+    random_counts(g, 0x5eed_0000, random_rounds, random_max)
+}
+
+/// `rounds` rounds of alltoallv, gatherv, scatterv and allgatherv with random counts up to
+/// `max` bytes (and a random root), drawn from `seed` (every rank passes the same), each
+/// checked against the patterns every rank can compute.
+pub fn random_counts(g: &mut Group, seed: u64, rounds: usize, max: usize) -> Result<(), CollError> {
+    let (me, n) = (g.rank(), g.size());
+    let random_max = max;
+    // counts[i][j] bytes from rank i to rank j, the same matrix on every rank.
+    for round in 0..rounds {
+        let mut rng = Rng(seed.wrapping_add(round as u64));
         let counts: Vec<Vec<usize>> = (0..n).map(|_| (0..n).map(|_| rng.below(random_max + 1)).collect()).collect();
         let root = rng.below(n);
         let send: Vec<u8> = (0..n).flat_map(|j| pattern(me * n + j, counts[me][j], round)).collect();

@@ -93,3 +93,19 @@ fn bad_arguments_are_refused_and_the_group_goes_on() {
         r.unwrap();
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 6, failure_persistence: None, ..Default::default() })]
+
+    // Property: for any seed, group size (2 to 4) and largest count (up to past two slots of
+    // a 4-rank window), alltoallv, gatherv, scatterv and allgatherv with random counts (zero
+    // included) and a random root deliver exactly the bytes every rank computes locally.
+    // Bounded: six groups, two rounds each.
+    #[test]
+    fn random_counts_are_delivered_exactly(seed in proptest::prelude::any::<u64>(), n in 2usize..=4, max in 0usize..600_000) {
+        let results = run(&format!("prop{}", seed % 1_000_000), n, false, move |g| collcheck::random_counts(g, seed, 2, max));
+        for (rank, r) in results.into_iter().enumerate() {
+            proptest::prop_assert!(r.is_ok(), "rank {}: {:?}", rank, r);
+        }
+    }
+}
