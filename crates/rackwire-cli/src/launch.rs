@@ -1,4 +1,5 @@
-//! `rackwire launch`: start the N ranks of a job on this machine, as mpirun does.
+//! `rackwire launch`: start the N ranks of a job on this machine, or over the hosts of a
+//! virtual rack, as mpirun does.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -28,6 +29,12 @@ pub(crate) struct LaunchArgs {
     /// Do not prefix output lines with the rank.
     #[arg(long)]
     no_prefix: bool,
+    /// Bring up the virtual rack this file describes (root), spread the ranks over its local
+    /// hosts in blocks (ranks 0..k on the first host, and so on), and take it down after.
+    /// Ranks of one memory domain use shared memory, the others the edge transport over the
+    /// rack's rails.
+    #[arg(long, value_name = "CONFIG")]
+    rack: Option<std::path::PathBuf>,
     /// The program and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     program: Vec<String>,
@@ -79,6 +86,43 @@ fn stop_all(children: &mut [(usize, Child)]) {
     }
 }
 
+/// Where one rank runs: a rack host's namespace (none: here), its rank among the ranks of
+/// that host, and the environment that host gives its programs.
+pub(crate) struct Place {
+    pub ns: Option<String>,
+    pub local_rank: usize,
+    pub env: Vec<(String, String)>,
+}
+
+/// Rank `rank` of `ranks` spread in blocks over `hosts` hosts: its host and its rank there.
+pub(crate) fn block_place(rank: usize, ranks: usize, hosts: usize) -> (usize, usize) {
+    let host = rank * hosts / ranks;
+    // The first rank of this host: the smallest r with r·hosts/ranks == host.
+    let first = (host * ranks).div_ceil(hosts);
+    (host, rank - first)
+}
+
+/// Bring up the rack of `config` and place `ranks` ranks over its local hosts.
+fn rack_places(config: &std::path::Path, ranks: usize) -> Result<(Vec<Place>, rackwire_rack::DownOnDrop)> {
+    if !rustix::process::geteuid().is_root() {
+        bail!("--rack builds a virtual rack: it needs root");
+    }
+    let text = std::fs::read_to_string(config).with_context(|| format!("rack config {}", config.display()))?;
+    let cfg = rackwire_rack::RackConfig::parse(&text)?;
+    let _ = rackwire_rack::down(Some(&cfg.name));
+    let exe = std::env::current_exe().context("own executable")?;
+    let state = rackwire_rack::up(&cfg, &exe)?;
+    let down = rackwire_rack::DownOnDrop(cfg.name.clone());
+    let hosts: Vec<&rackwire_rack::HostState> = state.hosts.iter().filter(|h| !h.remote).collect();
+    let places = (0..ranks)
+        .map(|rank| {
+            let (h, local_rank) = block_place(rank, ranks, hosts.len());
+            Place { ns: Some(hosts[h].ns.clone()), local_rank, env: rackwire_rack::program_env(&state, hosts[h]) }
+        })
+        .collect();
+    Ok((places, down))
+}
+
 /// Start the job and wait for it; returns the exit code for the launcher.
 pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
     if !(1..=LAUNCH_RANKS_MAX).contains(&a.ranks) {
@@ -86,9 +130,16 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
     }
     let job = a.job.clone().unwrap_or_else(|| format!("job-{}", std::process::id()));
     rackwire_mh::check_name(&job).map_err(|e| anyhow::anyhow!("--job: {e}"))?;
-    // A management host of our own unless one is given.
+    let (places, _rack) = match &a.rack {
+        Some(config) => {
+            let (places, down) = rack_places(config, a.ranks)?;
+            (places, Some(down))
+        }
+        None => ((0..a.ranks).map(|r| Place { ns: None, local_rank: r, env: Vec::new() }).collect(), None),
+    };
+    // A management host of our own unless one is given (a rack has its own).
     let mut env: Vec<(String, String)> = Vec::new();
-    let _mh = if std::env::var_os("RACKWIRE_MH").is_some() {
+    let _mh = if std::env::var_os("RACKWIRE_MH").is_some() || a.rack.is_some() {
         None
     } else {
         let secret = format!("{:032x}{:032x}", rackwire_mh::auth::random_u128(), rackwire_mh::auth::random_u128());
@@ -103,13 +154,20 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
         signal_hook::flag::register(sig, stop.clone()).context("signal handler")?;
     }
     let mut children = Vec::with_capacity(a.ranks);
-    for rank in 0..a.ranks {
-        let mut cmd = Command::new(&a.program[0]);
+    for (rank, place) in places.iter().enumerate() {
+        let mut cmd = match &place.ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&a.program[0]);
+                c
+            }
+            None => Command::new(&a.program[0]),
+        };
         cmd.args(&a.program[1..])
-            .envs(env.iter().map(|(k, v)| (k, v)))
+            .envs(env.iter().chain(&place.env).map(|(k, v)| (k, v)))
             .env("RACKWIRE_RANK", rank.to_string())
             .env("RACKWIRE_SIZE", a.ranks.to_string())
-            .env("RACKWIRE_LOCAL_RANK", rank.to_string())
+            .env("RACKWIRE_LOCAL_RANK", place.local_rank.to_string())
             .env("RACKWIRE_JOB", &job)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -161,4 +219,28 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
         std::thread::sleep(REAP_EVERY);
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::block_place;
+
+    // Checks the block placement: every host gets a contiguous run of ranks, runs differ in
+    // length by one at most, and local ranks count from 0 on each host.
+    #[test]
+    fn blocks_are_contiguous_and_balanced() {
+        for ranks in 1..=40 {
+            for hosts in 1..=ranks.min(7) {
+                let places: Vec<(usize, usize)> = (0..ranks).map(|r| block_place(r, ranks, hosts)).collect();
+                let mut per = vec![0usize; hosts];
+                for (r, &(h, local)) in places.iter().enumerate() {
+                    assert_eq!(local, per[h], "ranks {ranks} hosts {hosts} rank {r}");
+                    per[h] += 1;
+                    assert!(r == 0 || places[r - 1].0 <= h, "blocks in order");
+                }
+                let (lo, hi) = (per.iter().min().unwrap(), per.iter().max().unwrap());
+                assert!(hi - lo <= 1 && *lo >= 1, "ranks {ranks} hosts {hosts}: {per:?}");
+            }
+        }
+    }
 }

@@ -52,6 +52,35 @@ fn collectives_across_processes_over_the_edge_transport() {
     }
 }
 
+// Checks `launch --rack` (root; skipped with a message otherwise): five ranks spread over the
+// four hosts of a two-rack virtual rack, so pairs in one memory domain use shared memory and
+// the others the edge transport over the rack's rail; every rank reports the transports it
+// was given (both kinds present) and every collective checks out.
+#[test]
+fn collectives_over_a_virtual_rack_mix_transports() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipping: launch --rack builds a virtual rack and needs root");
+        return;
+    }
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/racks/tworacks.toml");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rackwire"))
+            .args(["launch", "-n", "5", "--rack", config, "--"])
+            .arg(collcheck_bin())
+            .args(args)
+            .env_remove("RACKWIRE_MH")
+            .output()
+            .expect("run rackwire launch --rack")
+    };
+    let info = run(&["info"]);
+    assert_all_ok(5, &info);
+    let out = lines(&info);
+    // Ranks 0 and 1 are on a1 (domain a), 2 on a2 (domain a), 3 and 4 on the b hosts.
+    let r0 = out.lines().find(|l| l.starts_with("[0] rank 0")).expect("rank 0's line");
+    assert!(r0.ends_with("transports self,shm,shm,edge,edge"), "{r0}");
+    assert_all_ok(5, &run(&["all", "0,8,70000", "2", "3000"]));
+}
+
 // Checks the launcher's failure path: a rank that exits non-zero (an unknown scenario makes
 // every rank fail with exit code 3) makes the launcher exit with that status.
 #[test]

@@ -524,6 +524,21 @@ pub fn status(name: Option<&str>) -> Result<(RackState, Vec<HostStatus>), RackEr
     Ok((state, hosts))
 }
 
+/// What a rackwire program started in `host` needs to join the rack's fabric as a node of
+/// that host: the management host, the secret, the host's rail addresses (each process binds
+/// its own ports) and largest frame, and the host's memory domain.
+pub fn program_env(state: &RackState, host: &HostState) -> Vec<(String, String)> {
+    let links: Vec<String> = host.addrs.iter().map(|a| format!("{a}:0")).collect();
+    let link_mtu = state.config.rails.iter().map(|r| r.mtu).min().unwrap_or(1500).saturating_sub(28);
+    vec![
+        ("RACKWIRE_MH".into(), state.mh.clone()),
+        ("RACKWIRE_SECRET_FILE".into(), state.secret_file.to_string_lossy().into_owned()),
+        ("RACKWIRE_LINKS".into(), links.join(",")),
+        ("RACKWIRE_LINK_MTU".into(), link_mtu.to_string()),
+        ("RACKWIRE_MEMORY_DOMAIN".into(), host.domain.clone()),
+    ]
+}
+
 /// A command that runs `cmd` in `host` of the rack (`None`: the only one up).
 pub fn exec_command(name: Option<&str>, host: &str, cmd: &[String]) -> Result<Command, RackError> {
     if cmd.is_empty() {
@@ -538,8 +553,10 @@ pub fn exec_command(name: Option<&str>, host: &str, cmd: &[String]) -> Result<Co
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &ns]).args(cmd);
     if let Ok(s) = load(&rack) {
-        // Programs run in a host find its fabric without being told.
-        c.env("RACKWIRE_MH", &s.mh).env("RACKWIRE_SECRET_FILE", &s.secret_file);
+        // Programs run in a host find its fabric, links and memory domain without being told.
+        if let Ok(h) = s.host(host) {
+            c.envs(program_env(&s, h));
+        }
     }
     Ok(c)
 }
