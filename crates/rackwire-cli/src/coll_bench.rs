@@ -98,10 +98,21 @@ pub(crate) fn worker(ops: &[String], sizes: &[u64], scale: f64) -> Result<()> {
 }
 
 /// Run our ranks once: every op and size at `ranks` ranks.
-fn run_ours(ranks: usize, ops: &[String], sizes: &[u64], scale: f64, edge: bool) -> Result<Vec<Measured>> {
+fn run_ours(
+    ranks: usize,
+    ops: &[String],
+    sizes: &[u64],
+    scale: f64,
+    edge: bool,
+    rack: Option<&str>,
+) -> Result<Vec<Measured>> {
     let exe = std::env::current_exe().context("own executable")?;
     let mut cmd = Command::new(&exe);
-    cmd.args(["launch", "--no-prefix", "-n", &ranks.to_string(), "--"])
+    cmd.args(["launch", "--no-prefix", "-n", &ranks.to_string()]);
+    if let Some(rack) = rack {
+        cmd.args(["--rack", rack]);
+    }
+    cmd.arg("--")
         .arg(&exe)
         .args(["coll-worker", "--op", &ops.join(","), "--size"])
         .arg(sizes.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
@@ -138,16 +149,72 @@ fn build_peer(dir: &Path) -> Result<PathBuf> {
     Ok(exe)
 }
 
+/// How Open MPI's ranks are started over a virtual rack, as a cluster's users start them:
+/// mpirun runs in the first host and starts one daemon per host through its rsh launcher,
+/// whose "ssh" here is a script that runs the command in that host's namespace; the ranks
+/// go in the same blocks as ours; MPI traffic is TCP only (`btl tcp,self`) over the rack's
+/// rails (every 198.18.0.0/15 interface, so Open MPI stripes over all rails as it does over
+/// several NICs).
+struct PeerRack {
+    /// Namespace mpirun runs in.
+    ns: String,
+    /// The launcher script.
+    agent: PathBuf,
+    /// Host names in rack order.
+    hosts: Vec<String>,
+}
+
+impl PeerRack {
+    fn new(state: &rackwire_rack::RackState, dir: &Path) -> Result<PeerRack> {
+        let hosts = crate::launch::rank_hosts(state);
+        let agent = dir.join("rsh-agent");
+        let prefix = rackwire_rack::ns_name(&state.config.name, "");
+        std::fs::write(&agent, format!("#!/bin/sh\nhost=$1; shift\nexec ip netns exec {prefix}$host sh -c \"$*\"\n"))?;
+        std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        Ok(PeerRack { ns: hosts[0].ns.clone(), agent, hosts: hosts.iter().map(|h| h.name.clone()).collect() })
+    }
+
+    /// `mpirun` for `ranks` ranks placed as ours are.
+    fn mpirun(&self, ranks: usize) -> Command {
+        let mut per = vec![0usize; self.hosts.len()];
+        for r in 0..ranks {
+            per[crate::launch::block_place(r, ranks, self.hosts.len()).0] += 1;
+        }
+        let hosts: Vec<String> =
+            self.hosts.iter().zip(&per).filter(|(_, &k)| k > 0).map(|(h, k)| format!("{h}:{k}")).collect();
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns, "mpirun", "--host", &hosts.join(",")])
+            .args(["--mca", "plm_rsh_agent"])
+            .arg(&self.agent)
+            .args(["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "198.18.0.0/15"])
+            .args(["--mca", "oob_tcp_if_include", "198.18.0.0/15"])
+            // The daemons' topology sharing (hwloc shared memory) now and then crashes a
+            // daemon started this way; it only serves process binding, which ranks that
+            // share two cores do not get anyway.
+            .args(["--mca", "rtc", "^hwloc"]);
+        c
+    }
+}
+
 /// Run Open MPI's ranks once for every op and size, as its users run it: `mpirun -n N` with
-/// its default transports (as root it needs --allow-run-as-root; with more ranks than cores,
-/// --oversubscribe, which also makes idle ranks yield their core).
-fn run_peer(exe: &Path, ranks: usize, ops: &[String], sizes: &[u64], scale: f64) -> Result<Vec<Measured>> {
+/// its default transports on this machine, or TCP over a rack's rails (see [`PeerRack`]) (as
+/// root it needs --allow-run-as-root; with more ranks than cores, --oversubscribe, which also
+/// makes idle ranks yield their core).
+fn run_peer(
+    exe: &Path,
+    ranks: usize,
+    ops: &[String],
+    sizes: &[u64],
+    scale: f64,
+    rack: Option<&PeerRack>,
+) -> Result<Vec<Measured>> {
     let mut rows = Vec::new();
     for op in ops {
         let sizes: &[u64] = if op == "barrier" { &[0] } else { sizes };
         for &size in sizes {
             let (iters, warmup) = iterations(size, scale);
-            let o = Command::new("mpirun")
+            let mut cmd = rack.map_or_else(|| Command::new("mpirun"), |r| r.mpirun(ranks));
+            let o = cmd
                 .args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
                 .arg(exe)
                 .args([op.as_str(), &size.to_string(), &iters.to_string(), &warmup.to_string()])
@@ -169,6 +236,7 @@ pub(crate) struct CollBench {
     pub sizes: Vec<u64>,
     pub peers: bool,
     pub edge: bool,
+    pub rack: Option<PathBuf>,
     pub scale: f64,
     pub repeat: usize,
     pub json: bool,
@@ -202,7 +270,20 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
         }
         None => None,
     };
-    let ours = if b.edge { "udp" } else { "shm" };
+    let (rack, _down) = match &b.rack {
+        Some(r) => {
+            let (state, down) = crate::launch::rack_up(r)?;
+            (Some(state), down)
+        }
+        None => (None, None),
+    };
+    let peer_rack = rack.as_ref().map(|s| PeerRack::new(s, &dir)).transpose()?;
+    // Over a rack, ours is the edge transport where hosts are in different memory domains.
+    let domains: std::collections::BTreeSet<&str> =
+        rack.iter().flat_map(|s| crate::launch::rank_hosts(s)).map(|h| h.domain.as_str()).collect();
+    let ours = if b.edge || domains.len() > 1 { "udp" } else { "shm" };
+    let peer_name = if rack.is_some() { "openmpi-tcp" } else { "openmpi" };
+    let rack_name = rack.as_ref().map(|s| s.config.name.clone());
     // (transport, op, size, ranks) -> each repeat's measurement.
     let mut got: BTreeMap<(String, String, u64, usize), Vec<Measured>> = BTreeMap::new();
     for rep in 0..b.repeat {
@@ -211,13 +292,13 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
             let order: &[bool] = if rep % 2 == 0 { &[true, false] } else { &[false, true] };
             for &mine in order {
                 let rows = if mine {
-                    run_ours(n, &b.ops, &b.sizes, b.scale, b.edge)?
+                    run_ours(n, &b.ops, &b.sizes, b.scale, b.edge, rack_name.as_deref())?
                 } else if let Some(exe) = &peer {
-                    run_peer(exe, n, &b.ops, &b.sizes, b.scale)?
+                    run_peer(exe, n, &b.ops, &b.sizes, b.scale, peer_rack.as_ref())?
                 } else {
                     continue;
                 };
-                let t = if mine { ours } else { "openmpi" };
+                let t = if mine { ours } else { peer_name };
                 for r in rows {
                     got.entry((t.to_string(), r.op.clone(), r.size, n)).or_default().push(r);
                 }
@@ -259,13 +340,13 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
     for r in &rows {
         let key = |k: &str| r[k].as_f64().unwrap_or(0.0);
         let peer = rows.iter().find(|p| {
-            p["transport"] == "openmpi"
+            p["transport"].as_str().is_some_and(|t| t.starts_with("openmpi"))
                 && p["pattern"] == r["pattern"]
                 && p["size"] == r["size"]
                 && p["ranks"] == r["ranks"]
         });
         let ratio = match peer {
-            Some(p) if r["transport"] != "openmpi" => {
+            Some(p) if !r["transport"].as_str().is_some_and(|t| t.starts_with("openmpi")) => {
                 format!("{:.2}x", key("lat_us_avg") / p["lat_us_avg"].as_f64().unwrap_or(f64::NAN))
             }
             _ => String::new(),

@@ -29,11 +29,11 @@ pub(crate) struct LaunchArgs {
     /// Do not prefix output lines with the rank.
     #[arg(long)]
     no_prefix: bool,
-    /// Bring up the virtual rack this file describes (root), spread the ranks over its local
-    /// hosts in blocks (ranks 0..k on the first host, and so on), and take it down after.
-    /// Ranks of one memory domain use shared memory, the others the edge transport over the
-    /// rack's rails.
-    #[arg(long, value_name = "CONFIG")]
+    /// Spread the ranks over the local hosts of a virtual rack (root), in blocks (ranks 0..k
+    /// on the first host, and so on): a rack description, brought up for the job and taken
+    /// down after, or the name of a rack that is up. Ranks of one memory domain use shared
+    /// memory, the others the edge transport over the rack's rails.
+    #[arg(long, value_name = "CONFIG|NAME")]
     rack: Option<std::path::PathBuf>,
     /// The program and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
@@ -102,18 +102,35 @@ pub(crate) fn block_place(rank: usize, ranks: usize, hosts: usize) -> (usize, us
     (host, rank - first)
 }
 
-/// Bring up the rack of `config` and place `ranks` ranks over its local hosts.
-fn rack_places(config: &std::path::Path, ranks: usize) -> Result<(Vec<Place>, rackwire_rack::DownOnDrop)> {
+/// The rack `rack` names: a description (brought up now; the guard takes it down) or the name
+/// of a rack that is up.
+pub(crate) fn rack_up(rack: &std::path::Path) -> Result<(rackwire_rack::RackState, Option<rackwire_rack::DownOnDrop>)> {
     if !rustix::process::geteuid().is_root() {
-        bail!("--rack builds a virtual rack: it needs root");
+        bail!("--rack runs ranks in a virtual rack: it needs root");
     }
-    let text = std::fs::read_to_string(config).with_context(|| format!("rack config {}", config.display()))?;
+    if !rack.is_file() {
+        let name = rack.to_string_lossy();
+        let state = rackwire_rack::load(&name)
+            .with_context(|| format!("--rack {name}: neither a rack description nor a rack that is up"))?;
+        return Ok((state, None));
+    }
+    let text = std::fs::read_to_string(rack).with_context(|| format!("rack config {}", rack.display()))?;
     let cfg = rackwire_rack::RackConfig::parse(&text)?;
     let _ = rackwire_rack::down(Some(&cfg.name));
     let exe = std::env::current_exe().context("own executable")?;
     let state = rackwire_rack::up(&cfg, &exe)?;
-    let down = rackwire_rack::DownOnDrop(cfg.name.clone());
-    let hosts: Vec<&rackwire_rack::HostState> = state.hosts.iter().filter(|h| !h.remote).collect();
+    Ok((state, Some(rackwire_rack::DownOnDrop(cfg.name.clone()))))
+}
+
+/// The hosts of a rack that run ranks (not the plain Ethernet ones).
+pub(crate) fn rank_hosts(state: &rackwire_rack::RackState) -> Vec<&rackwire_rack::HostState> {
+    state.hosts.iter().filter(|h| !h.remote).collect()
+}
+
+/// Place `ranks` ranks over the local hosts of the rack `rack` names (see [`rack_up`]).
+fn rack_places(rack: &std::path::Path, ranks: usize) -> Result<(Vec<Place>, Option<rackwire_rack::DownOnDrop>)> {
+    let (state, down) = rack_up(rack)?;
+    let hosts = rank_hosts(&state);
     let places = (0..ranks)
         .map(|rank| {
             let (h, local_rank) = block_place(rank, ranks, hosts.len());
@@ -131,10 +148,7 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
     let job = a.job.clone().unwrap_or_else(|| format!("job-{}", std::process::id()));
     rackwire_mh::check_name(&job).map_err(|e| anyhow::anyhow!("--job: {e}"))?;
     let (places, _rack) = match &a.rack {
-        Some(config) => {
-            let (places, down) = rack_places(config, a.ranks)?;
-            (places, Some(down))
-        }
+        Some(rack) => rack_places(rack, a.ranks)?,
         None => ((0..a.ranks).map(|r| Place { ns: None, local_rank: r, env: Vec::new() }).collect(), None),
     };
     // A management host of our own unless one is given (a rack has its own).

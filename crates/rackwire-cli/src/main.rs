@@ -162,6 +162,10 @@ struct BenchArgs {
     /// With `stripe`: the rack description (e.g. examples/racks/2l-1g.toml).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// With `coll`: run the ranks (ours, and Open MPI's over TCP with --peers) over the hosts
+    /// of this virtual rack (root), in blocks, as `launch --rack` does.
+    #[arg(long, value_name = "CONFIG")]
+    rack: Option<PathBuf>,
     /// With `stripe`: MiB to stream.
     #[arg(long, default_value_t = 256)]
     mib: u64,
@@ -317,6 +321,7 @@ fn run(cli: Cli) -> Result<()> {
                 sizes: b.sizes(coll_bench::SIZES_DEFAULT)?,
                 peers: b.peers,
                 edge: b.transport == "udp",
+                rack: b.rack.clone(),
                 scale: b.scale,
                 repeat: b.repeat,
                 json: b.json,

@@ -305,7 +305,9 @@ fn killing_an_agent_leaves_the_others_flowing() {
 // Checks that the rack benchmarks run end to end at tiny scale (so they do not rot): `bench
 // stripe` moves its stream byte-exact over two shaped rails and reports an edge row and an
 // iperf3 row with positive rates; `bench vnic` reports every row it promises (when sockperf
-// is installed) with positive figures.
+// is installed) with positive figures; `bench coll --rack` (hosts in memory domains of their
+// own) gives `udp` rows for its collectives and, where Open MPI is installed, `openmpi-tcp`
+// rows measured over the same rails, and takes its rack down.
 #[test]
 fn rack_benchmarks_run_end_to_end() {
     if skip("rack_benchmarks_run_end_to_end") {
@@ -338,6 +340,34 @@ fn rack_benchmarks_run_end_to_end() {
     assert!(rate("iperf3-tcp").is_some_and(|r| r > 0.0), "{out}");
     assert!(v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap_or("").contains("byte-exact")));
     assert!(namespaces("rwr-tstripe-").is_empty(), "bench stripe left its rack up");
+
+    let coll_cfg = dir.0.join("c.toml");
+    std::fs::write(
+        &coll_cfg,
+        "name = \"tcoll\"\n[[rail]]\n[[host]]\nname = \"h1\"\ndomain = \"h1\"\n[[host]]\nname = \"h2\"\ndomain = \"h2\"\n",
+    )
+    .unwrap();
+    let mut args = vec!["bench", "coll", "--rack", coll_cfg.to_str().unwrap(), "--ranks", "2"];
+    args.extend(["--op", "alltoallv,barrier", "--size", "8,64K", "--scale", "0.05", "--json"]);
+    let peers = have("mpicc") && have("mpirun");
+    if peers {
+        args.push("--peers");
+    }
+    let out = ok(&rackwire(&args));
+    let v: Value = serde_json::from_str(&out).expect("bench coll --json");
+    let rows = v["rows"].as_array().unwrap();
+    for t in ["udp"].into_iter().chain(peers.then_some("openmpi-tcp")) {
+        for (op, size) in [("alltoallv", 8), ("alltoallv", 65536), ("barrier", 0)] {
+            assert!(
+                rows.iter().any(|r| r["transport"] == t
+                    && r["pattern"] == op
+                    && r["size"] == size
+                    && r["lat_us_avg"].as_f64().is_some_and(|x| x > 0.0)),
+                "no {t} {op} {size} row: {out}"
+            );
+        }
+    }
+    assert!(namespaces("rwr-tcoll-").is_empty(), "bench coll left its rack up");
 
     if !have("sockperf") {
         eprintln!("bench vnic not run: sockperf is not installed");

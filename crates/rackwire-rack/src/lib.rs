@@ -333,13 +333,15 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
         });
     }
 
-    // The management host, on an address of its own on rail 0 of its host: no node has it, so
+    // The management host, on an address of its own in rail 0's subnet: no node has it, so
     // no virtual NIC routes it, and the control plane never depends on the data plane it
-    // manages.
+    // manages. It sits on its host's loopback device (the host answers for it on rail 0), not
+    // as a second address of the rail's link: software that takes one address per link (Open
+    // MPI's TCP transport among them) then still sees the host's own rail address.
     let mh_name = cfg.mh_host()?.name.clone();
     let mh_i = hosts.iter().position(|h| h.name == mh_name).expect("validated");
     let mh_ip = RackConfig::mh_addr();
-    run("ip", &["-n", &hosts[mh_i].ns, "addr", "add", &format!("{mh_ip}/24"), "dev", "eth0"])?;
+    run("ip", &["-n", &hosts[mh_i].ns, "addr", "add", &format!("{mh_ip}/32"), "dev", "lo"])?;
     let mh_addr = format!("{mh_ip}:{MH_PORT}");
     let mh_pid = spawn_in(
         &hosts[mh_i].ns,
