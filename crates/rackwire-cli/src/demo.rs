@@ -280,6 +280,21 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     .into_iter()
     .flatten()
     .collect();
+    println!("\n== a job of 4 ranks (rackwire launch): collectives, Open MPI's beside them where installed ==");
+    crate::coll_bench::run(&crate::coll_bench::CollBench {
+        ranks: vec![4],
+        ops: ["barrier", "allreduce", "alltoallv"].map(String::from).to_vec(),
+        sizes: vec![8, 65536],
+        peers: !args.no_peers,
+        edge: false,
+        rack: None,
+        // Collectives at 64 KiB get 100·scale timed calls: at least 20.
+        scale: scale.max(0.2),
+        repeat: 1,
+        json: false,
+    })?;
+    md.push_str("## Collectives\n\nA job of 4 ranks started by `rackwire launch`: `rackwire bench coll --ranks 4 --op barrier,allreduce,alltoallv --size 8,64K --peers` measures the same (printed by the demo).\n\n");
+
     println!("\nsummary:");
     for l in &summary {
         println!("{l}");
