@@ -72,8 +72,7 @@ pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) ->
     let state = rackwire_rack::up(&cfg, &exe)?;
     let _down = rackwire_rack::DownOnDrop(cfg.name.clone());
     let (src, dst) = (state.hosts[0].clone(), state.hosts[1].clone());
-    let links = |h: &rackwire_rack::HostState| h.addrs.iter().map(|a| format!("{a}:0")).collect::<Vec<_>>().join(",");
-    let link_mtu = (cfg.rails.iter().map(|r| r.mtu).min().unwrap_or(1500) - 28).to_string();
+    let link_mtu = cfg.frame_max().to_string();
     let spawn = |ns: &str, role: &str, name: &str, host_links: String| {
         Command::new("ip")
             .args(["netns", "exec", ns])
@@ -90,8 +89,8 @@ pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) ->
             .stderr(Stdio::inherit())
             .spawn()
     };
-    let mut owner = spawn(&dst.ns, "owner", "stripe-dst", links(&dst))?;
-    let mut writer = spawn(&src.ns, "writer", "stripe-src", links(&src))?;
+    let mut owner = spawn(&dst.ns, "owner", "stripe-dst", dst.links())?;
+    let mut writer = spawn(&src.ns, "writer", "stripe-src", src.links())?;
     let mut owner_out = BufReader::new(owner.stdout.take().expect("piped"));
     let mut writer_out = BufReader::new(writer.stdout.take().expect("piped"));
     let mut line = String::new();

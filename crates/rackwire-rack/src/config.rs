@@ -172,6 +172,12 @@ impl RackConfig {
         }
     }
 
+    /// The largest edge-transport frame every rail carries whole: the smallest rail MTU less
+    /// the IPv4 and UDP headers.
+    pub fn frame_max(&self) -> u32 {
+        self.rails.iter().map(|r| r.mtu).min().unwrap_or(1500).saturating_sub(28)
+    }
+
     /// The management host's own address (rail 0, beside its host's).
     pub fn mh_addr() -> Ipv4Addr {
         Ipv4Addr::new(198, 18, 0, 250)

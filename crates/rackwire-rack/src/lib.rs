@@ -97,6 +97,14 @@ pub struct HostState {
     pub status_file: Option<PathBuf>,
 }
 
+impl HostState {
+    /// Its rail addresses as edge-transport links (`RACKWIRE_LINKS`): each process that uses
+    /// them binds ports of its own.
+    pub fn links(&self) -> String {
+        self.addrs.iter().map(|a| format!("{a}:0")).collect::<Vec<_>>().join(",")
+    }
+}
+
 /// A rack that is up.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RackState {
@@ -359,8 +367,7 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
         }
         let st = &mut hosts[i];
         let status = dir.join(format!("{}.json", h.name));
-        let links: Vec<String> = st.addrs.iter().map(|a| format!("{a}:0")).collect();
-        let link_mtu = (cfg.rails.iter().map(|r| r.mtu).min().unwrap_or(1500) - 28).to_string();
+        let link_mtu = cfg.frame_max().to_string();
         let mut args = vec!["agent", "--status-file"];
         let status_s = status.to_string_lossy().into_owned();
         args.push(&status_s);
@@ -368,7 +375,7 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
         if !h.vnic {
             args.push("--no-vnic");
         }
-        let links_s = links.join(",");
+        let links_s = st.links();
         let pid = spawn_in(
             &st.ns,
             exe,
@@ -530,13 +537,11 @@ pub fn status(name: Option<&str>) -> Result<(RackState, Vec<HostStatus>), RackEr
 /// that host: the management host, the secret, the host's rail addresses (each process binds
 /// its own ports) and largest frame, and the host's memory domain.
 pub fn program_env(state: &RackState, host: &HostState) -> Vec<(String, String)> {
-    let links: Vec<String> = host.addrs.iter().map(|a| format!("{a}:0")).collect();
-    let link_mtu = state.config.rails.iter().map(|r| r.mtu).min().unwrap_or(1500).saturating_sub(28);
     vec![
         ("RACKWIRE_MH".into(), state.mh.clone()),
         ("RACKWIRE_SECRET_FILE".into(), state.secret_file.to_string_lossy().into_owned()),
-        ("RACKWIRE_LINKS".into(), links.join(",")),
-        ("RACKWIRE_LINK_MTU".into(), link_mtu.to_string()),
+        ("RACKWIRE_LINKS".into(), host.links()),
+        ("RACKWIRE_LINK_MTU".into(), state.config.frame_max().to_string()),
         ("RACKWIRE_MEMORY_DOMAIN".into(), host.domain.clone()),
     ]
 }
