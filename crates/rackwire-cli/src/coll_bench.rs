@@ -29,6 +29,9 @@ fn iterations(size: u64, scale: f64) -> (usize, usize) {
     (((iters * scale) as usize).max(5), ((warmup * scale) as usize).max(1))
 }
 
+/// Times one Open MPI measurement is tried before the benchmark fails.
+const PEER_ATTEMPTS: u32 = 2;
+
 /// One measured row.
 #[derive(Clone, Debug)]
 struct Measured {
@@ -213,16 +216,27 @@ fn run_peer(
         let sizes: &[u64] = if op == "barrier" { &[0] } else { sizes };
         for &size in sizes {
             let (iters, warmup) = iterations(size, scale);
-            let mut cmd = rack.map_or_else(|| Command::new("mpirun"), |r| r.mpirun(ranks));
-            let o = cmd
-                .args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
-                .arg(exe)
-                .args([op.as_str(), &size.to_string(), &iters.to_string(), &warmup.to_string()])
-                .output()
-                .context("mpirun not found: install Debian's openmpi-bin")?;
-            if !o.status.success() {
-                bail!("mpirun failed:\n{}", String::from_utf8_lossy(&o.stderr));
-            }
+            // Open MPI's daemons now and then fail to start over a rack (a daemon that dies
+            // while setting up): one more try before the benchmark gives up.
+            let mut attempt = 0;
+            let o = loop {
+                attempt += 1;
+                let mut cmd = rack.map_or_else(|| Command::new("mpirun"), |r| r.mpirun(ranks));
+                let o = cmd
+                    .args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
+                    .arg(exe)
+                    .args([op.as_str(), &size.to_string(), &iters.to_string(), &warmup.to_string()])
+                    .output()
+                    .context("mpirun not found: install Debian's openmpi-bin")?;
+                if o.status.success() {
+                    break o;
+                }
+                let err = String::from_utf8_lossy(&o.stderr).into_owned();
+                if attempt >= PEER_ATTEMPTS {
+                    bail!("mpirun failed {attempt} times; the last:\n{err}");
+                }
+                eprintln!("mpirun failed ({op} {size}); trying again. It said:\n{err}");
+            };
             rows.extend(String::from_utf8_lossy(&o.stdout).lines().filter_map(parse_row));
         }
     }
