@@ -4,29 +4,36 @@
 //! # The window
 //!
 //! Each rank owns one region, its window, granted to every other rank. For a group of `n`
-//! ranks, with `S` = [`SLOTS_PER_PEER`] and `B` the slot size:
+//! ranks, with `S` = [`SLOTS_PER_PEER`], `B` the slot size and `E` = [`HEAD_BYTES`]:
 //!
 //! ```text
-//! offset 64·src          arrived[src]   pieces rank src has placed here (src bumps it)
-//! offset 64·(n + dst)    consumed[dst]  pieces rank dst took of those this rank placed there
-//!                                       (dst bumps it here)
-//! offset C + (src·S + k)·B              slot k of rank src (C: the counters, page-rounded)
+//! offset 64·dst                  consumed[dst]  pieces rank dst took of those this rank placed
+//!                                               there (dst updates it here)
+//! offset H + (src·S + k)·E       head k of rank src: the number of the piece in slot k (8
+//!                                bytes), then the piece itself if it is small (inline)
+//! offset C + (src·S + k)·B       slot k of rank src, for pieces that are not inline
 //! ```
 //!
-//! Each counter has a cache line of its own, so two ranks updating neighbouring counters do
-//! not fight over one line.
+//! (`H` and `C` are the ends of the areas before them, page-rounded.) Each counter has a
+//! cache line of its own, so two ranks updating neighbouring counters do not fight over one
+//! line.
 //!
 //! # One piece
 //!
-//! The `p`-th piece (from 1) a rank sends to `dst` goes into slot `(p - 1) mod S` of its
-//! slots in `dst`'s window. It may go once `dst` has taken piece `p - S` (its slot is free
-//! again): the sender reads `consumed[dst]` in its *own* window, a local load. It is written
-//! with one write, then `arrived[me]` in `dst`'s window is bumped by a fetch-and-add fenced
-//! behind the write, so `dst` never sees the counter before the data. The receiver waits
-//! for `arrived[src]` to reach the piece it expects (a local load), copies the piece out of
-//! its own memory, and gives slots back by bumping `consumed[me]` in the sender's window once
-//! for every `S / 2` pieces taken (a sender with a full set of slots in flight is always
-//! given half of them back, so acknowledging less often cannot stall it).
+//! The `p`-th piece (from 1) a rank sends to `dst` goes into head and slot `(p - 1) mod S` of
+//! its share of `dst`'s window. It may go once `dst` has taken piece `p - S` (the slot is free
+//! again): the sender reads `consumed[dst]` in its *own* window, a local load, and only when
+//! the credit it saw last is used up. It is one write-with-signal: the bytes into the slot (or,
+//! up to [`INLINE_BYTES`], into the head right after the number), then the number `p` stored
+//! into the head. The receiver waits for the head it expects to show `p` (a local load),
+//! copies the piece out of its own memory, and gives slots back by updating `consumed[me]` in
+//! the sender's window once for every `S / 2` pieces taken (a sender with a full set of slots
+//! in flight is always given half of them back, so acknowledging less often cannot stall it).
+//!
+//! A small piece thus costs one cache line the sender writes and the receiver reads: over
+//! shared memory two plain stores, no atomic instruction, and the receiver's one miss brings
+//! both the signal and the data. The number a head must show is exact (`p`, and a head's
+//! next number is `p + S`), so an old piece is never taken for a new one.
 //!
 //! A transfer of `len` bytes is `max(1, ⌈len / B⌉)` pieces; both ends know `len` (collectives
 //! give both sides their counts, as MPI does), so pieces carry no header. A zero-length
@@ -40,24 +47,42 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rackwire::{Access, Conn, Fabric, NodeId, Op, OpFlags, Region, RemoteRegion};
+use rackwire::{Access, Conn, Fabric, NodeId, Op, OpFlags, Region, RemoteRegion, Signal};
 
 use crate::wait::{Idle, Waiter};
 use crate::{CollError, OPS_IN_FLIGHT_MAX, SLOTS_PER_PEER, SLOT_BYTES_MAX, SLOT_BYTES_MIN, WINDOW_DATA_BYTES_MAX};
 
 /// Bytes of one counter's cache line.
 const COUNTER_STRIDE: u64 = 64;
+/// Bytes of one head: a piece's number, then room for a small piece.
+pub const HEAD_BYTES: usize = 128;
+/// The largest piece that travels in its head (in the cache lines of its signal).
+pub const INLINE_BYTES: usize = HEAD_BYTES - 8;
 /// Pieces a receiver takes from one sender before it gives their slots back.
 const ACK_EVERY: u64 = SLOTS_PER_PEER as u64 / 2;
 const _: () = assert!(SLOTS_PER_PEER >= 2 && SLOT_BYTES_MIN <= SLOT_BYTES_MAX);
 
-/// The shape of a window for `n` ranks: (counter bytes, slot bytes, total bytes).
-pub fn window_layout(n: usize) -> (u64, usize, u64) {
-    let counters = (2 * n as u64 * COUNTER_STRIDE).next_multiple_of(4096);
+/// The shape of a window for `n` ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowLayout {
+    /// Where the heads start.
+    pub heads: u64,
+    /// Where the slots start.
+    pub slots: u64,
+    /// Bytes of one slot.
+    pub slot: usize,
+    /// Bytes of the whole window.
+    pub len: u64,
+}
+
+/// The window of a rank in a group of `n`.
+pub fn window_layout(n: usize) -> WindowLayout {
+    let heads = (n as u64 * COUNTER_STRIDE).next_multiple_of(4096);
+    let slots = heads + ((n * SLOTS_PER_PEER * HEAD_BYTES) as u64).next_multiple_of(4096);
     let per_slot = WINDOW_DATA_BYTES_MAX / (n.max(2) * SLOTS_PER_PEER);
     // Whole pages, so slots start page-aligned and copies run at full speed.
     let slot = (per_slot / 4096 * 4096).clamp(SLOT_BYTES_MIN, SLOT_BYTES_MAX);
-    (counters, slot, counters + (n * SLOTS_PER_PEER * slot) as u64)
+    WindowLayout { heads, slots, slot, len: slots + (n * SLOTS_PER_PEER * slot) as u64 }
 }
 
 /// One send of a step: `data` to rank `to`.
@@ -84,10 +109,13 @@ pub(crate) struct Channels {
     pub oversubscribed: bool,
     window: Region,
     peers: Vec<Option<(Conn, RemoteRegion)>>,
-    counters: u64,
-    slot: usize,
+    /// Whether a credit update to each rank may be a plain store (see [`Channels::give_back`]).
+    ordered: Vec<bool>,
+    layout: WindowLayout,
     /// Pieces sent to each rank.
     sent: Vec<u64>,
+    /// The last `consumed` seen of each rank (what it had taken of ours).
+    credit: Vec<u64>,
     /// Pieces taken from each rank.
     taken: Vec<u64>,
     /// Of those, how many the sender was told of.
@@ -130,7 +158,7 @@ impl Channels {
     /// Allocate this rank's window (granted to every other rank's node); its handle goes to
     /// the others through the bootstrap.
     pub(crate) fn alloc_window(fabric: &Fabric, nodes: &[NodeId], me: usize) -> Result<Region, CollError> {
-        let (_, _, len) = window_layout(nodes.len());
+        let len = window_layout(nodes.len()).len;
         let region = fabric.alloc(len, Access::READ | Access::WRITE | Access::ATOMIC)?;
         for (r, &node) in nodes.iter().enumerate() {
             if r != me {
@@ -151,7 +179,8 @@ impl Channels {
         timeout: Duration,
     ) -> Result<Channels, CollError> {
         let n = nodes.len();
-        let (counters, slot, len) = window_layout(n);
+        let layout = window_layout(n);
+        let len = layout.len;
         let mut peers = Vec::with_capacity(n);
         for (r, remote) in remotes.into_iter().enumerate() {
             if r == me {
@@ -167,6 +196,7 @@ impl Channels {
             })?;
             peers.push(Some((conn, remote)));
         }
+        let ordered = peers.iter().map(|p| p.as_ref().is_some_and(|(c, _)| c.transport() == "shm")).collect();
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         Ok(Channels {
             fabric,
@@ -179,9 +209,10 @@ impl Channels {
             oversubscribed: n > cores,
             window,
             peers,
-            counters,
-            slot,
+            ordered,
+            layout,
             sent: vec![0; n],
+            credit: vec![0; n],
             taken: vec![0; n],
             acked: vec![0; n],
             in_flight: VecDeque::new(),
@@ -195,19 +226,28 @@ impl Channels {
     }
 
     fn pieces(&self, len: usize) -> u64 {
-        len.div_ceil(self.slot).max(1) as u64
+        len.div_ceil(self.layout.slot).max(1) as u64
     }
 
-    fn arrived_at(r: usize) -> u64 {
+    fn consumed_at(r: usize) -> u64 {
         r as u64 * COUNTER_STRIDE
     }
 
-    fn consumed_at(&self, r: usize) -> u64 {
-        (self.nodes.len() + r) as u64 * COUNTER_STRIDE
+    fn index(src: usize, piece: u64) -> u64 {
+        (src * SLOTS_PER_PEER) as u64 + (piece - 1) % SLOTS_PER_PEER as u64
     }
 
-    fn slot_at(&self, src: usize, piece: u64) -> u64 {
-        self.counters + ((src * SLOTS_PER_PEER) as u64 + (piece - 1) % SLOTS_PER_PEER as u64) * self.slot as u64
+    fn head_at(&self, src: usize, piece: u64) -> u64 {
+        self.layout.heads + Self::index(src, piece) * HEAD_BYTES as u64
+    }
+
+    /// Where piece `piece` of `len` bytes from `src` lies: in its head, or in its slot.
+    fn data_at(&self, src: usize, piece: u64, len: usize) -> u64 {
+        if len <= INLINE_BYTES {
+            self.head_at(src, piece) + 8
+        } else {
+            self.layout.slots + Self::index(src, piece) * self.layout.slot as u64
+        }
     }
 
     fn load(&self, offset: u64) -> Result<u64, CollError> {
@@ -268,22 +308,22 @@ impl Channels {
     /// Send piece `sent + 1` of `data` to `to` if its slot is free. True if it went.
     fn try_send_piece(&mut self, to: usize, data: &[u8], first: u64) -> Result<bool, CollError> {
         let p = self.sent[to] + 1;
-        if p > SLOTS_PER_PEER as u64 && self.load(self.consumed_at(to))? < p - SLOTS_PER_PEER as u64 {
-            return Ok(false);
+        let s = SLOTS_PER_PEER as u64;
+        if p > s + self.credit[to] {
+            self.credit[to] = self.load(Self::consumed_at(to))?;
+            if p > s + self.credit[to] {
+                return Ok(false);
+            }
         }
-        let at = self.slot_at(self.me, p);
-        let (conn, remote) = self.peers[to].as_ref().ok_or_else(|| CollError::BadArgument("send to self".into()))?;
+        let slot = self.layout.slot;
         let idx = (p - first) as usize;
-        let lo = (idx * self.slot).min(data.len());
-        let hi = (lo + self.slot).min(data.len());
-        if hi > lo {
-            let write = conn.write(remote, at, &data[lo..hi], OpFlags::NONE);
-            self.track(to, write, false)?;
-        }
-        // The counter only after the data went (the fence orders them over the edge transport).
-        let (conn, remote) = self.peers[to].as_ref().expect("checked above");
-        let bump = conn.fetch_add(remote, Self::arrived_at(self.me), 1, OpFlags::NONE.fence_before());
-        self.track(to, bump, false)?;
+        let lo = (idx * slot).min(data.len());
+        let hi = (lo + slot).min(data.len());
+        let piece = &data[lo..hi];
+        let (at, head) = (self.data_at(self.me, p, piece.len()), self.head_at(self.me, p));
+        let (conn, remote) = self.peers[to].as_ref().ok_or_else(|| CollError::BadArgument("send to self".into()))?;
+        let op = conn.write_signal(remote, at, piece, Signal::set(head, p), OpFlags::NONE);
+        self.track(to, op, false)?;
         self.sent[to] = p;
         Ok(true)
     }
@@ -291,24 +331,35 @@ impl Channels {
     /// Take piece `taken + 1` from `from` into `into` if it has arrived. True if it had.
     fn try_recv_piece(&mut self, from: usize, into: &mut [u8], first: u64) -> Result<bool, CollError> {
         let p = self.taken[from] + 1;
-        if self.load(Self::arrived_at(from))? < p {
+        if self.load(self.head_at(from, p))? != p {
             return Ok(false);
         }
+        let slot = self.layout.slot;
         let idx = (p - first) as usize;
-        let lo = (idx * self.slot).min(into.len());
-        let hi = (lo + self.slot).min(into.len());
+        let lo = (idx * slot).min(into.len());
+        let hi = (lo + slot).min(into.len());
         if hi > lo {
-            self.window.read_at(self.slot_at(from, p), &mut into[lo..hi])?;
+            self.window.read_at(self.data_at(from, p, hi - lo), &mut into[lo..hi])?;
         }
         self.taken[from] = p;
         if p - self.acked[from] >= ACK_EVERY {
-            let add = p - self.acked[from];
-            self.acked[from] = p;
-            let (conn, remote) = self.peers[from].as_ref().expect("a peer, not this rank");
-            let bump = conn.fetch_add(remote, self.consumed_at(self.me), add, OpFlags::NONE);
-            self.track(from, bump, true)?;
+            self.give_back(from, p)?;
         }
         Ok(true)
+    }
+
+    /// Tell `from` that this rank has taken its first `taken` pieces. Where operations on the
+    /// connection take effect in the order they are made (shared memory: each is done when
+    /// the call returns), the count is simply stored; elsewhere two updates in flight could
+    /// land out of order and move the count back, so the difference is added instead.
+    fn give_back(&mut self, from: usize, taken: u64) -> Result<(), CollError> {
+        let add = taken - self.acked[from];
+        self.acked[from] = taken;
+        let at = Self::consumed_at(self.me);
+        let signal = if self.ordered[from] { Signal::set(at, taken) } else { Signal::add(at, add) };
+        let (conn, remote) = self.peers[from].as_ref().expect("a peer, not this rank");
+        let op = conn.write_signal(remote, 0, &[], signal, OpFlags::NONE);
+        self.track(from, op, true)
     }
 
     /// For transfers of `(rank, bytes)` following the `done` pieces per rank: the first piece

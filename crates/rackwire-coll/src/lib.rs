@@ -20,15 +20,15 @@
 //! # How data moves
 //!
 //! Every rank registers one **window**: a region granted to every other rank of the group,
-//! holding, for each sending rank, [`SLOTS_PER_PEER`] slots and two counters (see
-//! [`channel`]). A rank sends a block to another by writing it straight into a free slot of the
-//! receiver's window with a one-sided write, then bumping the receiver's *arrived* counter for
-//! it with a remote fetch-and-add that is fenced behind the write; the receiver sees the
-//! counter move, takes the block out of its own memory, and bumps the sender's *consumed*
-//! counter in the sender's window, which gives the slot back. Nothing is staged in messages and
-//! no target CPU takes part in placing the data; large blocks are cut into slot-sized pieces
-//! that are pipelined through the slots. Over shared memory every one of these steps is a
-//! load, a store or an atomic instruction on mapped memory; over the edge transport they are
+//! holding, for each sending rank, [`SLOTS_PER_PEER`] slots with a head each, and a counter
+//! (see [`channel`]). A rank sends a block to another with one write-with-signal
+//! ([`rackwire::Conn::write_signal`]): the bytes straight into a free slot of the receiver's
+//! window (small ones into the slot's head), then the piece's number stored into the head.
+//! The receiver sees the head show that number, takes the block out of its own memory, and
+//! now and then updates a counter in the sender's window, which gives slots back. Nothing is
+//! staged in messages and no target CPU takes part in placing the data; large blocks are cut
+//! into slot-sized pieces that are pipelined through the slots. Over shared memory every one
+//! of these steps is a load or a store on mapped memory; over the edge transport they are
 //! frames of the reliable protocol.
 //!
 //! The collectives ([`coll`]) are built from sets of such transfers that run together, so a

@@ -171,6 +171,11 @@ impl SharedMem {
         if !self.range_ok(offset, data.len()) || self.access != MapAccess::ReadWrite {
             return false;
         }
+        // An aligned word goes in one store, so a reader of it never sees a mix of old and new.
+        if let (Ok(word), Some(a)) = (<[u8; 8]>::try_from(data), self.atomic_u64(offset)) {
+            a.store(u64::from_le_bytes(word), std::sync::atomic::Ordering::Release);
+            return true;
+        }
         // SAFETY: the range was checked to lie inside the live, writable mapping; `data` is a
         // distinct Rust slice, so the two do not overlap even when `data` points into another
         // mapping of the same memfd (copies between two views are not overlapping borrows).

@@ -66,6 +66,41 @@ fn atomics_and_fences_across_processes() {
     assert_eq!(owner.ok(&format!("local-read {rid} 1024 64")), hex(&[0xee; 64]));
 }
 
+// Checks write-with-signal: the owner finds the data and the signal word set, notified
+// naming the signal word; an add yields the old value and adds; an empty write updates the
+// signal alone; a misaligned signal word and data past the region's end are refused, the
+// latter leaving the signal word as it was; with write access alone a set goes and an add
+// (an atomic) is refused as ungranted.
+#[test]
+fn write_with_signal_sets_or_adds_after_the_data() {
+    let (_mh, mut owner, mut init) = owner_and_initiator("wsig");
+    let (rid, _) = shared_region(&mut owner, init.id, 4096, "rwa", "wsig-buf");
+    let h = init.ok("lookup wsig-buf");
+    init.ok(&format!("wsig {h} 512 {} 64 set 7 notify=3", hex(b"payload")));
+    assert_eq!(owner.ok("notif 5000"), format!("{} {rid} 64 8 3", init.id));
+    assert_eq!(owner.ok(&format!("local-read {rid} 512 7")), hex(b"payload"));
+    assert_eq!(owner.ok(&format!("local-load {rid} 64")), "7");
+    assert_eq!(init.ok(&format!("wsig {h} 520 {} 64 add 5", hex(b"more"))), "7");
+    assert_eq!(owner.ok(&format!("local-load {rid} 64")), "12");
+    assert_eq!(owner.ok(&format!("local-read {rid} 520 4")), hex(b"more"));
+    init.ok(&format!("wsig {h} 0 - 72 set 9"));
+    assert_eq!(owner.ok(&format!("local-load {rid} 72")), "9");
+
+    let a = init.cmd(&format!("wsig {h} 0 - 68 set 1"));
+    assert!(a.starts_with("err misaligned"), "misaligned signal: {a}");
+    let a = init.cmd(&format!("wsig {h} 4090 {} 80 set 1", hex(&[1; 16])));
+    assert!(a.starts_with("err out_of_bounds"), "data past the end: {a}");
+    assert_eq!(owner.ok(&format!("local-load {rid} 80")), "0", "no signal for data never placed");
+
+    let (wid, _) = shared_region(&mut owner, init.id, 4096, "w", "wsig-w");
+    let hw = init.ok("lookup wsig-w");
+    init.ok(&format!("wsig {hw} 8 {} 0 set 4", hex(b"x")));
+    assert_eq!(owner.ok(&format!("local-load {wid} 0")), "4");
+    let a = init.cmd(&format!("wsig {hw} 8 - 0 add 1"));
+    assert!(a.starts_with("err ungranted"), "an add needs atomic access: {a}");
+    assert_eq!(owner.ok(&format!("local-load {wid} 0")), "4");
+}
+
 // Checks two-sided messages both ways, including the largest allowed message and the clear
 // error for one byte more.
 #[test]

@@ -23,6 +23,36 @@ impl Default for BatchOptions {
     }
 }
 
+/// The word a [`Conn::write_signal`] updates in the target region once its data is placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Signal {
+    /// Where the 64-bit word is (8-byte aligned).
+    pub offset: u64,
+    /// What is done to it.
+    pub op: SignalOp,
+}
+
+/// How a signal word is updated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalOp {
+    /// Store this value (needs write access; the cheapest update, for a word one sender owns).
+    Set(u64),
+    /// Add this value, atomically (needs atomic access; for a word several senders update).
+    Add(u64),
+}
+
+impl Signal {
+    /// Store `value` at `offset`.
+    pub fn set(offset: u64, value: u64) -> Signal {
+        Signal { offset, op: SignalOp::Set(value) }
+    }
+
+    /// Add `value` at `offset`.
+    pub fn add(offset: u64, value: u64) -> Signal {
+        Signal { offset, op: SignalOp::Add(value) }
+    }
+}
+
 /// Counters of one connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ConnStats {
@@ -112,7 +142,8 @@ impl Conn {
         self.t.is_alive()
     }
 
-    /// Write `data` at `offset` of `target`.
+    /// Write `data` at `offset` of `target`. An 8-byte write at an 8-byte aligned offset is
+    /// placed with one store: a reader of that word sees its old or its new value, never a mix.
     pub fn write(&self, target: &RemoteRegion, offset: u64, data: &[u8], flags: OpFlags) -> Op {
         self.t.write(target, offset, data, flags)
     }
@@ -164,6 +195,20 @@ impl Conn {
     /// Add `add` to the 64-bit word at `offset` (wrapping). Yields the old value.
     pub fn fetch_add(&self, target: &RemoteRegion, offset: u64, add: u64, flags: OpFlags) -> Op {
         self.t.fetch_add(target, offset, add, flags)
+    }
+
+    /// Write `data` at `offset` of `target`, then update the signal word: a reader that sees
+    /// the signal's new value (with an acquiring load, as [`crate::Region::load_u64`] makes)
+    /// also sees every byte of the data. This is the one-sided way to say "a block is here"
+    /// (OpenSHMEM's put-with-signal); the data may be empty, leaving just the update. Over
+    /// shared memory both are stores by this thread and the call completes at once; over the
+    /// edge transport the update is fenced behind the data, and if the write is refused the
+    /// operation fails with the write's error (the update may still have been applied).
+    pub fn write_signal(&self, target: &RemoteRegion, offset: u64, data: &[u8], signal: Signal, flags: OpFlags) -> Op {
+        if !signal.offset.is_multiple_of(8) {
+            return Op::ready(Err(Error::Misaligned { offset: signal.offset }));
+        }
+        self.t.write_signal(target, offset, data, signal, flags)
     }
 
     /// Send a message of at most [`MESSAGE_BYTES_MAX`] bytes. Completes when it is in the

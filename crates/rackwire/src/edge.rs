@@ -32,7 +32,7 @@ use crate::region::Refusal as Rule;
 use crate::transport::PeerTransport;
 use crate::{
     Access, BatchOptions, Completion, ConnStats, Error, NodeId, NodeInfo, Notification, Op, OpFlags, RegionId,
-    RemoteRegion, CONNECT_TIMEOUT,
+    RemoteRegion, Signal, SignalOp, CONNECT_TIMEOUT,
 };
 
 /// Frames taken from one socket before the others get a turn.
@@ -1125,6 +1125,32 @@ impl PeerTransport for EdgePeer {
             }
         }
         Op::ready(result)
+    }
+
+    fn write_signal(&self, t: &RemoteRegion, offset: u64, data: &[u8], signal: Signal, f: OpFlags) -> Op {
+        // Refused here, before anything is sent, when the data cannot fit (the target still
+        // checks every frame): a signal for data that was never placed would mislead.
+        if offset.checked_add(data.len() as u64).is_none_or(|e| e > t.len) {
+            return Op::ready(Err(Error::OutOfBounds {
+                region: t.region,
+                offset,
+                len: data.len() as u64,
+                region_len: t.len,
+            }));
+        }
+        let first =
+            (!data.is_empty()).then(|| self.write(t, offset, data, OpFlags { notify: None, fence_after: false, ..f }));
+        // The update only once the data is placed: fenced behind it. A `Set` is an aligned
+        // 8-byte write, which the target places with one store.
+        let fl = OpFlags { fence_before: f.fence_before || first.is_some(), ..f };
+        let update = match signal.op {
+            SignalOp::Set(v) => self.write(t, signal.offset, &v.to_le_bytes(), fl),
+            SignalOp::Add(v) => self.fetch_add(t, signal.offset, v, fl),
+        };
+        match first {
+            Some(op) => op.then(update),
+            None => update,
+        }
     }
 
     fn read(&self, t: &RemoteRegion, offset: u64, len: u64, f: OpFlags) -> Op {

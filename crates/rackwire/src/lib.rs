@@ -4,7 +4,8 @@
 //! data between them with:
 //!
 //! - **one-sided operations** into memory its owner registered and granted: [`Conn::write`],
-//!   [`Conn::read`], [`Conn::write_batch`], [`Conn::compare_swap`], [`Conn::fetch_add`], each
+//!   [`Conn::read`], [`Conn::write_batch`], [`Conn::compare_swap`], [`Conn::fetch_add`],
+//!   [`Conn::write_signal`] (data, then a signal word the target watches), each
 //!   optionally notifying the target with a 64-bit immediate ([`OpFlags::notify`]) and ordered
 //!   by fences ([`OpFlags::fence_before`], [`OpFlags::fence_after`]); unordered by default;
 //! - **two-sided messages**: [`Conn::send`] and [`Fabric::recv_timeout`].
@@ -48,7 +49,7 @@ pub mod transport;
 pub use access::Access;
 pub use bytes::Bytes;
 pub use config::{FabricConfig, TransportChoice};
-pub use conn::{BatchOptions, Conn, ConnStats};
+pub use conn::{BatchOptions, Conn, ConnStats, Signal, SignalOp};
 pub use error::{Error, MhErrorText};
 pub use fabric::{Fabric, Message, Notification};
 pub use handle::{RegionId, RemoteRegion, REMOTE_REGION_BYTES};

@@ -125,10 +125,15 @@ impl OpCell {
     }
 }
 
+/// What an operation ends with.
+type Outcome = Result<Completion, Error>;
+
 #[derive(Debug)]
 enum State {
     Ready(Result<Completion, Error>),
     Pending(Arc<OpCell>),
+    /// Two operations that make one (see [`Op::then`]); the first one's outcome once known.
+    Pair(Box<(Op, Op, Option<Outcome>)>),
     Taken,
 }
 
@@ -154,9 +159,32 @@ impl Op {
         Op { state: State::Pending(cell) }
     }
 
+    /// One operation made of `self` and `next` (issued already): it completes when both have,
+    /// with the first error among them, else `next`'s outcome.
+    pub fn then(self, next: Op) -> Op {
+        match self.state {
+            // A success known now adds nothing to wait for.
+            State::Ready(Ok(_)) => next,
+            state => Op { state: State::Pair(Box::new((Op { state }, next, None))) },
+        }
+    }
+
     /// The outcome if the operation has completed, else `None`. After the outcome was handed
     /// out once, `None` for ever.
     pub fn poll(&mut self) -> Option<Result<Completion, Error>> {
+        if let State::Pair(pair) = &mut self.state {
+            let (first, second, first_out) = &mut **pair;
+            if first_out.is_none() {
+                *first_out = Some(first.poll()?);
+            }
+            let second_out = second.poll()?;
+            let out = match first_out.take() {
+                Some(Err(e)) => Err(e),
+                _ => second_out,
+            };
+            self.state = State::Taken;
+            return Some(out);
+        }
         match &self.state {
             State::Ready(_) => match std::mem::replace(&mut self.state, State::Taken) {
                 State::Ready(r) => Some(r),
@@ -169,8 +197,14 @@ impl Op {
                 }
                 r
             }
+            State::Pair(_) => unreachable!("handled above"),
             State::Taken => None,
         }
+    }
+
+    /// True once the outcome was handed out.
+    fn is_taken(&self) -> bool {
+        matches!(self.state, State::Taken)
     }
 
     /// True once the outcome is known (and not yet taken).
@@ -178,6 +212,7 @@ impl Op {
         match &self.state {
             State::Ready(_) => true,
             State::Pending(cell) => cell.slot.lock().unwrap_or_else(|e| e.into_inner()).is_some(),
+            State::Pair(pair) => (pair.2.is_some() || pair.0.is_done()) && pair.1.is_done(),
             State::Taken => false,
         }
     }
@@ -198,6 +233,26 @@ impl Op {
     /// Block at most `d`. [`Error::Timeout`] means still running; the handle stays usable.
     pub fn wait_timeout(&mut self, d: Duration) -> Result<Completion, Error> {
         let deadline = Instant::now() + d;
+        if let State::Pair(pair) = &mut self.state {
+            let (first, second, first_out) = &mut **pair;
+            if first_out.is_none() {
+                let r = first.wait_timeout(d);
+                if !first.is_taken() {
+                    return r;
+                }
+                *first_out = Some(r);
+            }
+            let r = second.wait_timeout(deadline.saturating_duration_since(Instant::now()));
+            if !second.is_taken() {
+                return r;
+            }
+            let out = match first_out.take() {
+                Some(Err(e)) => Err(e),
+                _ => r,
+            };
+            self.state = State::Taken;
+            return out;
+        }
         if let State::Pending(cell) = &self.state {
             let cell = cell.clone();
             if let Some((drive, spin)) = &cell.driver {
@@ -274,6 +329,33 @@ mod tests {
         assert_eq!(op.wait(), Ok(Completion::Done));
         t.join().unwrap();
         assert_eq!(d.rests.load(Ordering::Relaxed), 0, "completed while spinning: no rest");
+    }
+
+    // Checks an operation made of two (`Op::then`): it is not done until both are; it yields
+    // the first one's error even when the second succeeded; a wait that times out while the
+    // second runs leaves it usable; and the outcome is handed out once.
+    #[test]
+    fn pair_completes_when_both_did_with_the_first_error() {
+        let (a, b) = (Arc::new(OpCell::default()), Arc::new(OpCell::default()));
+        let mut op = Op::pending(a.clone()).then(Op::pending(b.clone()));
+        assert!(op.poll().is_none());
+        a.complete(Err(Error::Timeout));
+        assert!(!op.is_done(), "the second is still running");
+        assert!(op.poll().is_none());
+        b.complete(Ok(Completion::Value(3)));
+        assert_eq!(op.poll(), Some(Err(Error::Timeout)), "the first one's error wins");
+        assert!(op.poll().is_none(), "handed out once");
+
+        let (a, b) = (Arc::new(OpCell::default()), Arc::new(OpCell::default()));
+        let mut op = Op::pending(a.clone()).then(Op::pending(b.clone()));
+        a.complete(Ok(Completion::Done));
+        assert_eq!(op.wait_timeout(Duration::from_millis(5)), Err(Error::Timeout));
+        let t = std::thread::spawn(move || b.complete(Ok(Completion::Value(9))));
+        assert_eq!(op.wait_timeout(Duration::from_secs(10)), Ok(Completion::Value(9)));
+        t.join().unwrap();
+
+        let quick = Op::ready(Ok(Completion::Done)).then(Op::ready(Ok(Completion::Value(1))));
+        assert_eq!(quick.wait(), Ok(Completion::Value(1)));
     }
 
     // Checks the handle's contract: a pending op times out without losing itself, completes

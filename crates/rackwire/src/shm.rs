@@ -33,7 +33,7 @@ use crate::region::Refusal;
 use crate::transport::PeerTransport;
 use crate::{
     Access, BatchOptions, Completion, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion,
-    CONNECT_TIMEOUT, MESSAGE_RING_BYTES, NOTIFY_RING_BYTES,
+    Signal, SignalOp, CONNECT_TIMEOUT, MESSAGE_RING_BYTES, NOTIFY_RING_BYTES,
 };
 
 const KIND_MESSAGE: u32 = 1;
@@ -576,6 +576,45 @@ impl ShmPeer {
         Ok(Completion::Done)
     }
 
+    fn do_write_signal(
+        &self,
+        t: &RemoteRegion,
+        offset: u64,
+        data: &[u8],
+        signal: Signal,
+        flags: OpFlags,
+    ) -> Result<Completion, Error> {
+        let need = match signal.op {
+            SignalOp::Set(_) => Access::WRITE,
+            SignalOp::Add(_) => Access::WRITE | Access::ATOMIC,
+        };
+        let old = self.with_mapping(t, need, |m| {
+            let Some(word) = m.mem.atomic_u64(signal.offset) else {
+                return Err(self.refused(Self::oob(t, m, signal.offset, 8)));
+            };
+            if offset.checked_add(data.len() as u64).is_none_or(|end| end > m.mem.len() as u64) {
+                return Err(self.refused(Self::oob(t, m, offset, data.len() as u64)));
+            }
+            // Counted before the stores: an atomic instruction after them would wait for
+            // them to reach the peer's cache, and this call need not.
+            self.stats.writes.fetch_add(1, Relaxed);
+            self.stats.bytes_written.fetch_add(data.len() as u64, Relaxed);
+            m.mem.write_at(offset, data);
+            Ok(match signal.op {
+                SignalOp::Set(v) => {
+                    word.store(v, std::sync::atomic::Ordering::Release);
+                    0
+                }
+                SignalOp::Add(v) => word.fetch_add(v, std::sync::atomic::Ordering::AcqRel),
+            })
+        })?;
+        self.notify_after(t.region, signal.offset, 8, flags)?;
+        Ok(match signal.op {
+            SignalOp::Set(_) => Completion::Done,
+            SignalOp::Add(_) => Completion::Value(old),
+        })
+    }
+
     fn do_batch(
         &self,
         t: &RemoteRegion,
@@ -652,6 +691,10 @@ impl PeerTransport for ShmPeer {
 
     fn write_batch(&self, t: &RemoteRegion, entries: &[(u64, &[u8])], flags: OpFlags, opts: BatchOptions) -> Op {
         Op::ready(self.do_batch(t, entries, flags, opts))
+    }
+
+    fn write_signal(&self, t: &RemoteRegion, offset: u64, data: &[u8], signal: Signal, flags: OpFlags) -> Op {
+        Op::ready(self.do_write_signal(t, offset, data, signal, flags))
     }
 
     fn read(&self, t: &RemoteRegion, offset: u64, len: u64, flags: OpFlags) -> Op {

@@ -25,7 +25,7 @@
 use bytes::Bytes;
 use std::time::Duration;
 
-use crate::{BatchOptions, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion};
+use crate::{BatchOptions, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion, Signal};
 
 pub use crate::region::AccessPolicy;
 
@@ -51,6 +51,10 @@ pub trait PeerTransport: Send + Sync + 'static {
     fn compare_swap(&self, target: &RemoteRegion, offset: u64, expected: u64, new: u64, flags: OpFlags) -> Op;
     /// 64-bit fetch-and-add at an 8-byte aligned `offset`; yields the old value.
     fn fetch_add(&self, target: &RemoteRegion, offset: u64, add: u64, flags: OpFlags) -> Op;
+    /// One-sided write of `data` (possibly empty), then `signal` applied once every byte of it
+    /// is placed (`signal.offset` is 8-byte aligned). The notification, if asked for, follows
+    /// the signal.
+    fn write_signal(&self, target: &RemoteRegion, offset: u64, data: &[u8], signal: Signal, flags: OpFlags) -> Op;
     /// Two-sided message, at most [`crate::MESSAGE_BYTES_MAX`] bytes.
     fn send(&self, msg: &[u8]) -> Op;
     /// Take the next message from this peer into `out`, if one is waiting.

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
-use rackwire::{Access, Error, Fabric, FabricConfig, OpFlags, Region, RemoteRegion};
+use rackwire::{Access, Error, Fabric, FabricConfig, OpFlags, Region, RemoteRegion, Signal};
 use rackwire_mh::auth::{from_hex, to_hex};
 use rackwire_tests::error_kind;
 
@@ -100,6 +100,25 @@ impl Node {
                     f.connect(h.node())
                         .and_then(|c| c.write(&h, off, &data, flags(&a[4..])).wait())
                         .map(|_| String::new()),
+                )
+            }
+            "wsig" => {
+                // wsig HANDLE OFF HEX|- SIGOFF set|add VALUE [flags]: write with signal.
+                let h = self.handle(a)?;
+                let data = match arg(a, 3)? {
+                    "-" => Vec::new(),
+                    x => from_hex(x).ok_or("bad hex")?,
+                };
+                let (off, sig_off, v) = (num(a, 2)?, num(a, 4)?, num(a, 6)?);
+                let signal = match arg(a, 5)? {
+                    "set" => Signal::set(sig_off, v),
+                    "add" => Signal::add(sig_off, v),
+                    other => return Err(format!("signal `{other}`: set or add")),
+                };
+                show(
+                    f.connect(h.node())
+                        .and_then(|c| c.write_signal(&h, off, &data, signal, flags(&a[7..])).wait())
+                        .map(|c| c.value().map(|v| v.to_string()).unwrap_or_default()),
                 )
             }
             "write-len" => {
