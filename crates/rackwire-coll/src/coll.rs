@@ -81,11 +81,54 @@ fn recvs_from_others<'a>(parts: Vec<&'a mut [u8]>, me: usize, skip: Option<usize
     recvs
 }
 
+/// Cut `buf` into parts by `offs` (packed offsets, one more than ranks) and add a receive
+/// into each part from its rank, but for this rank's part (returned) and `skip`'s, in the
+/// staggered order of [`recvs_from_others`]. Allocates nothing.
+fn recvs_into<'a>(
+    recvs: &mut Vec<RecvSpec<'a>>,
+    mut buf: &'a mut [u8],
+    offs: &[usize],
+    me: usize,
+    skip: Option<usize>,
+) -> &'a mut [u8] {
+    let n = offs.len() - 1;
+    let mut mine: &'a mut [u8] = &mut [];
+    for (r, w) in offs.windows(2).enumerate() {
+        let (part, rest) = std::mem::take(&mut buf).split_at_mut(w[1] - w[0]);
+        buf = rest;
+        if r == me {
+            mine = part;
+        } else if Some(r) != skip {
+            recvs.push(RecvSpec { from: r, into: part });
+        }
+    }
+    recvs.sort_unstable_by_key(|r| (me + n - r.from) % n);
+    mine
+}
+
+/// Offsets of `n` blocks of `len` bytes, packed, into `offs`.
+fn equal_offs(offs: &mut Vec<usize>, n: usize, len: usize) {
+    offs.clear();
+    offs.extend((0..=n).map(|i| i * len));
+}
+
 fn as_elems<T: Element>(b: &[u8]) -> Result<&[T], CollError> {
     bytemuck::try_cast_slice(b).map_err(|e| CollError::BadArgument(format!("element view: {e:?}")))
 }
 
 impl Group {
+    /// Run one step built in vectors from [`crate::reuse::Reuse::take`], and keep them.
+    fn run<'a>(
+        &mut self,
+        sends: Vec<SendSpec<'a>>,
+        mut recvs: Vec<RecvSpec<'a>>,
+        during: &'static str,
+    ) -> Result<(), CollError> {
+        let outcome = self.ch.exchange(&sends, &mut recvs, during);
+        self.reuse.keep(sends, recvs);
+        outcome
+    }
+
     fn check_root(&self, root: usize) -> Result<(), CollError> {
         if root >= self.size() {
             return Err(CollError::BadArgument(format!("root {root} outside 0..{}", self.size())));
@@ -116,8 +159,9 @@ impl Group {
         }
         if buf.len() < BCAST_SCATTER_MIN_BYTES || n < 3 {
             if me == root {
-                let sends: Vec<SendSpec<'_>> = others(me, n).map(|to| SendSpec { to, data: &*buf }).collect();
-                return self.ch.exchange(&sends, &mut [], "bcast");
+                let (mut sends, recvs) = self.reuse.take();
+                sends.extend(others(me, n).map(|to| SendSpec { to, data: &*buf }));
+                return self.run(sends, recvs, "bcast");
             }
             return self.ch.exchange(&[], &mut [RecvSpec { from: root, into: buf }], "bcast");
         }
@@ -167,14 +211,16 @@ impl Group {
         if me != root {
             return self.ch.exchange(&[], &mut [RecvSpec { from: root, into: recv }], "scatterv");
         }
-        let offs = self.packed("scatterv", counts, send.len())?;
+        let mut offs = std::mem::take(&mut self.reuse.offs);
+        self.packed("scatterv", counts, send.len(), &mut offs)?;
         if counts[me] != recv.len() {
             return Err(CollError::BadArgument(format!("root's count {} but receives {}", counts[me], recv.len())));
         }
         copy_bytes(recv, &send[offs[me]..offs[me + 1]]);
-        let sends: Vec<SendSpec<'_>> =
-            others(me, n).map(|to| SendSpec { to, data: &send[offs[to]..offs[to + 1]] }).collect();
-        self.ch.exchange(&sends, &mut [], "scatterv")
+        let (mut sends, recvs) = self.reuse.take();
+        sends.extend(others(me, n).map(|to| SendSpec { to, data: &send[offs[to]..offs[to + 1]] }));
+        self.reuse.offs = offs;
+        self.run(sends, recvs, "scatterv")
     }
 
     /// Every rank sends `send` to rank `root`, which receives them in `recv` by rank
@@ -193,14 +239,15 @@ impl Group {
         if me != root {
             return self.ch.exchange(&[SendSpec { to: root, data: send }], &mut [], "gatherv");
         }
-        self.packed("gatherv", counts, recv.len())?;
+        let mut offs = std::mem::take(&mut self.reuse.offs);
+        self.packed("gatherv", counts, recv.len(), &mut offs)?;
         if counts[me] != send.len() {
             return Err(CollError::BadArgument(format!("root's count {} but sends {}", counts[me], send.len())));
         }
-        let mut parts = split_mut(recv, counts);
-        copy_bytes(parts[me], send);
-        let mut recvs = recvs_from_others(parts, me, None);
-        self.ch.exchange(&[], &mut recvs, "gatherv")
+        let (sends, mut recvs) = self.reuse.take();
+        copy_bytes(recvs_into(&mut recvs, recv, &offs, me, None), send);
+        self.reuse.offs = offs;
+        self.run(sends, recvs, "gatherv")
     }
 
     /// Every rank's `send` to every rank's `recv`, by rank (`N · send.len()` bytes).
@@ -214,7 +261,8 @@ impl Group {
     pub fn allgatherv(&mut self, send: &[u8], counts: &[usize], recv: &mut [u8]) -> Result<(), CollError> {
         block_ok("allgatherv", send.len())?;
         let (me, n) = (self.rank(), self.size());
-        self.packed("allgatherv", counts, recv.len())?;
+        let mut offs = std::mem::take(&mut self.reuse.offs);
+        self.packed("allgatherv", counts, recv.len(), &mut offs)?;
         if counts[me] != send.len() {
             return Err(CollError::BadArgument(format!(
                 "count {} for this rank but it sends {}",
@@ -222,11 +270,11 @@ impl Group {
                 send.len()
             )));
         }
-        let mut parts = split_mut(recv, counts);
-        copy_bytes(parts[me], send);
-        let sends: Vec<SendSpec<'_>> = others(me, n).map(|to| SendSpec { to, data: send }).collect();
-        let mut recvs = recvs_from_others(parts, me, None);
-        self.ch.exchange(&sends, &mut recvs, "allgatherv")
+        let (mut sends, mut recvs) = self.reuse.take();
+        copy_bytes(recvs_into(&mut recvs, recv, &offs, me, None), send);
+        sends.extend(others(me, n).map(|to| SendSpec { to, data: send }));
+        self.reuse.offs = offs;
+        self.run(sends, recvs, "allgatherv")
     }
 
     /// Block `i` of every rank's `send` to rank `i`, which receives them by sender in `recv`
@@ -255,28 +303,29 @@ impl Group {
         recv_counts: &[usize],
     ) -> Result<(), CollError> {
         let (me, n) = (self.rank(), self.size());
-        let soffs = self.packed("alltoallv send", send_counts, send.len())?;
-        self.packed("alltoallv recv", recv_counts, recv.len())?;
+        let (mut soffs, mut roffs) = (std::mem::take(&mut self.reuse.offs), std::mem::take(&mut self.reuse.offs_recv));
+        self.packed("alltoallv send", send_counts, send.len(), &mut soffs)?;
+        self.packed("alltoallv recv", recv_counts, recv.len(), &mut roffs)?;
         if send_counts[me] != recv_counts[me] {
             return Err(CollError::BadArgument(format!(
                 "this rank sends itself {} bytes but receives {}",
                 send_counts[me], recv_counts[me]
             )));
         }
-        let mut parts = split_mut(recv, recv_counts);
-        copy_bytes(parts[me], &send[soffs[me]..soffs[me + 1]]);
-        let sends: Vec<SendSpec<'_>> =
-            others(me, n).map(|to| SendSpec { to, data: &send[soffs[to]..soffs[to + 1]] }).collect();
-        let mut recvs = recvs_from_others(parts, me, None);
-        self.ch.exchange(&sends, &mut recvs, "alltoallv")
+        let (mut sends, mut recvs) = self.reuse.take();
+        copy_bytes(recvs_into(&mut recvs, recv, &roffs, me, None), &send[soffs[me]..soffs[me + 1]]);
+        sends.extend(others(me, n).map(|to| SendSpec { to, data: &send[soffs[to]..soffs[to + 1]] }));
+        (self.reuse.offs, self.reuse.offs_recv) = (soffs, roffs);
+        self.run(sends, recvs, "alltoallv")
     }
 
-    /// Offsets of `counts` packed, checked against the group size, the limits and `total`.
-    fn packed(&self, what: &str, counts: &[usize], total: usize) -> Result<Vec<usize>, CollError> {
+    /// Offsets of `counts` packed (into `offs`), checked against the group size, the limits
+    /// and `total`.
+    fn packed(&self, what: &str, counts: &[usize], total: usize, offs: &mut Vec<usize>) -> Result<(), CollError> {
         if counts.len() != self.size() {
             return Err(CollError::BadArgument(format!("{what}: {} counts for {} ranks", counts.len(), self.size())));
         }
-        let mut offs = Vec::with_capacity(counts.len() + 1);
+        offs.clear();
         let mut at = 0usize;
         offs.push(0);
         for &c in counts {
@@ -287,7 +336,7 @@ impl Group {
         if at != total {
             return Err(CollError::BadArgument(format!("{what}: counts add up to {at} bytes, the buffer has {total}")));
         }
-        Ok(offs)
+        Ok(())
     }
 
     /// Fold every rank's `data` elementwise with `op`; the result lands in `data` of rank
@@ -321,11 +370,6 @@ impl Group {
         let (me, n) = (self.rank(), self.size());
         let len = std::mem::size_of_val(data);
         let mine: &[u8] = bytemuck::cast_slice(data);
-        let targets: Vec<usize> = match root {
-            Some(r) if r == me => Vec::new(),
-            Some(r) => vec![r],
-            None => others(me, n).collect(),
-        };
         let receives = root.is_none_or(|r| r == me);
         // Every contribution in its rank's place, this rank's too.
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -335,17 +379,19 @@ impl Group {
             scratch.resize(words, 0);
         }
         let all = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch[..words])[..need];
-        let outcome = (|| {
-            let sends: Vec<SendSpec<'_>> = targets.iter().map(|&to| SendSpec { to, data: mine }).collect();
-            if !receives {
-                return self.ch.exchange(&sends, &mut [], "reduce");
-            }
-            let lens = vec![len; n];
-            let mut parts = split_mut(all, &lens);
-            copy_bytes(parts[me], mine);
-            let mut recvs = recvs_from_others(parts, me, None);
-            self.ch.exchange(&sends, &mut recvs, if root.is_some() { "reduce" } else { "allreduce" })
-        })();
+        let mut offs = std::mem::take(&mut self.reuse.offs);
+        let (mut sends, mut recvs) = self.reuse.take();
+        match root {
+            Some(r) if r == me => {}
+            Some(r) => sends.push(SendSpec { to: r, data: mine }),
+            None => sends.extend(others(me, n).map(|to| SendSpec { to, data: mine })),
+        }
+        if receives {
+            equal_offs(&mut offs, n, len);
+            copy_bytes(recvs_into(&mut recvs, &mut *all, &offs, me, None), mine);
+        }
+        self.reuse.offs = offs;
+        let outcome = self.run(sends, recvs, if root.is_some() { "reduce" } else { "allreduce" });
         if outcome.is_ok() && receives {
             let all: &[u8] = all;
             copy_bytes(bytemuck::cast_slice_mut(data), &all[..len]);

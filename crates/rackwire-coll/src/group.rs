@@ -82,6 +82,8 @@ pub struct Group {
     round: u64,
     /// Scratch for collectives that combine what they receive.
     pub(crate) scratch: Vec<u64>,
+    /// Vectors the collectives' steps reuse.
+    pub(crate) reuse: crate::reuse::Reuse,
     /// The group was left (its last barrier ran).
     left: bool,
 }
@@ -133,7 +135,7 @@ impl Group {
         let posted = bootstrap(&fabric, job, size, rank, 1, &window.handle().to_bytes(), deadline)?;
         let remotes = parse_handles(&posted)?;
         let ch = Channels::connect(fabric, rank, nodes, window, remotes, job.to_string(), cfg.timeout)?;
-        let mut g = Group { ch, rank, size, round: 1, scratch: Vec::new(), left: false };
+        let mut g = Group { ch, rank, size, round: 1, scratch: Vec::new(), reuse: Default::default(), left: false };
         // Everyone connected before anyone returns: the first collective finds its peers.
         g.barrier()?;
         Ok(g)

@@ -45,6 +45,7 @@ mod element;
 mod error;
 mod group;
 mod placement;
+mod reuse;
 mod wait;
 
 pub use element::{Element, ReduceOp};

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
 use crate::fabric::{lock, read, FabricInner};
+use crate::handle::RegionMap;
 use crate::region::Refusal;
 use crate::transport::PeerTransport;
 use crate::{
@@ -192,7 +193,7 @@ pub(crate) struct ShmPeer {
     rx_notify: Mutex<RingReceiver>,
     rx_msg_watch: RingWatch,
     rx_notify_watch: RingWatch,
-    maps: RwLock<HashMap<RegionId, Mapping>>,
+    maps: RwLock<RegionMap<Mapping>>,
     pending: Mutex<HashMap<u64, PendingMap>>,
     unmap_waiters: Mutex<HashMap<u64, SyncSender<()>>>,
     next_req: AtomicU64,
@@ -224,7 +225,7 @@ impl ShmPeer {
             rx_notify_watch: local.notify.watch(),
             rx_msg: Mutex::new(local.msg),
             rx_notify: Mutex::new(local.notify),
-            maps: RwLock::new(HashMap::new()),
+            maps: RwLock::new(RegionMap::default()),
             pending: Mutex::new(HashMap::new()),
             unmap_waiters: Mutex::new(HashMap::new()),
             next_req: AtomicU64::new(1),
