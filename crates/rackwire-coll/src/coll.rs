@@ -10,8 +10,13 @@
 //! steps as tree and butterfly algorithms do (they pay a step's latency per level and copy
 //! the data at every level):
 //!
-//! - **barrier**: dissemination (`⌈log2 N⌉` steps of one empty signal each way): fewer
-//!   counter updates per rank than all-to-all signalling once N passes 3, and no root.
+//! - **barrier**: for 3 to [`BARRIER_FAN_MAX`] ranks, fan in to rank 0 and fan out from it:
+//!   two hops whatever N, where dissemination needs `⌈log2 N⌉` dependent rounds — and when
+//!   ranks outnumber cores each hop may wait for a process to be scheduled, so fewer hops
+//!   matter more than rank 0's N−1 signals (a few stores each). Rank 0 also leaves first,
+//!   so a rooted collective from rank 0 that follows finds its receivers not yet waiting.
+//!   For two ranks, and above [`BARRIER_FAN_MAX`] (where one rank's signals would add up),
+//!   dissemination: `⌈log2 N⌉` rounds of one empty signal each way, no root.
 //! - **scatter(v), gather(v), allgather(v), alltoall(v)**: direct; the order of peers is
 //!   staggered by rank so no rank is every sender's first target.
 //! - **broadcast**: direct from the root below [`BCAST_SCATTER_MIN_BYTES`]; at and above it
@@ -32,6 +37,9 @@ use rackwire::copy_bytes;
 use crate::channel::{RecvSpec, SendSpec};
 use crate::{CollError, Element, Group, ReduceOp, BLOCK_BYTES_MAX};
 
+/// Groups of 3 up to this many ranks synchronise through rank 0 (fan in, fan out: two hops
+/// whatever the size); larger groups, and pairs, by dissemination.
+pub const BARRIER_FAN_MAX: usize = 16;
 /// From this size (bytes) up, a broadcast scatters and allgathers instead of sending the
 /// whole buffer from the root to every rank.
 pub const BCAST_SCATTER_MIN_BYTES: usize = 64 * 1024;
@@ -139,6 +147,19 @@ impl Group {
     /// Wait until every rank has called it.
     pub fn barrier(&mut self) -> Result<(), CollError> {
         let (me, n) = (self.rank(), self.size());
+        if (3..=BARRIER_FAN_MAX).contains(&n) {
+            // Fan in to rank 0, fan out from it.
+            if me != 0 {
+                self.ch.exchange(&[SendSpec { to: 0, data: &[] }], &mut [], "barrier")?;
+                return self.ch.exchange(&[], &mut [RecvSpec { from: 0, into: &mut [] }], "barrier");
+            }
+            let (sends, mut recvs) = self.reuse.take();
+            recvs.extend(others(me, n).map(|from| RecvSpec { from, into: &mut [] }));
+            self.run(sends, recvs, "barrier")?;
+            let (mut sends, recvs) = self.reuse.take();
+            sends.extend(others(me, n).map(|to| SendSpec { to, data: &[] }));
+            return self.run(sends, recvs, "barrier");
+        }
         let mut k = 1;
         while k < n {
             let sends = [SendSpec { to: (me + k) % n, data: &[] }];

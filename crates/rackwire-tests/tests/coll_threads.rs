@@ -109,3 +109,40 @@ proptest::proptest! {
         }
     }
 }
+
+// Checks what a barrier promises, for both of its algorithms (dissemination for two ranks,
+// fan in and out through rank 0 for three to sixteen, dissemination again above): in each
+// round every rank counts itself in, one rank (a different one each round) dawdles before
+// it enters, and no rank leaves the barrier before every rank of that round counted itself.
+#[test]
+fn no_rank_leaves_a_barrier_before_all_entered() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    const ROUNDS: usize = 6;
+    for n in [2, 5, 17] {
+        let entered = Arc::new(AtomicUsize::new(0));
+        let e = entered.clone();
+        let results = run(&format!("bar{n}"), n, false, move |g| {
+            for round in 0..ROUNDS {
+                if g.rank() == round % g.size() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                e.fetch_add(1, SeqCst);
+                g.barrier()?;
+                let seen = e.load(SeqCst);
+                if seen < (round + 1) * n {
+                    return Err(CollError::BadArgument(format!("round {round}: left after {seen} entries")));
+                }
+                // Nobody counts itself into the next round before everyone looked.
+                g.barrier()?;
+            }
+            Ok(())
+        });
+        let failures: Vec<String> = results
+            .iter()
+            .enumerate()
+            .filter_map(|(rank, r)| r.as_ref().err().map(|e| format!("rank {rank}: {e}")))
+            .collect();
+        assert!(failures.is_empty(), "n={n}: {failures:?}");
+        assert_eq!(entered.load(SeqCst), ROUNDS * n);
+    }
+}
