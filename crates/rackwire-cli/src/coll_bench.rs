@@ -172,7 +172,16 @@ impl PeerRack {
         let hosts = crate::launch::rank_hosts(state);
         let agent = dir.join("rsh-agent");
         let prefix = rackwire_rack::ns_name(&state.config.name, "");
-        std::fs::write(&agent, format!("#!/bin/sh\nhost=$1; shift\nexec ip netns exec {prefix}$host sh -c \"$*\"\n"))?;
+        // Every host's daemon gets a session directory of its own: the namespaces share one
+        // hostname and one /tmp, and two daemons creating the same directory at once made one
+        // of them fail to start now and then.
+        let tmp = dir.join("ompi-tmp");
+        let script = format!(
+            "#!/bin/sh\nhost=$1; shift\nmkdir -p {tmp}/$host\n\
+             exec ip netns exec {prefix}$host env OMPI_MCA_orte_tmpdir_base={tmp}/$host sh -c \"$*\"\n",
+            tmp = tmp.display()
+        );
+        std::fs::write(&agent, script)?;
         std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
         Ok(PeerRack { ns: hosts[0].ns.clone(), agent, hosts: hosts.iter().map(|h| h.name.clone()).collect() })
     }
