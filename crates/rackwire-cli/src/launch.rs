@@ -15,6 +15,8 @@ use clap::Args;
 pub(crate) const LAUNCH_RANKS_MAX: usize = rackwire_coll::RANKS_MAX;
 /// How often the launcher looks at its ranks.
 const REAP_EVERY: Duration = Duration::from_millis(5);
+/// How long the launcher waits, once the ranks are gone, for their last output lines.
+const OUTPUT_DRAIN_MAX: Duration = Duration::from_secs(2);
 /// How long ranks have, once asked to stop (SIGTERM), before they are killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
@@ -45,7 +47,12 @@ fn code_of(s: ExitStatus) -> i32 {
     s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
 }
 
-fn pipe_lines(rank: usize, prefix: bool, from: impl std::io::Read + Send + 'static, to_err: bool) {
+fn pipe_lines(
+    rank: usize,
+    prefix: bool,
+    from: impl std::io::Read + Send + 'static,
+    to_err: bool,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut r = BufReader::new(from);
         let mut line = Vec::new();
@@ -65,7 +72,22 @@ fn pipe_lines(rank: usize, prefix: bool, from: impl std::io::Read + Send + 'stat
             }
             let _ = out.write_all(&line);
         }
-    });
+    })
+}
+
+/// Wait until every rank's output is forwarded (each forwarder ends when its pipe does, at
+/// the rank's exit), but not past [`OUTPUT_DRAIN_MAX`]: a rank's own children may hold its
+/// pipe open for longer.
+fn drain_output(forwarders: Vec<std::thread::JoinHandle<()>>) {
+    let deadline = std::time::Instant::now() + OUTPUT_DRAIN_MAX;
+    for f in forwarders {
+        while !f.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if f.is_finished() {
+            let _ = f.join();
+        }
+    }
 }
 
 fn stop_all(children: &mut [(usize, Child)]) {
@@ -168,6 +190,7 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
         signal_hook::flag::register(sig, stop.clone()).context("signal handler")?;
     }
     let mut children = Vec::with_capacity(a.ranks);
+    let mut forwarders = Vec::with_capacity(2 * a.ranks);
     for (rank, place) in places.iter().enumerate() {
         let mut cmd = match &place.ns {
             Some(ns) => {
@@ -195,10 +218,10 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
         };
         let prefix = !a.no_prefix;
         if let Some(o) = child.stdout.take() {
-            pipe_lines(rank, prefix, o, false);
+            forwarders.push(pipe_lines(rank, prefix, o, false));
         }
         if let Some(e) = child.stderr.take() {
-            pipe_lines(rank, prefix, e, true);
+            forwarders.push(pipe_lines(rank, prefix, e, true));
         }
         children.push((rank, child));
     }
@@ -208,6 +231,7 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
         if stop.load(Ordering::Relaxed) {
             eprintln!("rackwire launch: stopping the job");
             stop_all(&mut children);
+            drain_output(forwarders);
             return Ok(130);
         }
         let mut exited = Vec::new();
@@ -228,10 +252,12 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
                 eprintln!("rackwire launch: rank {rank} failed ({s}); stopping the other ranks");
                 stop_all(&mut children);
             }
+            drain_output(forwarders);
             return Ok(code_of(s));
         }
         std::thread::sleep(REAP_EVERY);
     }
+    drain_output(forwarders);
     Ok(0)
 }
 

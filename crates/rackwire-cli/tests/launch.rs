@@ -91,6 +91,26 @@ fn launch_exits_with_the_first_failing_status() {
     assert!(!o.status.success() && lines(&o).contains("-n must be"), "{}", lines(&o));
 }
 
+// Checks that the launcher forwards every line its ranks print, including the last ones
+// written just before a rank exits: four ranks each print 3000 numbered lines and exit at
+// once; every rank's lines all arrive, prefixed with its rank, in its order.
+#[test]
+fn launch_forwards_every_line_before_it_exits() {
+    const LINES: usize = 3000;
+    let o = Command::new(env!("CARGO_BIN_EXE_rackwire"))
+        .args(["launch", "-n", "4", "--", "seq", "1", &LINES.to_string()])
+        .env_remove("RACKWIRE_MH")
+        .output()
+        .expect("run rackwire launch");
+    assert!(o.status.success(), "{}", lines(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for r in 0..4 {
+        let prefix = format!("[{r}] ");
+        let got: Vec<usize> = out.lines().filter_map(|l| l.strip_prefix(&prefix)?.parse().ok()).collect();
+        assert_eq!(got, (1..=LINES).collect::<Vec<_>>(), "rank {r}'s lines");
+    }
+}
+
 // Checks that a rank killed in the middle of an allreduce loop makes every other rank fail
 // with a rank-gone error within seconds (not hang, not time out): three ranks started here
 // directly (no launcher, which would stop them itself), rank 1 killed once all loop. The
