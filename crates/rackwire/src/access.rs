@@ -60,8 +60,13 @@ impl fmt::Debug for Access {
     }
 }
 
+/// Access rights written with letters other than `r`, `w`, `a` and `-`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("access {0:?}: use the letters r, w, a")]
+pub struct ParseAccessError(pub String);
+
 impl std::str::FromStr for Access {
-    type Err = crate::Error;
+    type Err = ParseAccessError;
     /// Parses letters `r`, `w`, `a` (any order; `-` ignored), e.g. `rw`, `r-a`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut a = Access::NONE;
@@ -71,7 +76,7 @@ impl std::str::FromStr for Access {
                 'w' => Access::WRITE,
                 'a' => Access::ATOMIC,
                 '-' => Access::NONE,
-                _ => return Err(crate::Error::Config(format!("access {s:?}: use the letters r, w, a"))),
+                _ => return Err(ParseAccessError(s.to_string())),
             };
         }
         Ok(a)

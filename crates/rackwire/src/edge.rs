@@ -26,9 +26,10 @@ use rackwire_wire::{FrameKind, HandshakeRepr, HEADER_LEN};
 use tracing::{debug, warn};
 
 use crate::config::LINK_MTU_MIN;
-use crate::fabric::{lock, read, FabricInner};
+use crate::fabric::FabricInner;
+use crate::grants::Refusal as Rule;
 use crate::op::{Drive, OpCell};
-use crate::region::Refusal as Rule;
+use crate::sync::{lock, read};
 use crate::transport::PeerTransport;
 use crate::{
     Access, BatchOptions, Completion, ConnStats, Error, NodeId, NodeInfo, Notification, Op, OpFlags, RegionId,
@@ -136,10 +137,10 @@ impl FabricTarget<'_> {
         region: u32,
         key: u128,
         need: Access,
-        f: impl FnOnce(&crate::region::RegionInner) -> Result<T, proto::Refusal>,
+        f: impl FnOnce(&crate::grants::RegionInner) -> Result<T, proto::Refusal>,
     ) -> Result<T, proto::Refusal> {
         let fab = self.fabric.upgrade().ok_or(proto::Refusal::UnknownRegion)?;
-        fab.with_grant(peer, region, key, need, |r, _| f(r)).map_err(refusal)?
+        fab.regions.with_grant(peer, region, key, need, |r, _| f(r)).map_err(refusal)?
     }
 }
 

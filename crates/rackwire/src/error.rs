@@ -1,5 +1,6 @@
 //! The error type of the public API.
 
+use crate::access::ParseAccessError;
 use crate::{Access, NodeId, RegionId};
 
 /// Everything that can go wrong, each case distinct so a caller can act on it.
@@ -138,5 +139,11 @@ impl Error {
     /// True when the management host refused admission (for example a wrong secret).
     pub fn is_denied(&self) -> bool {
         matches!(self, Error::Mh(m) if m.denied)
+    }
+}
+
+impl From<ParseAccessError> for Error {
+    fn from(e: ParseAccessError) -> Error {
+        Error::Config(e.to_string())
     }
 }

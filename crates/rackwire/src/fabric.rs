@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -12,34 +12,21 @@ use rackwire_shm::{CopyEngine, Doorbell, Endpoint, SharedMem};
 use tracing::{debug, warn};
 
 use crate::edge::EdgeEndpoint;
-use crate::op::Drive;
-use crate::region::{AccessPolicy, Acl, RegionInner};
+use crate::grants::{AccessPolicy, Acl, RegionInner, RegionTable};
+use crate::op::{Drive, Notification};
 use crate::shm::ShmPeer;
+use crate::sync::{lock, read, write, CLOCK_EVERY_SPINS};
 use crate::transport::PeerTransport;
 use crate::{
-    Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RegionId, RemoteRegion, TransportChoice, PEERS_MAX,
+    Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RemoteRegion, TransportChoice, PEERS_MAX,
     REGIONS_MAX,
 };
 
 /// How long a blocked receiver sleeps at most before it looks again (covers peers that
 /// joined after it went to sleep).
 const DOORBELL_SLICE: Duration = Duration::from_millis(10);
-/// A busy-polling waiter reads the clock once per this many looks.
-pub(crate) const CLOCK_EVERY_SPINS: u32 = 64;
 /// How long a freed region's peers have to confirm they unmapped it.
 const FREE_UNMAP_TIMEOUT: Duration = Duration::from_millis(500);
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-pub(crate) fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    m.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    m.write().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A message from a peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,21 +35,6 @@ pub struct Message {
     pub from: NodeId,
     /// Payload.
     pub data: Vec<u8>,
-}
-
-/// A peer's notification: an operation with [`crate::OpFlags::notify`] has placed its data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Notification {
-    /// The initiator.
-    pub from: NodeId,
-    /// The region of ours it touched.
-    pub region: RegionId,
-    /// Where.
-    pub offset: u64,
-    /// How many bytes.
-    pub len: u64,
-    /// The initiator's 64-bit immediate.
-    pub imm: u64,
 }
 
 type Peer = Arc<dyn PeerTransport>;
@@ -81,8 +53,8 @@ pub(crate) struct FabricInner {
     pub cfg: FabricConfig,
     pub mh: MhClient,
     pub host: String,
-    /// By id (chosen here: a frame's region id is only looked up).
-    pub regions: RwLock<rackwire_proto::OwnIdMap<RegionId, Arc<RegionInner>>>,
+    /// This node's regions and their access rules.
+    pub regions: Arc<RegionTable>,
     next_region: AtomicU32,
     peers: RwLock<PeerTable>,
     pub doorbell: Doorbell,
@@ -151,7 +123,7 @@ impl FabricInner {
     }
 
     pub(crate) fn free_region(&self, r: &RegionInner) {
-        write(&self.regions).remove(&r.id);
+        self.regions.remove(r.id);
         let mappers: Vec<NodeId> = {
             let mut acl = lock(&r.acl);
             *acl = Acl::default();
@@ -326,7 +298,7 @@ impl Fabric {
             cfg,
             mh,
             host,
-            regions: RwLock::new(Default::default()),
+            regions: Arc::new(RegionTable::default()),
             next_region: AtomicU32::new(1),
             peers: RwLock::new(PeerTable::default()),
             doorbell,
@@ -377,8 +349,7 @@ impl Fabric {
                 rackwire_shm::SHM_REGION_BYTES_MAX
             )));
         }
-        let mut regions = write(&self.inner.regions);
-        if regions.len() >= REGIONS_MAX {
+        if self.inner.regions.len() >= REGIONS_MAX {
             return Err(Error::Limit(format!("{REGIONS_MAX} regions")));
         }
         let id = self.inner.next_region.fetch_add(1, Ordering::Relaxed);
@@ -392,7 +363,7 @@ impl Fabric {
             acl: Mutex::new(Acl::default()),
             migrating: AtomicBool::new(false),
         });
-        regions.insert(id, inner.clone());
+        self.inner.regions.insert(inner.clone())?;
         Ok(Region { inner, fabric: self.inner.clone() })
     }
 
@@ -514,7 +485,7 @@ impl Fabric {
 
     /// The target-side access rules of this node, for transports.
     pub fn policy(&self) -> AccessPolicy {
-        AccessPolicy { fabric: Arc::downgrade(&self.inner) }
+        AccessPolicy { table: Arc::downgrade(&self.inner.regions), me: self.inner.id }
     }
 
     /// Leave the fabric now (also done on drop).

@@ -40,23 +40,28 @@ mod conn;
 mod edge;
 mod error;
 mod fabric;
+mod grants;
 mod handle;
+mod id;
 mod op;
 mod region;
 mod shm;
+mod sync;
 pub mod transport;
 
-pub use access::Access;
+pub use access::{Access, ParseAccessError};
 pub use bytes::Bytes;
 pub use config::{FabricConfig, TransportChoice};
-pub use conn::{BatchOptions, Conn, ConnStats, Signal, SignalOp};
+pub use conn::Conn;
 pub use error::{Error, MhErrorText};
-pub use fabric::{Fabric, Message, Notification};
-pub use handle::{RegionId, RemoteRegion, REMOTE_REGION_BYTES};
-pub use op::{Completion, Op, OpFlags};
+pub use fabric::{Fabric, Message};
+pub use handle::{RemoteRegion, REMOTE_REGION_BYTES};
+pub use id::RegionId;
+pub use op::{BatchOptions, Completion, Notification, Op, OpFlags, Signal, SignalOp};
 pub use rackwire_mh::{JobMember, JobRound, ManagementHost, MhHandle, NodeId, NodeInfo, NodeStatus};
 pub use rackwire_shm::{copy_bytes, COPY_CHANNELS_MAX};
 pub use region::{Region, RevokeOutcome};
+pub use transport::ConnStats;
 
 use std::time::Duration;
 

@@ -4,7 +4,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::Error;
+use crate::id::RegionId;
+use crate::{Error, NodeId};
 
 /// Options of one operation. The default is unordered and silent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -261,7 +262,7 @@ impl Op {
                 let mut spins = 0u32;
                 while cell.slot.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
                     spins = spins.wrapping_add(1);
-                    if spins.is_multiple_of(crate::fabric::CLOCK_EVERY_SPINS) && Instant::now() >= spin_until {
+                    if spins.is_multiple_of(crate::sync::CLOCK_EVERY_SPINS) && Instant::now() >= spin_until {
                         drive.rest();
                         break;
                     }
@@ -284,6 +285,66 @@ impl Op {
         }
         self.poll().unwrap_or(Err(Error::Config("operation outcome was already taken".into())))
     }
+}
+
+/// How a scatter-gather batch is carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// Merge entries whose source and destination both continue the previous entry.
+    pub combine: bool,
+    /// Copy channels to use at most (0: all the node has).
+    pub channels: usize,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions { combine: true, channels: 0 }
+    }
+}
+
+/// The word a [`Conn::write_signal`] updates in the target region once its data is placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Signal {
+    /// Where the 64-bit word is (8-byte aligned).
+    pub offset: u64,
+    /// What is done to it.
+    pub op: SignalOp,
+}
+
+/// How a signal word is updated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalOp {
+    /// Store this value (needs write access; the cheapest update, for a word one sender owns).
+    Set(u64),
+    /// Add this value, atomically (needs atomic access; for a word several senders update).
+    Add(u64),
+}
+
+impl Signal {
+    /// Store `value` at `offset`.
+    pub fn set(offset: u64, value: u64) -> Signal {
+        Signal { offset, op: SignalOp::Set(value) }
+    }
+
+    /// Add `value` at `offset`.
+    pub fn add(offset: u64, value: u64) -> Signal {
+        Signal { offset, op: SignalOp::Add(value) }
+    }
+}
+
+/// A peer's notification: an operation with [`crate::OpFlags::notify`] has placed its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Notification {
+    /// The initiator.
+    pub from: NodeId,
+    /// The region of ours it touched.
+    pub region: RegionId,
+    /// Where.
+    pub offset: u64,
+    /// How many bytes.
+    pub len: u64,
+    /// The initiator's 64-bit immediate.
+    pub imm: u64,
 }
 
 #[cfg(test)]

@@ -1,112 +1,15 @@
-//! Regions: memory a node registers, and the rules for who may touch it.
+//! Regions: memory a node registers and grants (the owner's handle; the access rules
+//! themselves are in the grant table).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use rackwire_shm::SharedMem;
-use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::fabric::{lock, read, FabricInner};
+use crate::fabric::FabricInner;
+use crate::grants::RegionInner;
+use crate::sync::{lock, read};
 use crate::{Access, Error, NodeId, RegionId, RemoteRegion, REVOKE_ACK_TIMEOUT};
-use rackwire_proto::{OwnIdMap, OwnIdSet};
-
-/// Who may do what to one region, and who holds a mapping of it. Node ids come from the
-/// management host, and a frame's sender is only looked up, never added by the frame: the
-/// tables hash them with the fast hasher for own ids.
-#[derive(Debug, Default)]
-pub(crate) struct Acl {
-    pub grants: OwnIdMap<NodeId, Access>,
-    pub revoked: OwnIdSet<NodeId>,
-    pub mapped_by: OwnIdSet<NodeId>,
-}
-
-/// The owner's side of a region.
-#[derive(Debug)]
-pub(crate) struct RegionInner {
-    pub id: RegionId,
-    pub key: u128,
-    pub len: u64,
-    pub max_access: Access,
-    pub mem: RwLock<SharedMem>,
-    pub acl: Mutex<Acl>,
-    /// Set while the backing moves to a new memfd (a peer was cut off); map requests are told
-    /// to come back shortly.
-    pub migrating: AtomicBool,
-}
-
-/// Why the target refused an access (carried on the wire between peers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Refusal {
-    Ungranted { needed: u8 },
-    Revoked,
-    BadKey,
-    UnknownRegion,
-    Busy,
-}
-
-impl Refusal {
-    pub fn into_error(self, node: NodeId, region: RegionId) -> Error {
-        match self {
-            Refusal::Ungranted { needed } => Error::Ungranted { region, needed: Access::from_bits(needed) },
-            Refusal::Revoked => Error::Revoked { region },
-            Refusal::BadKey => Error::BadKey { region },
-            Refusal::UnknownRegion => Error::UnknownRegion { node, region },
-            Refusal::Busy => Error::Timeout,
-        }
-    }
-}
-
-/// The target's access rules, as every transport must apply them before it places a byte:
-/// the region must exist, the key must match, and the peer must hold a grant covering the
-/// operation. A revoked grant is reported as such, distinct from one never given.
-#[derive(Clone, Debug)]
-pub struct AccessPolicy {
-    pub(crate) fabric: Weak<FabricInner>,
-}
-
-impl AccessPolicy {
-    /// Decide whether `peer` may do `need` to `region` with `key`. On success, returns the
-    /// peer's full grant.
-    pub fn check(&self, peer: NodeId, region: RegionId, key: u128, need: Access) -> Result<Access, Error> {
-        let f = self.fabric.upgrade().ok_or(Error::Closed)?;
-        let me = f.id;
-        f.with_grant(peer, region, key, need, |_, a| Ok(a)).map_err(|r| r.into_error(me, region))?
-    }
-}
-
-impl FabricInner {
-    /// Apply the access rules and, while they cannot change, run `then` with the region and the
-    /// peer's grant. The shared-memory transport sends the descriptor inside `then`, so no
-    /// revocation can slip between the decision and the hand-over.
-    pub(crate) fn with_grant<T>(
-        &self,
-        peer: NodeId,
-        region: RegionId,
-        key: u128,
-        need: Access,
-        then: impl FnOnce(&RegionInner, Access) -> T,
-    ) -> Result<T, Refusal> {
-        let r = read(&self.regions).get(&region).cloned().ok_or(Refusal::UnknownRegion)?;
-        if r.key != key {
-            return Err(Refusal::BadKey);
-        }
-        let mut acl = lock(&r.acl);
-        if r.migrating.load(Ordering::SeqCst) {
-            return Err(Refusal::Busy);
-        }
-        match acl.grants.get(&peer).copied() {
-            Some(g) if g.contains(need) => {
-                acl.mapped_by.insert(peer);
-                Ok(then(&r, g))
-            }
-            Some(_) => Err(Refusal::Ungranted { needed: need.bits() }),
-            None if acl.revoked.contains(&peer) => Err(Refusal::Revoked),
-            None => Err(Refusal::Ungranted { needed: need.bits() }),
-        }
-    }
-}
 
 /// What a revocation had to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

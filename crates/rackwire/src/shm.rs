@@ -28,9 +28,10 @@ use rackwire_shm::{ControlSocket, DoorbellRemote, MapAccess, SharedMem, CONTROL_
 use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
-use crate::fabric::{lock, read, FabricInner};
-use crate::handle::RegionMap;
-use crate::region::Refusal;
+use crate::fabric::FabricInner;
+use crate::grants::Refusal;
+use crate::id::RegionMap;
+use crate::sync::{lock, read};
 use crate::transport::PeerTransport;
 use crate::{
     Access, BatchOptions, Completion, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion,
@@ -409,7 +410,7 @@ impl ShmPeer {
             let _ = send(&self.sock, &PeerMsg::MapRefused { req, reason: Refusal::BadKey }, &[]);
             return;
         };
-        let decided = f.with_grant(self.peer, region, key, Access::from_bits(want), |r, access| {
+        let decided = f.regions.with_grant(self.peer, region, key, Access::from_bits(want), |r, access| {
             let mem = read(&r.mem);
             let granted = PeerMsg::MapGranted { req, access: access.bits() };
             if access.stores() {

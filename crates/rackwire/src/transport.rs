@@ -25,9 +25,10 @@
 use bytes::Bytes;
 use std::time::Duration;
 
-use crate::{BatchOptions, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion, Signal};
+use crate::op::{BatchOptions, Notification, Op, OpFlags, Signal};
+use crate::{Error, NodeId, RegionId, RemoteRegion};
 
-pub use crate::region::AccessPolicy;
+pub use crate::grants::AccessPolicy;
 
 /// One live connection to one peer, over some transport.
 pub trait PeerTransport: Send + Sync + 'static {
@@ -78,4 +79,63 @@ pub trait PeerTransport: Send + Sync + 'static {
     fn cut_off(&self);
     /// Counters.
     fn stats(&self) -> ConnStats;
+}
+
+/// Counters of one connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConnStats {
+    /// One-sided writes (each batch counts once).
+    pub writes: u64,
+    /// One-sided reads.
+    pub reads: u64,
+    /// Atomics.
+    pub atomics: u64,
+    /// Payload bytes written.
+    pub bytes_written: u64,
+    /// Payload bytes read.
+    pub bytes_read: u64,
+    /// Messages sent.
+    pub messages_sent: u64,
+    /// Notifications sent.
+    pub notifications_sent: u64,
+    /// Operations refused (access, bounds, key).
+    pub refused: u64,
+    /// Times a sender found the peer's ring full and had to wait.
+    pub ring_full_waits: u64,
+    /// Doorbells that needed a system call (the rest were coalesced).
+    pub doorbells: u64,
+    /// Remote regions mapped.
+    pub mappings: u64,
+    /// Edge transport: frames sent (all kinds).
+    pub frames_sent: u64,
+    /// Edge transport: valid frames received.
+    pub frames_received: u64,
+    /// Edge transport: data frames sent for the first time.
+    pub data_frames: u64,
+    /// Edge transport: data frames sent again.
+    pub retransmits: u64,
+    /// Edge transport: data frames that arrived beyond a gap.
+    pub out_of_order: u64,
+    /// Edge transport: data frames that arrived twice.
+    pub duplicates: u64,
+    /// Edge transport: explicit acknowledgements sent.
+    pub acks_sent: u64,
+    /// Edge transport: negative acknowledgements sent.
+    pub nacks_sent: u64,
+    /// Edge transport: frames dropped as damaged or malformed.
+    pub malformed: u64,
+    /// Edge transport: data frames dropped unacknowledged (sent again later) because the
+    /// application had not read enough of its messages or notifications to take them.
+    pub receiver_full: u64,
+    /// Edge transport: data frames declared lost (each is sent again).
+    pub losses: u64,
+    /// Edge transport: of those, declared lost by the retransmission timer.
+    pub loss_timeouts: u64,
+    /// Edge transport: link window cuts.
+    pub window_cuts: u64,
+    /// Edge transport: window cuts undone because their losses proved spurious.
+    pub cuts_undone: u64,
+    /// Edge transport: the largest frame, as agreed with the peer in the handshake (the
+    /// smaller of the two ends' link MTUs less IP and UDP headers).
+    pub frame_max: u64,
 }

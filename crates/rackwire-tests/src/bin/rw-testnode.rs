@@ -64,7 +64,7 @@ impl Node {
         let f = &self.fabric;
         Ok(match a[0] {
             "alloc" => {
-                let access: Access = arg(a, 2)?.parse().map_err(|e: Error| e.to_string())?;
+                let access: Access = arg(a, 2)?.parse().map_err(|e: rackwire::ParseAccessError| e.to_string())?;
                 let r = f.alloc(num(a, 1)?, access).map_err(|e| e.to_string())?;
                 let s = format!("ok {} {}", r.id(), r.handle());
                 self.regions.insert(r.id(), r);
@@ -75,7 +75,8 @@ impl Node {
                 "ok".into()
             }
             "grant" => {
-                let (peer, access) = (num(a, 2)?, arg(a, 3)?.parse().map_err(|e: Error| e.to_string())?);
+                let (peer, access) =
+                    (num(a, 2)?, arg(a, 3)?.parse().map_err(|e: rackwire::ParseAccessError| e.to_string())?);
                 show(self.region(a)?.grant(peer, access).map(|_| String::new()))
             }
             "revoke" => {

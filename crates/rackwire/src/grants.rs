@@ -1,0 +1,137 @@
+//! The owner's side of regions: the table of this node's regions and the access rules every
+//! transport applies before it places a byte (who may do what, who holds a mapping).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use rackwire_proto::{OwnIdMap, OwnIdSet};
+use rackwire_shm::SharedMem;
+use serde::{Deserialize, Serialize};
+
+use crate::sync::{lock, read, write};
+use crate::{Access, Error, NodeId, RegionId};
+
+/// Who may do what to one region, and who holds a mapping of it. Node ids come from the
+/// management host, and a frame's sender is only looked up, never added by the frame: the
+/// tables hash them with the fast hasher for own ids.
+#[derive(Debug, Default)]
+pub(crate) struct Acl {
+    pub grants: OwnIdMap<NodeId, Access>,
+    pub revoked: OwnIdSet<NodeId>,
+    pub mapped_by: OwnIdSet<NodeId>,
+}
+
+/// The owner's side of a region.
+#[derive(Debug)]
+pub(crate) struct RegionInner {
+    pub id: RegionId,
+    pub key: u128,
+    pub len: u64,
+    pub max_access: Access,
+    pub mem: RwLock<SharedMem>,
+    pub acl: Mutex<Acl>,
+    /// Set while the backing moves to a new memfd (a peer was cut off); map requests are told
+    /// to come back shortly.
+    pub migrating: AtomicBool,
+}
+
+/// Why the target refused an access (carried on the wire between peers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Refusal {
+    Ungranted { needed: u8 },
+    Revoked,
+    BadKey,
+    UnknownRegion,
+    Busy,
+}
+
+impl Refusal {
+    pub fn into_error(self, node: NodeId, region: RegionId) -> Error {
+        match self {
+            Refusal::Ungranted { needed } => Error::Ungranted { region, needed: Access::from_bits(needed) },
+            Refusal::Revoked => Error::Revoked { region },
+            Refusal::BadKey => Error::BadKey { region },
+            Refusal::UnknownRegion => Error::UnknownRegion { node, region },
+            Refusal::Busy => Error::Timeout,
+        }
+    }
+}
+
+/// The target's access rules, as every transport must apply them before it places a byte:
+/// the region must exist, the key must match, and the peer must hold a grant covering the
+/// operation. A revoked grant is reported as such, distinct from one never given.
+#[derive(Clone, Debug)]
+pub struct AccessPolicy {
+    pub(crate) table: Weak<RegionTable>,
+    /// The node whose regions these are.
+    pub(crate) me: NodeId,
+}
+
+impl AccessPolicy {
+    /// Decide whether `peer` may do `need` to `region` with `key`. On success, returns the
+    /// peer's full grant.
+    pub fn check(&self, peer: NodeId, region: RegionId, key: u128, need: Access) -> Result<Access, Error> {
+        let t = self.table.upgrade().ok_or(Error::Closed)?;
+        t.with_grant(peer, region, key, need, |_, a| a).map_err(|r| r.into_error(self.me, region))
+    }
+}
+
+/// This node's regions by id (chosen here: a frame's region id is only looked up), at most
+/// [`crate::REGIONS_MAX`]. Both transports decide every access through it.
+#[derive(Debug, Default)]
+pub(crate) struct RegionTable {
+    regions: RwLock<OwnIdMap<RegionId, Arc<RegionInner>>>,
+}
+
+impl RegionTable {
+    /// Add a region under its id, unless the table is full.
+    pub(crate) fn insert(&self, r: Arc<RegionInner>) -> Result<(), Error> {
+        let mut regions = write(&self.regions);
+        if regions.len() >= crate::REGIONS_MAX {
+            return Err(Error::Limit(format!("{} regions", crate::REGIONS_MAX)));
+        }
+        regions.insert(r.id, r);
+        Ok(())
+    }
+
+    /// Regions in the table.
+    pub(crate) fn len(&self) -> usize {
+        read(&self.regions).len()
+    }
+
+    /// Forget a region.
+    pub(crate) fn remove(&self, id: RegionId) {
+        write(&self.regions).remove(&id);
+    }
+
+    /// Apply the access rules and, while they cannot change, run `then` with the region and the
+    /// peer's grant. The shared-memory transport sends the descriptor inside `then`, so no
+    /// revocation can slip between the decision and the hand-over.
+    pub(crate) fn with_grant<T>(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        key: u128,
+        need: Access,
+        then: impl FnOnce(&RegionInner, Access) -> T,
+    ) -> Result<T, Refusal> {
+        let r = read(&self.regions).get(&region).cloned().ok_or(Refusal::UnknownRegion)?;
+        if r.key != key {
+            return Err(Refusal::BadKey);
+        }
+        let mut acl = lock(&r.acl);
+        if r.migrating.load(Ordering::SeqCst) {
+            return Err(Refusal::Busy);
+        }
+        match acl.grants.get(&peer).copied() {
+            Some(g) if g.contains(need) => {
+                acl.mapped_by.insert(peer);
+                Ok(then(&r, g))
+            }
+            Some(_) => Err(Refusal::Ungranted { needed: need.bits() }),
+            None if acl.revoked.contains(&peer) => Err(Refusal::Revoked),
+            None => Err(Refusal::Ungranted { needed: need.bits() }),
+        }
+    }
+}
