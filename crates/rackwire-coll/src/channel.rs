@@ -39,7 +39,7 @@
 //! give both sides their counts, as MPI does), so pieces carry no header. A zero-length
 //! transfer is one empty piece: a signal.
 //!
-//! Both ends run every transfer of one step together ([`Channels::exchange`]): a rank sends
+//! Both ends run every transfer of one step together (`Channels::exchange`): a rank sends
 //! what its credit allows to every peer, takes what arrived from every peer, and only then
 //! waits, so no rank waits on one peer while another could move.
 

@@ -31,7 +31,7 @@
 //! of these steps is a load or a store on mapped memory; over the edge transport they are
 //! frames of the reliable protocol.
 //!
-//! The collectives ([`coll`]) are built from sets of such transfers that run together, so a
+//! The collectives (`coll.rs`) are built from sets of such transfers that run together, so a
 //! rank never waits on one peer while another could move. Which algorithm a collective uses
 //! depends on the size and the group size; each switch point is a named constant with its
 //! reason.

@@ -302,7 +302,7 @@ impl Default for BatchOptions {
     }
 }
 
-/// The word a [`Conn::write_signal`] updates in the target region once its data is placed.
+/// The word a [`crate::Conn::write_signal`] updates in the target region once its data is placed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Signal {
     /// Where the 64-bit word is (8-byte aligned).
