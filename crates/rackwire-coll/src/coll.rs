@@ -54,17 +54,6 @@ fn block_ok(what: &str, len: usize) -> Result<(), CollError> {
     Ok(())
 }
 
-/// Cut `buf` into consecutive parts of `lens` bytes (the parts must fit).
-fn split_mut<'a>(mut buf: &'a mut [u8], lens: &[usize]) -> Vec<&'a mut [u8]> {
-    let mut parts = Vec::with_capacity(lens.len());
-    for &l in lens {
-        let (head, tail) = std::mem::take(&mut buf).split_at_mut(l);
-        parts.push(head);
-        buf = tail;
-    }
-    parts
-}
-
 /// Where part `i` of `n` parts of `total` units starts (balanced: sizes differ by one at most).
 fn seg_start(total: usize, n: usize, i: usize) -> usize {
     (total as u128 * i as u128 / n as u128) as usize
@@ -75,23 +64,9 @@ fn others(me: usize, n: usize) -> impl Iterator<Item = usize> {
     (1..n).map(move |k| (me + k) % n)
 }
 
-/// Receives of every part but this rank's (and `skip`'s), from the rank whose index it has,
-/// in the staggered order: `me - 1`, `me - 2`, ... first.
-fn recvs_from_others<'a>(parts: Vec<&'a mut [u8]>, me: usize, skip: Option<usize>) -> Vec<RecvSpec<'a>> {
-    let n = parts.len();
-    let mut recvs: Vec<RecvSpec<'a>> = parts
-        .into_iter()
-        .enumerate()
-        .filter(|&(r, _)| r != me && Some(r) != skip)
-        .map(|(from, into)| RecvSpec { from, into })
-        .collect();
-    recvs.sort_by_key(|r| (me + n - r.from) % n);
-    recvs
-}
-
 /// Cut `buf` into parts by `offs` (packed offsets, one more than ranks) and add a receive
 /// into each part from its rank, but for this rank's part (returned) and `skip`'s, in the
-/// staggered order of [`recvs_from_others`]. Allocates nothing.
+/// staggered order: from `me - 1`, `me - 2`, ... first. Allocates nothing.
 fn recvs_into<'a>(
     recvs: &mut Vec<RecvSpec<'a>>,
     mut buf: &'a mut [u8],
@@ -199,20 +174,19 @@ impl Group {
             }
             return self.ch.exchange(&sends, &mut [], "bcast");
         }
-        let lens: Vec<usize> = (0..n).map(|i| bounds[i + 1] - bounds[i]).collect();
-        let mut parts = split_mut(buf, &lens);
         {
-            let (lo, hi) = if me < root { (me, root) } else { (root, me) };
-            let (a, b) = parts.split_at_mut(hi);
-            let (mine, roots) = if me < root { (&mut a[lo], &mut b[0]) } else { (&mut b[0], &mut a[lo]) };
+            // This rank's segment and the root's, in the order the root sends them.
+            let (lo, hi) = (me.min(root), me.max(root));
+            let (a, b) = buf.split_at_mut(bounds[hi]);
+            let (low, high) = (&mut a[seg(lo)], &mut b[..bounds[hi + 1] - bounds[hi]]);
+            let (mine, roots) = if me < root { (low, high) } else { (high, low) };
             let mut recvs = [RecvSpec { from: root, into: mine }, RecvSpec { from: root, into: roots }];
             self.ch.exchange(&[], &mut recvs, "bcast")?;
         }
-        let mine = std::mem::take(&mut parts[me]);
-        let sends: Vec<SendSpec<'_>> =
-            others(me, n).filter(|&to| to != root).map(|to| SendSpec { to, data: &*mine }).collect();
-        let mut recvs = recvs_from_others(parts, me, Some(root));
-        self.ch.exchange(&sends, &mut recvs, "bcast")
+        let (mut sends, mut recvs) = self.reuse.take();
+        let mine = recvs_into(&mut recvs, buf, &bounds, me, Some(root));
+        sends.extend(others(me, n).filter(|&to| to != root).map(|to| SendSpec { to, data: &*mine }));
+        self.run(sends, recvs, "bcast")
     }
 
     /// Rank `root` sends block `i` of `send` (`N · recv.len()` bytes; ignored elsewhere) to
@@ -435,8 +409,7 @@ impl Group {
         let (me, n) = (self.rank(), self.size());
         let esz = std::mem::size_of::<T>();
         let bounds: Vec<usize> = (0..=n).map(|i| seg_start(data.len(), n, i) * esz).collect();
-        let lens: Vec<usize> = (0..n).map(|i| bounds[i + 1] - bounds[i]).collect();
-        let seg_len = lens[me];
+        let seg_len = bounds[me + 1] - bounds[me];
         let mut scratch = std::mem::take(&mut self.scratch);
         let words = (n * seg_len).div_ceil(8);
         if scratch.len() < words {
@@ -446,12 +419,13 @@ impl Group {
             let all = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch[..words])[..n * seg_len];
             {
                 let bytes: &[u8] = bytemuck::cast_slice(&*data);
-                let sends: Vec<SendSpec<'_>> =
-                    others(me, n).map(|to| SendSpec { to, data: &bytes[bounds[to]..bounds[to + 1]] }).collect();
-                let mut parts = split_mut(&mut *all, &vec![seg_len; n]);
-                copy_bytes(parts[me], &bytes[bounds[me]..bounds[me + 1]]);
-                let mut recvs = recvs_from_others(parts, me, None);
-                self.ch.exchange(&sends, &mut recvs, "reduce-scatter")?;
+                let mut offs = std::mem::take(&mut self.reuse.offs);
+                equal_offs(&mut offs, n, seg_len);
+                let (mut sends, mut recvs) = self.reuse.take();
+                sends.extend(others(me, n).map(|to| SendSpec { to, data: &bytes[bounds[to]..bounds[to + 1]] }));
+                copy_bytes(recvs_into(&mut recvs, &mut *all, &offs, me, None), &bytes[bounds[me]..bounds[me + 1]]);
+                self.reuse.offs = offs;
+                self.run(sends, recvs, "reduce-scatter")?;
             }
             let elems = seg_len / esz;
             let lo = bounds[me] / esz;
@@ -465,19 +439,15 @@ impl Group {
         self.scratch = scratch;
         outcome?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(data);
-        let mut parts = split_mut(bytes, &lens);
-        let mine = std::mem::take(&mut parts[me]);
-        match root {
-            Some(r) if r != me => self.ch.exchange(&[SendSpec { to: r, data: &*mine }], &mut [], "reduce"),
-            Some(_) => {
-                let mut recvs = recvs_from_others(parts, me, None);
-                self.ch.exchange(&[], &mut recvs, "reduce")
-            }
-            None => {
-                let sends: Vec<SendSpec<'_>> = others(me, n).map(|to| SendSpec { to, data: &*mine }).collect();
-                let mut recvs = recvs_from_others(parts, me, None);
-                self.ch.exchange(&sends, &mut recvs, "allreduce")
-            }
+        if let Some(r) = root.filter(|&r| r != me) {
+            let mine = &bytes[bounds[me]..bounds[me + 1]];
+            return self.ch.exchange(&[SendSpec { to: r, data: mine }], &mut [], "reduce");
         }
+        let (mut sends, mut recvs) = self.reuse.take();
+        let mine = recvs_into(&mut recvs, bytes, &bounds, me, None);
+        if root.is_none() {
+            sends.extend(others(me, n).map(|to| SendSpec { to, data: &*mine }));
+        }
+        self.run(sends, recvs, if root.is_some() { "reduce" } else { "allreduce" })
     }
 }

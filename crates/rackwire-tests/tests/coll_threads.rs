@@ -42,6 +42,16 @@ fn run(
     out
 }
 
+/// Every rank of an `n`-rank group returned Ok (else the ranks' errors).
+fn assert_all_ok(n: usize, results: &[Result<(), CollError>]) {
+    let failures: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, r)| r.as_ref().err().map(|e| format!("rank {rank}: {e}")))
+        .collect();
+    assert!(failures.is_empty(), "n={n}: {failures:?}");
+}
+
 fn every_collective(edge: bool, sizes: &[usize], lens: &'static [usize]) {
     for &n in sizes {
         let results = run(&format!("t{n}{}", if edge { "e" } else { "s" }), n, edge, move |g| {
@@ -51,12 +61,7 @@ fn every_collective(edge: bool, sizes: &[usize], lens: &'static [usize]) {
             }
             collcheck::run_all(g, lens, 4, 3000)
         });
-        let failures: Vec<String> = results
-            .iter()
-            .enumerate()
-            .filter_map(|(rank, r)| r.as_ref().err().map(|e| format!("rank {rank}: {e}")))
-            .collect();
-        assert!(failures.is_empty(), "n={n}: {failures:?}");
+        assert_all_ok(n, &results);
     }
 }
 
@@ -137,12 +142,7 @@ fn no_rank_leaves_a_barrier_before_all_entered() {
             }
             Ok(())
         });
-        let failures: Vec<String> = results
-            .iter()
-            .enumerate()
-            .filter_map(|(rank, r)| r.as_ref().err().map(|e| format!("rank {rank}: {e}")))
-            .collect();
-        assert!(failures.is_empty(), "n={n}: {failures:?}");
+        assert_all_ok(n, &results);
         assert_eq!(entered.load(SeqCst), ROUNDS * n);
     }
 }

@@ -961,6 +961,14 @@ pub(crate) struct EdgePeer {
     peer: NodeId,
 }
 
+/// `len` bytes at `offset` lie inside the region as its handle announces it.
+fn fits(t: &RemoteRegion, offset: u64, len: usize) -> Result<(), Error> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= t.len => Ok(()),
+        _ => Err(Error::OutOfBounds { region: t.region, offset, len: len as u64, region_len: t.len }),
+    }
+}
+
 fn flags(f: OpFlags) -> proto::OpFlags {
     proto::OpFlags { notify: f.notify, fence_before: f.fence_before, fence_after: f.fence_after }
 }
@@ -1091,15 +1099,8 @@ impl PeerTransport for EdgePeer {
     fn write_batch(&self, t: &RemoteRegion, entries: &[(u64, &[u8])], f: OpFlags, _opts: BatchOptions) -> Op {
         // All or nothing: an entry past the region's announced end refuses the whole batch here,
         // before any entry is sent (the target still checks every frame).
-        if let Some((off, d)) =
-            entries.iter().find(|(off, d)| off.checked_add(d.len() as u64).is_none_or(|e| e > t.len))
-        {
-            return Op::ready(Err(Error::OutOfBounds {
-                region: t.region,
-                offset: *off,
-                len: d.len() as u64,
-                region_len: t.len,
-            }));
+        if let Some(e) = entries.iter().find_map(|(off, d)| fits(t, *off, d.len()).err()) {
+            return Op::ready(Err(e));
         }
         // One write per entry, all in flight together; the last carries the notification and a
         // backward fence, so it is placed (and notifies) only after every other entry was.
@@ -1131,13 +1132,8 @@ impl PeerTransport for EdgePeer {
     fn write_signal(&self, t: &RemoteRegion, offset: u64, data: &[u8], signal: Signal, f: OpFlags) -> Op {
         // Refused here, before anything is sent, when the data cannot fit (the target still
         // checks every frame): a signal for data that was never placed would mislead.
-        if offset.checked_add(data.len() as u64).is_none_or(|e| e > t.len) {
-            return Op::ready(Err(Error::OutOfBounds {
-                region: t.region,
-                offset,
-                len: data.len() as u64,
-                region_len: t.len,
-            }));
+        if let Err(e) = fits(t, offset, data.len()) {
+            return Op::ready(Err(e));
         }
         let first =
             (!data.is_empty()).then(|| self.write(t, offset, data, OpFlags { notify: None, fence_after: false, ..f }));

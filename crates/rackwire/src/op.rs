@@ -129,6 +129,14 @@ impl OpCell {
 /// What an operation ends with.
 type Outcome = Result<Completion, Error>;
 
+/// The outcome of two operations made one: the first one's error, else the second's outcome.
+fn first_error_or(first: Option<Outcome>, second: Outcome) -> Outcome {
+    match first {
+        Some(Err(e)) => Err(e),
+        _ => second,
+    }
+}
+
 #[derive(Debug)]
 enum State {
     Ready(Result<Completion, Error>),
@@ -179,10 +187,7 @@ impl Op {
                 *first_out = Some(first.poll()?);
             }
             let second_out = second.poll()?;
-            let out = match first_out.take() {
-                Some(Err(e)) => Err(e),
-                _ => second_out,
-            };
+            let out = first_error_or(first_out.take(), second_out);
             self.state = State::Taken;
             return Some(out);
         }
@@ -247,10 +252,7 @@ impl Op {
             if !second.is_taken() {
                 return r;
             }
-            let out = match first_out.take() {
-                Some(Err(e)) => Err(e),
-                _ => r,
-            };
+            let out = first_error_or(first_out.take(), r);
             self.state = State::Taken;
             return out;
         }

@@ -30,7 +30,6 @@ use tracing::{debug, warn};
 
 use crate::fabric::FabricInner;
 use crate::grants::Refusal;
-use crate::id::RegionMap;
 use crate::sync::{lock, read};
 use crate::transport::PeerTransport;
 use crate::{
@@ -194,7 +193,8 @@ pub(crate) struct ShmPeer {
     rx_notify: Mutex<RingReceiver>,
     rx_msg_watch: RingWatch,
     rx_notify_watch: RingWatch,
-    maps: RwLock<RegionMap<Mapping>>,
+    /// Region ids the peer handed us: looked up with the cheap hasher on every operation.
+    maps: RwLock<rackwire_proto::OwnIdMap<RegionId, Mapping>>,
     pending: Mutex<HashMap<u64, PendingMap>>,
     unmap_waiters: Mutex<HashMap<u64, SyncSender<()>>>,
     next_req: AtomicU64,
@@ -226,7 +226,7 @@ impl ShmPeer {
             rx_notify_watch: local.notify.watch(),
             rx_msg: Mutex::new(local.msg),
             rx_notify: Mutex::new(local.notify),
-            maps: RwLock::new(RegionMap::default()),
+            maps: RwLock::new(Default::default()),
             pending: Mutex::new(HashMap::new()),
             unmap_waiters: Mutex::new(HashMap::new()),
             next_req: AtomicU64::new(1),
