@@ -70,7 +70,7 @@ fn atomics_and_fences_across_processes() {
 // naming the signal word; an add yields the old value and adds; an empty write updates the
 // signal alone; a misaligned signal word and data past the region's end are refused, the
 // latter leaving the signal word as it was; with write access alone a set goes and an add
-// (an atomic) is refused as ungranted.
+// (an atomic) is refused as ungranted; with atomic access alone an add without data goes.
 #[test]
 fn write_with_signal_sets_or_adds_after_the_data() {
     let (_mh, mut owner, mut init) = owner_and_initiator("wsig");
@@ -99,6 +99,12 @@ fn write_with_signal_sets_or_adds_after_the_data() {
     let a = init.cmd(&format!("wsig {hw} 8 - 0 add 1"));
     assert!(a.starts_with("err ungranted"), "an add needs atomic access: {a}");
     assert_eq!(owner.ok(&format!("local-load {wid} 0")), "4");
+
+    // With atomic access alone, an add without data goes (on every transport alike).
+    let (aid, _) = shared_region(&mut owner, init.id, 4096, "a", "wsig-a");
+    let ha = init.ok("lookup wsig-a");
+    assert_eq!(init.ok(&format!("wsig {ha} 0 - 16 add 3")), "0");
+    assert_eq!(owner.ok(&format!("local-load {aid} 16")), "3");
 }
 
 // Checks two-sided messages both ways, including the largest allowed message and the clear

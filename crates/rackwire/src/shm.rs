@@ -586,8 +586,11 @@ impl ShmPeer {
         signal: Signal,
         flags: OpFlags,
     ) -> Result<Completion, Error> {
+        // Data and a `Set` are stores (write access); an `Add` is an atomic. An `Add` with no
+        // data needs atomic access alone, as over the edge transport.
         let need = match signal.op {
             SignalOp::Set(_) => Access::WRITE,
+            SignalOp::Add(_) if data.is_empty() => Access::ATOMIC,
             SignalOp::Add(_) => Access::WRITE | Access::ATOMIC,
         };
         let old = self.with_mapping(t, need, |m| {
