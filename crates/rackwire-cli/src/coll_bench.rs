@@ -60,6 +60,13 @@ fn parse_row(line: &str) -> Option<Measured> {
 pub(crate) fn worker(ops: &[String], sizes: &[u64], scale: f64) -> Result<()> {
     let mut g = Group::from_env()?;
     let (me, n) = (g.rank(), g.size());
+    // alltoallv is measured twice: into a plain buffer (staged through the receiver's
+    // window), and into registered memory, a symmetric region (large blocks written by their
+    // sender straight into place: the one-sided way, as UCC and OpenSHMEM do it).
+    let ops = ops.iter().flat_map(|op| {
+        let also = (op == "alltoallv").then(|| "alltoallv/registered".to_string());
+        std::iter::once(op.clone()).chain(also)
+    });
     for op in ops {
         let sizes: &[u64] = if op == "barrier" { &[0] } else { sizes };
         for &size in sizes {
@@ -67,6 +74,11 @@ pub(crate) fn worker(ops: &[String], sizes: &[u64], scale: f64) -> Result<()> {
             let (iters, warmup) = iterations(size, scale);
             let send = vec![1u8; s * n];
             let mut recv = vec![0u8; s * n];
+            let dest = if op.ends_with("/registered") {
+                Some(g.alloc_symmetric((s * n) as u64, rackwire::Access::READ | rackwire::Access::WRITE)?)
+            } else {
+                None
+            };
             let counts = vec![s; n];
             let mut floats = vec![1.0f32; (s / 4).max(1)];
             let mut total = Duration::ZERO;
@@ -78,6 +90,10 @@ pub(crate) fn worker(ops: &[String], sizes: &[u64], scale: f64) -> Result<()> {
                     "bcast" => g.bcast(0, &mut recv[..s])?,
                     "scatter" => g.scatter(0, if me == 0 { &send } else { &[] }, &mut recv[..s])?,
                     "alltoallv" => g.alltoallv(&send, &counts, &mut recv, &counts)?,
+                    "alltoallv/registered" => {
+                        let dest = dest.as_ref().expect("allocated for this op");
+                        g.alltoallv_to(&send, &counts, dest, 0, &counts)?
+                    }
                     "allreduce" => g.allreduce(&mut floats, ReduceOp::Sum)?,
                     other => bail!("unknown collective {other:?}"),
                 }
@@ -307,8 +323,8 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
     let ours = if b.edge || domains.len() > 1 { "udp" } else { "shm" };
     let peer_name = if rack.is_some() { "openmpi-tcp" } else { "openmpi" };
     let rack_name = rack.as_ref().map(|s| s.config.name.clone());
-    // (transport, op, size, ranks) -> each repeat's measurement.
-    let mut got: BTreeMap<(String, String, u64, usize), Vec<Measured>> = BTreeMap::new();
+    // (transport, op, destination, size, ranks) -> each repeat's measurement.
+    let mut got: BTreeMap<(String, String, String, u64, usize), Vec<Measured>> = BTreeMap::new();
     for rep in 0..b.repeat {
         for &n in &b.ranks {
             // Alternate who goes first, so neither always runs on a warmer (or busier) host.
@@ -323,19 +339,20 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
                 };
                 let t = if mine { ours } else { peer_name };
                 for r in rows {
-                    got.entry((t.to_string(), r.op.clone(), r.size, n)).or_default().push(r);
+                    let (pattern, dest) = r.op.split_once('/').unwrap_or((&r.op, "buffer"));
+                    got.entry((t.to_string(), pattern.to_string(), dest.to_string(), r.size, n)).or_default().push(r);
                 }
             }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
     let mut rows = Vec::new();
-    for ((transport, op, size, ranks), ms) in &got {
+    for ((transport, op, dest, size, ranks), ms) in &got {
         let mut avgs: Vec<f64> = ms.iter().map(|m| m.avg).collect();
         let avg = median(&mut avgs);
         let best = ms.iter().min_by(|a, b| (a.avg - avg).abs().total_cmp(&(b.avg - avg).abs())).expect("one");
         rows.push(serde_json::json!({
-            "transport": transport, "pattern": op, "size": size, "ranks": ranks, "iters": best.iters,
+            "transport": transport, "pattern": op, "dest": dest, "size": size, "ranks": ranks, "iters": best.iters,
             "lat_us_avg": avg, "lat_us_min": best.min, "lat_us_max": best.max,
             "repeats": ms.len(), "lat_us_avg_lo": avgs[0], "lat_us_avg_hi": avgs[avgs.len() - 1],
         }));
@@ -351,6 +368,7 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
     let mut t = comfy_table::Table::new();
     t.set_header([
         "collective",
+        "dest",
         "ranks",
         "size",
         "transport",
@@ -376,6 +394,7 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
         };
         t.add_row([
             r["pattern"].as_str().unwrap_or("").to_string(),
+            r["dest"].as_str().unwrap_or("").to_string(),
             r["ranks"].to_string(),
             rackwire_bench::show_size(r["size"].as_u64().unwrap_or(0)),
             r["transport"].as_str().unwrap_or("").to_string(),
@@ -388,5 +407,6 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
     }
     println!("{t}");
     println!("(vs openmpi: our average latency over Open MPI's, same ranks and size; below 1 is faster)");
+    println!("(dest: the receive buffer is plain memory, or registered: a symmetric region written in place)");
     Ok(())
 }

@@ -32,14 +32,15 @@ fn assert_all_ok(n: usize, o: &Output) {
     }
 }
 
-// Checks every collective, and the v-variants with random counts, across real processes at
+// Checks every collective, and the v-variants with random counts (up to 40000 bytes, so that
+// alltoallv_to writes some blocks straight into place and stages others), across real processes at
 // group sizes 1, 2, 3, 5 and 8 over shared memory, against results each rank computes
 // locally (rw-collcheck exits non-zero on any mismatch); also that launch prefixes each
 // rank's lines with its rank and exits 0 only when all did.
 #[test]
 fn collectives_across_processes_over_shared_memory() {
     for n in [1, 2, 3, 5, 8] {
-        assert_all_ok(n, &launch(n, &[], &["all", "0,8,1000,70000", "3", "5000"]));
+        assert_all_ok(n, &launch(n, &[], &["all", "0,8,1000,70000", "3", "40000"]));
     }
 }
 
@@ -48,7 +49,7 @@ fn collectives_across_processes_over_shared_memory() {
 fn collectives_across_processes_over_the_edge_transport() {
     let env = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0")];
     for n in [2, 3, 5, 8] {
-        assert_all_ok(n, &launch(n, &env, &["all", "0,8,70000", "2", "3000"]));
+        assert_all_ok(n, &launch(n, &env, &["all", "0,8,70000", "2", "40000"]));
     }
 }
 

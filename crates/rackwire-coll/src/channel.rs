@@ -47,7 +47,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rackwire::{Access, Conn, Fabric, NodeId, Op, OpFlags, Region, RemoteRegion, Signal};
+use rackwire::{Access, Conn, Fabric, NodeId, Op, OpFlags, Pinned, Region, RemoteRegion, Signal};
 
 use crate::wait::{Idle, Waiter};
 use crate::{CollError, OPS_IN_FLIGHT_MAX, SLOTS_PER_PEER, SLOT_BYTES_MAX, SLOT_BYTES_MIN, WINDOW_DATA_BYTES_MAX};
@@ -89,6 +89,22 @@ pub fn window_layout(n: usize) -> WindowLayout {
 pub(crate) struct SendSpec<'a> {
     pub to: usize,
     pub data: &'a [u8],
+    /// Where the data goes instead of the receiver's slots: a region of the receiver's and an
+    /// offset in it, which the receiver named. The transfer is then one write of the whole
+    /// block straight into place, and one empty piece (a signal) fenced behind it; the
+    /// receiver takes it as a transfer of no bytes.
+    pub place: Option<(&'a RemoteRegion, u64)>,
+}
+
+impl SendSpec<'_> {
+    /// Bytes that travel through the receiver's slots.
+    fn staged_len(&self) -> usize {
+        if self.place.is_some() {
+            0
+        } else {
+            self.data.len()
+        }
+    }
 }
 
 /// One receive of a step: `into.len()` bytes from rank `from`.
@@ -109,6 +125,10 @@ pub(crate) struct Channels {
     pub oversubscribed: bool,
     window: Region,
     peers: Vec<Option<(Conn, RemoteRegion)>>,
+    /// Each peer's window pinned, where it is mapped into this process (shared memory): a
+    /// piece is then its stores alone (see [`rackwire::Pinned`]). Dropped at its first
+    /// error, after which the connection's calls take over (and report the real state).
+    pins: Vec<Option<Pinned>>,
     /// Whether a credit update to each rank may be a plain store (see [`Channels::give_back`]).
     ordered: Vec<bool>,
     layout: WindowLayout,
@@ -197,6 +217,13 @@ impl Channels {
             peers.push(Some((conn, remote)));
         }
         let ordered = peers.iter().map(|p| p.as_ref().is_some_and(|(c, _)| c.transport() == "shm")).collect();
+        let pins = peers
+            .iter()
+            .map(|p| {
+                let (c, remote) = p.as_ref()?;
+                (c.transport() == "shm").then(|| c.pin(remote, Access::WRITE | Access::ATOMIC).ok()).flatten()
+            })
+            .collect();
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         Ok(Channels {
             fabric,
@@ -209,6 +236,7 @@ impl Channels {
             oversubscribed: n > cores,
             window,
             peers,
+            pins,
             ordered,
             layout,
             sent: vec![0; n],
@@ -305,24 +333,47 @@ impl Channels {
         Ok(any)
     }
 
-    /// Send piece `sent + 1` of `data` to `to` if its slot is free. True if it went.
-    fn try_send_piece(&mut self, to: usize, data: &[u8], first: u64) -> Result<bool, CollError> {
+    /// Send piece `sent + 1` of `s` to its rank if its slot is free. True if it went.
+    fn try_send_piece(&mut self, s: &SendSpec<'_>, first: u64) -> Result<bool, CollError> {
+        let to = s.to;
         let p = self.sent[to] + 1;
-        let s = SLOTS_PER_PEER as u64;
-        if p > s + self.credit[to] {
+        let slots = SLOTS_PER_PEER as u64;
+        if p > slots + self.credit[to] {
             self.credit[to] = self.load(Self::consumed_at(to))?;
-            if p > s + self.credit[to] {
+            if p > slots + self.credit[to] {
                 return Ok(false);
             }
         }
         let slot = self.layout.slot;
         let idx = (p - first) as usize;
+        let data = if s.place.is_some() { &[][..] } else { s.data };
         let lo = (idx * slot).min(data.len());
         let hi = (lo + slot).min(data.len());
         let piece = &data[lo..hi];
         let (at, head) = (self.data_at(self.me, p, piece.len()), self.head_at(self.me, p));
+        if s.place.is_none() && self.pinned_write_signal(to, at, piece, Signal::set(head, p)) {
+            self.sent[to] = p;
+            return Ok(true);
+        }
         let (conn, remote) = self.peers[to].as_ref().ok_or_else(|| CollError::BadArgument("send to self".into()))?;
-        let op = conn.write_signal(remote, at, piece, Signal::set(head, p), OpFlags::NONE);
+        let op = match s.place {
+            None => conn.write_signal(remote, at, piece, Signal::set(head, p), OpFlags::NONE),
+            Some((target, offset)) => {
+                // The block in one write, then the signal, which starts only once the write
+                // is in place (over shared memory both are done in their calls, in order).
+                // A write refused at once (over shared memory) sends no signal.
+                let mut write = conn.write(target, offset, s.data, OpFlags::NONE);
+                let pending = match write.poll() {
+                    Some(got) => self.outcome(to, got, false).map(|()| None)?,
+                    None => Some(write),
+                };
+                let signal = conn.write_signal(remote, at, piece, Signal::set(head, p), OpFlags::NONE.fence_before());
+                if let Some(write) = pending {
+                    self.track(to, write, false)?;
+                }
+                signal
+            }
+        };
         self.track(to, op, false)?;
         self.sent[to] = p;
         Ok(true)
@@ -357,9 +408,29 @@ impl Channels {
         self.acked[from] = taken;
         let at = Self::consumed_at(self.me);
         let signal = if self.ordered[from] { Signal::set(at, taken) } else { Signal::add(at, add) };
+        if self.pinned_write_signal(from, 0, &[], signal) {
+            return Ok(());
+        }
         let (conn, remote) = self.peers[from].as_ref().expect("a peer, not this rank");
         let op = conn.write_signal(remote, 0, &[], signal, OpFlags::NONE);
         self.track(from, op, true)
+    }
+
+    /// A write-with-signal into rank `to`'s window through its pin, if it has one. True if it
+    /// was placed; on an error the pin is dropped and the caller takes the connection's way,
+    /// which reports what happened.
+    fn pinned_write_signal(&mut self, to: usize, at: u64, data: &[u8], signal: Signal) -> bool {
+        let Some(pin) = self.pins.get_mut(to).and_then(Option::as_mut) else {
+            return false;
+        };
+        match pin.write_signal(at, data, signal) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(rank = to, "pinned window refused a piece: {e}; using the connection");
+                self.pins[to] = None;
+                false
+            }
+        }
     }
 
     /// For transfers of `(rank, bytes)` following the `done` pieces per rank: the first piece
@@ -408,7 +479,7 @@ impl Channels {
             &mut sc.send_first,
             &mut sc.send_end,
             &self.sent,
-            sends.iter().map(|s| (s.to, s.data.len())),
+            sends.iter().map(|s| (s.to, s.staged_len())),
         );
         self.spans(
             &mut sc.next,
@@ -447,7 +518,7 @@ impl Channels {
                     all_done = false;
                     continue;
                 }
-                while self.sent[s.to] + 1 < send_end[i] && self.try_send_piece(s.to, s.data, send_first[i])? {
+                while self.sent[s.to] + 1 < send_end[i] && self.try_send_piece(s, send_first[i])? {
                     moved = true;
                 }
                 all_done &= self.sent[s.to] + 1 >= send_end[i];

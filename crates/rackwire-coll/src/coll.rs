@@ -101,7 +101,7 @@ fn as_elems<T: Element>(b: &[u8]) -> Result<&[T], CollError> {
 
 impl Group {
     /// Run one step built in vectors from [`crate::reuse::Reuse::take`], and keep them.
-    fn run<'a>(
+    pub(crate) fn run<'a>(
         &mut self,
         sends: Vec<SendSpec<'a>>,
         mut recvs: Vec<RecvSpec<'a>>,
@@ -125,19 +125,19 @@ impl Group {
         if (3..=BARRIER_FAN_MAX).contains(&n) {
             // Fan in to rank 0, fan out from it.
             if me != 0 {
-                self.ch.exchange(&[SendSpec { to: 0, data: &[] }], &mut [], "barrier")?;
+                self.ch.exchange(&[SendSpec { to: 0, data: &[], place: None }], &mut [], "barrier")?;
                 return self.ch.exchange(&[], &mut [RecvSpec { from: 0, into: &mut [] }], "barrier");
             }
             let (sends, mut recvs) = self.reuse.take();
             recvs.extend(others(me, n).map(|from| RecvSpec { from, into: &mut [] }));
             self.run(sends, recvs, "barrier")?;
             let (mut sends, recvs) = self.reuse.take();
-            sends.extend(others(me, n).map(|to| SendSpec { to, data: &[] }));
+            sends.extend(others(me, n).map(|to| SendSpec { to, data: &[], place: None }));
             return self.run(sends, recvs, "barrier");
         }
         let mut k = 1;
         while k < n {
-            let sends = [SendSpec { to: (me + k) % n, data: &[] }];
+            let sends = [SendSpec { to: (me + k) % n, data: &[], place: None }];
             let mut recvs = [RecvSpec { from: (me + n - k) % n, into: &mut [] }];
             self.ch.exchange(&sends, &mut recvs, "barrier")?;
             k *= 2;
@@ -156,7 +156,7 @@ impl Group {
         if buf.len() < BCAST_SCATTER_MIN_BYTES || n < 3 {
             if me == root {
                 let (mut sends, recvs) = self.reuse.take();
-                sends.extend(others(me, n).map(|to| SendSpec { to, data: &*buf }));
+                sends.extend(others(me, n).map(|to| SendSpec { to, data: &*buf, place: None }));
                 return self.run(sends, recvs, "bcast");
             }
             return self.ch.exchange(&[], &mut [RecvSpec { from: root, into: buf }], "bcast");
@@ -169,8 +169,8 @@ impl Group {
             // Each rank gets its own segment, then the root's.
             let mut sends = Vec::with_capacity(2 * n);
             for to in others(me, n) {
-                sends.push(SendSpec { to, data: &buf[seg(to)] });
-                sends.push(SendSpec { to, data: &buf[seg(root)] });
+                sends.push(SendSpec { to, data: &buf[seg(to)], place: None });
+                sends.push(SendSpec { to, data: &buf[seg(root)], place: None });
             }
             return self.ch.exchange(&sends, &mut [], "bcast");
         }
@@ -185,7 +185,7 @@ impl Group {
         }
         let (mut sends, mut recvs) = self.reuse.take();
         let mine = recvs_into(&mut recvs, buf, &bounds, me, Some(root));
-        sends.extend(others(me, n).filter(|&to| to != root).map(|to| SendSpec { to, data: &*mine }));
+        sends.extend(others(me, n).filter(|&to| to != root).map(|to| SendSpec { to, data: &*mine, place: None }));
         self.run(sends, recvs, "bcast")
     }
 
@@ -213,7 +213,7 @@ impl Group {
         }
         copy_bytes(recv, &send[offs[me]..offs[me + 1]]);
         let (mut sends, recvs) = self.reuse.take();
-        sends.extend(others(me, n).map(|to| SendSpec { to, data: &send[offs[to]..offs[to + 1]] }));
+        sends.extend(others(me, n).map(|to| SendSpec { to, data: &send[offs[to]..offs[to + 1]], place: None }));
         self.reuse.offs = offs;
         self.run(sends, recvs, "scatterv")
     }
@@ -232,7 +232,7 @@ impl Group {
         block_ok("gatherv", send.len())?;
         let me = self.rank();
         if me != root {
-            return self.ch.exchange(&[SendSpec { to: root, data: send }], &mut [], "gatherv");
+            return self.ch.exchange(&[SendSpec { to: root, data: send, place: None }], &mut [], "gatherv");
         }
         let mut offs = std::mem::take(&mut self.reuse.offs);
         self.packed("gatherv", counts, recv.len(), &mut offs)?;
@@ -267,7 +267,7 @@ impl Group {
         }
         let (mut sends, mut recvs) = self.reuse.take();
         copy_bytes(recvs_into(&mut recvs, recv, &offs, me, None), send);
-        sends.extend(others(me, n).map(|to| SendSpec { to, data: send }));
+        sends.extend(others(me, n).map(|to| SendSpec { to, data: send, place: None }));
         self.reuse.offs = offs;
         self.run(sends, recvs, "allgatherv")
     }
@@ -309,14 +309,20 @@ impl Group {
         }
         let (mut sends, mut recvs) = self.reuse.take();
         copy_bytes(recvs_into(&mut recvs, recv, &roffs, me, None), &send[soffs[me]..soffs[me + 1]]);
-        sends.extend(others(me, n).map(|to| SendSpec { to, data: &send[soffs[to]..soffs[to + 1]] }));
+        sends.extend(others(me, n).map(|to| SendSpec { to, data: &send[soffs[to]..soffs[to + 1]], place: None }));
         (self.reuse.offs, self.reuse.offs_recv) = (soffs, roffs);
         self.run(sends, recvs, "alltoallv")
     }
 
     /// Offsets of `counts` packed (into `offs`), checked against the group size, the limits
     /// and `total`.
-    fn packed(&self, what: &str, counts: &[usize], total: usize, offs: &mut Vec<usize>) -> Result<(), CollError> {
+    pub(crate) fn packed(
+        &self,
+        what: &str,
+        counts: &[usize],
+        total: usize,
+        offs: &mut Vec<usize>,
+    ) -> Result<(), CollError> {
         if counts.len() != self.size() {
             return Err(CollError::BadArgument(format!("{what}: {} counts for {} ranks", counts.len(), self.size())));
         }
@@ -378,8 +384,8 @@ impl Group {
         let (mut sends, mut recvs) = self.reuse.take();
         match root {
             Some(r) if r == me => {}
-            Some(r) => sends.push(SendSpec { to: r, data: mine }),
-            None => sends.extend(others(me, n).map(|to| SendSpec { to, data: mine })),
+            Some(r) => sends.push(SendSpec { to: r, data: mine, place: None }),
+            None => sends.extend(others(me, n).map(|to| SendSpec { to, data: mine, place: None })),
         }
         if receives {
             equal_offs(&mut offs, n, len);
@@ -422,7 +428,11 @@ impl Group {
                 let mut offs = std::mem::take(&mut self.reuse.offs);
                 equal_offs(&mut offs, n, seg_len);
                 let (mut sends, mut recvs) = self.reuse.take();
-                sends.extend(others(me, n).map(|to| SendSpec { to, data: &bytes[bounds[to]..bounds[to + 1]] }));
+                sends.extend(others(me, n).map(|to| SendSpec {
+                    to,
+                    data: &bytes[bounds[to]..bounds[to + 1]],
+                    place: None,
+                }));
                 copy_bytes(recvs_into(&mut recvs, &mut *all, &offs, me, None), &bytes[bounds[me]..bounds[me + 1]]);
                 self.reuse.offs = offs;
                 self.run(sends, recvs, "reduce-scatter")?;
@@ -441,12 +451,12 @@ impl Group {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(data);
         if let Some(r) = root.filter(|&r| r != me) {
             let mine = &bytes[bounds[me]..bounds[me + 1]];
-            return self.ch.exchange(&[SendSpec { to: r, data: mine }], &mut [], "reduce");
+            return self.ch.exchange(&[SendSpec { to: r, data: mine, place: None }], &mut [], "reduce");
         }
         let (mut sends, mut recvs) = self.reuse.take();
         let mine = recvs_into(&mut recvs, bytes, &bounds, me, None);
         if root.is_none() {
-            sends.extend(others(me, n).map(|to| SendSpec { to, data: &*mine }));
+            sends.extend(others(me, n).map(|to| SendSpec { to, data: &*mine, place: None }));
         }
         self.run(sends, recvs, if root.is_some() { "reduce" } else { "allreduce" })
     }

@@ -44,6 +44,7 @@ mod coll;
 mod element;
 mod error;
 mod group;
+mod placed;
 mod placement;
 mod reuse;
 mod wait;
@@ -51,6 +52,7 @@ mod wait;
 pub use element::{Element, ReduceOp};
 pub use error::CollError;
 pub use group::{Group, GroupConfig, SymmetricRegion};
+pub use placed::DIRECT_MIN_BYTES;
 pub use placement::{Placement, PlacementSource};
 
 /// The most ranks in one group (each rank keeps a connection to every other, and a fabric

@@ -21,6 +21,11 @@ pub(crate) struct Reuse {
     /// Offsets of packed blocks (two sets: alltoallv has both sides packed).
     pub offs: Vec<usize>,
     pub offs_recv: Vec<usize>,
+    /// Places this rank names, places it was named, and small blocks staged before they go
+    /// into place (collectives into registered memory).
+    pub place_out: Vec<u8>,
+    pub place_in: Vec<u8>,
+    pub stage: Vec<u8>,
 }
 
 impl Reuse {
@@ -47,7 +52,7 @@ mod tests {
         let mut r = Reuse::default();
         let data = vec![1u8; 16];
         let (mut s, v) = r.take();
-        s.extend((0..8).map(|to| SendSpec { to, data: &data }));
+        s.extend((0..8).map(|to| SendSpec { to, data: &data, place: None }));
         let (ptr, cap) = (s.as_ptr() as usize, s.capacity());
         r.keep(s, v);
         let (s, _) = r.take();

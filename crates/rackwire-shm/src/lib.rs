@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod barrier;
 pub mod copy;
 pub mod doorbell;
 pub mod mem;

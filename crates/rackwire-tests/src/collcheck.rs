@@ -109,6 +109,9 @@ pub fn run_all(g: &mut Group, lens: &[usize], random_rounds: usize, random_max: 
 pub fn random_counts(g: &mut Group, seed: u64, rounds: usize, max: usize) -> Result<(), CollError> {
     let (me, n) = (g.rank(), g.size());
     let random_max = max;
+    // The destination of alltoallv_to: room for every block at the largest count, after an
+    // offset of up to 63 bytes (so blocks land unaligned too).
+    let dest = g.alloc_symmetric((n * max + 64) as u64, rackwire::Access::READ | rackwire::Access::WRITE)?;
     // counts[i][j] bytes from rank i to rank j, the same matrix on every rank.
     for round in 0..rounds {
         let mut rng = Rng(seed.wrapping_add(round as u64));
@@ -121,6 +124,13 @@ pub fn random_counts(g: &mut Group, seed: u64, rounds: usize, max: usize) -> Res
         let want: Vec<u8> = (0..n).flat_map(|i| pattern(i * n + me, counts[i][me], round)).collect();
         if recv != want {
             return Err(fail("alltoallv", random_max, root));
+        }
+        // The same blocks into registered memory (large ones written straight into place by
+        // their senders, small ones staged): the region must hold exactly what alltoallv gave.
+        let at = rng.below(64) as u64;
+        g.alltoallv_to(&send, &counts[me], &dest, at, &recv_counts)?;
+        if dest.region.to_vec(at, want.len())? != want {
+            return Err(fail("alltoallv_to", random_max, root));
         }
         // gatherv: rank i sends counts[i][root] bytes.
         let gcounts: Vec<usize> = (0..n).map(|i| counts[i][root]).collect();

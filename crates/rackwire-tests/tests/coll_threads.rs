@@ -59,7 +59,7 @@ fn every_collective(edge: bool, sizes: &[usize], lens: &'static [usize]) {
                 let want = if edge { "edge" } else { "shm" };
                 assert_eq!(g.transport((g.rank() + 1) % n), Some(want), "the transport asked for");
             }
-            collcheck::run_all(g, lens, 4, 3000)
+            collcheck::run_all(g, lens, 4, 40_000)
         });
         assert_all_ok(n, &results);
     }

@@ -39,6 +39,13 @@ impl Conn {
         self.t.is_alive()
     }
 
+    /// Pin `target` (mapping it first if need be, with `need` access) for one thread's
+    /// writes with no lock and no completion to track: over shared memory only (elsewhere
+    /// [`Error::Config`]). See [`Pinned`](crate::Pinned).
+    pub fn pin(&self, target: &RemoteRegion, need: crate::Access) -> Result<crate::Pinned, Error> {
+        self.t.pin(target, need)
+    }
+
     /// Write `data` at `offset` of `target`. An 8-byte write at an 8-byte aligned offset is
     /// placed with one store: a reader of that word sees its old or its new value, never a mix.
     pub fn write(&self, target: &RemoteRegion, offset: u64, data: &[u8], flags: OpFlags) -> Op {

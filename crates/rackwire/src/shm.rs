@@ -30,6 +30,7 @@ use tracing::{debug, warn};
 
 use crate::fabric::FabricInner;
 use crate::grants::Refusal;
+use crate::pin::{out_of_bounds, signal_access, store_with_signal, PinSet, Pinned};
 use crate::sync::{lock, read};
 use crate::transport::PeerTransport;
 use crate::{
@@ -150,9 +151,19 @@ impl RemoteRings {
 }
 
 struct Mapping {
-    mem: SharedMem,
+    mem: Arc<SharedMem>,
     key: u128,
     access: Access,
+    /// Its pins ([`Pinned`]), retired when the mapping is dropped.
+    pins: Arc<PinSet>,
+}
+
+impl Drop for Mapping {
+    /// A mapping leaves the table under the table's exclusive lock (so no ordinary operation
+    /// uses it); its pins are stopped here, before the unmap is confirmed.
+    fn drop(&mut self) {
+        self.pins.retire();
+    }
 }
 
 enum MapAnswer {
@@ -200,7 +211,7 @@ pub(crate) struct ShmPeer {
     next_req: AtomicU64,
     alive: AtomicBool,
     op_timeout: Duration,
-    stats: Counters,
+    stats: Arc<Counters>,
 }
 
 fn context(initiator: NodeId, acceptor: NodeId) -> Vec<u8> {
@@ -232,7 +243,7 @@ impl ShmPeer {
             next_req: AtomicU64::new(1),
             alive: AtomicBool::new(true),
             op_timeout: f.cfg.op_timeout,
-            stats: Counters::default(),
+            stats: Arc::default(),
         })
     }
 
@@ -357,10 +368,10 @@ impl ShmPeer {
                     let answer = match fds.pop().map(|fd| SharedMem::from_fd(fd, how)) {
                         Some(Ok(mem)) => {
                             self.stats.mappings.fetch_add(1, Relaxed);
-                            self.maps
-                                .write()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .insert(p.region, Mapping { mem, key: p.key, access });
+                            self.maps.write().unwrap_or_else(|e| e.into_inner()).insert(
+                                p.region,
+                                Mapping { mem: Arc::new(mem), key: p.key, access, pins: PinSet::new() },
+                            );
                             MapAnswer::Granted
                         }
                         Some(Err(e)) => MapAnswer::Failed(e.into()),
@@ -556,7 +567,7 @@ impl ShmPeer {
     }
 
     fn oob(t: &RemoteRegion, m: &Mapping, offset: u64, len: u64) -> Error {
-        Error::OutOfBounds { region: t.region, offset, len, region_len: m.mem.len() as u64 }
+        out_of_bounds(t.region, &m.mem, offset, len)
     }
 
     fn refused(&self, e: Error) -> Error {
@@ -586,32 +597,12 @@ impl ShmPeer {
         signal: Signal,
         flags: OpFlags,
     ) -> Result<Completion, Error> {
-        // Data and a `Set` are stores (write access); an `Add` is an atomic. An `Add` with no
-        // data needs atomic access alone, as over the edge transport.
-        let need = match signal.op {
-            SignalOp::Set(_) => Access::WRITE,
-            SignalOp::Add(_) if data.is_empty() => Access::ATOMIC,
-            SignalOp::Add(_) => Access::WRITE | Access::ATOMIC,
-        };
-        let old = self.with_mapping(t, need, |m| {
-            let Some(word) = m.mem.atomic_u64(signal.offset) else {
-                return Err(self.refused(Self::oob(t, m, signal.offset, 8)));
-            };
-            if offset.checked_add(data.len() as u64).is_none_or(|end| end > m.mem.len() as u64) {
-                return Err(self.refused(Self::oob(t, m, offset, data.len() as u64)));
-            }
+        let old = self.with_mapping(t, signal_access(&signal, data), |m| {
             // Counted before the stores: an atomic instruction after them would wait for
             // them to reach the peer's cache, and this call need not.
             self.stats.writes.fetch_add(1, Relaxed);
             self.stats.bytes_written.fetch_add(data.len() as u64, Relaxed);
-            m.mem.write_at(offset, data);
-            Ok(match signal.op {
-                SignalOp::Set(v) => {
-                    word.store(v, std::sync::atomic::Ordering::Release);
-                    0
-                }
-                SignalOp::Add(v) => word.fetch_add(v, std::sync::atomic::Ordering::AcqRel),
-            })
+            store_with_signal(t.region, &m.mem, offset, data, signal).map_err(|e| self.refused(e))
         })?;
         self.notify_after(t.region, signal.offset, 8, flags)?;
         Ok(match signal.op {
@@ -769,6 +760,16 @@ impl PeerTransport for ShmPeer {
             Ok(None) => Ok(None),
             Err(e) => Err(Error::Protocol(e.to_string())),
         }
+    }
+
+    fn pin(&self, t: &RemoteRegion, need: Access) -> Result<Pinned, Error> {
+        let (mem, pins, access) = self.with_mapping(t, need, |m| Ok((m.mem.clone(), m.pins.clone(), m.access)))?;
+        let stats = self.stats.clone();
+        let counts = Box::new(move |writes, bytes| {
+            stats.writes.fetch_add(writes, Relaxed);
+            stats.bytes_written.fetch_add(bytes, Relaxed);
+        });
+        Pinned::new(mem, &pins, t.region, self.peer, access, counts)
     }
 
     fn unmap(&self, region: RegionId, timeout: Duration) -> bool {

@@ -72,6 +72,12 @@ pub trait PeerTransport: Send + Sync + 'static {
     }
     /// Take the next notification from this peer, if one is waiting.
     fn try_notification(&self) -> Result<Option<Notification>, Error>;
+    /// Pin `target` for one thread's lock-free writes ([`crate::Conn::pin`]); only where the
+    /// peer's memory is mapped into this process.
+    fn pin(&self, target: &RemoteRegion, need: crate::Access) -> Result<crate::Pinned, Error> {
+        let _ = (target, need);
+        Err(Error::Config(format!("pinning needs a shared-memory connection, not {}", self.kind())))
+    }
     /// Ask the peer to stop using `region` of ours, and wait up to `timeout` for its word.
     /// True when it confirmed (or never used it); false when it did not answer in time.
     fn unmap(&self, region: RegionId, timeout: Duration) -> bool;

@@ -32,7 +32,7 @@ fn scenario(g: &mut Group, args: &[String]) -> Result<(), CollError> {
                 .map(|s| s.parse().expect("a length"))
                 .collect();
             let rounds = args.get(2).map_or(3, |s| s.parse().expect("rounds"));
-            let random_max = args.get(3).map_or(5000, |s| s.parse().expect("bytes"));
+            let random_max = args.get(3).map_or(40_000, |s| s.parse().expect("bytes"));
             collcheck::run_all(g, &lens, rounds, random_max)
         }
         Some("allreduce-loop") => {
