@@ -112,6 +112,16 @@ impl Group {
         outcome
     }
 
+    /// Run `f` with a count of `len` for every rank (kept between calls: no allocation).
+    fn with_equal_counts<R>(&mut self, len: usize, f: impl FnOnce(&mut Self, &[usize]) -> R) -> R {
+        let mut counts = std::mem::take(&mut self.reuse.counts);
+        counts.clear();
+        counts.resize(self.size(), len);
+        let out = f(self, &counts);
+        self.reuse.counts = counts;
+        out
+    }
+
     fn check_root(&self, root: usize) -> Result<(), CollError> {
         if root >= self.size() {
             return Err(CollError::BadArgument(format!("root {root} outside 0..{}", self.size())));
@@ -192,8 +202,7 @@ impl Group {
     /// Rank `root` sends block `i` of `send` (`N · recv.len()` bytes; ignored elsewhere) to
     /// rank `i`, which receives it in `recv`.
     pub fn scatter(&mut self, root: usize, send: &[u8], recv: &mut [u8]) -> Result<(), CollError> {
-        let counts = vec![recv.len(); self.size()];
-        self.scatterv(root, send, &counts, recv)
+        self.with_equal_counts(recv.len(), |g, counts| g.scatterv(root, send, counts, recv))
     }
 
     /// Rank `root` sends `counts[i]` bytes to rank `i`, taken from `send` packed by rank
@@ -221,8 +230,7 @@ impl Group {
     /// Every rank sends `send` to rank `root`, which receives them in `recv` by rank
     /// (`N · send.len()` bytes; ignored elsewhere).
     pub fn gather(&mut self, root: usize, send: &[u8], recv: &mut [u8]) -> Result<(), CollError> {
-        let counts = vec![send.len(); self.size()];
-        self.gatherv(root, send, &counts, recv)
+        self.with_equal_counts(send.len(), |g, counts| g.gatherv(root, send, counts, recv))
     }
 
     /// Every rank sends `send` to rank `root`, which receives `counts[i]` bytes from rank `i`
@@ -247,8 +255,7 @@ impl Group {
 
     /// Every rank's `send` to every rank's `recv`, by rank (`N · send.len()` bytes).
     pub fn allgather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CollError> {
-        let counts = vec![send.len(); self.size()];
-        self.allgatherv(send, &counts, recv)
+        self.with_equal_counts(send.len(), |g, counts| g.allgatherv(send, counts, recv))
     }
 
     /// Every rank's `send` (`counts[i]` bytes from rank `i`; every rank passes the same
@@ -283,8 +290,7 @@ impl Group {
                 recv.len()
             )));
         }
-        let counts = vec![send.len() / n; n];
-        self.alltoallv(send, &counts, recv, &counts)
+        self.with_equal_counts(send.len() / n, |g, counts| g.alltoallv(send, counts, recv, counts))
     }
 
     /// Rank `i` sends `send_counts[j]` bytes (packed by rank in `send`) to rank `j`, and

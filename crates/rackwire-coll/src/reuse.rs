@@ -21,6 +21,8 @@ pub(crate) struct Reuse {
     /// Offsets of packed blocks (two sets: alltoallv has both sides packed).
     pub offs: Vec<usize>,
     pub offs_recv: Vec<usize>,
+    /// Equal counts for the collectives that take one length.
+    pub counts: Vec<usize>,
     /// Places this rank names, places it was named, and small blocks staged before they go
     /// into place (collectives into registered memory).
     pub place_out: Vec<u8>,

@@ -24,6 +24,7 @@ pub mod copy;
 pub mod doorbell;
 pub mod mem;
 pub mod memcpy;
+pub mod owned;
 pub mod ring;
 pub mod socket;
 
@@ -31,4 +32,5 @@ pub use copy::{coalesce, CopyEngine, CopyPiece, COPY_CHANNELS_MAX};
 pub use doorbell::{Doorbell, DoorbellRemote};
 pub use mem::{MapAccess, SharedMem, ShmError, SHM_REGION_BYTES_MAX};
 pub use memcpy::copy_bytes;
+pub use owned::OwnedWindow;
 pub use socket::{ControlSocket, Endpoint, CONTROL_FDS_MAX, CONTROL_MSG_BYTES_MAX};

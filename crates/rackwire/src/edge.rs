@@ -29,7 +29,7 @@ use crate::config::LINK_MTU_MIN;
 use crate::fabric::FabricInner;
 use crate::grants::Refusal as Rule;
 use crate::op::{Drive, OpCell};
-use crate::sync::{lock, read};
+use crate::sync::lock;
 use crate::transport::PeerTransport;
 use crate::{
     Access, BatchOptions, Completion, ConnStats, Error, NodeId, NodeInfo, Notification, Op, OpFlags, RegionId,
@@ -165,7 +165,7 @@ impl proto::Target for FabricTarget<'_> {
         self.with(peer, region, key, Access::WRITE, |r| {
             in_bounds(r.len, op_offset, op_len)?;
             in_bounds(r.len, at, data.len() as u64)?;
-            read(&r.mem).write_at(at, data);
+            r.mem.lock().write_at(at, data);
             Ok(())
         })
     }
@@ -173,7 +173,7 @@ impl proto::Target for FabricTarget<'_> {
     fn read(&mut self, peer: u32, region: u32, key: u128, offset: u64, out: &mut [u8]) -> Result<(), proto::Refusal> {
         self.with(peer, region, key, Access::READ, |r| {
             in_bounds(r.len, offset, out.len() as u64)?;
-            read(&r.mem).read_at(offset, out);
+            r.mem.lock().read_at(offset, out);
             Ok(())
         })
     }
@@ -190,7 +190,7 @@ impl proto::Target for FabricTarget<'_> {
             return Err(proto::Refusal::Misaligned);
         }
         self.with(peer, region, key, Access::ATOMIC, |r| {
-            let mem = read(&r.mem);
+            let mem = r.mem.lock();
             let word = mem.atomic_u64(offset).ok_or(proto::Refusal::OutOfBounds)?;
             Ok(match op {
                 proto::AtomicOp::CompareSwap { expected, new } => {

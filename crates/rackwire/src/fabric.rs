@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rackwire_mh::{MhClient, MhConfig, MhError, Role};
-use rackwire_shm::{CopyEngine, Doorbell, Endpoint, SharedMem};
+use rackwire_shm::{CopyEngine, Doorbell, Endpoint, OwnedWindow, SharedMem};
 use tracing::{debug, warn};
 
 use crate::edge::EdgeEndpoint;
@@ -359,7 +359,7 @@ impl Fabric {
             key: rackwire_mh::auth::random_u128(),
             len,
             max_access: access,
-            mem: RwLock::new(mem),
+            mem: OwnedWindow::new(mem),
             acl: Mutex::new(Acl::default()),
             migrating: AtomicBool::new(false),
         });

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use rackwire_proto::{OwnIdMap, OwnIdSet};
-use rackwire_shm::SharedMem;
+use rackwire_shm::OwnedWindow;
 use serde::{Deserialize, Serialize};
 
 use crate::sync::{lock, read, write};
@@ -28,7 +28,7 @@ pub(crate) struct RegionInner {
     pub key: u128,
     pub len: u64,
     pub max_access: Access,
-    pub mem: RwLock<SharedMem>,
+    pub mem: OwnedWindow,
     pub acl: Mutex<Acl>,
     /// Set while the backing moves to a new memfd (a peer was cut off); map requests are told
     /// to come back shortly.

@@ -8,7 +8,7 @@ use tracing::{info, warn};
 
 use crate::fabric::FabricInner;
 use crate::grants::RegionInner;
-use crate::sync::{lock, read};
+use crate::sync::lock;
 use crate::{Access, Error, NodeId, RegionId, RemoteRegion, REVOKE_ACK_TIMEOUT};
 
 /// What a revocation had to do.
@@ -153,7 +153,7 @@ impl Region {
 
     /// Copy `data` into the region at `offset` (local access).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
-        if read(&self.inner.mem).write_at(offset, data) {
+        if self.inner.mem.lock().write_at(offset, data) {
             Ok(())
         } else {
             Err(self.oob(offset, data.len() as u64))
@@ -162,7 +162,7 @@ impl Region {
 
     /// Copy bytes at `offset` into `out` (local access).
     pub fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<(), Error> {
-        if read(&self.inner.mem).read_at(offset, out) {
+        if self.inner.mem.read_at(offset, out) {
             Ok(())
         } else {
             Err(self.oob(offset, out.len() as u64))
@@ -178,16 +178,15 @@ impl Region {
 
     /// The 64-bit word at an 8-byte aligned `offset`, read atomically (local access).
     pub fn load_u64(&self, offset: u64) -> Result<u64, Error> {
-        let mem = read(&self.inner.mem);
         if !offset.is_multiple_of(8) {
             return Err(Error::Misaligned { offset });
         }
-        mem.atomic_u64(offset).map(|a| a.load(Ordering::Acquire)).ok_or_else(|| self.oob(offset, 8))
+        self.inner.mem.load_u64(offset).ok_or_else(|| self.oob(offset, 8))
     }
 
     /// Store the 64-bit word at an 8-byte aligned `offset` atomically (local access).
     pub fn store_u64(&self, offset: u64, v: u64) -> Result<(), Error> {
-        let mem = read(&self.inner.mem);
+        let mem = self.inner.mem.lock();
         if !offset.is_multiple_of(8) {
             return Err(Error::Misaligned { offset });
         }
@@ -211,7 +210,7 @@ pub(crate) fn migrate(fabric: &FabricInner, r: &RegionInner) {
         }
     }
     let name = format!("rackwire-region-{}", r.id);
-    if let Err(e) = r.mem.write().unwrap_or_else(|e| e.into_inner()).replace_backing(&name) {
+    if let Err(e) = r.mem.replace_backing(&name) {
         warn!(region = r.id, "could not move region to fresh memory: {e}");
     } else {
         info!(region = r.id, "region moved to fresh memory; cut-off peers no longer reach it");

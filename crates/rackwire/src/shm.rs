@@ -422,7 +422,7 @@ impl ShmPeer {
             return;
         };
         let decided = f.regions.with_grant(self.peer, region, key, Access::from_bits(want), |r, access| {
-            let mem = read(&r.mem);
+            let mem = r.mem.lock();
             let granted = PeerMsg::MapGranted { req, access: access.bits() };
             if access.stores() {
                 send(&self.sock, &granted, &[mem.fd()])
