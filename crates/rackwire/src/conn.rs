@@ -4,7 +4,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::fabric::{poll_until, FabricInner};
+use crate::node::{poll_until, Node};
 use crate::op::{BatchOptions, Signal};
 use crate::transport::PeerTransport;
 use crate::{Error, NodeId, Op, OpFlags, RemoteRegion, BATCH_ENTRIES_MAX, MESSAGE_BYTES_MAX};
@@ -14,7 +14,7 @@ use crate::{Error, NodeId, Op, OpFlags, RemoteRegion, BATCH_ENTRIES_MAX, MESSAGE
 #[derive(Clone)]
 pub struct Conn {
     pub(crate) t: Arc<dyn PeerTransport>,
-    pub(crate) fabric: Arc<FabricInner>,
+    pub(crate) fabric: Arc<Node>,
 }
 
 impl std::fmt::Debug for Conn {

@@ -26,8 +26,8 @@ use rackwire_wire::{FrameKind, HandshakeRepr, HEADER_LEN};
 use tracing::{debug, warn};
 
 use crate::config::LINK_MTU_MIN;
-use crate::fabric::FabricInner;
 use crate::grants::Refusal as Rule;
+use crate::node::Node;
 use crate::op::{Drive, OpCell};
 use crate::sync::lock;
 use crate::transport::PeerTransport;
@@ -127,7 +127,7 @@ fn refusal(r: Rule) -> proto::Refusal {
 /// This node's memory as the edge transport's target sees it: every frame is checked against
 /// the owner's grant table, and the operation's whole range against the region.
 struct FabricTarget<'a> {
-    fabric: &'a Weak<FabricInner>,
+    fabric: &'a Weak<Node>,
 }
 
 impl FabricTarget<'_> {
@@ -311,7 +311,7 @@ pub(crate) struct EdgeEndpoint {
     socks: Vec<LinkSocket>,
     waker: Waker,
     state: Mutex<State>,
-    fabric: Weak<FabricInner>,
+    fabric: Weak<Node>,
     start: Instant,
     stop: AtomicBool,
     me: NodeId,
@@ -338,7 +338,7 @@ pub(crate) struct EdgeEndpoint {
 
 impl EdgeEndpoint {
     /// Bind the links and start the network thread.
-    pub fn start(f: &Arc<FabricInner>) -> Result<Arc<EdgeEndpoint>, Error> {
+    pub(crate) fn start(f: &Arc<Node>) -> Result<Arc<EdgeEndpoint>, Error> {
         let cfg = &f.cfg;
         let socks = cfg
             .links
@@ -397,7 +397,7 @@ impl EdgeEndpoint {
     }
 
     /// The links' bound addresses, to publish.
-    pub fn addrs(&self) -> Vec<String> {
+    pub(crate) fn addrs(&self) -> Vec<String> {
         self.socks.iter().map(|s| s.local_addr().to_string()).collect()
     }
 
@@ -428,7 +428,7 @@ impl EdgeEndpoint {
     }
 
     /// Stop the network thread and close every connection.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         {
             let mut st = lock(&self.state);
             let now = self.now();
@@ -446,7 +446,7 @@ impl EdgeEndpoint {
     }
 
     /// Open a connection to `info` and wait for its handshake.
-    pub fn connect(self: &Arc<Self>, info: &NodeInfo) -> Result<Arc<dyn PeerTransport>, Error> {
+    pub(crate) fn connect(self: &Arc<Self>, info: &NodeInfo) -> Result<Arc<dyn PeerTransport>, Error> {
         let addrs: Vec<SocketAddr> = info.links.iter().filter_map(|a| a.parse().ok()).collect();
         let links = addrs.len().min(self.socks.len());
         if links == 0 {
@@ -609,7 +609,7 @@ impl EdgeEndpoint {
 
     /// Make progress from a waiting application thread (busy polling), if the network thread
     /// is not at it right now. True when something was received or sent.
-    pub fn pump(&self) -> bool {
+    pub(crate) fn pump(&self) -> bool {
         let now = self.now();
         let Ok(mut st) = self.state.try_lock() else {
             // Polling all the same: the network thread stays out of the way.

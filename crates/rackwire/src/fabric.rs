@@ -1,32 +1,26 @@
-//! The fabric as one node sees it: membership, regions, connections, incoming traffic.
+//! The fabric as one node sees it: joining, regions, connections, incoming traffic. The
+//! node's shared state lives in [`crate::node`]; this module chooses and starts the
+//! transports on top of it.
 
-use std::collections::HashMap;
 use std::os::unix::fs::DirBuilderExt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rackwire_mh::{MhClient, MhConfig, MhError, Role};
 use rackwire_shm::{CopyEngine, Doorbell, Endpoint, OwnedWindow, SharedMem};
 use tracing::{debug, warn};
 
 use crate::edge::EdgeEndpoint;
-use crate::grants::{AccessPolicy, Acl, RegionInner, RegionTable};
+use crate::grants::{Acl, RegionInner};
+use crate::node::{poll_until, Node, Peer};
 use crate::op::{Drive, Notification};
 use crate::shm::ShmPeer;
-use crate::sync::{lock, read, write, CLOCK_EVERY_SPINS};
-use crate::transport::PeerTransport;
+use crate::sync::lock;
 use crate::{
-    Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RemoteRegion, TransportChoice, PEERS_MAX,
-    REGIONS_MAX,
+    Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RemoteRegion, TransportChoice, REGIONS_MAX,
 };
-
-/// How long a blocked receiver sleeps at most before it looks again (covers peers that
-/// joined after it went to sleep).
-const DOORBELL_SLICE: Duration = Duration::from_millis(10);
-/// How long a freed region's peers have to confirm they unmapped it.
-const FREE_UNMAP_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A message from a peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,37 +31,6 @@ pub struct Message {
     pub data: Vec<u8>,
 }
 
-type Peer = Arc<dyn PeerTransport>;
-
-#[derive(Default)]
-struct PeerTable {
-    by_node: HashMap<NodeId, Vec<Peer>>,
-    /// Every live connection, replaced whole on change so pollers take it without a lock
-    /// held while they poll.
-    all: Arc<Vec<Peer>>,
-}
-
-/// Shared state of one node's membership in the fabric.
-pub(crate) struct FabricInner {
-    pub id: NodeId,
-    pub cfg: FabricConfig,
-    pub mh: MhClient,
-    pub host: String,
-    /// This node's regions and their access rules.
-    pub regions: Arc<RegionTable>,
-    next_region: AtomicU32,
-    peers: RwLock<PeerTable>,
-    pub doorbell: Doorbell,
-    pub copy: CopyEngine,
-    pub endpoint: Arc<Endpoint>,
-    connect_lock: Mutex<()>,
-    pub closed: AtomicBool,
-    rr: AtomicUsize,
-    pub weak: Weak<FabricInner>,
-    /// The edge transport, when this node has Ethernet links.
-    edge: OnceLock<Arc<EdgeEndpoint>>,
-}
-
 /// The kernel's boot id: nodes that share it share this machine's memory.
 fn host_identity() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -75,116 +38,54 @@ fn host_identity() -> String {
         .unwrap_or_else(|_| "unknown-host".into())
 }
 
-impl FabricInner {
-    pub(crate) fn conns_of(&self, node: NodeId) -> Vec<Peer> {
-        read(&self.peers).by_node.get(&node).cloned().unwrap_or_default()
+/// A connection from `f` to `node`: an existing live one, or a new one over the transport the
+/// configuration and the two nodes' places call for.
+fn connect(f: &Arc<Node>, edge: Option<&Arc<EdgeEndpoint>>, node: NodeId) -> Result<Peer, Error> {
+    if let Some(p) = f.conns_of(node).into_iter().find(|p| p.is_alive()) {
+        return Ok(p);
     }
-
-    fn all_peers(&self) -> Arc<Vec<Peer>> {
-        read(&self.peers).all.clone()
+    let _g = lock(&f.connect_lock);
+    if let Some(p) = f.conns_of(node).into_iter().find(|p| p.is_alive()) {
+        return Ok(p);
     }
-
-    pub(crate) fn add_peer(&self, p: Peer) -> Result<(), Error> {
-        let mut t = write(&self.peers);
-        if t.all.len() >= PEERS_MAX {
-            return Err(Error::Limit(format!("{PEERS_MAX} peer connections")));
-        }
-        t.by_node.entry(p.peer()).or_default().push(p.clone());
-        let mut all = (*t.all).clone();
-        all.push(p);
-        t.all = Arc::new(all);
-        Ok(())
-    }
-
-    pub(crate) fn remove_peer(&self, p: &Peer) {
-        let mut t = write(&self.peers);
-        if let Some(v) = t.by_node.get_mut(&p.peer()) {
-            v.retain(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p)));
-            if v.is_empty() {
-                t.by_node.remove(&p.peer());
-            }
-        }
-        let all: Vec<Peer> =
-            t.all.iter().filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))).cloned().collect();
-        t.all = Arc::new(all);
-    }
-
-    /// Refuse grants to nodes the management host has never heard of. While it is down,
-    /// the check is skipped: access is still enforced at every use.
-    pub(crate) fn known_peer(&self, node: NodeId) -> Result<(), Error> {
-        if node == self.id {
-            return Ok(());
-        }
-        match self.mh.resolve(node) {
-            Ok(_) | Err(MhError::Unavailable(_)) => Ok(()),
-            Err(MhError::NotFound(_)) => Err(Error::UnknownPeer(node)),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    pub(crate) fn free_region(&self, r: &RegionInner) {
-        self.regions.remove(r.id);
-        let mappers: Vec<NodeId> = {
-            let mut acl = lock(&r.acl);
-            *acl = Acl::default();
-            acl.mapped_by.drain().collect()
-        };
-        for peer in mappers {
-            for c in self.conns_of(peer) {
-                c.unmap(r.id, FREE_UNMAP_TIMEOUT);
-            }
-        }
-        if !self.closed.load(Ordering::Relaxed) {
-            self.mh.drop_region(r.id);
-        }
-    }
-
-    fn connect(&self, node: NodeId) -> Result<Peer, Error> {
-        if let Some(p) = self.conns_of(node).into_iter().find(|p| p.is_alive()) {
-            return Ok(p);
-        }
-        let _g = lock(&self.connect_lock);
-        if let Some(p) = self.conns_of(node).into_iter().find(|p| p.is_alive()) {
-            return Ok(p);
-        }
-        let info = self.mh.resolve(node).map_err(|e| match e {
-            MhError::NotFound(_) => Error::UnknownPeer(node),
-            e => e.into(),
-        })?;
-        let shared_memory = info.host == self.host && info.shm_path.is_some();
-        let edge = self.edge.get().filter(|_| !info.links.is_empty());
-        let use_edge = match self.cfg.transport {
-            TransportChoice::Edge => true,
-            TransportChoice::Auto => !shared_memory,
-            TransportChoice::Shm => false,
-        };
-        if use_edge {
-            let Some(ep) = edge else {
-                let why = if self.edge.get().is_none() {
-                    "this node has no Ethernet link configured for the edge transport"
-                } else {
-                    "the peer published no Ethernet link"
-                };
-                return Err(Error::Unreachable { node, why: why.into() });
+    let info = f.mh.resolve(node).map_err(|e| match e {
+        MhError::NotFound(_) => Error::UnknownPeer(node),
+        e => e.into(),
+    })?;
+    let shared_memory = info.host == f.host && info.shm_path.is_some();
+    let usable = edge.filter(|_| !info.links.is_empty());
+    let use_edge = match f.cfg.transport {
+        TransportChoice::Edge => true,
+        TransportChoice::Auto => !shared_memory,
+        TransportChoice::Shm => false,
+    };
+    if use_edge {
+        let Some(ep) = usable else {
+            let why = if edge.is_none() {
+                "this node has no Ethernet link configured for the edge transport"
+            } else {
+                "the peer published no Ethernet link"
             };
-            let p = ep.connect(&info)?;
-            self.add_peer(p.clone())?;
-            return Ok(p);
-        }
-        if !shared_memory {
-            return Err(Error::Unreachable {
-                node,
-                why: "it does not share memory with this node and only shared memory is enabled".into(),
-            });
-        }
-        let me = self.weak.upgrade().ok_or(Error::Closed)?;
-        let peer = match ShmPeer::connect(&me, &info) {
+            return Err(Error::Unreachable { node, why: why.into() });
+        };
+        let p = ep.connect(&info)?;
+        f.add_peer(p.clone())?;
+        return Ok(p);
+    }
+    if !shared_memory {
+        return Err(Error::Unreachable {
+            node,
+            why: "it does not share memory with this node and only shared memory is enabled".into(),
+        });
+    }
+    let peer =
+        match ShmPeer::connect(f, &info) {
             Ok(p) => p,
             Err(first) => {
                 // The cached endpoint may be stale (the peer restarted): ask afresh once.
                 debug!(node, "connect with cached endpoint failed ({first}); refreshing");
-                let info = self.mh.refresh(node).map_err(|_| first.clone())?;
-                ShmPeer::connect(&me, &info).map_err(|e| {
+                let info = f.mh.refresh(node).map_err(|_| first.clone())?;
+                ShmPeer::connect(f, &info).map_err(|e| {
                     if matches!(e, Error::Sys(_)) {
                         Error::PeerGone(node)
                     } else {
@@ -193,69 +94,16 @@ impl FabricInner {
                 })?
             }
         };
-        Ok(peer)
-    }
-}
-
-/// Busy-poll `probe` for the configured time, then sleep on the doorbell between looks, until
-/// it yields, fails, or `timeout` passes ([`Error::Timeout`]). The clock is first read after a
-/// look found nothing, so draining a full ring costs no clock reads.
-pub(crate) fn poll_until<T>(
-    f: &FabricInner,
-    timeout: Duration,
-    mut probe: impl FnMut() -> Result<Option<T>, Error>,
-) -> Result<T, Error> {
-    if let Some(v) = probe()? {
-        return Ok(v);
-    }
-    let start = Instant::now();
-    let deadline = start + timeout;
-    let spin_until = start + f.cfg.busy_poll;
-    let mut spins = 0u32;
-    let mut resting = false;
-    loop {
-        if let Some(v) = probe()? {
-            return Ok(v);
-        }
-        // Reading the clock costs more than a look at the rings: do it every so often.
-        spins = spins.wrapping_add(1);
-        if !spins.is_multiple_of(CLOCK_EVERY_SPINS) {
-            std::hint::spin_loop();
-            continue;
-        }
-        if f.closed.load(Ordering::Relaxed) {
-            return Err(Error::Closed);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(Error::Timeout);
-        }
-        if now < spin_until {
-            continue;
-        }
-        if !resting {
-            // This thread stops driving the edge transport: its network thread takes over.
-            resting = true;
-            if let Some(ep) = f.edge.get() {
-                ep.rest();
-            }
-        }
-        f.doorbell.arm();
-        let got = probe();
-        if !matches!(got, Ok(None)) {
-            f.doorbell.disarm();
-            return got.map(|v| v.expect("matched Some"));
-        }
-        f.doorbell.wait(Some((deadline - now).min(DOORBELL_SLICE)));
-        f.doorbell.disarm();
-    }
+    Ok(peer)
 }
 
 /// This process's membership in a fabric.
 ///
 /// Dropping it leaves the fabric: connections are closed and peers see this node as gone.
 pub struct Fabric {
-    inner: Arc<FabricInner>,
+    inner: Arc<Node>,
+    /// The edge transport, when this node has Ethernet links.
+    edge: Option<Arc<EdgeEndpoint>>,
     acceptor: Option<JoinHandle<()>>,
 }
 
@@ -293,28 +141,14 @@ impl Fabric {
         };
         let doorbell = Doorbell::new()?;
         let copy = CopyEngine::new(cfg.copy_channels);
-        let inner = Arc::new_cyclic(|weak| FabricInner {
-            id,
-            cfg,
-            mh,
-            host,
-            regions: Arc::new(RegionTable::default()),
-            next_region: AtomicU32::new(1),
-            peers: RwLock::new(PeerTable::default()),
-            doorbell,
-            copy,
-            endpoint: endpoint.clone(),
-            connect_lock: Mutex::new(()),
-            closed: AtomicBool::new(false),
-            rr: AtomicUsize::new(0),
-            weak: weak.clone(),
-            edge: OnceLock::new(),
-        });
-        let mut links = Vec::new();
+        let inner = Node::new(id, cfg, mh, host, doorbell, copy, endpoint.clone());
+        let (mut links, mut edge) = (Vec::new(), None);
         if !inner.cfg.links.is_empty() {
             let ep = EdgeEndpoint::start(&inner)?;
             links = ep.addrs();
-            let _ = inner.edge.set(ep);
+            let driver: Arc<dyn Drive> = ep.clone();
+            let _ = inner.driver.set(driver);
+            edge = Some(ep);
         }
         inner.mh.register(rackwire_mh::NodeInfo {
             host: inner.host.clone(),
@@ -328,7 +162,7 @@ impl Fabric {
             .name("rw-accept".into())
             .spawn(move || accept_loop(weak, endpoint))
             .map_err(|e| Error::Sys(e.to_string()))?;
-        Ok(Fabric { inner, acceptor: Some(acceptor) })
+        Ok(Fabric { inner, edge, acceptor: Some(acceptor) })
     }
 
     /// This node's id.
@@ -369,7 +203,7 @@ impl Fabric {
 
     /// A connection to `node` (an existing live one if there is one).
     pub fn connect(&self, node: NodeId) -> Result<Conn, Error> {
-        let t = self.inner.connect(node)?;
+        let t = connect(&self.inner, self.edge.as_ref(), node)?;
         Ok(Conn { t, fabric: self.inner.clone() })
     }
 
@@ -434,7 +268,7 @@ impl Fabric {
         if n == 0 {
             return Ok(None);
         }
-        let start = if n > 1 { self.inner.rr.fetch_add(1, Ordering::Relaxed) } else { 0 };
+        let start = if n > 1 { self.inner.next_rr() } else { 0 };
         for i in 0..n {
             let p = &peers[(start + i) % n];
             match f(p) {
@@ -455,15 +289,13 @@ impl Fabric {
     /// while it spins, and [`Fabric::rest`] before it sleeps. The shared-memory transport needs
     /// no driving: its operations complete in the calling thread.
     pub fn progress(&self) -> bool {
-        self.inner.edge.get().is_some_and(|ep| ep.drive())
+        self.inner.drive()
     }
 
     /// This thread stops driving the transports (it is about to sleep): the edge transport's
     /// network thread takes over at once.
     pub fn rest(&self) {
-        if let Some(ep) = self.inner.edge.get() {
-            ep.rest();
-        }
+        self.inner.rest();
     }
 
     /// Bootstrap: post `blob` (at most [`rackwire_mh::jobs::JOB_BLOB_BYTES_MAX`] bytes) as
@@ -483,11 +315,6 @@ impl Fabric {
         Ok(self.inner.mh.nodes()?)
     }
 
-    /// The target-side access rules of this node, for transports.
-    pub fn policy(&self) -> AccessPolicy {
-        AccessPolicy { table: Arc::downgrade(&self.inner.regions), me: self.inner.id }
-    }
-
     /// Leave the fabric now (also done on drop).
     pub fn close(mut self) {
         self.shutdown();
@@ -504,7 +331,7 @@ impl Fabric {
         for p in self.inner.all_peers().iter() {
             p.cut_off();
         }
-        if let Some(ep) = self.inner.edge.get() {
+        if let Some(ep) = &self.edge {
             ep.shutdown();
         }
     }
@@ -516,7 +343,7 @@ impl Drop for Fabric {
     }
 }
 
-fn accept_loop(fabric: Weak<FabricInner>, endpoint: Arc<Endpoint>) {
+fn accept_loop(fabric: Weak<Node>, endpoint: Arc<Endpoint>) {
     loop {
         match endpoint.accept() {
             Ok(Some(sock)) => {
@@ -539,6 +366,7 @@ fn accept_loop(fabric: Weak<FabricInner>, endpoint: Arc<Endpoint>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
     use crate::TransportChoice;
 
     // Checks that a thread that stops polling to sleep hands the edge transport back to its
@@ -554,7 +382,7 @@ mod tests {
         cfg.links = vec!["127.0.0.1:0".into()];
         cfg.busy_poll = Duration::from_millis(2);
         let f = Fabric::join(cfg).unwrap();
-        let ep = f.inner.edge.get().expect("an edge endpoint").clone();
+        let ep = f.edge.clone().expect("an edge endpoint");
         ep.set_watch(Duration::from_secs(3600));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ep.is_watching() {

@@ -2,7 +2,7 @@
 //! transport applies before it places a byte (who may do what, who holds a mapping).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rackwire_proto::{OwnIdMap, OwnIdSet};
 use rackwire_shm::OwnedWindow;
@@ -47,7 +47,7 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    pub fn into_error(self, node: NodeId, region: RegionId) -> Error {
+    pub(crate) fn into_error(self, node: NodeId, region: RegionId) -> Error {
         match self {
             Refusal::Ungranted { needed } => Error::Ungranted { region, needed: Access::from_bits(needed) },
             Refusal::Revoked => Error::Revoked { region },
@@ -55,25 +55,6 @@ impl Refusal {
             Refusal::UnknownRegion => Error::UnknownRegion { node, region },
             Refusal::Busy => Error::Timeout,
         }
-    }
-}
-
-/// The target's access rules, as every transport must apply them before it places a byte:
-/// the region must exist, the key must match, and the peer must hold a grant covering the
-/// operation. A revoked grant is reported as such, distinct from one never given.
-#[derive(Clone, Debug)]
-pub struct AccessPolicy {
-    pub(crate) table: Weak<RegionTable>,
-    /// The node whose regions these are.
-    pub(crate) me: NodeId,
-}
-
-impl AccessPolicy {
-    /// Decide whether `peer` may do `need` to `region` with `key`. On success, returns the
-    /// peer's full grant.
-    pub fn check(&self, peer: NodeId, region: RegionId, key: u128, need: Access) -> Result<Access, Error> {
-        let t = self.table.upgrade().ok_or(Error::Closed)?;
-        t.with_grant(peer, region, key, need, |_, a| a).map_err(|r| r.into_error(self.me, region))
     }
 }
 

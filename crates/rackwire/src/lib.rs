@@ -33,6 +33,7 @@
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod access;
 mod config;
@@ -43,16 +44,17 @@ mod fabric;
 mod grants;
 mod handle;
 mod id;
+mod node;
 mod op;
 mod pin;
 mod region;
 mod shm;
 mod sync;
-pub mod transport;
+mod transport;
 
 pub use access::{Access, ParseAccessError};
 pub use bytes::Bytes;
-pub use config::{FabricConfig, TransportChoice};
+pub use config::{FabricConfig, TransportChoice, BUSY_POLL_DEFAULT, LINK_MTU_DEFAULT, LINK_MTU_MIN};
 pub use conn::Conn;
 pub use error::{Error, MhErrorText};
 pub use fabric::{Fabric, Message};

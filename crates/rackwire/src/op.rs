@@ -83,7 +83,7 @@ pub trait Drive: Send + Sync {
 }
 
 /// A shared [`Drive`] (cloning it allocates nothing).
-pub type Driver = Arc<dyn Drive>;
+pub(crate) type Driver = Arc<dyn Drive>;
 
 /// Where an asynchronous transport puts an operation's outcome.
 #[derive(Default)]

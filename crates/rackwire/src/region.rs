@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
-use crate::fabric::FabricInner;
 use crate::grants::RegionInner;
+use crate::node::Node;
 use crate::sync::lock;
 use crate::{Access, Error, NodeId, RegionId, RemoteRegion, REVOKE_ACK_TIMEOUT};
 
@@ -29,7 +29,7 @@ pub enum RevokeOutcome {
 /// are removed from the management host.
 pub struct Region {
     pub(crate) inner: Arc<RegionInner>,
-    pub(crate) fabric: Arc<FabricInner>,
+    pub(crate) fabric: Arc<Node>,
 }
 
 impl std::fmt::Debug for Region {
@@ -197,7 +197,7 @@ impl Region {
 /// Move a region to fresh memory so that mappings held by cut-off peers no longer reach it.
 /// Peers still in good standing are asked to unmap first (they map again on their next
 /// access, getting the new memory), so none of their writes is lost.
-pub(crate) fn migrate(fabric: &FabricInner, r: &RegionInner) {
+pub(crate) fn migrate(fabric: &Node, r: &RegionInner) {
     r.migrating.store(true, Ordering::SeqCst);
     // Any hand-over of the old descriptor in progress finishes before we go on; later map
     // requests see `migrating` and are told to come back.

@@ -28,8 +28,8 @@ use rackwire_shm::{ControlSocket, DoorbellRemote, MapAccess, SharedMem, CONTROL_
 use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
-use crate::fabric::FabricInner;
 use crate::grants::Refusal;
+use crate::node::Node;
 use crate::pin::{out_of_bounds, signal_access, store_with_signal, PinSet, Pinned};
 use crate::sync::{lock, read};
 use crate::transport::PeerTransport;
@@ -119,7 +119,7 @@ impl LocalRings {
         })
     }
 
-    fn offer(&self, sock: &ControlSocket, f: &FabricInner) -> Result<(), Error> {
+    fn offer(&self, sock: &ControlSocket, f: &Node) -> Result<(), Error> {
         let [page, efd] = f.doorbell.fds();
         send(sock, &PeerMsg::Rings, &[self.msg.mem().fd(), self.notify.mem().fd(), page, efd])
     }
@@ -195,7 +195,7 @@ struct Counters {
 /// One shared-memory connection.
 pub(crate) struct ShmPeer {
     peer: NodeId,
-    fabric: Weak<FabricInner>,
+    fabric: Weak<Node>,
     sock: ControlSocket,
     tx_msg: Mutex<RingSender>,
     tx_notify: Mutex<RingSender>,
@@ -219,13 +219,7 @@ fn context(initiator: NodeId, acceptor: NodeId) -> Vec<u8> {
 }
 
 impl ShmPeer {
-    fn build(
-        f: &FabricInner,
-        peer: NodeId,
-        sock: ControlSocket,
-        local: LocalRings,
-        remote: RemoteRings,
-    ) -> Arc<ShmPeer> {
+    fn build(f: &Node, peer: NodeId, sock: ControlSocket, local: LocalRings, remote: RemoteRings) -> Arc<ShmPeer> {
         Arc::new(ShmPeer {
             peer,
             fabric: f.weak.clone(),
@@ -248,7 +242,7 @@ impl ShmPeer {
     }
 
     /// Connect to the node described by `info` (initiator side of the handshake).
-    pub(crate) fn connect(f: &Arc<FabricInner>, info: &NodeInfo) -> Result<Arc<dyn PeerTransport>, Error> {
+    pub(crate) fn connect(f: &Arc<Node>, info: &NodeInfo) -> Result<Arc<dyn PeerTransport>, Error> {
         let path = info
             .shm_path
             .as_deref()
@@ -295,7 +289,7 @@ impl ShmPeer {
     }
 
     /// Accept a connection (acceptor side of the handshake), then serve it on this thread.
-    pub(crate) fn accept(fabric: Weak<FabricInner>, sock: ControlSocket) {
+    pub(crate) fn accept(fabric: Weak<Node>, sock: ControlSocket) {
         let Some(f) = fabric.upgrade() else { return };
         let mut buf = vec![0u8; CONTROL_MSG_BYTES_MAX];
         match Self::handshake_accept(&f, sock, &mut buf) {
@@ -307,7 +301,7 @@ impl ShmPeer {
         }
     }
 
-    fn handshake_accept(f: &Arc<FabricInner>, sock: ControlSocket, buf: &mut [u8]) -> Result<Arc<ShmPeer>, Error> {
+    fn handshake_accept(f: &Arc<Node>, sock: ControlSocket, buf: &mut [u8]) -> Result<Arc<ShmPeer>, Error> {
         sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::Sys(e.to_string()))?;
         let refuse = |sock: &ControlSocket, reason: String| {
             let _ = send(sock, &PeerMsg::Refused { reason: reason.clone() }, &[]);

@@ -8,7 +8,7 @@
 //! What every implementation must guarantee:
 //!
 //! - **Access is the target's decision.** An operation reaches the target's memory only if the
-//!   target's [`AccessPolicy`] (the owner's grant table) allows it: key, grant and bounds. A
+//!   target's grant table ([`crate::grants::RegionTable`]) allows it: key, grant and bounds. A
 //!   refused operation completes with its own error ([`crate::Error::Ungranted`],
 //!   [`crate::Error::Revoked`], [`crate::Error::BadKey`], [`crate::Error::OutOfBounds`],
 //!   [`crate::Error::Misaligned`], [`crate::Error::UnknownRegion`]) and touches nothing.
@@ -28,10 +28,8 @@ use std::time::Duration;
 use crate::op::{BatchOptions, Notification, Op, OpFlags, Signal};
 use crate::{Error, NodeId, RegionId, RemoteRegion};
 
-pub use crate::grants::AccessPolicy;
-
 /// One live connection to one peer, over some transport.
-pub trait PeerTransport: Send + Sync + 'static {
+pub(crate) trait PeerTransport: Send + Sync + 'static {
     /// The peer's node id.
     fn peer(&self) -> NodeId;
     /// A short name of the transport (`shm`, `udp`).

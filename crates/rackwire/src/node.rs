@@ -1,0 +1,224 @@
+//! One node's membership in the fabric, below the transports: its identity, configuration
+//! and management-host session, its regions, its live connections, and how its threads wait.
+//!
+//! The transports (`shm`, `edge`), regions and connections are handed a [`Node`] and report
+//! new and closed peers to it ([`Node::add_peer`], [`Node::remove_peer`]); the node knows them
+//! only as [`PeerTransport`]s and the edge transport only as a [`Drive`]. [`crate::Fabric`], on
+//! top, chooses and starts the transports.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use rackwire_mh::{MhClient, MhError};
+use rackwire_shm::{CopyEngine, Doorbell, Endpoint};
+
+use crate::grants::{Acl, RegionInner, RegionTable};
+use crate::op::Drive;
+use crate::sync::{lock, read, write, CLOCK_EVERY_SPINS};
+use crate::transport::PeerTransport;
+use crate::{Error, FabricConfig, NodeId, PEERS_MAX};
+
+/// How long a blocked receiver sleeps at most before it looks again (covers peers that
+/// joined after it went to sleep).
+const DOORBELL_SLICE: Duration = Duration::from_millis(10);
+/// How long a freed region's peers have to confirm they unmapped it.
+const FREE_UNMAP_TIMEOUT: Duration = Duration::from_millis(500);
+
+pub(crate) type Peer = Arc<dyn PeerTransport>;
+
+#[derive(Default)]
+struct PeerTable {
+    by_node: HashMap<NodeId, Vec<Peer>>,
+    /// Every live connection, replaced whole on change so pollers take it without a lock
+    /// held while they poll.
+    all: Arc<Vec<Peer>>,
+}
+
+/// Shared state of one node's membership in the fabric.
+pub(crate) struct Node {
+    pub id: NodeId,
+    pub cfg: FabricConfig,
+    pub mh: MhClient,
+    /// Which memory this node shares: nodes with the same string reach each other over
+    /// shared memory.
+    pub host: String,
+    /// This node's regions and their access rules.
+    pub regions: Arc<RegionTable>,
+    pub next_region: AtomicU32,
+    peers: RwLock<PeerTable>,
+    pub doorbell: Doorbell,
+    pub copy: CopyEngine,
+    pub endpoint: Arc<Endpoint>,
+    /// Held while a connection is being made, so two threads do not make two.
+    pub connect_lock: Mutex<()>,
+    pub closed: AtomicBool,
+    rr: AtomicUsize,
+    pub weak: Weak<Node>,
+    /// The transport that needs driving by waiting threads (the edge transport), if any.
+    pub driver: OnceLock<Arc<dyn Drive>>,
+}
+
+impl Node {
+    /// A node with no peers yet.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        id: NodeId,
+        cfg: FabricConfig,
+        mh: MhClient,
+        host: String,
+        doorbell: Doorbell,
+        copy: CopyEngine,
+        endpoint: Arc<Endpoint>,
+    ) -> Arc<Node> {
+        Arc::new_cyclic(|weak| Node {
+            id,
+            cfg,
+            mh,
+            host,
+            regions: Arc::new(RegionTable::default()),
+            next_region: AtomicU32::new(1),
+            peers: RwLock::new(PeerTable::default()),
+            doorbell,
+            copy,
+            endpoint,
+            connect_lock: Mutex::new(()),
+            closed: AtomicBool::new(false),
+            rr: AtomicUsize::new(0),
+            weak: weak.clone(),
+            driver: OnceLock::new(),
+        })
+    }
+
+    /// The next position for a poller that rotates over the peers.
+    pub(crate) fn next_rr(&self) -> usize {
+        self.rr.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Drive the transport that needs it once; true when something happened.
+    pub(crate) fn drive(&self) -> bool {
+        self.driver.get().is_some_and(|d| d.drive())
+    }
+
+    /// This thread stops driving (it is about to sleep).
+    pub(crate) fn rest(&self) {
+        if let Some(d) = self.driver.get() {
+            d.rest();
+        }
+    }
+    pub(crate) fn conns_of(&self, node: NodeId) -> Vec<Peer> {
+        read(&self.peers).by_node.get(&node).cloned().unwrap_or_default()
+    }
+
+    pub(crate) fn all_peers(&self) -> Arc<Vec<Peer>> {
+        read(&self.peers).all.clone()
+    }
+
+    pub(crate) fn add_peer(&self, p: Peer) -> Result<(), Error> {
+        let mut t = write(&self.peers);
+        if t.all.len() >= PEERS_MAX {
+            return Err(Error::Limit(format!("{PEERS_MAX} peer connections")));
+        }
+        t.by_node.entry(p.peer()).or_default().push(p.clone());
+        let mut all = (*t.all).clone();
+        all.push(p);
+        t.all = Arc::new(all);
+        Ok(())
+    }
+
+    pub(crate) fn remove_peer(&self, p: &Peer) {
+        let mut t = write(&self.peers);
+        if let Some(v) = t.by_node.get_mut(&p.peer()) {
+            v.retain(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p)));
+            if v.is_empty() {
+                t.by_node.remove(&p.peer());
+            }
+        }
+        let all: Vec<Peer> =
+            t.all.iter().filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))).cloned().collect();
+        t.all = Arc::new(all);
+    }
+
+    /// Refuse grants to nodes the management host has never heard of. While it is down,
+    /// the check is skipped: access is still enforced at every use.
+    pub(crate) fn known_peer(&self, node: NodeId) -> Result<(), Error> {
+        if node == self.id {
+            return Ok(());
+        }
+        match self.mh.resolve(node) {
+            Ok(_) | Err(MhError::Unavailable(_)) => Ok(()),
+            Err(MhError::NotFound(_)) => Err(Error::UnknownPeer(node)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(crate) fn free_region(&self, r: &RegionInner) {
+        self.regions.remove(r.id);
+        let mappers: Vec<NodeId> = {
+            let mut acl = lock(&r.acl);
+            *acl = Acl::default();
+            acl.mapped_by.drain().collect()
+        };
+        for peer in mappers {
+            for c in self.conns_of(peer) {
+                c.unmap(r.id, FREE_UNMAP_TIMEOUT);
+            }
+        }
+        if !self.closed.load(Ordering::Relaxed) {
+            self.mh.drop_region(r.id);
+        }
+    }
+}
+
+/// Busy-poll `probe` for the configured time, then sleep on the doorbell between looks, until
+/// it yields, fails, or `timeout` passes ([`Error::Timeout`]). The clock is first read after a
+/// look found nothing, so draining a full ring costs no clock reads.
+pub(crate) fn poll_until<T>(
+    f: &Node,
+    timeout: Duration,
+    mut probe: impl FnMut() -> Result<Option<T>, Error>,
+) -> Result<T, Error> {
+    if let Some(v) = probe()? {
+        return Ok(v);
+    }
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let spin_until = start + f.cfg.busy_poll;
+    let mut spins = 0u32;
+    let mut resting = false;
+    loop {
+        if let Some(v) = probe()? {
+            return Ok(v);
+        }
+        // Reading the clock costs more than a look at the rings: do it every so often.
+        spins = spins.wrapping_add(1);
+        if !spins.is_multiple_of(CLOCK_EVERY_SPINS) {
+            std::hint::spin_loop();
+            continue;
+        }
+        if f.closed.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::Timeout);
+        }
+        if now < spin_until {
+            continue;
+        }
+        if !resting {
+            // This thread stops driving the edge transport: its network thread takes over.
+            resting = true;
+            f.rest();
+        }
+        f.doorbell.arm();
+        let got = probe();
+        if !matches!(got, Ok(None)) {
+            f.doorbell.disarm();
+            return got.map(|v| v.expect("matched Some"));
+        }
+        f.doorbell.wait(Some((deadline - now).min(DOORBELL_SLICE)));
+        f.doorbell.disarm();
+    }
+}
