@@ -202,6 +202,80 @@ impl Link {
         self.stats.window = self.cwnd as u64;
     }
 
+    /// A frame of `len` bytes arrived on this link at `now`.
+    pub fn heard(&mut self, now: Time, len: u64) {
+        self.stats.frames_received += 1;
+        self.stats.bytes_received += len;
+        self.last_heard = now;
+    }
+
+    /// A frame of `len` bytes left on this link.
+    pub fn sent(&mut self, len: u64) {
+        self.stats.frames_sent += 1;
+        self.stats.bytes_sent += len;
+    }
+
+    /// Data frame `seq`, sent at `now` (again, if `retransmit`), now counts against this
+    /// link's window.
+    pub fn count(&mut self, seq: u64, now: Time, retransmit: bool) {
+        self.sent_order.push_back((seq, now));
+        self.inflight += 1;
+        if retransmit {
+            self.stats.retransmits += 1;
+        }
+    }
+
+    /// A frame that counted against this link's window no longer does (delivered, or lost).
+    pub fn uncount(&mut self) {
+        debug_assert!(self.inflight > 0, "a link's count of frames in flight went below zero");
+        self.inflight -= 1;
+    }
+
+    /// The connection ended: nothing counts against this link any more.
+    pub fn forget_in_flight(&mut self) {
+        self.inflight = 0;
+        self.sent_order.clear();
+    }
+
+    /// A frame first sent on this link at `sent_at` was delivered.
+    pub fn delivered(&mut self, sent_at: Time) {
+        self.rack_time = self.rack_time.max(sent_at);
+    }
+
+    /// A probe with `token` leaves now.
+    pub fn start_probe(&mut self, token: u32, now: Time) {
+        self.probe_due = false;
+        self.probe = Some((token, now));
+        self.stats.probes += 1;
+    }
+
+    /// The probe out went unanswered: another is due. True when this makes the link go down
+    /// (`max` misses in a row).
+    pub fn probe_missed(&mut self, max: u32) -> bool {
+        self.probe = None;
+        self.missed += 1;
+        self.probe_due = true;
+        if self.up && self.missed >= max {
+            self.up = false;
+            self.stats.downs += 1;
+            return true;
+        }
+        false
+    }
+
+    /// A probe reply with `token` arrived at `now`. True when it brings the link back up.
+    pub fn probe_answered(&mut self, token: u32, now: Time) -> bool {
+        let Some((t, sent)) = self.probe else { return false };
+        if t != token {
+            return false;
+        }
+        self.probe = None;
+        self.missed = 0;
+        self.suspect = false;
+        self.rtt_sample(now.saturating_sub(sent));
+        !std::mem::replace(&mut self.up, true)
+    }
+
     /// The retransmission timer fired for a frame sent here.
     pub fn on_timeout(&mut self, cfg: &Config, now: Time) {
         self.stats.timeouts += 1;

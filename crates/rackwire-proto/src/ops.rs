@@ -505,6 +505,11 @@ impl Incomings {
     }
 
     /// Operations tracked (bounded by the window).
+    /// Bytes of early fragments kept (at most [`STASH_BYTES_MAX`]).
+    pub fn stashed_bytes(&self) -> usize {
+        self.stash_bytes
+    }
+
     pub fn len(&self) -> usize {
         self.map.len() + self.msgs.len()
     }

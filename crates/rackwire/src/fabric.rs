@@ -366,8 +366,8 @@ fn accept_loop(fabric: Weak<Node>, endpoint: Arc<Endpoint>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
     use crate::TransportChoice;
+    use std::time::Instant;
 
     // Checks that a thread that stops polling to sleep hands the edge transport back to its
     // network thread at once: with that thread's looks an hour apart, it watches a polling

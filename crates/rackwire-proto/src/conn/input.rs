@@ -1,0 +1,354 @@
+//! What arrives: frames checked and dispatched, data frames' segments acted on, answers
+//! queued.
+
+use bytes::Bytes;
+use rackwire_wire::payload::SEG_NOTIFY;
+use rackwire_wire::{
+    AckRepr, CloseRepr, Frame, FrameKind, FrameRepr, HandshakeRepr, ProbeRepr, RangesRepr, SegKind, SegmentRepr,
+    SEGMENT_SHORT_LEN,
+};
+
+use super::{unwrap_seq, CloseReason, Connection, Event, State};
+use crate::ops::WriteOutcome;
+use crate::recv::Arrival;
+use crate::{AtomicOp, Completion, OpError, OpId, Refusal, Target, Time};
+
+/// What a segment hands the application once it acts: message bytes, and notifications.
+pub(super) fn handed_over((s, body): &(SegmentRepr, &[u8])) -> (usize, usize) {
+    let bytes = if s.kind == SegKind::Msg { body.len() } else { 0 };
+    let notifies = matches!(s.kind, SegKind::Write | SegKind::ReadReq) && s.flags & SEG_NOTIFY != 0;
+    (bytes, notifies as usize)
+}
+
+impl Connection {
+    /// A frame arrived on `link`. Damaged, malformed or foreign frames are counted and dropped.
+    pub fn handle_frame(&mut self, now: Time, link: usize, bytes: &[u8], target: &mut dyn Target) {
+        let Ok(frame) = Frame::new_checked(bytes) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let Ok(repr) = FrameRepr::parse(&frame) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        if link >= self.links.len() || matches!(self.state, State::Closed(_)) {
+            self.stats.malformed += 1;
+            return;
+        }
+        let first_hello = repr.kind == FrameKind::Handshake && repr.conn == 0;
+        if repr.conn != self.local_conn && !first_hello {
+            self.stats.malformed += 1;
+            return;
+        }
+        let len = frame.total_len() as u64;
+        self.stats.frames_received += 1;
+        self.stats.bytes_received += len;
+        let l = &mut self.links[link];
+        l.heard(now, len);
+        self.last_heard = now;
+        let established = self.state == State::Established;
+        if let (Some(ack), true) = (repr.ack, established) {
+            let ack = unwrap_seq(self.next_seq, ack);
+            self.on_cumulative_ack(now, ack);
+        }
+        let payload = frame.payload();
+        match repr.kind {
+            FrameKind::Handshake => match HandshakeRepr::parse(payload) {
+                Ok(h) => self.on_handshake(now, h),
+                Err(_) => self.stats.malformed += 1,
+            },
+            FrameKind::Data if established => self.on_data(now, link, &repr, payload, target),
+            FrameKind::Ack if established => match AckRepr::parse(payload) {
+                Ok(a) => {
+                    for (s, e) in self.widen(&a.ranges) {
+                        self.on_delivered_range(now, s, e);
+                    }
+                    for (s, e) in self.widen(&a.dups) {
+                        self.on_arrived_twice(s, e);
+                    }
+                }
+                Err(_) => self.stats.malformed += 1,
+            },
+            FrameKind::Nack if established => match RangesRepr::parse(payload) {
+                Ok(n) => {
+                    for (s, e) in self.widen(&n.ranges) {
+                        self.on_reported_missing(now, s, e);
+                    }
+                }
+                Err(_) => self.stats.malformed += 1,
+            },
+            FrameKind::Probe => match ProbeRepr::parse(payload) {
+                Ok(p) if !p.reply => self.probe_replies.push_back((link, p.token, repr.ts)),
+                Ok(p) => self.on_probe_reply(now, link, p),
+                Err(_) => self.stats.malformed += 1,
+            },
+            FrameKind::Close => match CloseRepr::parse(payload) {
+                Ok(c) => self.shut(CloseReason::Peer(c.reason)),
+                Err(_) => self.stats.malformed += 1,
+            },
+            FrameKind::Data | FrameKind::Ack | FrameKind::Nack | FrameKind::Unknown(_) => {}
+        }
+        // Losses are looked for once the frames that arrived together are all in (at the next
+        // timeout, which is due at once): acknowledgements on one link read before those on
+        // another must not make the other's frames look lost. Nothing in flight, nothing to
+        // lose.
+        self.losses_due = !self.inflight.is_empty();
+        self.check_invariants();
+    }
+
+    /// Ranges of our sequence numbers from the wire, widened to 64 bits.
+    pub(super) fn widen(&self, ranges: &[(u32, u32)]) -> Vec<(u64, u64)> {
+        ranges
+            .iter()
+            .map(|&(s, e)| {
+                let s64 = unwrap_seq(self.next_seq, s);
+                (s64, s64 + e.wrapping_sub(s) as u64)
+            })
+            .collect()
+    }
+
+    pub(super) fn on_data(
+        &mut self,
+        now: Time,
+        link: usize,
+        repr: &FrameRepr,
+        payload: &[u8],
+        target: &mut dyn Target,
+    ) {
+        let seq = unwrap_seq(self.recv.next, repr.seq);
+        // A sender keeps every frame it sends within SEND_SPAN_MAX of its oldest one in flight,
+        // which is at or below the first frame missing here: a frame further ahead is damaged
+        // or forged (and would make the gap to it, which is tracked, unbounded).
+        if seq >= self.recv.next + crate::SEND_SPAN_MAX {
+            self.stats.malformed += 1;
+            return;
+        }
+        // The whole chain is checked before any of it acts: whole operations and answers
+        // chained ahead, each with its body, then the frame's last segment with the rest. (The
+        // segments ahead, usually none, are read again to act on them.) The same pass adds up
+        // what the frame hands the application.
+        let mut last = None;
+        let mut n = 0;
+        let (mut bytes, mut notes) = (0, 0);
+        for seg in rackwire_wire::segments(payload) {
+            match seg {
+                Ok(x) => {
+                    let (b, k) = handed_over(&x);
+                    bytes += b;
+                    notes += k;
+                    n += last.replace(x).is_some() as usize;
+                }
+                Err(_) => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            }
+        }
+        let Some((s, body)) = last else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let duplicate = self.recv.is_duplicate(seq);
+        // What the frame hands the application (message bytes, notifications) must fit in what
+        // its queues have room for; if not, the frame is dropped unacknowledged and sent again
+        // later, as the receiver reads (see [`Connection::set_delivery_room`]).
+        if !duplicate {
+            if bytes > self.room.msg_bytes || notes > self.room.notes {
+                self.stats.receiver_full += 1;
+                return;
+            }
+            self.room.msg_bytes -= bytes;
+            self.room.notes -= notes;
+        }
+        // A write's later fragment ahead of its first cannot be placed yet: it is kept until
+        // the first arrives, or, when the stash is full, dropped unacknowledged (sent again,
+        // with any answers that rode along).
+        let early = s.kind == SegKind::WriteMore && !duplicate && self.incoming.placement(s.op).is_none();
+        if early && !self.incoming.stash(s.op, seq, s.frag_off, body) {
+            self.stats.stash_full += 1;
+            return;
+        }
+        match self.recv.on_data(seq, repr.ts, link as u8, now, &self.cfg) {
+            Arrival::Duplicate => {
+                self.stats.duplicates += 1;
+                return;
+            }
+            Arrival::New { beyond_gap } => {
+                if beyond_gap {
+                    self.stats.out_of_order += 1;
+                }
+            }
+        }
+        for (a, a_body) in rackwire_wire::segments(payload).take(n).flatten() {
+            self.on_segment(&a, a_body, target);
+        }
+        if early {
+            self.stats.stashed += 1;
+        } else {
+            self.on_segment(&s, body, target);
+        }
+        let orphans = self.incoming.drop_orphans(self.recv.next);
+        self.stats.malformed += orphans as u64;
+    }
+
+    /// Act on one segment of a new data frame.
+    pub(super) fn on_segment(&mut self, s: &SegmentRepr, body: &[u8], target: &mut dyn Target) {
+        let peer = self.peer;
+        match s.kind {
+            SegKind::Write
+                if s.frag_off == 0 && body.len() as u64 == u64::from(s.op_len) && self.incoming.no_writes() =>
+            {
+                // A whole write, nothing else in progress: placed and answered at once, without
+                // the bookkeeping of a write that comes in pieces.
+                let r = target.write(peer, s.region, s.key, s.offset, s.op_len as u64, s.offset, body);
+                let notify = (r.is_ok() && s.flags & SEG_NOTIFY != 0).then_some((
+                    s.region,
+                    s.offset,
+                    u64::from(s.op_len),
+                    s.imm,
+                ));
+                self.write_finished(s.op, r.err(), notify);
+            }
+            SegKind::Write => {
+                self.incoming.begin_write(s);
+                let r =
+                    target.write(peer, s.region, s.key, s.offset, s.op_len as u64, s.offset + s.frag_off as u64, body);
+                self.write_done(s.op, body.len(), r);
+                for (frag_off, data) in self.incoming.unstash(s.op) {
+                    self.write_more(s.op, frag_off, &data, target);
+                }
+            }
+            SegKind::WriteMore => self.write_more(s.op, s.frag_off, body, target),
+            SegKind::ReadReq => {
+                let mut data = vec![0u8; s.op_len as usize];
+                match target.read(peer, s.region, s.key, s.offset, &mut data) {
+                    Ok(()) => {
+                        let data = Bytes::from(data);
+                        let mut at = 0;
+                        while at < data.len() {
+                            let end = (at + self.payload_max - SEGMENT_SHORT_LEN).min(data.len());
+                            let part = Some(data.slice(at..end));
+                            self.respond(SegKind::ReadData, s.op, 0, at as u32, s.op_len, 0, part);
+                            at = end;
+                        }
+                        if data.is_empty() {
+                            self.respond(SegKind::ReadData, s.op, 0, 0, 0, 0, None);
+                        }
+                        if s.flags & SEG_NOTIFY != 0 {
+                            self.events.push_back(Event::Notification {
+                                region: s.region,
+                                offset: s.offset,
+                                len: s.op_len as u64,
+                                imm: s.imm,
+                            });
+                        }
+                    }
+                    Err(r) => self.answer(s.op, Some(r), 0),
+                }
+            }
+            SegKind::Cas | SegKind::Fadd => {
+                let op = if s.kind == SegKind::Cas {
+                    let new = body.get(..8).map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+                    match new {
+                        Some(new) => AtomicOp::CompareSwap { expected: s.imm, new },
+                        None => {
+                            self.stats.malformed += 1;
+                            return;
+                        }
+                    }
+                } else {
+                    AtomicOp::FetchAdd(s.imm)
+                };
+                match target.atomic(peer, s.region, s.key, s.offset, op) {
+                    Ok(old) => self.answer(s.op, None, old),
+                    Err(r) => self.answer(s.op, Some(r), 0),
+                }
+            }
+            SegKind::Msg => match self.incoming.msg_fragment(s, body) {
+                Ok(done) => {
+                    for (op, data) in done {
+                        self.answer(op, None, 0);
+                        self.events.push_back(Event::Message { data });
+                    }
+                }
+                Err((op, r)) => self.answer(op, Some(r), 0),
+            },
+            SegKind::ReadData => {
+                if let Some(result) = self.ops.on_read_data(s.op, s.frag_off as u64, body) {
+                    self.completed(s.op, result);
+                }
+            }
+            SegKind::Done => {
+                if let Some(result) = self.ops.on_done(s.op, s.imm) {
+                    self.completed(s.op, result);
+                }
+            }
+            SegKind::Refused => {
+                if let Some(result) = self.ops.on_refused(s.op, Refusal::from_code(s.reason)) {
+                    self.stats.refused += 1;
+                    self.completed(s.op, result);
+                }
+            }
+            SegKind::Unknown(_) => self.stats.malformed += 1,
+        }
+    }
+
+    /// Place a write's later fragment where its first fragment said, after the target's check.
+    pub(super) fn write_more(&mut self, op: OpId, frag_off: u32, body: &[u8], target: &mut dyn Target) {
+        let Some(at) = self.incoming.placement(op) else { return };
+        let r = at.and_then(|p| {
+            if frag_off as u64 + body.len() as u64 > p.op_len {
+                return Err(Refusal::OutOfBounds);
+            }
+            target.write(self.peer, p.region, p.key, p.offset, p.op_len, p.offset + frag_off as u64, body)
+        });
+        self.write_done(op, body.len(), r);
+    }
+
+    /// Account a placed (or refused) write fragment; answer and notify once the write is whole.
+    pub(super) fn write_done(&mut self, op: OpId, len: usize, r: Result<(), Refusal>) {
+        match self.incoming.write_fragment(op, len as u64, r) {
+            WriteOutcome::Partial => {}
+            WriteOutcome::Complete { refused, notify } => self.write_finished(op, refused, notify),
+        }
+    }
+
+    /// A whole write is placed (or refused): answer, and notify if asked.
+    pub(super) fn write_finished(&mut self, op: OpId, refused: Option<Refusal>, notify: Option<(u32, u64, u64, u64)>) {
+        self.answer(op, refused, 0);
+        if let Some((region, offset, len, imm)) = notify {
+            self.events.push_back(Event::Notification { region, offset, len, imm });
+        }
+    }
+
+    pub(super) fn completed(&mut self, op: OpId, result: Result<Completion, OpError>) {
+        self.events.push_back(Event::Completed { op, result });
+    }
+
+    /// Queue the target's answer to an operation: `Done` (with an atomic's old value in `imm`)
+    /// or `Refused`.
+    pub(super) fn answer(&mut self, op: OpId, refused: Option<Refusal>, value: u64) {
+        match refused {
+            None => self.respond(SegKind::Done, op, 0, 0, 0, value, None),
+            Some(r) => {
+                self.stats.refused_here += 1;
+                self.respond(SegKind::Refused, op, r.code(), 0, 0, 0, None);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn respond(
+        &mut self,
+        kind: SegKind,
+        op: OpId,
+        reason: u8,
+        frag_off: u32,
+        op_len: u32,
+        imm: u64,
+        body: Option<Bytes>,
+    ) {
+        let seg = SegmentRepr { op, kind, flags: 0, reason, region: 0, frag_off, offset: 0, op_len, key: 0, imm };
+        self.responses.push_back((seg, body));
+    }
+}

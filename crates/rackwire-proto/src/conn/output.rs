@@ -1,0 +1,326 @@
+//! What leaves: control frames, retransmissions, and new data frames packed with answers and
+//! small whole operations, on the link where each arrives soonest.
+
+use bytes::Bytes;
+use rackwire_wire::payload::{CLOSE_LEN, PROBE_LEN};
+use rackwire_wire::{
+    AckRepr, CloseRepr, FrameKind, FrameRepr, ProbeRepr, RangesRepr, SegKind, SegmentRepr, HEADER_LEN,
+    SEGMENTS_PER_FRAME_MAX, SEGMENT_LEN,
+};
+
+use super::{Connection, Role, Sent, SplitTransmit, State, Transmit};
+use crate::chunk::{DataPayload, Piece, ANSWERS_PACKED_MAX, CHAINED_SEGMENT_MAX};
+use crate::link::Link;
+use crate::{Config, Time};
+
+/// Body bytes a frame's last segment keeps room for at least when answers ride ahead of it.
+pub(super) const ANSWER_RIDE_BODY_MIN: usize = 64;
+
+/// Whether a segment may have another chained behind it in its frame: it carries its whole
+/// operation (or is an answer), and is small enough to be copied.
+pub(super) fn chainable(p: &Piece) -> bool {
+    let body = p.1.as_ref().map_or(0, Bytes::len);
+    p.0.frag_off == 0 && p.0.whole_body_len() == Some(body) && piece_len(p) <= CHAINED_SEGMENT_MAX
+}
+
+/// Bytes a segment and its body take in a frame.
+pub(super) fn piece_len((s, body): &Piece) -> usize {
+    s.header_len() + body.as_ref().map_or(0, Bytes::len)
+}
+
+impl Connection {
+    pub(super) fn frame_repr(
+        &self,
+        now: Time,
+        link: usize,
+        kind: FrameKind,
+        seq: u64,
+        payload_len: usize,
+    ) -> FrameRepr {
+        let conn = if kind == FrameKind::Handshake && self.role == Role::Initiator && self.peer_conn == 0 {
+            0
+        } else {
+            self.peer_conn
+        };
+        let ack = (self.state == State::Established && self.recv.any).then_some(self.recv.next as u32);
+        FrameRepr {
+            kind,
+            link: link as u8,
+            conn,
+            seq: seq as u32,
+            ack,
+            ts: now as u32,
+            payload_len: payload_len as u16,
+        }
+    }
+
+    pub(super) fn count_sent(&mut self, repr: &FrameRepr) {
+        if repr.ack.is_some() {
+            self.recv.acked(repr.kind == FrameKind::Ack);
+        }
+        let len = repr.buffer_len() as u64;
+        let link = repr.link as usize;
+        self.stats.frames_sent += 1;
+        self.stats.bytes_sent += len;
+        self.links[link].sent(len);
+    }
+
+    /// A control frame, whole, into `buf`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn emit(
+        &mut self,
+        now: Time,
+        buf: &mut [u8],
+        link: usize,
+        kind: FrameKind,
+        seq: u64,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<SplitTransmit> {
+        let repr = self.frame_repr(now, link, kind, seq, payload_len);
+        if buf.len() < repr.buffer_len() {
+            return None;
+        }
+        let mut f = repr.emit(buf);
+        fill(f.payload_mut());
+        f.fill_checksums();
+        self.count_sent(&repr);
+        Some(SplitTransmit { link, head_len: repr.buffer_len(), body: None })
+    }
+
+    /// A data frame: header and segment into `buf`, the body shared.
+    pub(super) fn emit_data(
+        &mut self,
+        now: Time,
+        buf: &mut [u8],
+        link: usize,
+        seq: u64,
+        payload: &DataPayload,
+    ) -> Option<SplitTransmit> {
+        let repr = self.frame_repr(now, link, FrameKind::Data, seq, payload.len());
+        let seg = payload.head();
+        let head_len = HEADER_LEN + seg.len();
+        if buf.len() < head_len {
+            return None;
+        }
+        repr.emit_header(buf, payload.crc);
+        buf[HEADER_LEN..head_len].copy_from_slice(seg);
+        self.count_sent(&repr);
+        Some(SplitTransmit { link, head_len, body: payload.body.clone() })
+    }
+
+    /// A link for data: up, not suspect, with window left, where the frame should arrive
+    /// soonest: the link's round trip grown by how full its window is (a window's worth of
+    /// frames drains in about one round trip). Equal links so take turns; a slower link gets
+    /// frames in proportion to what it drains, and none at the tail of a transfer that a faster
+    /// link would deliver sooner. `avoid` is skipped when another qualifies (retransmissions
+    /// prefer another link).
+    pub(super) fn pick_link(&mut self, avoid: Option<usize>) -> Option<usize> {
+        let n = self.links.len();
+        let eta = |l: &Link, cfg: &Config| l.srtt(cfg) as f64 * (1.0 + l.inflight as f64 / l.window().max(1) as f64);
+        let pick = |strict: bool, skip: Option<usize>| -> Option<usize> {
+            let mut best: Option<(f64, usize)> = None;
+            for i in 0..n {
+                let c = (self.rr + i) % n;
+                let l = &self.links[c];
+                if Some(c) == skip || !l.has_room() || (strict && l.suspect) {
+                    continue;
+                }
+                let e = eta(l, &self.cfg);
+                if best.is_none_or(|(b, _)| e < b) {
+                    best = Some((e, c));
+                }
+            }
+            best.map(|(_, c)| c)
+        };
+        let healthy = self.links.iter().any(|l| l.up && !l.suspect);
+        let chosen = pick(true, avoid.filter(|_| n > 1)).or_else(|| pick(true, None)).or_else(|| {
+            if healthy {
+                None
+            } else {
+                pick(false, None)
+            }
+        });
+        if let Some(c) = chosen {
+            self.rr = c + 1;
+        }
+        chosen
+    }
+
+    pub(super) fn any_link_up(&self) -> Option<usize> {
+        (0..self.links.len()).map(|i| (self.rr + i) % self.links.len()).find(|&i| self.links[i].up)
+    }
+
+    /// The next frame to send, written whole into `buf` (at least the largest MTU). Call until
+    /// `None`.
+    pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+        let t = self.poll_transmit_split(now, buf)?;
+        let len = t.len();
+        if let Some(body) = &t.body {
+            buf[t.head_len..len].copy_from_slice(&body[..]);
+        }
+        Some(Transmit { link: t.link, len })
+    }
+
+    /// The next frame to send, as a head written into `buf` (at least the largest MTU) and the
+    /// body shared with its operation, so a driver sends both without copying the body. Call
+    /// until `None`.
+    pub fn poll_transmit_split(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
+        let t = self.next_transmit(now, buf);
+        self.check_invariants();
+        t
+    }
+
+    fn next_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
+        if let Some(code) = self.close_send.take() {
+            let link = self.any_link_up().unwrap_or(0);
+            return self.emit(now, buf, link, FrameKind::Close, 0, CLOSE_LEN, |p| CloseRepr { reason: code }.emit(p));
+        }
+        if matches!(self.state, State::Closed(_)) {
+            return None;
+        }
+        if let Some(t) = self.poll_handshake(now, buf) {
+            return Some(t);
+        }
+        if let Some((link, token, ts)) = self.probe_replies.pop_front() {
+            let p = ProbeRepr { reply: true, token, echo_ts: ts };
+            return self.emit(now, buf, link, FrameKind::Probe, 0, PROBE_LEN, |b| p.emit(b));
+        }
+        if self.state != State::Established {
+            return None;
+        }
+        for i in 0..self.links.len() {
+            if self.links[i].probe_due {
+                self.probe_token = self.probe_token.wrapping_add(1);
+                let token = self.probe_token;
+                self.links[i].start_probe(token, now);
+                let p = ProbeRepr { reply: false, token, echo_ts: 0 };
+                return self.emit(now, buf, i, FrameKind::Probe, 0, PROBE_LEN, |b| p.emit(b));
+            }
+        }
+        if self.recv.nack_due {
+            let ranges = self.recv.take_nacks(now);
+            if !ranges.is_empty() {
+                let n = RangesRepr { ranges };
+                let link = self.any_link_up().unwrap_or(0);
+                self.stats.nacks_sent += 1;
+                return self.emit(now, buf, link, FrameKind::Nack, 0, n.buffer_len(), |b| n.emit(b));
+            }
+        }
+        while let Some(&seq) = self.retx.front() {
+            let Some(s) = self.inflight.get(seq) else {
+                self.retx.pop_front();
+                continue;
+            };
+            let prev = s.link;
+            // No link has window for it now: fall through (an acknowledgement may still be due).
+            let Some(link) = self.pick_link(Some(prev)) else { break };
+            self.retx.pop_front();
+            let s = self.inflight.get_mut(seq).expect("checked");
+            s.counted_on = Some(link);
+            s.link = link;
+            s.sent_at = now;
+            s.retransmitted = true;
+            let payload = s.payload.clone();
+            self.links[link].count(seq, now, true);
+            self.stats.retransmits += 1;
+            return self.emit_data(now, buf, link, seq, &payload);
+        }
+        // New data and answers go next; they carry the cumulative acknowledgement, so an
+        // explicit one is sent only when nothing else is going out (or gaps need selective
+        // ranges).
+        if let Some(t) = self.poll_new_data(now, buf) {
+            return Some(t);
+        }
+        if self.recv.ack_due(now) {
+            let (ts, l) = self.recv.echo;
+            let a = AckRepr { echo_ts: ts, echo_link: l, ranges: self.recv.sack_ranges(), dups: self.recv.take_dups() };
+            let link = if self.links.get(l as usize).is_some_and(|k| k.up) {
+                l as usize
+            } else {
+                self.any_link_up().unwrap_or(0)
+            };
+            self.stats.acks_sent += 1;
+            return self.emit(now, buf, link, FrameKind::Ack, 0, a.buffer_len(), |b| a.emit(b));
+        }
+        None
+    }
+
+    /// A new data frame, if the windows allow: answers the target owes ride ahead of its last
+    /// segment, which is owed read data if any, else the next fragment of an operation, else
+    /// one more answer. Answers alone wait while held ([`Connection::hold_answers`]).
+    pub(super) fn poll_new_data(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
+        if self.inflight.len() >= self.cfg.window_frames_max
+            || !self.inflight.has_room()
+            || self.incoming.len() >= crate::OPS_MAX
+        {
+            return None;
+        }
+        let bodiless = |r: &(SegmentRepr, Option<Bytes>)| r.0.kind.is_answer() && r.1.is_none();
+        if !self.ops.can_emit()
+            && (self.responses.is_empty() || (now < self.answers_held_until && self.responses.iter().all(bodiless)))
+        {
+            return None;
+        }
+        let link = self.pick_link(None)?;
+        // Room for answers ahead of a last segment that still carries a useful body.
+        let room =
+            (self.payload_max.saturating_sub(SEGMENT_LEN + ANSWER_RIDE_BODY_MIN) / SEGMENT_LEN).min(ANSWERS_PACKED_MAX);
+        let mut answers = [SegmentRepr::answer(0, SegKind::Done, 0, 0); ANSWERS_PACKED_MAX];
+        let mut n = 0;
+        while n < room && self.responses.front().is_some_and(bodiless) {
+            answers[n] = self.responses.pop_front().expect("looked at").0;
+            n += 1;
+        }
+        let packed = n * SEGMENT_LEN;
+        let fits = |r: &Piece| packed + piece_len(r) <= self.payload_max;
+        let mut last: Piece = match self.responses.front() {
+            Some(r) if fits(r) => self.responses.pop_front().expect("looked at"),
+            _ => match self.ops.next_segment(self.payload_max - packed) {
+                Some((_, seg, body)) => (seg, body),
+                None if n == 0 => return None,
+                None => {
+                    // Nothing else goes: the last answer taken ends the frame.
+                    n -= 1;
+                    (answers[n], None)
+                }
+            },
+        };
+        // Small whole operations (and answers) waiting behind share the frame: each one moves
+        // the last ahead, while the frame has room and segments to spare. (Nothing is gathered
+        // for the usual frame of one operation.)
+        let mut chained: Vec<Piece> = Vec::new();
+        let mut used = packed + piece_len(&last);
+        while n + chained.len() + 1 < SEGMENTS_PER_FRAME_MAX && chainable(&last) {
+            let room = (self.payload_max - used).min(CHAINED_SEGMENT_MAX);
+            let from_responses = self.responses.front().is_some_and(|r| piece_len(r) <= room && chainable(r));
+            let next = if from_responses {
+                self.responses.pop_front()
+            } else {
+                let op = self.ops.next_whole(room).map(|(_, seg, body)| (seg, body));
+                self.stats.ops_chained += op.is_some() as u64;
+                op
+            };
+            let Some(next) = next else { break };
+            used += piece_len(&next);
+            chained.push(std::mem::replace(&mut last, next));
+        }
+        let (last, body) = last;
+        let payload = if chained.is_empty() {
+            DataPayload::packed(&answers[..n], &last, body)
+        } else {
+            let ahead: Vec<Piece> = answers[..n].iter().map(|a| (*a, None)).chain(chained).collect();
+            DataPayload::chain(&ahead, &last, body)
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.stats.data_frames += 1;
+        self.stats.answers_packed += n as u64;
+        let t = self.emit_data(now, buf, link, seq, &payload);
+        let added =
+            self.inflight.push(seq, Sent { payload, counted_on: Some(link), link, sent_at: now, retransmitted: false });
+        debug_assert!(added, "sequence numbers only grow");
+        self.links[link].count(seq, now, false);
+        t
+    }
+}
