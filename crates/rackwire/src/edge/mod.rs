@@ -1,0 +1,396 @@
+//! The edge transport: peers reached over Ethernet links with the reliable multi-link protocol
+//! of `rackwire-proto`, on UDP sockets from `rackwire-udp`.
+//!
+//! Each node has one [`EdgeEndpoint`]: a socket per link and one network thread that feeds
+//! arriving frames to their connection (found by the connection id in the frame header; a first
+//! handshake frame opens a new one), fires timers, sends what the connections have to send in
+//! batches, and turns connection events into completed operation handles, queued messages and
+//! notifications. Application threads waiting on the transport drive it themselves (sending
+//! inline when they submit, polling while they wait); the network thread keeps looking for a
+//! moment after its last work, then blocks until a frame, a timer or a new operation, and
+//! stays off the sockets while an application thread polls them. The target side applies this
+//! node's access rules to every frame through the same grant table as the shared-memory
+//! transport.
+
+mod io;
+mod peer;
+mod pump;
+mod target;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rackwire_proto::{self as proto, Bytes, Connection, Event, OpError};
+use rackwire_udp::{FaultInjector, LinkSocket, OutFrame, RecvBufs, Waker, SEND_BATCH_MAX};
+use rackwire_wire::{FrameKind, HandshakeRepr, HEADER_LEN};
+use tracing::{debug, warn};
+
+use io::Io;
+use peer::completion;
+pub(crate) use peer::EdgePeer;
+use pump::earliest;
+use target::FabricTarget;
+
+use crate::config::LINK_MTU_MIN;
+use crate::grants::Refusal as Rule;
+use crate::node::Node;
+use crate::op::{Drive, OpCell};
+use crate::sync::lock;
+use crate::transport::PeerTransport;
+use crate::{
+    Access, BatchOptions, Completion, ConnStats, Error, NodeId, NodeInfo, Notification, Op, OpFlags, RegionId,
+    RemoteRegion, Signal, SignalOp, CONNECT_TIMEOUT,
+};
+
+/// Frames taken from one socket before the others get a turn.
+const RECV_BURST: usize = 64;
+/// The retransmission timer's floor on real links (µs).
+const RTO_MIN_US: proto::Time = 5_000;
+/// An application thread that pumped this recently (µs) is taken to be polling still, unless
+/// it said it stopped ([`Drive::rest`]). Long enough that a polling thread the scheduler sets
+/// aside for a moment (common on a small, shared host) is not taken to have left: the network
+/// thread would then take the frames it waits for and compete with it for the core.
+const PUMP_RECENT_US: u64 = 500;
+/// While an application thread polls, the network thread leaves it the sockets and the core
+/// and only looks, every so often, whether it still polls: first after this long, then after
+/// twice as long each time it found the thread still at it, up to [`PUMP_WATCH_MAX`]. Every
+/// look takes a core from a polling thread (on a small host, from the one about to answer), so
+/// a thread that polls for long is looked at rarely. A thread that stops polling to sleep says
+/// so ([`Drive::rest`]) and the network thread takes over at once.
+const PUMP_WATCH: Duration = Duration::from_micros(200);
+/// The longest look interval of [`PUMP_WATCH`]: how late, at worst, the network thread takes
+/// over from an application thread that stopped polling without sleeping (it went on with
+/// other work): frames for this node's memory, held answers and timers wait at most this long.
+const PUMP_WATCH_MAX: Duration = Duration::from_millis(2);
+/// How long answers are held for a frame to ride in after an application thread was handed a
+/// notification or message (µs): it usually sends its reply at once, and one frame then carries
+/// both (see [`Connection::hold_answers`]). A later round sends them sooner; if the thread
+/// stops polling without sleeping, the network thread's next look (within [`PUMP_WATCH_MAX`]).
+const ANSWER_HOLD_US: proto::Time = 200;
+/// Longest the network thread sleeps without looking at its timers.
+const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
+/// How long the network thread keeps looking after its last piece of work before it sleeps.
+const NET_SPIN: Duration = Duration::from_micros(50);
+/// A link's gathered frames go out once they hold this many bytes: a run of large frames
+/// starts moving (and the peer starts receiving) while the rest are still being prepared.
+const TX_FLUSH_BYTES: usize = 64 * 1024;
+/// Bytes of messages received and not yet read, per connection, as the shared-memory
+/// transport's message ring holds: a sender to a receiver that does not read is held back
+/// (its frames are dropped unacknowledged and sent again later) and its sends time out as they
+/// would on shared memory.
+const MESSAGES_QUEUED_BYTES: usize = crate::MESSAGE_RING_BYTES as usize;
+/// Notifications not yet taken, per connection (a write or read asking for one more waits).
+const NOTES_QUEUED_MAX: usize = 4096;
+/// The network thread is awake (not parked).
+const AWAKE: u64 = 0;
+
+/// What an operation handle needs to turn a refusal into its error.
+struct Pending {
+    cell: Arc<OpCell>,
+    region: RegionId,
+    offset: u64,
+    len: u64,
+    need: Access,
+}
+
+/// One connection as the endpoint keeps it.
+struct Slot {
+    conn: Connection,
+    peer: NodeId,
+    addrs: Vec<Option<SocketAddr>>,
+    pending: proto::OwnIdMap<proto::OpId, Pending>,
+    msgs: VecDeque<Vec<u8>>,
+    /// Bytes of `msgs`.
+    msg_bytes: usize,
+    notes: VecDeque<Notification>,
+    connected: bool,
+    closed: bool,
+    /// An [`EdgePeer`] for it is registered with the fabric.
+    registered: bool,
+}
+
+impl Slot {
+    fn new(mut conn: Connection, peer: NodeId, addrs: Vec<Option<SocketAddr>>, registered: bool) -> Slot {
+        conn.set_delivery_room(MESSAGES_QUEUED_BYTES, NOTES_QUEUED_MAX);
+        Slot {
+            conn,
+            peer,
+            addrs,
+            pending: Default::default(),
+            msgs: VecDeque::new(),
+            msg_bytes: 0,
+            notes: VecDeque::new(),
+            connected: false,
+            closed: false,
+            registered,
+        }
+    }
+
+    /// The oldest message not yet read.
+    fn next_message(&mut self) -> Option<Vec<u8>> {
+        let m = self.msgs.pop_front()?;
+        self.msg_bytes -= m.len();
+        self.refresh_room();
+        Some(m)
+    }
+
+    /// The oldest notification not yet taken.
+    fn next_note(&mut self) -> Option<Notification> {
+        let n = self.notes.pop_front()?;
+        self.refresh_room();
+        Some(n)
+    }
+
+    /// Tell the connection how much more the application's queues take.
+    fn refresh_room(&mut self) {
+        self.conn.set_delivery_room(
+            MESSAGES_QUEUED_BYTES.saturating_sub(self.msg_bytes),
+            NOTES_QUEUED_MAX.saturating_sub(self.notes.len()),
+        );
+    }
+}
+
+struct State {
+    /// By local connection id (chosen here; a frame's id is only looked up).
+    slots: proto::OwnIdMap<u32, Slot>,
+    /// Accepted connections by (peer, the peer's connection id), so a repeated first handshake
+    /// frame finds its connection.
+    accepted: HashMap<(NodeId, u32), u32>,
+    next_local: u32,
+    faults: Vec<Option<FaultInjector>>,
+    /// The last round ended early, right after handing an application thread what it waited
+    /// for (the next one does not).
+    shortcut: bool,
+    /// Some connection holds its answers (until the next round).
+    holding: bool,
+    /// An application thread queued operations it left unsent (to share frames): the next
+    /// round sends them.
+    unsent: bool,
+    /// The last round found every socket empty.
+    quiet: bool,
+    /// No connection has anything due before this (µs), unless `stale`: an idle round (the
+    /// polling loop's usual one) then skips the look at every connection's timers.
+    due: Option<proto::Time>,
+    /// Something may have moved a deadline earlier since `due` was taken.
+    stale: bool,
+}
+
+impl State {
+    /// The earliest deadline of any connection.
+    fn next_due(&mut self) -> Option<proto::Time> {
+        if self.stale {
+            self.due = self.slots.values().filter_map(|s| s.conn.poll_timeout()).min();
+            self.stale = false;
+        }
+        self.due
+    }
+}
+
+/// A node's edge transport: its links and their connections.
+pub(crate) struct EdgeEndpoint {
+    /// Itself, for the peers it registers.
+    this: Weak<EdgeEndpoint>,
+    socks: Vec<LinkSocket>,
+    waker: Waker,
+    state: Mutex<State>,
+    fabric: Weak<Node>,
+    start: Instant,
+    stop: AtomicBool,
+    me: NodeId,
+    secret: Vec<u8>,
+    mtu: usize,
+    busy_poll: Duration,
+    op_timeout: Duration,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Buffers for application threads (pumping, submitting).
+    app_io: Mutex<Io>,
+    /// When an application thread last pumped (µs), or 0 once it stopped to sleep: the network
+    /// thread stays out of its way.
+    last_pump_us: AtomicU64,
+    /// The network thread leaves the sockets to a polling application thread and only looks
+    /// now and then whether it still polls (see [`PUMP_WATCH`]).
+    watching: AtomicBool,
+    /// The first and the longest look interval while watching (µs): [`PUMP_WATCH`] and
+    /// [`PUMP_WATCH_MAX`] (a test lengthens them).
+    watch_us: [AtomicU64; 2],
+    /// Until when the network thread sleeps (µs), or [`AWAKE`]: a submission that needs it
+    /// sooner (a timer) wakes it.
+    parked_until_us: AtomicU64,
+}
+
+impl EdgeEndpoint {
+    /// Bind the links and start the network thread.
+    pub(crate) fn start(f: &Arc<Node>) -> Result<Arc<EdgeEndpoint>, Error> {
+        let cfg = &f.cfg;
+        let socks = cfg
+            .links
+            .iter()
+            .map(|a| {
+                let s = LinkSocket::bind(a, cfg.link_mtu).map_err(|e| Error::Config(format!("link {a}: {e}")))?;
+                if s.mtu() < LINK_MTU_MIN {
+                    return Err(Error::Config(format!("link {a}: its interface takes frames of {} bytes", s.mtu())));
+                }
+                Ok(s)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // A link's socket may take smaller frames than configured (its interface's MTU).
+        let mtu = socks.iter().map(LinkSocket::mtu).min().unwrap_or(cfg.link_mtu);
+        let faults =
+            (0..socks.len()).map(|l| cfg.faults.filter(|s| !s.is_clean()).map(|s| FaultInjector::new(s, l))).collect();
+        let waker = Waker::new().map_err(|e| Error::Sys(e.to_string()))?;
+        let ep = Arc::new_cyclic(|this| EdgeEndpoint {
+            this: this.clone(),
+            socks,
+            waker,
+            state: Mutex::new(State {
+                slots: Default::default(),
+                accepted: HashMap::new(),
+                next_local: 1,
+                faults,
+                shortcut: false,
+                holding: false,
+                unsent: false,
+                quiet: true,
+                due: None,
+                stale: true,
+            }),
+            fabric: f.weak.clone(),
+            start: Instant::now(),
+            stop: AtomicBool::new(false),
+            me: f.id,
+            secret: cfg.secret.clone(),
+            mtu,
+            busy_poll: cfg.busy_poll,
+            op_timeout: cfg.op_timeout,
+            thread: Mutex::new(None),
+            app_io: Mutex::new(Io::new(cfg.links.len())),
+            last_pump_us: AtomicU64::new(0),
+            watching: AtomicBool::new(false),
+            watch_us: [PUMP_WATCH, PUMP_WATCH_MAX].map(|d| AtomicU64::new(d.as_micros() as u64)),
+            parked_until_us: AtomicU64::new(AWAKE),
+        });
+        let runner = ep.clone();
+        let h = std::thread::Builder::new()
+            .name("rw-edge".into())
+            .spawn(move || runner.run())
+            .map_err(|e| Error::Sys(e.to_string()))?;
+        *lock(&ep.thread) = Some(h);
+        Ok(ep)
+    }
+
+    /// The links' bound addresses, to publish.
+    pub(crate) fn addrs(&self) -> Vec<String> {
+        self.socks.iter().map(|s| s.local_addr().to_string()).collect()
+    }
+
+    fn now(&self) -> proto::Time {
+        self.start.elapsed().as_micros() as proto::Time
+    }
+
+    fn proto_config(&self, links: usize) -> proto::Config {
+        let mut c = proto::Config::new(links, self.mtu);
+        c.mtu = self.socks.iter().take(links).map(LinkSocket::mtu).collect();
+        c.op_timeout_us = self.op_timeout.as_micros() as proto::Time;
+        // Windows count frames: keep their byte sizes about the same whatever the MTU.
+        let scale = |frames_at_1500: usize, floor: usize| (frames_at_1500 * 1472 / self.mtu).max(floor);
+        c.link_window_min = scale(c.link_window_min, 2);
+        c.link_window_initial = scale(c.link_window_initial, 4);
+        c.link_window_max = scale(c.link_window_max, 32);
+        // Acknowledge about as many bytes at a time as with small frames: with jumbo frames a
+        // window holds few of them, and waiting for eight would stall the sender. At least two,
+        // so a lone answer (ping-pong) is acknowledged by the next frame going back, not by a
+        // frame of its own.
+        c.ack_every_frames = scale(c.ack_every_frames as usize, 2) as u32;
+        // A user-space transport on a shared host sees scheduling stalls of a few milliseconds;
+        // frames lost between delivered ones are found sooner (by the overtaking rule and the
+        // receiver's reports), so the timer, which catches tails and dead links, can wait out
+        // such a stall instead of declaring a window's worth of frames lost.
+        c.rto_min_us = RTO_MIN_US;
+        c
+    }
+
+    /// Stop the network thread and close every connection.
+    pub(crate) fn shutdown(&self) {
+        {
+            let mut st = lock(&self.state);
+            let now = self.now();
+            for s in st.slots.values_mut() {
+                s.conn.close(now);
+            }
+            st.stale = true;
+        }
+        // One last round sends the closes.
+        self.stop.store(true, Ordering::SeqCst);
+        self.waker.wake();
+        if let Some(h) = lock(&self.thread).take() {
+            let _ = h.join();
+        }
+    }
+
+    /// Open a connection to `info` and wait for its handshake.
+    pub(crate) fn connect(self: &Arc<Self>, info: &NodeInfo) -> Result<Arc<dyn PeerTransport>, Error> {
+        let addrs: Vec<SocketAddr> = info.links.iter().filter_map(|a| a.parse().ok()).collect();
+        let links = addrs.len().min(self.socks.len());
+        if links == 0 {
+            return Err(Error::Unreachable { node: info.id, why: "no Ethernet link in common".into() });
+        }
+        let local = {
+            let mut st = lock(&self.state);
+            let local = st.next_local;
+            st.next_local += 1;
+            st.stale = true;
+            let conn = Connection::connect(
+                self.proto_config(links),
+                self.me,
+                info.id,
+                &self.secret,
+                rackwire_mh::auth::nonce(),
+                local,
+                self.now(),
+            );
+            st.slots
+                .insert(local, Slot::new(conn, info.id, addrs.iter().take(links).map(|a| Some(*a)).collect(), true));
+            local
+        };
+        self.waker.wake();
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        loop {
+            {
+                let mut st = lock(&self.state);
+                let s = st.slots.get(&local).ok_or(Error::PeerGone(info.id))?;
+                if s.connected {
+                    break;
+                }
+                if s.closed || Instant::now() > deadline {
+                    st.slots.remove(&local);
+                    return Err(Error::Unreachable {
+                        node: info.id,
+                        why: "the edge handshake did not complete (peer down, or it refused our secret)".into(),
+                    });
+                }
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(Arc::new(EdgePeer { ep: self.clone(), local, peer: info.id }))
+    }
+}
+
+impl Drive for EdgeEndpoint {
+    fn drive(&self) -> bool {
+        self.pump()
+    }
+
+    /// The network thread takes over at once if it only watches: it would otherwise look again
+    /// only after up to [`PUMP_WATCH_MAX`].
+    fn rest(&self) {
+        self.last_pump_us.store(0, Ordering::SeqCst);
+        if self.watching.load(Ordering::SeqCst) {
+            self.waker.wake();
+        }
+    }
+}

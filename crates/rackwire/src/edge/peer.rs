@@ -1,0 +1,317 @@
+//! A connection over the edge transport as the public API sees it: operations submitted to
+//! the endpoint, their outcomes turned into the API's errors.
+
+use super::*;
+
+pub(super) fn completion(
+    peer: NodeId,
+    p: &Pending,
+    r: Result<proto::Completion, OpError>,
+) -> Result<Completion, Error> {
+    match r {
+        Ok(proto::Completion::Done) => Ok(Completion::Done),
+        Ok(proto::Completion::Data(d)) => Ok(Completion::Data(d)),
+        Ok(proto::Completion::Value(v)) => Ok(Completion::Value(v)),
+        Err(OpError::Refused(why)) => Err(match why {
+            proto::Refusal::Ungranted => Error::Ungranted { region: p.region, needed: p.need },
+            proto::Refusal::Revoked => Error::Revoked { region: p.region },
+            proto::Refusal::BadKey => Error::BadKey { region: p.region },
+            proto::Refusal::UnknownRegion => Error::UnknownRegion { node: peer, region: p.region },
+            proto::Refusal::OutOfBounds => {
+                Error::OutOfBounds { region: p.region, offset: p.offset, len: p.len, region_len: 0 }
+            }
+            proto::Refusal::Misaligned => Error::Misaligned { offset: p.offset },
+            proto::Refusal::TooLarge => Error::MessageTooLarge { len: p.len as usize, max: crate::MESSAGE_BYTES_MAX },
+            proto::Refusal::Other(_) => Error::Timeout,
+        }),
+        Err(OpError::Timeout) => Err(Error::Timeout),
+        Err(OpError::Closed | OpError::NotConnected) => Err(Error::PeerGone(peer)),
+        Err(OpError::Limit) => Err(Error::Limit("edge operation limit".into())),
+    }
+}
+
+/// A connection over the edge transport, as the public API sees it.
+pub(crate) struct EdgePeer {
+    pub(super) ep: Arc<EdgeEndpoint>,
+    pub(super) local: u32,
+    pub(super) peer: NodeId,
+}
+
+/// `len` bytes at `offset` lie inside the region as its handle announces it.
+pub(super) fn fits(t: &RemoteRegion, offset: u64, len: usize) -> Result<(), Error> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= t.len => Ok(()),
+        _ => Err(Error::OutOfBounds { region: t.region, offset, len: len as u64, region_len: t.len }),
+    }
+}
+
+pub(super) fn flags(f: OpFlags) -> proto::OpFlags {
+    proto::OpFlags { notify: f.notify, fence_before: f.fence_before, fence_after: f.fence_after }
+}
+
+impl EdgePeer {
+    fn submit(
+        &self,
+        region: RegionId,
+        offset: u64,
+        len: u64,
+        need: Access,
+        go: impl FnOnce(&mut Connection, proto::Time) -> Result<proto::OpId, OpError>,
+    ) -> Op {
+        let cell = Arc::new(OpCell::with_driver(self.ep.clone(), self.ep.busy_poll));
+        {
+            let mut st = lock(&self.ep.state);
+            let now = self.ep.now();
+            let Some(s) = st.slots.get_mut(&self.local).filter(|s| !s.closed) else {
+                return Op::ready(Err(Error::PeerGone(self.peer)));
+            };
+            match go(&mut s.conn, now) {
+                Ok(id) => {
+                    s.pending.insert(id, Pending { cell: cell.clone(), region, offset, len, need });
+                }
+                Err(OpError::Limit) => return Op::ready(Err(Error::Limit("edge operation limit or size".into()))),
+                Err(_) => return Op::ready(Err(Error::PeerGone(self.peer))),
+            }
+            // Send what the windows allow now, from this thread, instead of handing the
+            // operation to the network thread: no wake-up on the way out. But a small operation
+            // submitted while frames are in flight is left for whoever drives the endpoint next,
+            // which sends the operations gathered meanwhile several to a frame (one system
+            // call, and one for the peer, instead of one each): a thread that polls (most
+            // likely this one, waiting for its operations; one that stops to sleep hands over
+            // to the network thread at once), or the network thread when it is at work. A
+            // network thread that sleeps, or only looks in now and then, gets it sent inline.
+            let gather = st.slots.get(&self.local).is_some_and(|s| s.conn.worth_gathering())
+                && (self.ep.polled_lately(now)
+                    || (self.ep.parked_until_us.load(Ordering::SeqCst) == AWAKE
+                        && !self.ep.watching.load(Ordering::SeqCst)));
+            st.unsent |= gather;
+            if !gather {
+                let mut io = lock(&self.ep.app_io);
+                self.ep.transmit(&mut st, now, &mut io);
+                drop(io);
+            }
+            // Wake the network thread only if this connection now needs it before it would
+            // wake anyway (a timer armed by the new frames, or frames the windows held back).
+            let due = st.slots.get(&self.local).and_then(|s| s.conn.poll_timeout());
+            // Only this connection changed: its deadline keeps `due` a lower bound.
+            st.due = earliest(st.due, due);
+            let parked = self.ep.parked_until_us.load(Ordering::SeqCst);
+            if parked != AWAKE && due.is_some_and(|t| t < parked) {
+                self.ep.waker.wake();
+            }
+        }
+        Op::pending(cell)
+    }
+
+    fn atomic(&self, t: &RemoteRegion, offset: u64, op: proto::AtomicOp, f: OpFlags) -> Op {
+        if !offset.is_multiple_of(8) {
+            return Op::ready(Err(Error::Misaligned { offset }));
+        }
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
+        };
+        self.submit(t.region, offset, 8, Access::ATOMIC, |c, now| c.atomic(now, r, offset, op, flags(f)))
+    }
+
+    /// Something queued for the application (a message, a notification), driving the endpoint
+    /// first only when nothing is queued yet: what an earlier round queued is handed over
+    /// without another round (which would also send the answers held for the reply).
+    /// Nor when some thread drove it within the last microsecond: a receiver looking at many
+    /// peers of one endpoint drives it once per look, not once per peer.
+    fn take<T>(&self, mut f: impl FnMut(&mut Slot) -> Option<T>) -> Option<T> {
+        let mut st = lock(&self.ep.state);
+        if let Some(v) = st.slots.get_mut(&self.local).and_then(&mut f) {
+            return Some(v);
+        }
+        let now = self.ep.now();
+        if now == self.ep.last_pump_us.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.ep.pump_locked(&mut st, now);
+        st.slots.get_mut(&self.local).and_then(f)
+    }
+
+    fn check(&self, t: &RemoteRegion) -> Result<proto::RegionRef, Error> {
+        if t.node != self.peer {
+            return Err(Error::UnknownPeer(t.node));
+        }
+        Ok(proto::RegionRef { region: t.region, key: t.key })
+    }
+}
+
+impl PeerTransport for EdgePeer {
+    fn peer(&self) -> NodeId {
+        self.peer
+    }
+
+    fn kind(&self) -> &'static str {
+        "edge"
+    }
+
+    fn is_alive(&self) -> bool {
+        lock(&self.ep.state).slots.get(&self.local).is_some_and(|s| !s.closed)
+    }
+
+    fn write(&self, t: &RemoteRegion, offset: u64, data: &[u8], f: OpFlags) -> Op {
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
+        };
+        self.submit(t.region, offset, data.len() as u64, Access::WRITE, |c, now| {
+            c.write(now, r, offset, data, flags(f))
+        })
+    }
+
+    fn write_bytes(&self, t: &RemoteRegion, offset: u64, data: Bytes, f: OpFlags) -> Op {
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
+        };
+        let len = data.len() as u64;
+        self.submit(t.region, offset, len, Access::WRITE, |c, now| c.write_bytes(now, r, offset, data, flags(f)))
+    }
+
+    fn write_batch(&self, t: &RemoteRegion, entries: &[(u64, &[u8])], f: OpFlags, _opts: BatchOptions) -> Op {
+        // All or nothing: an entry past the region's announced end refuses the whole batch here,
+        // before any entry is sent (the target still checks every frame).
+        if let Some(e) = entries.iter().find_map(|(off, d)| fits(t, *off, d.len()).err()) {
+            return Op::ready(Err(e));
+        }
+        // One write per entry, all in flight together; the last carries the notification and a
+        // backward fence, so it is placed (and notifies) only after every other entry was.
+        let n = entries.len();
+        let ops: Vec<Op> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, (off, d))| {
+                let last = i + 1 == n;
+                let fl = OpFlags {
+                    notify: if last { f.notify } else { None },
+                    fence_before: (f.fence_before && i == 0) || (last && f.notify.is_some() && n > 1),
+                    fence_after: f.fence_after && last,
+                };
+                self.write(t, *off, d, fl)
+            })
+            .collect();
+        let mut result = Ok(Completion::Done);
+        for op in ops {
+            if let Err(e) = op.wait() {
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
+        }
+        Op::ready(result)
+    }
+
+    fn write_signal(&self, t: &RemoteRegion, offset: u64, data: &[u8], signal: Signal, f: OpFlags) -> Op {
+        // Refused here, before anything is sent, when the data cannot fit (the target still
+        // checks every frame): a signal for data that was never placed would mislead.
+        if let Err(e) = fits(t, offset, data.len()) {
+            return Op::ready(Err(e));
+        }
+        let first =
+            (!data.is_empty()).then(|| self.write(t, offset, data, OpFlags { notify: None, fence_after: false, ..f }));
+        // The update only once the data is placed: fenced behind it. A `Set` is an aligned
+        // 8-byte write, which the target places with one store.
+        let fl = OpFlags { fence_before: f.fence_before || first.is_some(), ..f };
+        let update = match signal.op {
+            SignalOp::Set(v) => self.write(t, signal.offset, &v.to_le_bytes(), fl),
+            SignalOp::Add(v) => self.fetch_add(t, signal.offset, v, fl),
+        };
+        match first {
+            Some(op) => op.then(update),
+            None => update,
+        }
+    }
+
+    fn read(&self, t: &RemoteRegion, offset: u64, len: u64, f: OpFlags) -> Op {
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
+        };
+        self.submit(t.region, offset, len, Access::READ, |c, now| c.read(now, r, offset, len, flags(f)))
+    }
+
+    fn compare_swap(&self, t: &RemoteRegion, offset: u64, expected: u64, new: u64, f: OpFlags) -> Op {
+        self.atomic(t, offset, proto::AtomicOp::CompareSwap { expected, new }, f)
+    }
+
+    fn fetch_add(&self, t: &RemoteRegion, offset: u64, add: u64, f: OpFlags) -> Op {
+        self.atomic(t, offset, proto::AtomicOp::FetchAdd(add), f)
+    }
+
+    fn send(&self, msg: &[u8]) -> Op {
+        self.submit(0, 0, msg.len() as u64, Access::NONE, |c, now| c.send(now, msg, proto::OpFlags::default()))
+    }
+
+    fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
+        match self.take(Slot::next_message) {
+            Some(m) => {
+                *out = m;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn try_notification(&self) -> Result<Option<Notification>, Error> {
+        Ok(self.take(Slot::next_note))
+    }
+
+    fn unmap(&self, _region: RegionId, _timeout: Duration) -> bool {
+        // Nothing is mapped: every frame is checked against the grant table as it arrives.
+        true
+    }
+
+    fn cut_off(&self) {
+        {
+            let mut st = lock(&self.ep.state);
+            let now = self.ep.now();
+            if let Some(s) = st.slots.get_mut(&self.local) {
+                s.conn.close(now);
+            }
+            st.stale = true;
+        }
+        self.ep.waker.wake();
+    }
+
+    fn stats(&self) -> ConnStats {
+        let st = lock(&self.ep.state);
+        let Some(s) = st.slots.get(&self.local) else { return ConnStats::default() };
+        let p = s.conn.stats();
+        ConnStats {
+            refused: p.refused,
+            bytes_written: p.bytes_written,
+            frames_sent: p.frames_sent,
+            frames_received: p.frames_received,
+            data_frames: p.data_frames,
+            retransmits: p.retransmits,
+            out_of_order: p.out_of_order,
+            duplicates: p.duplicates,
+            acks_sent: p.acks_sent,
+            nacks_sent: p.nacks_sent,
+            malformed: p.malformed,
+            receiver_full: p.receiver_full,
+            losses: p.links.iter().map(|l| l.losses).sum(),
+            loss_timeouts: p.links.iter().map(|l| l.timeouts).sum(),
+            window_cuts: p.links.iter().map(|l| l.cuts).sum(),
+            cuts_undone: p.links.iter().map(|l| l.undone_cuts).sum(),
+            frame_max: s.conn.frame_max() as u64,
+            ..ConnStats::default()
+        }
+    }
+}
+
+impl Drop for EdgePeer {
+    fn drop(&mut self) {
+        // The fabric's table holds the other reference of a registered peer; once the last
+        // handle of a closed connection goes, forget its slot.
+        if let Ok(mut st) = self.ep.state.try_lock() {
+            if st.slots.get(&self.local).is_some_and(|s| s.closed) {
+                st.slots.remove(&self.local);
+            }
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Driving the endpoint: a round takes in what arrived, fires timers, sends, and turns
+//! connection events into completed operations, messages and notifications; the network
+//! thread runs rounds when no application thread does, and sleeps when nothing is due.
+
+use super::*;
+
+/// The earlier of two deadlines (none is never).
+pub(super) fn earliest(a: Option<proto::Time>, b: Option<proto::Time>) -> Option<proto::Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl EdgeEndpoint {
+    /// One round of work: drain the sockets, fire due timers, dispatch events, send. `app`:
+    /// an application thread runs it (polling while it waits), and answers to what it hands
+    /// that thread are held for the reply it is likely to send next. Returns (frames received,
+    /// frames sent).
+    pub(super) fn round(
+        &self,
+        st: &mut State,
+        io: &mut Io,
+        target: &mut FabricTarget<'_>,
+        now: proto::Time,
+        app: bool,
+    ) -> (usize, usize) {
+        // A hold lasts until the next round: whoever runs it, the reply did not come first.
+        let released = std::mem::take(&mut st.holding);
+        if released {
+            for s in st.slots.values_mut() {
+                s.conn.hold_answers(0);
+            }
+        }
+        let mut got = 0;
+        let mut more = false;
+        // After a round that found every socket empty, a frame that gives a connection
+        // something to hand over (a completion, a message, a notification) is most likely
+        // alone (a ping-pong): it ends the receiving and is handed over before the look that
+        // would find its socket empty (a system call). The next round, which follows at once,
+        // reads every link to the end, so no link waits behind another and timers do run.
+        let may_break = st.quiet;
+        let mut hand = false;
+        'links: for (l, sock) in self.socks.iter().enumerate() {
+            let mut taken = 0;
+            while taken < RECV_BURST {
+                let each = |frame: &[u8], from| {
+                    let events = self.deliver(st, l, frame, from, now, target) && may_break;
+                    hand |= events;
+                    if events {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                };
+                match sock.recv_batch(&mut io.rx, each) {
+                    Ok(n) => {
+                        taken += n;
+                        if hand && !io.rx.drained() {
+                            // Frames may still wait (and with them acknowledgements): no
+                            // timers until they are read.
+                            got += taken;
+                            more = true;
+                            break 'links;
+                        }
+                        // The socket was found empty: looking again now would cost a system
+                        // call for nothing.
+                        if io.rx.drained() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        debug!(link = l, "receive: {e}");
+                        break;
+                    }
+                }
+            }
+            got += taken;
+            more |= taken >= RECV_BURST;
+        }
+        st.quiet = got == 0;
+        // Timers (and loss detection) wait while frames are still queued: after a stall, the
+        // acknowledgements not yet read would otherwise make frames look lost. Connections are
+        // looked at only when frames arrived, something changed, or a deadline passed.
+        let look = !more && (got > 0 || st.stale || st.due.is_some_and(|t| t <= now));
+        let unsent = std::mem::take(&mut st.unsent);
+        if got == 0 && !look && !released && !unsent {
+            // Nothing arrived, changed or fell due: no connection has anything to hand over or
+            // to send (the polling loop's usual round, kept short: a frame that lands during it
+            // waits for the next look).
+            return (0, 0);
+        }
+        // What arrived is handed over first. An application thread handed a notification or a
+        // message goes back to its caller at once (it usually replies, and the reply carries
+        // the held answers); timers and sending wait for the next round, which follows at
+        // once, as this shortcut is never taken twice in a row.
+        let handed = self.dispatch(st, app.then_some(now + ANSWER_HOLD_US));
+        st.holding = app && handed;
+        let shortcut = app && handed && !st.shortcut;
+        st.shortcut = shortcut;
+        if shortcut {
+            st.stale = true;
+            return (got, 0);
+        }
+        let mut fired = false;
+        let mut due = None;
+        if look {
+            for s in st.slots.values_mut() {
+                match s.conn.poll_timeout() {
+                    Some(t) if t <= now => {
+                        s.conn.handle_timeout(now, target);
+                        fired = true;
+                    }
+                    t => due = earliest(due, t),
+                }
+            }
+            if fired {
+                self.dispatch(st, None);
+            }
+        }
+        let sent = self.transmit(st, now, io);
+        if look && !fired && sent == 0 {
+            st.due = due;
+            st.stale = false;
+        } else if look || got > 0 || sent > 0 {
+            st.stale = true;
+        }
+        (got, sent)
+    }
+
+    /// Make progress from a waiting application thread (busy polling), if the network thread
+    /// is not at it right now. True when something was received or sent.
+    pub(crate) fn pump(&self) -> bool {
+        let now = self.now();
+        let Ok(mut st) = self.state.try_lock() else {
+            // Polling all the same: the network thread stays out of the way.
+            self.last_pump_us.store(now, Ordering::Relaxed);
+            return false;
+        };
+        self.pump_locked(&mut st, now)
+    }
+
+    /// [`EdgeEndpoint::pump`] with the state in hand, at `now`.
+    pub(super) fn pump_locked(&self, st: &mut State, now: proto::Time) -> bool {
+        self.last_pump_us.store(now, Ordering::Relaxed);
+        let mut io = lock(&self.app_io);
+        let mut target = FabricTarget { fabric: &self.fabric };
+        let (got, sent) = self.round(st, &mut io, &mut target, now, true);
+        got + sent > 0
+    }
+
+    /// Make the network thread's looks while an application thread polls this far apart.
+    #[cfg(test)]
+    pub(crate) fn set_watch(&self, d: Duration) {
+        for w in &self.watch_us {
+            w.store(d.as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// The network thread only watches a polling application thread.
+    #[cfg(test)]
+    pub(crate) fn is_watching(&self) -> bool {
+        self.watching.load(Ordering::SeqCst)
+    }
+
+    /// An application thread pumped within [`PUMP_RECENT_US`] of `now`.
+    pub(super) fn polled_lately(&self, now: proto::Time) -> bool {
+        now.saturating_sub(self.last_pump_us.load(Ordering::SeqCst)) < PUMP_RECENT_US
+    }
+
+    /// The network thread: works while there is work, looks again for [`NET_SPIN`] after it,
+    /// then blocks until a frame arrives, a timer is due or an operation is submitted. Latency
+    /// comes from the waiting application threads, which poll (see [`EdgeEndpoint::pump`]);
+    /// while one does, this thread leaves it the sockets and the core (see [`PUMP_WATCH`]).
+    pub(super) fn run(self: Arc<Self>) {
+        let mut io = Io::new(self.socks.len());
+        let mut target = FabricTarget { fabric: &self.fabric };
+        let mut last_work = Instant::now();
+        let watch_us = |i: usize| Duration::from_micros(self.watch_us[i].load(Ordering::Relaxed));
+        let mut watch = watch_us(0);
+        loop {
+            let stopping = self.stop.load(Ordering::SeqCst);
+            if !stopping && self.polled_lately(self.now()) {
+                // Said before looking again: a thread that stops polling after the look below
+                // sees it and wakes this one (see `Drive::rest`).
+                self.watching.store(true, Ordering::SeqCst);
+                if self.polled_lately(self.now()) {
+                    rackwire_udp::wait(&[], &self.waker, Some(watch));
+                    watch = (watch * 2).min(watch_us(1));
+                }
+                self.watching.store(false, Ordering::SeqCst);
+                continue;
+            }
+            watch = watch_us(0);
+            let mut st = lock(&self.state);
+            let (got, sent) = self.round(&mut st, &mut io, &mut target, self.now(), false);
+            let next = st.next_due();
+            let now = self.now();
+            let wait = next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX));
+            let idle = !(stopping || got > 0 || sent > 0);
+            if idle {
+                // Published under the state lock: a submission after this sees it.
+                self.parked_until_us.store(now + wait.as_micros() as u64, Ordering::SeqCst);
+            }
+            drop(st);
+            if stopping {
+                return;
+            }
+            if !idle {
+                last_work = Instant::now();
+                continue;
+            }
+            // An application thread started polling: it does the work now (see the top).
+            if self.polled_lately(now) {
+                self.parked_until_us.store(AWAKE, Ordering::SeqCst);
+                continue;
+            }
+            // In a stream, the next acknowledgement or frame is usually microseconds away:
+            // look again for a moment before paying for a sleep and a wake-up.
+            if last_work.elapsed() < NET_SPIN {
+                self.parked_until_us.store(AWAKE, Ordering::SeqCst);
+                std::hint::spin_loop();
+                continue;
+            }
+            rackwire_udp::wait(&self.socks, &self.waker, Some(wait));
+            self.parked_until_us.store(AWAKE, Ordering::SeqCst);
+        }
+    }
+
+    /// A frame arrived on link `l` from `from`: find (or open) its connection and feed it.
+    /// True when the connection has events to hand over.
+    pub(super) fn deliver(
+        &self,
+        st: &mut State,
+        l: usize,
+        frame: &[u8],
+        from: SocketAddr,
+        now: proto::Time,
+        target: &mut FabricTarget<'_>,
+    ) -> bool {
+        if frame.len() < HEADER_LEN {
+            return false;
+        }
+        let conn_id = u32::from_be_bytes([frame[8], frame[9], frame[10], frame[11]]);
+        let local = if conn_id == 0 && FrameKind::from(frame[3]) == FrameKind::Handshake {
+            // A first handshake frame: whose, and how many links.
+            let Ok(h) = HandshakeRepr::parse(&frame[HEADER_LEN..]) else { return false };
+            if h.to != self.me {
+                return false;
+            }
+            match st.accepted.get(&(h.from, h.conn)) {
+                Some(&local) => local,
+                None => {
+                    let links = (h.links as usize).min(self.socks.len());
+                    if l >= links {
+                        return false;
+                    }
+                    let local = st.next_local;
+                    st.next_local += 1;
+                    let conn = Connection::accept(
+                        self.proto_config(links),
+                        self.me,
+                        &self.secret,
+                        rackwire_mh::auth::nonce(),
+                        local,
+                        now,
+                    );
+                    st.accepted.insert((h.from, h.conn), local);
+                    st.slots.insert(local, Slot::new(conn, h.from, vec![None; links], false));
+                    local
+                }
+            }
+        } else {
+            conn_id
+        };
+        let Some(s) = st.slots.get_mut(&local) else { return false };
+        if let Some(a) = s.addrs.get_mut(l) {
+            *a = Some(from);
+        }
+        s.conn.handle_frame(now, l, frame, target);
+        s.conn.has_events()
+    }
+
+    /// Turn connection events into completed handles, messages and notifications, and ring
+    /// this node's doorbell for a message or notification. True when there was one. With
+    /// `hold`, a connection that delivered one holds its answers until then.
+    pub(super) fn dispatch(&self, st: &mut State, hold: Option<proto::Time>) -> bool {
+        let mut woke = false;
+        let mut register = Vec::new();
+        let mut gone = Vec::new();
+        for (&local, s) in st.slots.iter_mut() {
+            let mut handed = false;
+            while let Some(e) = s.conn.poll_event() {
+                match e {
+                    Event::Connected { peer } => {
+                        s.connected = true;
+                        s.peer = peer;
+                        if !s.registered {
+                            s.registered = true;
+                            register.push((local, peer));
+                        }
+                    }
+                    Event::Completed { op, result } => {
+                        if let Some(p) = s.pending.remove(&op) {
+                            p.cell.complete(completion(s.peer, &p, result));
+                        }
+                    }
+                    Event::Message { data } => {
+                        s.msg_bytes += data.len();
+                        s.msgs.push_back(data);
+                        handed = true;
+                    }
+                    Event::Notification { region, offset, len, imm } => {
+                        s.notes.push_back(Notification { from: s.peer, region, offset, len, imm });
+                        handed = true;
+                    }
+                    Event::LinkDown(l) => warn!(peer = s.peer, link = l, "edge link down"),
+                    Event::LinkUp(l) => debug!(peer = s.peer, link = l, "edge link up"),
+                    Event::Closed(why) => {
+                        debug!(peer = s.peer, ?why, "edge connection closed");
+                        s.closed = true;
+                        for (_, p) in s.pending.drain() {
+                            p.cell.complete(Err(Error::PeerGone(s.peer)));
+                        }
+                        gone.push(local);
+                    }
+                }
+            }
+            if handed {
+                s.refresh_room();
+                woke = true;
+                if let Some(t) = hold {
+                    s.conn.hold_answers(t);
+                }
+            }
+        }
+        for local in gone {
+            if let Some(s) = st.slots.get(&local) {
+                // Keep queued messages readable; drop the slot once drained by the reader.
+                if s.msgs.is_empty() && s.notes.is_empty() && !s.registered {
+                    st.slots.remove(&local);
+                }
+            }
+            st.accepted.retain(|_, l| *l != local);
+        }
+        let up = || Some((self.fabric.upgrade()?, self.this.upgrade()?));
+        if let Some((f, ep)) = (!register.is_empty()).then(up).flatten() {
+            for (local, peer) in register {
+                let p: Arc<dyn PeerTransport> = Arc::new(EdgePeer { ep: ep.clone(), local, peer });
+                if let Err(e) = f.add_peer(p) {
+                    warn!(peer, "edge connection not registered: {e}");
+                }
+            }
+        }
+        if woke {
+            if let Some(f) = self.fabric.upgrade() {
+                f.doorbell.ring_local();
+            }
+        }
+        woke
+    }
+}

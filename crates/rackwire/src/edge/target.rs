@@ -1,0 +1,93 @@
+//! This node's memory as the edge transport's target sees it: every frame is checked against
+//! the owner's grant table (the same as the shared-memory transport's), and the operation's
+//! whole range against the region, before a byte is placed.
+
+use super::*;
+
+pub(super) fn refusal(r: Rule) -> proto::Refusal {
+    match r {
+        Rule::Ungranted { .. } => proto::Refusal::Ungranted,
+        Rule::Revoked => proto::Refusal::Revoked,
+        Rule::BadKey => proto::Refusal::BadKey,
+        Rule::UnknownRegion => proto::Refusal::UnknownRegion,
+        Rule::Busy => proto::Refusal::Other(100),
+    }
+}
+
+/// This node's memory as the edge transport's target sees it: every frame is checked against
+/// the owner's grant table, and the operation's whole range against the region.
+pub(super) struct FabricTarget<'a> {
+    pub(super) fabric: &'a Weak<Node>,
+}
+
+impl FabricTarget<'_> {
+    fn with<T>(
+        &self,
+        peer: u32,
+        region: u32,
+        key: u128,
+        need: Access,
+        f: impl FnOnce(&crate::grants::RegionInner) -> Result<T, proto::Refusal>,
+    ) -> Result<T, proto::Refusal> {
+        let fab = self.fabric.upgrade().ok_or(proto::Refusal::UnknownRegion)?;
+        fab.regions.with_grant(peer, region, key, need, |r, _| f(r)).map_err(refusal)?
+    }
+}
+
+pub(super) fn in_bounds(len: u64, offset: u64, n: u64) -> Result<(), proto::Refusal> {
+    match offset.checked_add(n) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(proto::Refusal::OutOfBounds),
+    }
+}
+
+impl proto::Target for FabricTarget<'_> {
+    fn write(
+        &mut self,
+        peer: u32,
+        region: u32,
+        key: u128,
+        op_offset: u64,
+        op_len: u64,
+        at: u64,
+        data: &[u8],
+    ) -> Result<(), proto::Refusal> {
+        self.with(peer, region, key, Access::WRITE, |r| {
+            in_bounds(r.len, op_offset, op_len)?;
+            in_bounds(r.len, at, data.len() as u64)?;
+            r.mem.lock().write_at(at, data);
+            Ok(())
+        })
+    }
+
+    fn read(&mut self, peer: u32, region: u32, key: u128, offset: u64, out: &mut [u8]) -> Result<(), proto::Refusal> {
+        self.with(peer, region, key, Access::READ, |r| {
+            in_bounds(r.len, offset, out.len() as u64)?;
+            r.mem.lock().read_at(offset, out);
+            Ok(())
+        })
+    }
+
+    fn atomic(
+        &mut self,
+        peer: u32,
+        region: u32,
+        key: u128,
+        offset: u64,
+        op: proto::AtomicOp,
+    ) -> Result<u64, proto::Refusal> {
+        if !offset.is_multiple_of(8) {
+            return Err(proto::Refusal::Misaligned);
+        }
+        self.with(peer, region, key, Access::ATOMIC, |r| {
+            let mem = r.mem.lock();
+            let word = mem.atomic_u64(offset).ok_or(proto::Refusal::OutOfBounds)?;
+            Ok(match op {
+                proto::AtomicOp::CompareSwap { expected, new } => {
+                    word.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire).unwrap_or_else(|v| v)
+                }
+                proto::AtomicOp::FetchAdd(a) => word.fetch_add(a, Ordering::AcqRel),
+            })
+        })
+    }
+}

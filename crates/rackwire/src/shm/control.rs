@@ -1,0 +1,123 @@
+//! The control protocol between two nodes that share memory: its messages on the Unix
+//! socket (with descriptors beside them), and the rings each side offers the other.
+
+use super::*;
+
+/// Ring record kinds: a message, a notification.
+pub(super) const KIND_MESSAGE: u32 = 1;
+pub(super) const KIND_NOTIFY: u32 = 2;
+
+/// Notification payload: region u32, reserved u32, offset u64, length u64, immediate u64, and
+/// 16 reserved bytes that make a record (with its 16-byte header) exactly one cache line.
+pub(super) const NOTIFY_RECORD_BYTES: usize = 48;
+
+const _: () = assert!(rackwire_shm::ring::record_bytes(NOTIFY_RECORD_BYTES as u64) == 64);
+
+/// Control messages between two nodes that share memory.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub(super) enum PeerMsg {
+    Hello {
+        from: NodeId,
+        to: NodeId,
+        nonce: String,
+    },
+    Challenge {
+        nonce: String,
+        proof: String,
+    },
+    Proof {
+        proof: String,
+    },
+    /// Carries four descriptors: message ring, notification ring, doorbell page, doorbell eventfd.
+    Rings,
+    Refused {
+        reason: String,
+    },
+    MapRequest {
+        req: u64,
+        region: RegionId,
+        key: String,
+        want: u8,
+    },
+    /// Carries the region's descriptor.
+    MapGranted {
+        req: u64,
+        access: u8,
+    },
+    MapRefused {
+        req: u64,
+        reason: Refusal,
+    },
+    Unmap {
+        region: RegionId,
+        seq: u64,
+    },
+    UnmapAck {
+        seq: u64,
+    },
+}
+
+pub(super) fn send(sock: &ControlSocket, msg: &PeerMsg, fds: &[BorrowedFd<'_>]) -> Result<(), Error> {
+    let bytes = serde_json::to_vec(msg).map_err(|e| Error::Protocol(e.to_string()))?;
+    sock.send(&bytes, fds).map_err(|e| Error::Sys(format!("control socket: {e}")))
+}
+
+pub(super) fn recv(sock: &ControlSocket, buf: &mut [u8]) -> Result<(PeerMsg, Vec<OwnedFd>), Error> {
+    let (n, fds) = sock.recv(buf).map_err(|e| Error::Sys(format!("control socket: {e}")))?;
+    if n == 0 {
+        return Err(Error::Protocol("peer closed the connection".into()));
+    }
+    let msg =
+        serde_json::from_slice(&buf[..n]).map_err(|e| Error::Protocol(format!("malformed control message: {e}")))?;
+    Ok((msg, fds))
+}
+
+/// Our receive side of a connection: rings the peer will write into.
+pub(super) struct LocalRings {
+    pub(super) msg: RingReceiver,
+    pub(super) notify: RingReceiver,
+}
+
+impl LocalRings {
+    pub(super) fn new() -> Result<Self, Error> {
+        Ok(LocalRings {
+            msg: RingReceiver::create("rackwire-msg-ring", MESSAGE_RING_BYTES)?,
+            notify: RingReceiver::create("rackwire-notify-ring", NOTIFY_RING_BYTES)?,
+        })
+    }
+
+    pub(super) fn offer(&self, sock: &ControlSocket, f: &Node) -> Result<(), Error> {
+        let [page, efd] = f.doorbell.fds();
+        send(sock, &PeerMsg::Rings, &[self.msg.mem().fd(), self.notify.mem().fd(), page, efd])
+    }
+}
+
+/// Our send side: the peer's rings and doorbell, from the descriptors it sent.
+pub(super) struct RemoteRings {
+    pub(super) msg: RingSender,
+    pub(super) notify: RingSender,
+    pub(super) bell: DoorbellRemote,
+}
+
+impl RemoteRings {
+    pub(super) fn take(msg: PeerMsg, fds: Vec<OwnedFd>) -> Result<Self, Error> {
+        match msg {
+            PeerMsg::Rings => {}
+            PeerMsg::Refused { reason } => {
+                return Err(Error::Protocol(format!("peer refused the connection: {reason}")))
+            }
+            other => return Err(Error::Protocol(format!("expected rings, got {other:?}"))),
+        }
+        let [m, n, page, efd]: [OwnedFd; 4] =
+            fds.try_into().map_err(|_| Error::Protocol("rings need four descriptors".into()))?;
+        let ring = |fd| -> Result<RingSender, Error> {
+            Ok(RingSender::attach(SharedMem::from_fd(fd, MapAccess::ReadWrite)?)?)
+        };
+        Ok(RemoteRings { msg: ring(m)?, notify: ring(n)?, bell: DoorbellRemote::attach(page, efd)? })
+    }
+}
+
+pub(super) fn context(initiator: NodeId, acceptor: NodeId) -> Vec<u8> {
+    format!("rackwire-shm {initiator}->{acceptor}").into_bytes()
+}
