@@ -28,8 +28,8 @@
 //! ```
 //!
 //! Peers that share memory with this process are reached through the shared-memory
-//! transport; the edge transport over Ethernet plugs in behind the same calls
-//! (see [`transport`]).
+//! transport; the edge transport over Ethernet plugs in behind the same calls (the
+//! crate-private `transport` module holds the seam and what every transport must guarantee).
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
