@@ -551,7 +551,7 @@ impl Incomings {
         }
         let start = s.frag_off as usize;
         if start + body.len() > a.buf.len() {
-            return refuse(self, Refusal::OutOfBounds);
+            return refuse(self, Refusal::OutOfBounds { region_len: 0 });
         }
         a.buf[start..start + body.len()].copy_from_slice(body);
         a.seen += body.len() as u64;

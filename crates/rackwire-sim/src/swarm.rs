@@ -247,8 +247,11 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
             flags.notify = None;
             Kind::Msg { data: pattern(seed, n, r.range(0, 20_000) as usize) }
         } else {
-            let why = [Refusal::BadKey, Refusal::OutOfBounds, Refusal::Ungranted][r.range(0, 3) as usize];
-            Kind::Refused { why, region: if why == Refusal::Ungranted { CLOSED_REGION } else { DATA_REGION } }
+            let why =
+                [Refusal::BadKey, Refusal::OutOfBounds { region_len: REGION_BYTES }, Refusal::Ungranted { needed: 0 }]
+                    [r.range(0, 3) as usize];
+            let region = if matches!(why, Refusal::Ungranted { .. }) { CLOSED_REGION } else { DATA_REGION };
+            Kind::Refused { why, region }
         };
         let idx = ops.len();
         ops.push(OpRec { from, to, kind, flags, submitted: 0, completed: None, completions: 0, notified: 0 });
@@ -424,7 +427,7 @@ impl Checker<'_> {
             Kind::Refused { why, region } => {
                 let (target, offset) = match why {
                     Refusal::BadKey => (RegionRef { region: DATA_REGION, key: k1 ^ 2 }, 0),
-                    Refusal::OutOfBounds => (data_ref, REGION_BYTES - 10),
+                    Refusal::OutOfBounds { .. } => (data_ref, REGION_BYTES - 10),
                     _ => (RegionRef { region: *region, key: k3 }, 0),
                 };
                 c.write(now, target, offset, &[0xee; 100], o.flags)

@@ -59,10 +59,10 @@ impl MemTarget {
             return Err(Refusal::BadKey);
         }
         if !r.granted.contains(&peer) {
-            return Err(Refusal::Ungranted);
+            return Err(Refusal::Ungranted { needed: 0 });
         }
         if start.checked_add(len).is_none_or(|e| e > r.data.len() as u64) {
-            return Err(Refusal::OutOfBounds);
+            return Err(Refusal::OutOfBounds { region_len: r.data.len() as u64 });
         }
         Ok(r)
     }
@@ -87,9 +87,10 @@ impl Target for MemTarget {
                 return Err(e);
             }
         };
-        let end = at.checked_add(data.len() as u64).ok_or(Refusal::OutOfBounds)?;
+        let region_len = r.data.len() as u64;
+        let end = at.checked_add(data.len() as u64).ok_or(Refusal::OutOfBounds { region_len })?;
         if at < op_offset || end > op_offset + op_len {
-            return Err(Refusal::OutOfBounds);
+            return Err(Refusal::OutOfBounds { region_len });
         }
         r.data[at as usize..end as usize].copy_from_slice(data);
         if let Some((_, slot)) =

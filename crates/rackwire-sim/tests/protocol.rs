@@ -256,7 +256,7 @@ fn whole_writes_alone_or_beside_one_in_pieces_end_the_same() {
             _ => None,
         })
     };
-    assert_eq!(outcome(bad), Some(Err(OpError::Refused(Refusal::OutOfBounds))));
+    assert_eq!(outcome(bad), Some(Err(OpError::Refused(Refusal::OutOfBounds { region_len: 8192 }))));
     assert_eq!(outcome(good), Some(Ok(Completion::Done)));
 }
 
@@ -460,8 +460,9 @@ fn run_op(
     out.expect("operation completed")
 }
 
-// Checks refusals end to end: each bad access completes with its own reason at the initiator,
-// is counted on both sides, and leaves the target's bytes untouched.
+// Checks refusals end to end: each bad access completes with its own reason at the initiator
+// (with its detail: an out-of-bounds one brings the region's length back), is counted on both
+// sides, and leaves the target's bytes untouched.
 #[test]
 fn refusals_come_back_with_their_reason() {
     let mut w = two(4096);
@@ -469,8 +470,8 @@ fn refusals_come_back_with_their_reason() {
     let cases = [
         (RegionRef { region: 1, key: 78 }, 0u64, Refusal::BadKey),
         (RegionRef { region: 5, key: 77 }, 0, Refusal::UnknownRegion),
-        (RegionRef { region: 2, key: 88 }, 0, Refusal::Ungranted),
-        (good, 4000, Refusal::OutOfBounds),
+        (RegionRef { region: 2, key: 88 }, 0, Refusal::Ungranted { needed: 0 }),
+        (good, 4000, Refusal::OutOfBounds { region_len: 4096 }),
     ];
     for (target, offset, why) in cases {
         let r = run_op(&mut w, |c, now| c.write(now, target, offset, &[0xab; 200], OpFlags::default()));

@@ -39,6 +39,7 @@ pub fn error_kind(e: &rackwire::Error) -> &'static str {
         E::Mh(_) => "mh",
         E::Sys(_) => "sys",
         E::Closed => "closed",
+        E::Busy { .. } => "busy",
     }
 }
 

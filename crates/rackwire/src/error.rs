@@ -1,5 +1,7 @@
 //! The error type of the public API.
 
+use rackwire_proto::Refusal;
+
 use crate::access::ParseAccessError;
 use crate::{Access, NodeId, RegionId};
 
@@ -103,6 +105,46 @@ pub enum Error {
     /// The fabric was closed.
     #[error("fabric closed")]
     Closed,
+    /// The region is moving to fresh memory (its owner cut off a peer that did not give up a
+    /// revoked mapping): try again shortly.
+    #[error("region {region} is moving to fresh memory; try again")]
+    Busy {
+        /// Region.
+        region: RegionId,
+    },
+}
+
+/// What the initiator knows of an operation the target refused, to complete the error.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RefusedOp {
+    pub node: NodeId,
+    pub region: RegionId,
+    pub offset: u64,
+    pub len: u64,
+    pub need: Access,
+}
+
+impl Error {
+    /// The error for a refusal: the one place where a refusal, from either transport, becomes
+    /// an error, keeping its details (the access needed, the region's length).
+    pub(crate) fn refused(r: Refusal, op: &RefusedOp) -> Error {
+        let region = op.region;
+        match r {
+            Refusal::Ungranted { needed } => {
+                Error::Ungranted { region, needed: if needed == 0 { op.need } else { Access::from_bits(needed) } }
+            }
+            Refusal::Revoked => Error::Revoked { region },
+            Refusal::BadKey => Error::BadKey { region },
+            Refusal::UnknownRegion => Error::UnknownRegion { node: op.node, region },
+            Refusal::OutOfBounds { region_len } => {
+                Error::OutOfBounds { region, offset: op.offset, len: op.len, region_len }
+            }
+            Refusal::Misaligned => Error::Misaligned { offset: op.offset },
+            Refusal::TooLarge => Error::MessageTooLarge { len: op.len as usize, max: crate::MESSAGE_BYTES_MAX },
+            Refusal::Busy => Error::Busy { region },
+            Refusal::Other(code) => Error::Protocol(format!("refused with code {code}, unknown to this build")),
+        }
+    }
 }
 
 /// A management-host error, carried as text so [`Error`] stays `Clone + Eq`.

@@ -4,9 +4,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+pub(crate) use rackwire_proto::Refusal;
 use rackwire_proto::{OwnIdMap, OwnIdSet};
 use rackwire_shm::OwnedWindow;
-use serde::{Deserialize, Serialize};
 
 use crate::sync::{lock, read, write};
 use crate::{Access, Error, NodeId, RegionId};
@@ -33,29 +33,6 @@ pub(crate) struct RegionInner {
     /// Set while the backing moves to a new memfd (a peer was cut off); map requests are told
     /// to come back shortly.
     pub migrating: AtomicBool,
-}
-
-/// Why the target refused an access (carried on the wire between peers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Refusal {
-    Ungranted { needed: u8 },
-    Revoked,
-    BadKey,
-    UnknownRegion,
-    Busy,
-}
-
-impl Refusal {
-    pub(crate) fn into_error(self, node: NodeId, region: RegionId) -> Error {
-        match self {
-            Refusal::Ungranted { needed } => Error::Ungranted { region, needed: Access::from_bits(needed) },
-            Refusal::Revoked => Error::Revoked { region },
-            Refusal::BadKey => Error::BadKey { region },
-            Refusal::UnknownRegion => Error::UnknownRegion { node, region },
-            Refusal::Busy => Error::Timeout,
-        }
-    }
 }
 
 /// This node's regions by id (chosen here: a frame's region id is only looked up), at most

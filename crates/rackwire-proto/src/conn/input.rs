@@ -284,7 +284,7 @@ impl Connection {
                 }
             }
             SegKind::Refused => {
-                if let Some(result) = self.ops.on_refused(s.op, Refusal::from_code(s.reason)) {
+                if let Some(result) = self.ops.on_refused(s.op, Refusal::from_wire(s.reason, s.imm)) {
                     self.stats.refused += 1;
                     self.completed(s.op, result);
                 }
@@ -298,7 +298,7 @@ impl Connection {
         let Some(at) = self.incoming.placement(op) else { return };
         let r = at.and_then(|p| {
             if frag_off as u64 + body.len() as u64 > p.op_len {
-                return Err(Refusal::OutOfBounds);
+                return Err(Refusal::OutOfBounds { region_len: 0 });
             }
             target.write(self.peer, p.region, p.key, p.offset, p.op_len, p.offset + frag_off as u64, body)
         });
@@ -332,7 +332,7 @@ impl Connection {
             None => self.respond(SegKind::Done, op, 0, 0, 0, value, None),
             Some(r) => {
                 self.stats.refused_here += 1;
-                self.respond(SegKind::Refused, op, r.code(), 0, 0, 0, None);
+                self.respond(SegKind::Refused, op, r.code(), 0, 0, r.detail(), None);
             }
         }
     }

@@ -37,7 +37,6 @@ use pump::earliest;
 use target::FabricTarget;
 
 use crate::config::LINK_MTU_MIN;
-use crate::grants::Refusal as Rule;
 use crate::node::Node;
 use crate::op::{Drive, OpCell};
 use crate::sync::lock;

@@ -2,6 +2,7 @@
 //! the endpoint, their outcomes turned into the API's errors.
 
 use super::*;
+use crate::error::RefusedOp;
 
 pub(super) fn completion(
     peer: NodeId,
@@ -12,18 +13,10 @@ pub(super) fn completion(
         Ok(proto::Completion::Done) => Ok(Completion::Done),
         Ok(proto::Completion::Data(d)) => Ok(Completion::Data(d)),
         Ok(proto::Completion::Value(v)) => Ok(Completion::Value(v)),
-        Err(OpError::Refused(why)) => Err(match why {
-            proto::Refusal::Ungranted => Error::Ungranted { region: p.region, needed: p.need },
-            proto::Refusal::Revoked => Error::Revoked { region: p.region },
-            proto::Refusal::BadKey => Error::BadKey { region: p.region },
-            proto::Refusal::UnknownRegion => Error::UnknownRegion { node: peer, region: p.region },
-            proto::Refusal::OutOfBounds => {
-                Error::OutOfBounds { region: p.region, offset: p.offset, len: p.len, region_len: 0 }
-            }
-            proto::Refusal::Misaligned => Error::Misaligned { offset: p.offset },
-            proto::Refusal::TooLarge => Error::MessageTooLarge { len: p.len as usize, max: crate::MESSAGE_BYTES_MAX },
-            proto::Refusal::Other(_) => Error::Timeout,
-        }),
+        Err(OpError::Refused(why)) => {
+            let op = RefusedOp { node: peer, region: p.region, offset: p.offset, len: p.len, need: p.need };
+            Err(Error::refused(why, &op))
+        }
         Err(OpError::Timeout) => Err(Error::Timeout),
         Err(OpError::Closed | OpError::NotConnected) => Err(Error::PeerGone(peer)),
         Err(OpError::Limit) => Err(Error::Limit("edge operation limit".into())),

@@ -4,16 +4,6 @@
 
 use super::*;
 
-pub(super) fn refusal(r: Rule) -> proto::Refusal {
-    match r {
-        Rule::Ungranted { .. } => proto::Refusal::Ungranted,
-        Rule::Revoked => proto::Refusal::Revoked,
-        Rule::BadKey => proto::Refusal::BadKey,
-        Rule::UnknownRegion => proto::Refusal::UnknownRegion,
-        Rule::Busy => proto::Refusal::Other(100),
-    }
-}
-
 /// This node's memory as the edge transport's target sees it: every frame is checked against
 /// the owner's grant table, and the operation's whole range against the region.
 pub(super) struct FabricTarget<'a> {
@@ -30,14 +20,14 @@ impl FabricTarget<'_> {
         f: impl FnOnce(&crate::grants::RegionInner) -> Result<T, proto::Refusal>,
     ) -> Result<T, proto::Refusal> {
         let fab = self.fabric.upgrade().ok_or(proto::Refusal::UnknownRegion)?;
-        fab.regions.with_grant(peer, region, key, need, |r, _| f(r)).map_err(refusal)?
+        fab.regions.with_grant(peer, region, key, need, |r, _| f(r))?
     }
 }
 
 pub(super) fn in_bounds(len: u64, offset: u64, n: u64) -> Result<(), proto::Refusal> {
     match offset.checked_add(n) {
         Some(end) if end <= len => Ok(()),
-        _ => Err(proto::Refusal::OutOfBounds),
+        _ => Err(proto::Refusal::OutOfBounds { region_len: len }),
     }
 }
 
@@ -81,7 +71,7 @@ impl proto::Target for FabricTarget<'_> {
         }
         self.with(peer, region, key, Access::ATOMIC, |r| {
             let mem = r.mem.lock();
-            let word = mem.atomic_u64(offset).ok_or(proto::Refusal::OutOfBounds)?;
+            let word = mem.atomic_u64(offset).ok_or(proto::Refusal::OutOfBounds { region_len: r.len })?;
             Ok(match op {
                 proto::AtomicOp::CompareSwap { expected, new } => {
                     word.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire).unwrap_or_else(|v| v)

@@ -47,7 +47,9 @@ pub(super) enum PeerMsg {
     },
     MapRefused {
         req: u64,
-        reason: Refusal,
+        /// The refusal's code and detail ([`Refusal::code`], [`Refusal::detail`]).
+        code: u8,
+        detail: u64,
     },
     Unmap {
         region: RegionId,

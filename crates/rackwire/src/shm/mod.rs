@@ -33,6 +33,7 @@ use tracing::{debug, warn};
 
 use control::{context, recv, send, LocalRings, PeerMsg, RemoteRings, KIND_MESSAGE, KIND_NOTIFY, NOTIFY_RECORD_BYTES};
 
+use crate::error::RefusedOp;
 use crate::grants::Refusal;
 use crate::node::Node;
 use crate::pin::{out_of_bounds, signal_access, store_with_signal, PinSet, Pinned};
@@ -262,7 +263,8 @@ impl ShmPeer {
                     };
                     let _ = p.reply.send(answer);
                 }
-                PeerMsg::MapRefused { req, reason } => {
+                PeerMsg::MapRefused { req, code, detail } => {
+                    let reason = Refusal::from_wire(code, detail);
                     if let Some(p) = lock(&self.pending).remove(&req) {
                         let _ = p.reply.send(MapAnswer::Refused(reason));
                     }
@@ -301,7 +303,7 @@ impl ShmPeer {
             return;
         };
         let Some(key) = u128::from_str_radix(key, 16).ok().filter(|_| key.len() == 32) else {
-            let _ = send(&self.sock, &PeerMsg::MapRefused { req, reason: Refusal::BadKey }, &[]);
+            let _ = send(&self.sock, &PeerMsg::MapRefused { req, code: Refusal::BadKey.code(), detail: 0 }, &[]);
             return;
         };
         let decided = f.regions.with_grant(self.peer, region, key, Access::from_bits(want), |r, access| {
@@ -319,7 +321,8 @@ impl ShmPeer {
             Ok(Err(e)) => warn!(peer = self.peer, region, "could not hand over a mapping: {e}"),
             Err(reason) => {
                 self.stats.refused.fetch_add(1, Relaxed);
-                let _ = send(&self.sock, &PeerMsg::MapRefused { req, reason }, &[]);
+                let _ =
+                    send(&self.sock, &PeerMsg::MapRefused { req, code: reason.code(), detail: reason.detail() }, &[]);
             }
         }
     }
@@ -394,7 +397,10 @@ impl ShmPeer {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(MapAnswer::Granted) => return Ok(()),
                 Ok(MapAnswer::Refused(Refusal::Busy)) => std::thread::sleep(Duration::from_millis(1)),
-                Ok(MapAnswer::Refused(r)) => return Err(r.into_error(self.peer, t.region)),
+                Ok(MapAnswer::Refused(r)) => {
+                    let op = RefusedOp { node: self.peer, region: t.region, offset: 0, len: 0, need };
+                    return Err(Error::refused(r, &op));
+                }
                 Ok(MapAnswer::Failed(e)) => return Err(e),
                 Err(RecvTimeoutError::Timeout) => {
                     lock(&self.pending).remove(&req);
