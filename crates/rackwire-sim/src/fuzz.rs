@@ -1,7 +1,6 @@
 //! Fuzz bodies shared by the property tests and the fuzz targets.
 
 use rackwire_proto::{Config, Connection, OpFlags, RegionRef, Time};
-use rackwire_wire::frame::HEADER_LEN;
 use rackwire_wire::{Frame, FrameRepr};
 
 use crate::MemTarget;
@@ -42,14 +41,7 @@ pub fn fuzz_connection(data: &[u8]) {
         let len = (u16::from_be_bytes([rest[1], rest[2]]) as usize).min(rest.len() - 3).min(4096);
         let mut frame = rest[3..3 + len].to_vec();
         rest = &rest[3 + len..];
-        if frame.len() >= HEADER_LEN {
-            let payload_len = (frame.len() - HEADER_LEN) as u16;
-            frame[6..8].copy_from_slice(&payload_len.to_be_bytes());
-            frame[0] = 0x52;
-            frame[1] = 0x57;
-            frame[2] = rackwire_wire::frame::VERSION;
-            Frame::new_unchecked(&mut frame[..]).fill_checksums();
-        }
+        Frame::new_unchecked(&mut frame[..]).seal();
         b.handle_frame(now, link, &frame, &mut tb);
         b.handle_timeout(now, &mut tb);
         while let Some(t) = b.poll_transmit(now, &mut buf) {

@@ -763,11 +763,12 @@ fn a_frame_beyond_the_send_span_is_dropped() {
     let target = RegionRef { region: 5, key: 55 };
     a.write(now, target, 0, b"probe", OpFlags::default()).unwrap();
     let (link, frame) = drain(&mut a, now).remove(0);
-    let seq = u32::from_be_bytes(frame[12..16].try_into().unwrap());
+    let seq = rackwire_wire::Frame::new_checked(&frame[..]).unwrap().seq();
     let forged = |ahead: u32| {
         let mut f = frame.clone();
-        f[12..16].copy_from_slice(&seq.wrapping_add(ahead).to_be_bytes());
-        rackwire_wire::Frame::new_unchecked(&mut f[..]).fill_checksums();
+        let mut view = rackwire_wire::Frame::new_unchecked(&mut f[..]);
+        view.set_seq(seq.wrapping_add(ahead));
+        view.fill_checksums();
         f
     };
     b.handle_frame(now, link, &forged(i32::MAX as u32), &mut tb);

@@ -195,6 +195,27 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
         &mut self.buffer.as_mut()[HEADER_LEN..HEADER_LEN + len]
     }
 
+    /// Set the sequence number (then [`Frame::fill_checksums`]): for tests that forge frames.
+    pub fn set_seq(&mut self, seq: u32) {
+        self.put(field::SEQ, &seq.to_be_bytes());
+    }
+
+    /// Make the buffer, whatever its bytes, a frame that passes the header checks: magic,
+    /// version, the payload length its size implies, both checksums. For fuzzing and tests
+    /// that feed arbitrary bytes to a parser past its outer checks. False, touching nothing,
+    /// when no frame has the buffer's length.
+    pub fn seal(&mut self) -> bool {
+        let len = self.buffer.as_ref().len();
+        if !(HEADER_LEN..=HEADER_LEN + PAYLOAD_LEN_MAX).contains(&len) {
+            return false;
+        }
+        self.put(field::MAGIC, &MAGIC.to_be_bytes());
+        self.buffer.as_mut()[field::VERSION] = VERSION;
+        self.put(field::PAYLOAD_LEN, &((len - HEADER_LEN) as u16).to_be_bytes());
+        self.fill_checksums();
+        true
+    }
+
     /// Compute both checksums; call after the header and payload are written.
     pub fn fill_checksums(&mut self) {
         let len = self.payload_len() as usize;
@@ -351,5 +372,22 @@ mod tests {
     fn unknown_kind_round_trips() {
         assert_eq!(FrameKind::from(200), FrameKind::Unknown(200));
         assert_eq!(u8::from(FrameKind::Unknown(200)), 200);
+    }
+
+    // Checks the sealing helper: arbitrary bytes of a frame's possible length become a frame
+    // that passes every header check (its payload length the rest of the buffer), and a buffer
+    // too short for a header is refused and left as it was.
+    #[test]
+    fn sealing_makes_any_bytes_a_frame() {
+        for len in [HEADER_LEN, HEADER_LEN + 1, 200] {
+            let mut b: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            assert!(Frame::new_checked(&b[..]).is_err(), "random bytes are not a frame to begin with");
+            assert!(Frame::new_unchecked(&mut b[..]).seal());
+            let f = Frame::new_checked(&b[..]).expect("sealed");
+            assert_eq!(f.payload_len() as usize, len - HEADER_LEN);
+        }
+        let mut short = vec![7u8; HEADER_LEN - 1];
+        assert!(!Frame::new_unchecked(&mut short[..]).seal());
+        assert_eq!(short, vec![7u8; HEADER_LEN - 1]);
     }
 }

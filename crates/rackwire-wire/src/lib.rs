@@ -29,15 +29,10 @@ pub use payload::{
 /// instead of stopping at a checksum. Never panics.
 pub fn check_sealed(data: &[u8]) {
     check_any(data);
-    if data.len() < HEADER_LEN || data.len() > HEADER_LEN + frame::PAYLOAD_LEN_MAX {
-        return;
-    }
     let mut f = data.to_vec();
-    f[0..2].copy_from_slice(&[0x52, 0x57]);
-    f[2] = frame::VERSION;
-    f[6..8].copy_from_slice(&((data.len() - HEADER_LEN) as u16).to_be_bytes());
-    Frame::new_unchecked(&mut f[..]).fill_checksums();
-    check_any(&f);
+    if Frame::new_unchecked(&mut f[..]).seal() {
+        check_any(&f);
+    }
 }
 
 /// Parse `data` as a frame and its payload in every way a receiver would, discarding the
