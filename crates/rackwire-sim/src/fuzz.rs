@@ -1,38 +1,17 @@
 //! Fuzz bodies shared by the property tests and the fuzz targets.
 
-use rackwire_proto::{Config, Connection, OpFlags, RegionRef, Time};
+use rackwire_proto::{Config, OpFlags, RegionRef};
 use rackwire_wire::{Frame, FrameRepr};
 
-use crate::MemTarget;
+use crate::pair;
 
 const MTU: usize = 1472;
-
-/// Two connections with the handshake done, and node 1's memory with one granted region.
-fn established() -> (Connection, Connection, MemTarget, MemTarget, Time) {
-    let cfg = Config::new(2, MTU);
-    let mut a = Connection::connect(cfg.clone(), 1, 2, b"fuzzing-secret", [1; 32], 11, 0);
-    let mut b = Connection::accept(cfg, 2, b"fuzzing-secret", [2; 32], 22, 0);
-    let (mut ta, mut tb) = (MemTarget::default(), MemTarget::default());
-    tb.add_region(1, 7, 1 << 16, &[1]);
-    let mut buf = vec![0u8; 65536];
-    let mut now = 0;
-    for _ in 0..10 {
-        while let Some(t) = a.poll_transmit(now, &mut buf) {
-            b.handle_frame(now, t.link, &buf[..t.len], &mut tb);
-        }
-        while let Some(t) = b.poll_transmit(now, &mut buf) {
-            a.handle_frame(now, t.link, &buf[..t.len], &mut ta);
-        }
-        now += 10;
-    }
-    (a, b, ta, tb, now)
-}
 
 /// Feed an established connection the frames encoded in `data`: each chunk is
 /// `[link, len_hi, len_lo, bytes...]`; header lengths and checksums of every chunk are fixed up
 /// so that the fuzzer reaches past them into the protocol. Must never panic.
 pub fn fuzz_connection(data: &[u8]) {
-    let (mut a, mut b, _ta, mut tb, mut now) = established();
+    let (mut a, mut b, _ta, mut tb, mut now) = pair::established(Config::new(2, MTU), b"fuzzing-secret", 1, 7, 1 << 16);
     let _ = a.write(now, RegionRef { region: 1, key: 7 }, 0, b"seed traffic", OpFlags::default());
     let mut buf = vec![0u8; 65536];
     let mut rest = data;

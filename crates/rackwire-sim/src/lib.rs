@@ -15,6 +15,7 @@
 
 pub mod fuzz;
 pub mod net;
+pub mod pair;
 pub mod rng;
 pub mod swarm;
 pub mod target;

@@ -5,52 +5,18 @@ use rackwire_proto::{
     AtomicOp, Completion, Config, Connection, Event, OpError, OpFlags, Refusal, RegionRef, State, Time,
 };
 use rackwire_sim::net::LinkParams;
+use rackwire_sim::pair::{connecting, drain, established, events, pump};
 use rackwire_sim::world::node_id;
 use rackwire_sim::{MemTarget, World};
 
 const MTU: usize = 1472;
-
-/// Move every frame between two connections (link by link, 10 µs per hop) until quiet.
-/// Returns the frames that went from `a` to `b`, for replay tests.
-fn pump(
-    a: &mut Connection,
-    b: &mut Connection,
-    now: &mut Time,
-    ta: &mut MemTarget,
-    tb: &mut MemTarget,
-) -> Vec<(usize, Vec<u8>)> {
-    let mut buf = vec![0u8; 65536];
-    let mut a_to_b = Vec::new();
-    for _ in 0..100 {
-        let mut moved = false;
-        while let Some(t) = a.poll_transmit(*now, &mut buf) {
-            a_to_b.push((t.link, buf[..t.len].to_vec()));
-            b.handle_frame(*now + 10, t.link, &buf[..t.len], tb);
-            moved = true;
-        }
-        while let Some(t) = b.poll_transmit(*now, &mut buf) {
-            a.handle_frame(*now + 10, t.link, &buf[..t.len], ta);
-            moved = true;
-        }
-        *now += 10;
-        if !moved {
-            break;
-        }
-    }
-    a_to_b
-}
-
-fn events(c: &mut Connection) -> Vec<Event> {
-    std::iter::from_fn(|| c.poll_event()).collect()
-}
 
 // Checks that a node with the wrong secret cannot connect: the initiator finds the acceptor's
 // proof wrong and closes with AuthFailed, the acceptor is told, neither is ever established.
 #[test]
 fn wrong_secret_fails_the_handshake_on_both_sides() {
     let cfg = Config::new(1, MTU);
-    let mut a = Connection::connect(cfg.clone(), 1, 2, b"secret-one", [1; 32], 11, 0);
-    let mut b = Connection::accept(cfg, 2, b"secret-two", [2; 32], 22, 0);
+    let (mut a, mut b) = connecting(cfg, b"secret-one", b"secret-two");
     let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
     pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
     assert!(events(&mut a).contains(&Event::Closed(rackwire_proto::CloseReason::AuthFailed)));
@@ -64,8 +30,7 @@ fn wrong_secret_fails_the_handshake_on_both_sides() {
 #[test]
 fn replayed_handshake_is_refused() {
     let cfg = Config::new(1, MTU);
-    let mut a = Connection::connect(cfg.clone(), 1, 2, b"shared-secret", [1; 32], 11, 0);
-    let mut b = Connection::accept(cfg.clone(), 2, b"shared-secret", [2; 32], 22, 0);
+    let (mut a, mut b) = connecting(cfg.clone(), b"shared-secret", b"shared-secret");
     let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
     let recorded = pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
     assert_eq!(a.state(), State::Established);
@@ -85,8 +50,7 @@ fn replayed_handshake_is_refused() {
 #[test]
 fn damaged_frames_are_counted_and_dropped() {
     let cfg = Config::new(1, MTU);
-    let mut a = Connection::connect(cfg.clone(), 1, 2, b"shared-secret", [1; 32], 11, 0);
-    let mut b = Connection::accept(cfg, 2, b"shared-secret", [2; 32], 22, 0);
+    let (mut a, mut b) = connecting(cfg, b"shared-secret", b"shared-secret");
     let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
     pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
     let before = b.stats().malformed;
@@ -112,8 +76,7 @@ fn damaged_frames_are_counted_and_dropped() {
 #[test]
 fn write_bytes_frames_carry_the_callers_bytes() {
     let cfg = Config::new(1, MTU);
-    let mut a = Connection::connect(cfg.clone(), 1, 2, b"shared-secret", [1; 32], 11, 0);
-    let mut b = Connection::accept(cfg, 2, b"shared-secret", [2; 32], 22, 0);
+    let (mut a, mut b) = connecting(cfg, b"shared-secret", b"shared-secret");
     let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
     tb.add_region(5, 55, 16384, &[1]);
     pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
@@ -141,19 +104,7 @@ fn write_bytes_frames_carry_the_callers_bytes() {
 
 /// Two established connections with a region (id 5, key 55, `len` bytes) at `b`.
 fn pair(cfg: Config, len: usize) -> (Connection, Connection, MemTarget, MemTarget, Time) {
-    let mut a = Connection::connect(cfg.clone(), 1, 2, b"shared-secret", [1; 32], 11, 0);
-    let mut b = Connection::accept(cfg, 2, b"shared-secret", [2; 32], 22, 0);
-    let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
-    tb.add_region(5, 55, len, &[1]);
-    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
-    assert_eq!(a.state(), State::Established);
-    (a, b, ta, tb, now)
-}
-
-/// Every frame `a` sends now, whole.
-fn drain(a: &mut Connection, now: Time) -> Vec<(usize, Vec<u8>)> {
-    let mut buf = vec![0u8; 65536];
-    std::iter::from_fn(|| a.poll_transmit(now, &mut buf).map(|t| (t.link, buf[..t.len].to_vec()))).collect()
+    established(cfg, b"shared-secret", 5, 55, len)
 }
 
 // Checks the short segment header: a write's first frame carries the full 56-byte segment
