@@ -43,6 +43,20 @@ pub const HANDSHAKE_LEN: usize = 80;
 /// body. A handshake announcing less is refused.
 pub const FRAME_LEN_MIN: usize = crate::frame::HEADER_LEN + SEGMENT_LEN + 64;
 
+/// Where a handshake's fields lie.
+mod handshake_field {
+    use std::ops::Range;
+    pub const STEP: usize = 0;
+    pub const LINKS: usize = 1;
+    pub const MTU: Range<usize> = 2..4;
+    pub const FROM: Range<usize> = 4..8;
+    pub const TO: Range<usize> = 8..12;
+    pub const CONN: Range<usize> = 12..16;
+    pub const NONCE: Range<usize> = 16..48;
+    pub const PROOF: Range<usize> = 48..80;
+}
+const _: () = assert!(handshake_field::PROOF.end == HANDSHAKE_LEN);
+
 impl HandshakeRepr {
     /// Parse.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
@@ -50,49 +64,52 @@ impl HandshakeRepr {
         if b.len() != HANDSHAKE_LEN {
             return Err(WireError::BadValue { field: "handshake length" });
         }
-        let step = match b[0] {
+        use handshake_field as f;
+        let step = match b[f::STEP] {
             1 => HandshakeStep::Hello,
             2 => HandshakeStep::Challenge,
             3 => HandshakeStep::Proof,
             4 => HandshakeStep::Done,
             _ => return Err(WireError::BadValue { field: "handshake step" }),
         };
-        if b[1] == 0 {
+        if b[f::LINKS] == 0 {
             return Err(WireError::BadValue { field: "handshake links" });
         }
-        if (u16::from_be_bytes([b[2], b[3]]) as usize) < FRAME_LEN_MIN {
+        let mtu = u16::from_be_bytes([b[f::MTU.start], b[f::MTU.start + 1]]);
+        if (mtu as usize) < FRAME_LEN_MIN {
             return Err(WireError::BadValue { field: "handshake mtu" });
         }
         let mut nonce = [0u8; 32];
-        nonce.copy_from_slice(&b[16..48]);
+        nonce.copy_from_slice(&b[f::NONCE]);
         let mut proof = [0u8; 32];
-        proof.copy_from_slice(&b[48..80]);
+        proof.copy_from_slice(&b[f::PROOF]);
         Ok(HandshakeRepr {
             step,
-            links: b[1],
-            mtu: u16::from_be_bytes([b[2], b[3]]),
-            from: be32(b, 4),
-            to: be32(b, 8),
-            conn: be32(b, 12),
+            links: b[f::LINKS],
+            mtu,
+            from: be32(b, f::FROM.start),
+            to: be32(b, f::TO.start),
+            conn: be32(b, f::CONN.start),
             nonce,
             proof,
         })
     }
     /// Write it into [`HANDSHAKE_LEN`] bytes.
     pub fn emit(&self, b: &mut [u8]) {
-        b[0] = match self.step {
+        use handshake_field as f;
+        b[f::STEP] = match self.step {
             HandshakeStep::Hello => 1,
             HandshakeStep::Challenge => 2,
             HandshakeStep::Proof => 3,
             HandshakeStep::Done => 4,
         };
-        b[1] = self.links;
-        b[2..4].copy_from_slice(&self.mtu.to_be_bytes());
-        b[4..8].copy_from_slice(&self.from.to_be_bytes());
-        b[8..12].copy_from_slice(&self.to.to_be_bytes());
-        b[12..16].copy_from_slice(&self.conn.to_be_bytes());
-        b[16..48].copy_from_slice(&self.nonce);
-        b[48..80].copy_from_slice(&self.proof);
+        b[f::LINKS] = self.links;
+        b[f::MTU].copy_from_slice(&self.mtu.to_be_bytes());
+        b[f::FROM].copy_from_slice(&self.from.to_be_bytes());
+        b[f::TO].copy_from_slice(&self.to.to_be_bytes());
+        b[f::CONN].copy_from_slice(&self.conn.to_be_bytes());
+        b[f::NONCE].copy_from_slice(&self.nonce);
+        b[f::PROOF].copy_from_slice(&self.proof);
     }
 }
 
@@ -110,22 +127,34 @@ pub struct ProbeRepr {
 /// Bytes of a probe payload.
 pub const PROBE_LEN: usize = 12;
 
+/// Where a probe's fields lie.
+mod probe_field {
+    use std::ops::Range;
+    pub const REPLY: usize = 0;
+    pub const RESERVED: Range<usize> = 1..4;
+    pub const TOKEN: Range<usize> = 4..8;
+    pub const ECHO_TS: Range<usize> = 8..12;
+}
+const _: () = assert!(probe_field::ECHO_TS.end == PROBE_LEN);
+
 impl ProbeRepr {
     /// Parse.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
         need("probe", PROBE_LEN, b.len())?;
-        if b.len() != PROBE_LEN || b[0] > 1 {
+        use probe_field as f;
+        if b.len() != PROBE_LEN || b[f::REPLY] > 1 {
             return Err(WireError::BadValue { field: "probe" });
         }
-        zero(&b[1..4], "probe reserved")?;
-        Ok(ProbeRepr { reply: b[0] == 1, token: be32(b, 4), echo_ts: be32(b, 8) })
+        zero(&b[f::RESERVED], "probe reserved")?;
+        Ok(ProbeRepr { reply: b[f::REPLY] == 1, token: be32(b, f::TOKEN.start), echo_ts: be32(b, f::ECHO_TS.start) })
     }
     /// Write it into [`PROBE_LEN`] bytes.
     pub fn emit(&self, b: &mut [u8]) {
-        b[0] = self.reply as u8;
-        b[1..4].fill(0);
-        b[4..8].copy_from_slice(&self.token.to_be_bytes());
-        b[8..12].copy_from_slice(&self.echo_ts.to_be_bytes());
+        use probe_field as f;
+        b[f::REPLY] = self.reply as u8;
+        b[f::RESERVED].fill(0);
+        b[f::TOKEN].copy_from_slice(&self.token.to_be_bytes());
+        b[f::ECHO_TS].copy_from_slice(&self.echo_ts.to_be_bytes());
     }
 }
 
@@ -139,6 +168,14 @@ pub struct CloseRepr {
 /// Bytes of a close payload.
 pub const CLOSE_LEN: usize = 4;
 
+/// Where a close's fields lie.
+mod close_field {
+    use std::ops::Range;
+    pub const REASON: usize = 0;
+    pub const RESERVED: Range<usize> = 1..4;
+}
+const _: () = assert!(close_field::RESERVED.end == CLOSE_LEN);
+
 impl CloseRepr {
     /// Parse.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
@@ -146,12 +183,12 @@ impl CloseRepr {
         if b.len() != CLOSE_LEN {
             return Err(WireError::BadValue { field: "close length" });
         }
-        zero(&b[1..4], "close reserved")?;
-        Ok(CloseRepr { reason: b[0] })
+        zero(&b[close_field::RESERVED], "close reserved")?;
+        Ok(CloseRepr { reason: b[close_field::REASON] })
     }
     /// Write it into [`CLOSE_LEN`] bytes.
     pub fn emit(&self, b: &mut [u8]) {
-        b[0] = self.reason;
-        b[1..4].fill(0);
+        b[close_field::REASON] = self.reason;
+        b[close_field::RESERVED].fill(0);
     }
 }
