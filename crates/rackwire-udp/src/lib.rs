@@ -117,6 +117,46 @@ impl OutFrame<'_> {
     }
 }
 
+/// Where a link's frames go out: its socket, or a wrapper around it that changes what goes
+/// (fault injection, tracing, capture), so such concerns wrap a link instead of branching
+/// inside the send path.
+pub trait SendLink {
+    /// Send `frames`, in order; how many went.
+    fn send_batch(&mut self, frames: &[OutFrame<'_>]) -> io::Result<usize>;
+}
+
+impl SendLink for &LinkSocket {
+    fn send_batch(&mut self, frames: &[OutFrame<'_>]) -> io::Result<usize> {
+        LinkSocket::send_batch(self, frames)
+    }
+}
+
+/// A link with seeded faults applied to what it sends (see [`FaultInjector`]). Faults act on
+/// whole frames, so each frame's parts are joined first: a test path, not a fast one. It
+/// reports the frames it was handed as sent, whatever the faults made of them.
+pub struct Faulty<'a, L> {
+    /// The link the frames go on.
+    pub inner: L,
+    /// The faults.
+    pub faults: &'a mut FaultInjector,
+}
+
+impl<L: SendLink> SendLink for Faulty<'_, L> {
+    fn send_batch(&mut self, frames: &[OutFrame<'_>]) -> io::Result<usize> {
+        let mut out: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(frames.len());
+        let mut made = Vec::new();
+        for f in frames {
+            let mut whole = f.head.to_vec();
+            whole.extend_from_slice(f.body);
+            self.faults.apply(&whole, &mut made);
+            out.extend(made.drain(..).map(|m| (m, f.to)));
+        }
+        let list: Vec<OutFrame<'_>> = out.iter().map(|(m, to)| OutFrame { head: m, body: &[], to: *to }).collect();
+        self.inner.send_batch(&list)?;
+        Ok(frames.len())
+    }
+}
+
 /// One link: a UDP socket bound to the link's local address.
 #[derive(Debug)]
 pub struct LinkSocket {
@@ -461,6 +501,35 @@ pub fn wait(socks: &[LinkSocket], waker: &Waker, timeout: Option<Duration>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link that keeps what it is asked to send.
+    #[derive(Default)]
+    struct Kept(Vec<Vec<u8>>);
+
+    impl SendLink for &mut Kept {
+        fn send_batch(&mut self, frames: &[OutFrame<'_>]) -> io::Result<usize> {
+            self.0.extend(frames.iter().map(|f| [f.head, f.body].concat()));
+            Ok(frames.len())
+        }
+    }
+
+    // Checks the fault wrapper around a link: with every frame duplicated, the link underneath
+    // is handed each frame (head and body joined) twice, in order; with every frame dropped it
+    // is handed none; either way the caller is told all its frames went.
+    #[test]
+    fn faults_wrap_a_link() {
+        let to: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let frames = [OutFrame { head: b"ab", body: b"cd", to }, OutFrame { head: b"ef", body: &[], to }];
+        let spec = |dup: f64, drop: f64| FaultSpec { drop, dup, reorder: 0.0, corrupt: 0.0, seed: 1, down: None };
+        let mut kept = Kept::default();
+        let mut fi = FaultInjector::new(spec(1.0, 0.0), 0);
+        assert_eq!(Faulty { inner: &mut kept, faults: &mut fi }.send_batch(&frames).unwrap(), 2);
+        assert_eq!(kept.0, vec![b"abcd".to_vec(), b"abcd".to_vec(), b"ef".to_vec(), b"ef".to_vec()]);
+        let mut kept = Kept::default();
+        let mut fi = FaultInjector::new(spec(0.0, 1.0), 0);
+        assert_eq!(Faulty { inner: &mut kept, faults: &mut fi }.send_batch(&frames).unwrap(), 2);
+        assert!(kept.0.is_empty());
+    }
 
     // Checks batched sending and draining receives on loopback, with coalescing receives (small
     // frames) and plain ones (jumbo links): every frame of a batch, whole or sent in two parts,

@@ -1,6 +1,8 @@
 //! Frames in and out: a thread's receive and transmit buffers, and sending what the
 //! connections have to send, per link in batches (`sendmmsg`, GSO where the link has it).
 
+use rackwire_udp::{Faulty, SendLink};
+
 use super::*;
 
 /// Buffers of one thread that drives the endpoint: receive buffers, a buffer the connections
@@ -29,6 +31,14 @@ pub(super) struct TxLink {
     pub(super) frames: Vec<(usize, usize, Option<Bytes>, SocketAddr)>,
     /// Bytes of the gathered frames.
     pub(super) bytes: usize,
+}
+
+/// One gathered frame as the link sends it: its head from `heads`, its body shared.
+fn out_frame<'a>(
+    heads: &'a [u8],
+    (at, len, body, addr): &'a (usize, usize, Option<Bytes>, SocketAddr),
+) -> OutFrame<'a> {
+    OutFrame { head: &heads[*at..*at + *len], body: body.as_deref().unwrap_or(&[]), to: *addr }
 }
 
 impl EdgeEndpoint {
@@ -60,40 +70,18 @@ impl EdgeEndpoint {
 
     /// Send one link's gathered frames and empty its queue (keeping the buffers).
     pub(super) fn flush(&self, l: usize, q: &mut TxLink, faults: &mut [Option<FaultInjector>]) -> usize {
-        let result = match faults.get_mut(l).and_then(Option::as_mut) {
-            Some(fi) => {
-                // Faults act on whole frames: join the parts (a test path, not a fast one).
-                let mut faulty: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(q.frames.len());
-                for (at, len, body, addr) in &q.frames {
-                    let mut f = q.heads[*at..*at + *len].to_vec();
-                    if let Some(b) = body {
-                        f.extend_from_slice(b);
-                    }
-                    let mut outs = Vec::new();
-                    fi.apply(&f, &mut outs);
-                    faulty.extend(outs.into_iter().map(|o| (o, *addr)));
-                }
-                let list: Vec<OutFrame<'_>> =
-                    faulty.iter().map(|(f, a)| OutFrame { head: f, body: &[], to: *a }).collect();
-                self.socks[l].send_batch(&list)
+        let heads = &q.heads[..];
+        let link = &self.socks[l];
+        let result = match (faults.get_mut(l).and_then(Option::as_mut), &q.frames[..]) {
+            (Some(faults), frames) => {
+                let list: Vec<OutFrame<'_>> = frames.iter().map(|f| out_frame(heads, f)).collect();
+                Faulty { inner: link, faults }.send_batch(&list)
             }
-            None if q.frames.len() == 1 => {
-                // One frame (the latency case): nothing to gather.
-                let (at, len, body, addr) = &q.frames[0];
-                let f = OutFrame { head: &q.heads[*at..*at + *len], body: body.as_deref().unwrap_or(&[]), to: *addr };
-                self.socks[l].send_batch(std::slice::from_ref(&f))
-            }
-            None => {
-                let list: Vec<OutFrame<'_>> = q
-                    .frames
-                    .iter()
-                    .map(|(at, len, body, addr)| OutFrame {
-                        head: &q.heads[*at..*at + *len],
-                        body: body.as_deref().unwrap_or(&[]),
-                        to: *addr,
-                    })
-                    .collect();
-                self.socks[l].send_batch(&list)
+            // One frame (the latency case): nothing to gather.
+            (None, [one]) => link.send_batch(std::slice::from_ref(&out_frame(heads, one))),
+            (None, frames) => {
+                let list: Vec<OutFrame<'_>> = frames.iter().map(|f| out_frame(heads, f)).collect();
+                link.send_batch(&list)
             }
         };
         q.heads.clear();
