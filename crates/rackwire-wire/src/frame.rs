@@ -195,6 +195,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
         &mut self.buffer.as_mut()[HEADER_LEN..HEADER_LEN + len]
     }
 
+    /// Set the receiver's connection id (then [`Frame::fill_checksums`]): for tests that forge
+    /// frames.
+    pub fn set_conn(&mut self, conn: u32) {
+        self.put(field::CONN, &conn.to_be_bytes());
+    }
+
     /// Set the sequence number (then [`Frame::fill_checksums`]): for tests that forge frames.
     pub fn set_seq(&mut self, seq: u32) {
         self.put(field::SEQ, &seq.to_be_bytes());

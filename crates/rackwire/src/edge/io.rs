@@ -46,8 +46,8 @@ impl EdgeEndpoint {
     /// holds [`SEND_BATCH_MAX`] frames or [`TX_FLUSH_BYTES`]), through the fault injector where one is configured.
     pub(super) fn transmit(&self, st: &mut State, now: proto::Time, io: &mut Io) -> usize {
         let mut sent = 0;
-        let State { slots, faults, .. } = st;
-        for s in slots.values_mut() {
+        let State { conns, faults, .. } = st;
+        for s in conns.slots_mut() {
             while let Some(t) = s.conn.poll_transmit_split(now, &mut io.out) {
                 let Some(Some(addr)) = s.addrs.get(t.link) else { continue };
                 let Some(q) = io.tx.get_mut(t.link) else { continue };

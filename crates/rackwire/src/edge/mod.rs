@@ -17,7 +17,7 @@ mod peer;
 mod pump;
 mod target;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use rackwire_proto::{self as proto, Bytes, Connection, Event, OpError};
 use rackwire_udp::{FaultInjector, LinkSocket, OutFrame, RecvBufs, Waker, SEND_BATCH_MAX};
-use rackwire_wire::{FrameKind, HandshakeRepr, HEADER_LEN};
 use tracing::{debug, warn};
 
 use io::Io;
@@ -113,6 +112,20 @@ struct Slot {
     registered: bool,
 }
 
+impl proto::Slot for Slot {
+    type Addr = SocketAddr;
+
+    fn conn(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
+    fn heard_from(&mut self, link: usize, addr: SocketAddr) {
+        if let Some(a) = self.addrs.get_mut(link) {
+            *a = Some(addr);
+        }
+    }
+}
+
 impl Slot {
     fn new(mut conn: Connection, peer: NodeId, addrs: Vec<Option<SocketAddr>>, registered: bool) -> Slot {
         conn.set_delivery_room(MESSAGES_QUEUED_BYTES, NOTES_QUEUED_MAX);
@@ -155,12 +168,8 @@ impl Slot {
 }
 
 struct State {
-    /// By local connection id (chosen here; a frame's id is only looked up).
-    slots: proto::OwnIdMap<u32, Slot>,
-    /// Accepted connections by (peer, the peer's connection id), so a repeated first handshake
-    /// frame finds its connection.
-    accepted: HashMap<(NodeId, u32), u32>,
-    next_local: u32,
+    /// The connections, by local connection id (chosen here), and how frames find them.
+    conns: proto::Endpoint<Slot>,
     faults: Vec<Option<FaultInjector>>,
     /// The last round ended early, right after handing an application thread what it waited
     /// for (the next one does not).
@@ -183,7 +192,7 @@ impl State {
     /// The earliest deadline of any connection.
     fn next_due(&mut self) -> Option<proto::Time> {
         if self.stale {
-            self.due = self.slots.values().filter_map(|s| s.conn.poll_timeout()).min();
+            self.due = self.conns.slots().filter_map(|s| s.conn.poll_timeout()).min();
             self.stale = false;
         }
         self.due
@@ -242,14 +251,13 @@ impl EdgeEndpoint {
         let faults =
             (0..socks.len()).map(|l| cfg.faults.filter(|s| !s.is_clean()).map(|s| FaultInjector::new(s, l))).collect();
         let waker = Waker::new().map_err(|e| Error::Sys(e.to_string()))?;
+        let conns = proto::Endpoint::new(f.id, socks.len());
         let ep = Arc::new_cyclic(|this| EdgeEndpoint {
             this: this.clone(),
             socks,
             waker,
             state: Mutex::new(State {
-                slots: Default::default(),
-                accepted: HashMap::new(),
-                next_local: 1,
+                conns,
                 faults,
                 shortcut: false,
                 holding: false,
@@ -318,7 +326,7 @@ impl EdgeEndpoint {
         {
             let mut st = lock(&self.state);
             let now = self.now();
-            for s in st.slots.values_mut() {
+            for s in st.conns.slots_mut() {
                 s.conn.close(now);
             }
             st.stale = true;
@@ -340,33 +348,27 @@ impl EdgeEndpoint {
         }
         let local = {
             let mut st = lock(&self.state);
-            let local = st.next_local;
-            st.next_local += 1;
             st.stale = true;
-            let conn = Connection::connect(
-                self.proto_config(links),
-                self.me,
-                info.id,
-                &self.secret,
-                rackwire_mh::auth::nonce(),
-                local,
-                self.now(),
-            );
-            st.slots
-                .insert(local, Slot::new(conn, info.id, addrs.iter().take(links).map(|a| Some(*a)).collect(), true));
-            local
+            let now = self.now();
+            let open = |local| {
+                let cfg = self.proto_config(links);
+                let conn =
+                    Connection::connect(cfg, self.me, info.id, &self.secret, rackwire_mh::auth::nonce(), local, now);
+                Slot::new(conn, info.id, addrs.iter().take(links).map(|a| Some(*a)).collect(), true)
+            };
+            st.conns.open(open).ok_or_else(|| Error::Limit(format!("{} edge connections", proto::CONNECTIONS_MAX)))?
         };
         self.waker.wake();
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         loop {
             {
                 let mut st = lock(&self.state);
-                let s = st.slots.get(&local).ok_or(Error::PeerGone(info.id))?;
+                let s = st.conns.get(local).ok_or(Error::PeerGone(info.id))?;
                 if s.connected {
                     break;
                 }
                 if s.closed || Instant::now() > deadline {
-                    st.slots.remove(&local);
+                    st.conns.remove(local);
                     return Err(Error::Unreachable {
                         node: info.id,
                         why: "the edge handshake did not complete (peer down, or it refused our secret)".into(),

@@ -55,7 +55,7 @@ impl EdgePeer {
         {
             let mut st = lock(&self.ep.state);
             let now = self.ep.now();
-            let Some(s) = st.slots.get_mut(&self.local).filter(|s| !s.closed) else {
+            let Some(s) = st.conns.get_mut(self.local).filter(|s| !s.closed) else {
                 return Op::ready(Err(Error::PeerGone(self.peer)));
             };
             match go(&mut s.conn, now) {
@@ -73,7 +73,7 @@ impl EdgePeer {
             // likely this one, waiting for its operations; one that stops to sleep hands over
             // to the network thread at once), or the network thread when it is at work. A
             // network thread that sleeps, or only looks in now and then, gets it sent inline.
-            let gather = st.slots.get(&self.local).is_some_and(|s| s.conn.worth_gathering())
+            let gather = st.conns.get(self.local).is_some_and(|s| s.conn.worth_gathering())
                 && (self.ep.polled_lately(now)
                     || (self.ep.parked_until_us.load(Ordering::SeqCst) == AWAKE
                         && !self.ep.watching.load(Ordering::SeqCst)));
@@ -85,7 +85,7 @@ impl EdgePeer {
             }
             // Wake the network thread only if this connection now needs it before it would
             // wake anyway (a timer armed by the new frames, or frames the windows held back).
-            let due = st.slots.get(&self.local).and_then(|s| s.conn.poll_timeout());
+            let due = st.conns.get(self.local).and_then(|s| s.conn.poll_timeout());
             // Only this connection changed: its deadline keeps `due` a lower bound.
             st.due = earliest(st.due, due);
             let parked = self.ep.parked_until_us.load(Ordering::SeqCst);
@@ -114,7 +114,7 @@ impl EdgePeer {
     /// peers of one endpoint drives it once per look, not once per peer.
     fn take<T>(&self, mut f: impl FnMut(&mut Slot) -> Option<T>) -> Option<T> {
         let mut st = lock(&self.ep.state);
-        if let Some(v) = st.slots.get_mut(&self.local).and_then(&mut f) {
+        if let Some(v) = st.conns.get_mut(self.local).and_then(&mut f) {
             return Some(v);
         }
         let now = self.ep.now();
@@ -122,7 +122,7 @@ impl EdgePeer {
             return None;
         }
         self.ep.pump_locked(&mut st, now);
-        st.slots.get_mut(&self.local).and_then(f)
+        st.conns.get_mut(self.local).and_then(f)
     }
 
     fn check(&self, t: &RemoteRegion) -> Result<proto::RegionRef, Error> {
@@ -143,7 +143,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn is_alive(&self) -> bool {
-        lock(&self.ep.state).slots.get(&self.local).is_some_and(|s| !s.closed)
+        lock(&self.ep.state).conns.get(self.local).is_some_and(|s| !s.closed)
     }
 
     fn write(&self, t: &RemoteRegion, offset: u64, data: &[u8], f: OpFlags) -> Op {
@@ -262,7 +262,7 @@ impl PeerTransport for EdgePeer {
         {
             let mut st = lock(&self.ep.state);
             let now = self.ep.now();
-            if let Some(s) = st.slots.get_mut(&self.local) {
+            if let Some(s) = st.conns.get_mut(self.local) {
                 s.conn.close(now);
             }
             st.stale = true;
@@ -272,7 +272,7 @@ impl PeerTransport for EdgePeer {
 
     fn stats(&self) -> ConnStats {
         let st = lock(&self.ep.state);
-        let Some(s) = st.slots.get(&self.local) else { return ConnStats::default() };
+        let Some(s) = st.conns.get(self.local) else { return ConnStats::default() };
         let p = s.conn.stats();
         ConnStats {
             refused: p.refused,
@@ -302,8 +302,8 @@ impl Drop for EdgePeer {
         // The fabric's table holds the other reference of a registered peer; once the last
         // handle of a closed connection goes, forget its slot.
         if let Ok(mut st) = self.ep.state.try_lock() {
-            if st.slots.get(&self.local).is_some_and(|s| s.closed) {
-                st.slots.remove(&self.local);
+            if st.conns.get(self.local).is_some_and(|s| s.closed) {
+                st.conns.remove(self.local);
             }
         }
     }

@@ -28,7 +28,7 @@ impl EdgeEndpoint {
         // A hold lasts until the next round: whoever runs it, the reply did not come first.
         let released = std::mem::take(&mut st.holding);
         if released {
-            for s in st.slots.values_mut() {
+            for s in st.conns.slots_mut() {
                 s.conn.hold_answers(0);
             }
         }
@@ -105,7 +105,7 @@ impl EdgeEndpoint {
         let mut fired = false;
         let mut due = None;
         if look {
-            for s in st.slots.values_mut() {
+            for s in st.conns.slots_mut() {
                 match s.conn.poll_timeout() {
                     Some(t) if t <= now => {
                         s.conn.handle_timeout(now, target);
@@ -238,47 +238,22 @@ impl EdgeEndpoint {
         now: proto::Time,
         target: &mut FabricTarget<'_>,
     ) -> bool {
-        if frame.len() < HEADER_LEN {
-            return false;
-        }
-        let conn_id = u32::from_be_bytes([frame[8], frame[9], frame[10], frame[11]]);
-        let local = if conn_id == 0 && FrameKind::from(frame[3]) == FrameKind::Handshake {
-            // A first handshake frame: whose, and how many links.
-            let Ok(h) = HandshakeRepr::parse(&frame[HEADER_LEN..]) else { return false };
-            if h.to != self.me {
-                return false;
-            }
-            match st.accepted.get(&(h.from, h.conn)) {
-                Some(&local) => local,
-                None => {
-                    let links = (h.links as usize).min(self.socks.len());
-                    if l >= links {
-                        return false;
-                    }
-                    let local = st.next_local;
-                    st.next_local += 1;
-                    let conn = Connection::accept(
-                        self.proto_config(links),
-                        self.me,
-                        &self.secret,
-                        rackwire_mh::auth::nonce(),
-                        local,
-                        now,
-                    );
-                    st.accepted.insert((h.from, h.conn), local);
-                    st.slots.insert(local, Slot::new(conn, h.from, vec![None; links], false));
-                    local
-                }
-            }
-        } else {
-            conn_id
+        let accept = |local, i: proto::Incoming| {
+            let conn = Connection::accept(
+                self.proto_config(i.links),
+                self.me,
+                &self.secret,
+                rackwire_mh::auth::nonce(),
+                local,
+                now,
+            );
+            Slot::new(conn, i.peer, vec![None; i.links], false)
         };
-        let Some(s) = st.slots.get_mut(&local) else { return false };
-        if let Some(a) = s.addrs.get_mut(l) {
-            *a = Some(from);
-        }
-        s.conn.handle_frame(now, l, frame, target);
-        s.conn.has_events()
+        let local = match st.conns.handle(now, l, from, frame, target, accept) {
+            proto::Routed::Conn(local) | proto::Routed::Accepted(local) => local,
+            proto::Routed::Dropped => return false,
+        };
+        st.conns.get(local).is_some_and(|s| s.conn.has_events())
     }
 
     /// Turn connection events into completed handles, messages and notifications, and ring
@@ -288,7 +263,7 @@ impl EdgeEndpoint {
         let mut woke = false;
         let mut register = Vec::new();
         let mut gone = Vec::new();
-        for (&local, s) in st.slots.iter_mut() {
+        for (local, s) in st.conns.iter_mut() {
             let mut handed = false;
             while let Some(e) = s.conn.poll_event() {
                 match e {
@@ -335,13 +310,13 @@ impl EdgeEndpoint {
             }
         }
         for local in gone {
-            if let Some(s) = st.slots.get(&local) {
+            if let Some(s) = st.conns.get(local) {
                 // Keep queued messages readable; drop the slot once drained by the reader.
                 if s.msgs.is_empty() && s.notes.is_empty() && !s.registered {
-                    st.slots.remove(&local);
+                    st.conns.remove(local);
                 }
             }
-            st.accepted.retain(|_, l| *l != local);
+            st.conns.forget_accepted(local);
         }
         let up = || Some((self.fabric.upgrade()?, self.this.upgrade()?));
         if let Some((f, ep)) = (!register.is_empty()).then(up).flatten() {
