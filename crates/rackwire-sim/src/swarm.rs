@@ -345,7 +345,7 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
     let mut conns = Vec::new();
     for i in 0..nodes {
         for j in 0..nodes {
-            if let Some(c) = world.conns[i][j].as_ref() {
+            if let Some(c) = world.conn_ref(i, j) {
                 conns.push((i, j, c.stats()));
             }
         }
@@ -410,12 +410,12 @@ impl Checker<'_> {
         let o = &mut self.ops[i];
         let (k1, k2, k3) = keys[o.to];
         let data_ref = RegionRef { region: DATA_REGION, key: k1 };
-        let c = world.conns[o.from][o.to].as_mut().expect("pairwise");
+        if let Kind::Write { slot, data } = &o.kind {
+            world.targets[o.to].track(DATA_REGION, *slot, data.len() as u64);
+        }
+        let c = world.conn(o.from, o.to);
         let r = match &o.kind {
-            Kind::Write { slot, data } => {
-                world.targets[o.to].track(DATA_REGION, *slot, data.len() as u64);
-                c.write(now, data_ref, *slot, data, o.flags)
-            }
+            Kind::Write { slot, data } => c.write(now, data_ref, *slot, data, o.flags),
             Kind::Read { slot, expect } => c.read(now, data_ref, *slot, expect.len() as u64, o.flags),
             Kind::Fadd => {
                 c.atomic(now, RegionRef { region: COUNTER_REGION, key: k2 }, 0, AtomicOp::FetchAdd(1), o.flags)

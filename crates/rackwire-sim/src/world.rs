@@ -1,6 +1,12 @@
 //! The simulated world: nodes, their connections, the links between them, a virtual clock.
+//!
+//! Each node has an [`Endpoint`]: every frame that arrives is routed by it, as a driver of
+//! the edge transport routes frames, so the simulator runs the endpoint's routing and
+//! accepting too. The acceptor's end of each pair is opened by the initiator's first
+//! handshake frame, handed over at the start; its later copies travel the (faulty) links like
+//! any frame, and the endpoint must find the connection they belong to.
 
-use rackwire_proto::{Config, Connection, Event, Time};
+use rackwire_proto::{Config, Connection, Endpoint, Event, Incoming, Routed, Slot, Time};
 
 use crate::net::{Flight, LinkParams, Wire};
 use crate::{MemTarget, Rng};
@@ -15,6 +21,29 @@ pub const STEPS_AT_ONE_INSTANT_MAX: u64 = 100_000;
 /// Largest frame any simulated link carries.
 const BUF_BYTES: usize = 65536;
 
+/// A connection as a node's endpoint keeps it: the peer (a node index) and, per link, the
+/// address it was heard from (the peer's index).
+#[derive(Debug)]
+pub struct SimConn {
+    /// The connection.
+    pub conn: Connection,
+    /// The peer's node index.
+    pub peer: usize,
+    addrs: Vec<Option<usize>>,
+}
+
+impl Slot for SimConn {
+    type Addr = usize;
+    fn conn(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+    fn heard_from(&mut self, link: usize, addr: usize) {
+        if let Some(a) = self.addrs.get_mut(link) {
+            *a = Some(addr);
+        }
+    }
+}
+
 /// Nodes, connections between every pair, and the links.
 pub struct World {
     /// Virtual time, µs.
@@ -28,8 +57,12 @@ pub struct World {
     wires: Vec<Wire>,
     /// Frames on their way.
     pub flight: Flight,
-    /// `conns[node][peer]`.
-    pub conns: Vec<Vec<Option<Connection>>>,
+    /// Each node's endpoint.
+    eps: Vec<Endpoint<SimConn>>,
+    /// `index[node][peer]`: the local id of `node`'s connection to `peer`.
+    index: Vec<Vec<Option<u32>>>,
+    /// `cfgs[node][peer]`: the configuration of a connection between them.
+    cfgs: Vec<Vec<Option<Config>>>,
     /// Each node's memory.
     pub targets: Vec<MemTarget>,
     events: Vec<(Time, usize, usize, Event)>,
@@ -72,23 +105,23 @@ impl World {
                 }
             }
         }
-        let mut conns: Vec<Vec<Option<Connection>>> = (0..nodes).map(|_| (0..nodes).map(|_| None).collect()).collect();
+        let mut eps: Vec<Endpoint<SimConn>> = (0..nodes).map(|i| Endpoint::new(node_id(i), links)).collect();
+        let mut index: Vec<Vec<Option<u32>>> = vec![vec![None; nodes]; nodes];
+        let mut cfgs: Vec<Vec<Option<Config>>> = vec![vec![None; nodes]; nodes];
         #[allow(clippy::needless_range_loop)] // pairs (i, j) index a matrix
         for i in 0..nodes {
             for j in (i + 1)..nodes {
                 let mtus: Vec<usize> = (0..links).map(|l| params(i, j, l).mtu.min(params(j, i, l).mtu)).collect();
                 let c = cfg(mtus);
-                let conn_id = |a: usize, b: usize| (a as u32 + 1) * 1000 + b as u32 + 1;
-                conns[i][j] = Some(Connection::connect(
-                    c.clone(),
-                    node_id(i),
-                    node_id(j),
-                    SIM_SECRET,
-                    rng.bytes32(),
-                    conn_id(i, j),
-                    0,
-                ));
-                conns[j][i] = Some(Connection::accept(c, node_id(j), SIM_SECRET, rng.bytes32(), conn_id(j, i), 0));
+                cfgs[i][j] = Some(c.clone());
+                cfgs[j][i] = Some(c.clone());
+                let nonce = rng.bytes32();
+                let local = eps[i].open(|local| SimConn {
+                    conn: Connection::connect(c, node_id(i), node_id(j), SIM_SECRET, nonce, local, 0),
+                    peer: j,
+                    addrs: vec![Some(j); links],
+                });
+                index[i][j] = local;
             }
         }
         let targets = (0..nodes).map(|_| MemTarget::default()).collect();
@@ -99,7 +132,9 @@ impl World {
             links,
             wires,
             flight: Flight::default(),
-            conns,
+            eps,
+            index,
+            cfgs,
             targets,
             events: Vec::new(),
             steps: 0,
@@ -107,8 +142,44 @@ impl World {
             livelock: false,
             buf: vec![0; BUF_BYTES],
         };
+        w.open_acceptors();
         w.flush();
         w
+    }
+
+    /// Hand each initiator's first frame straight to its peer's endpoint, which opens the
+    /// acceptor's end (so both ends exist from the start, as a test expects).
+    fn open_acceptors(&mut self) {
+        for i in 0..self.nodes {
+            for j in (i + 1)..self.nodes {
+                let Some(local) = self.index[i][j] else { continue };
+                let Some(s) = self.eps[i].get_mut(local) else { continue };
+                let Some(t) = s.conn.poll_transmit(0, &mut self.buf) else { continue };
+                let frame = self.buf[..t.len].to_vec();
+                self.deliver(j, i, t.link, &frame);
+            }
+        }
+    }
+
+    /// Frame `frame` arrives at `to` from `from` on `link`: its endpoint routes it.
+    fn deliver(&mut self, to: usize, from: usize, link: usize, frame: &[u8]) {
+        let now = self.now;
+        self.targets[to].now = now;
+        let (rng, cfgs) = (&mut self.rng, &self.cfgs);
+        let accept = |local, inc: Incoming| {
+            let peer = inc.peer as usize - 1;
+            let cfg = cfgs[to][peer].clone().expect("a configuration for every pair");
+            SimConn {
+                conn: Connection::accept(cfg, node_id(to), SIM_SECRET, rng.bytes32(), local, now),
+                peer,
+                addrs: vec![None; inc.links],
+            }
+        };
+        if let Routed::Accepted(local) = self.eps[to].handle(now, link, from, frame, &mut self.targets[to], accept) {
+            let peer = self.eps[to].get(local).map(|s| s.peer).expect("just opened");
+            assert!(self.index[to][peer].is_none(), "a second connection from one peer");
+            self.index[to][peer] = Some(local);
+        }
     }
 
     fn wire_index(&self, from: usize, to: usize, link: usize) -> usize {
@@ -135,26 +206,24 @@ impl World {
 
     /// Send everything every connection has to send now.
     pub fn flush(&mut self) {
+        let now = self.now;
         for i in 0..self.nodes {
-            for j in 0..self.nodes {
-                let now = self.now;
-                while let Some(t) = self.conns[i][j].as_mut().and_then(|c| c.poll_transmit(now, &mut self.buf)) {
+            for (_, s) in self.eps[i].iter_mut() {
+                let j = s.peer;
+                while let Some(t) = s.conn.poll_transmit(now, &mut self.buf) {
                     let bytes = self.buf[..t.len].to_vec();
-                    let idx = self.wire_index(i, j, t.link);
-                    let now = self.now;
+                    let idx = (i * self.nodes + j) * self.links + t.link;
                     self.wires[idx].send(now, &mut self.rng, &mut self.flight, i, j, t.link, bytes);
                 }
-                if let Some(c) = self.conns[i][j].as_mut() {
-                    while let Some(e) = c.poll_event() {
-                        self.events.push((self.now, i, j, e));
-                    }
+                while let Some(e) = s.conn.poll_event() {
+                    self.events.push((now, i, j, e));
                 }
             }
         }
     }
 
     fn next_event(&self) -> Option<Time> {
-        let timers = self.conns.iter().flatten().flatten().filter_map(|c| c.poll_timeout());
+        let timers = self.eps.iter().flat_map(|e| e.slots()).filter_map(|s| s.conn.poll_timeout());
         timers.chain(self.flight.next_at()).min()
     }
 
@@ -181,18 +250,13 @@ impl World {
         self.now = next;
         let now = self.now;
         while let Some(a) = self.flight.pop_due(now) {
-            if let Some(c) = self.conns[a.to][a.from].as_mut() {
-                self.targets[a.to].now = now;
-                c.handle_frame(now, a.link, &a.bytes, &mut self.targets[a.to]);
-            }
+            self.deliver(a.to, a.from, a.link, &a.bytes);
         }
         for i in 0..self.nodes {
-            for j in 0..self.nodes {
-                if let Some(c) = self.conns[i][j].as_mut() {
-                    if c.poll_timeout().is_some_and(|t| t <= now) {
-                        self.targets[i].now = now;
-                        c.handle_timeout(now, &mut self.targets[i]);
-                    }
+            self.targets[i].now = now;
+            for s in self.eps[i].slots_mut() {
+                if s.conn.poll_timeout().is_some_and(|t| t <= now) {
+                    s.conn.handle_timeout(now, &mut self.targets[i]);
                 }
             }
         }
@@ -232,6 +296,12 @@ impl World {
 
     /// The connection from `node` to `peer`.
     pub fn conn(&mut self, node: usize, peer: usize) -> &mut Connection {
-        self.conns[node][peer].as_mut().expect("nodes are connected pairwise")
+        let local = self.index[node][peer].expect("nodes are connected pairwise");
+        &mut self.eps[node].get_mut(local).expect("an open connection").conn
+    }
+
+    /// The connection from `node` to `peer`, to look at.
+    pub fn conn_ref(&self, node: usize, peer: usize) -> Option<&Connection> {
+        self.eps[node].get(self.index[node][peer]?).map(|s| &s.conn)
     }
 }
