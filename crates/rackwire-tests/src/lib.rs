@@ -37,7 +37,7 @@ pub fn error_kind(e: &rackwire::Error) -> &'static str {
         E::Config(_) => "config",
         E::Mh(m) if m.denied => "denied",
         E::Mh(_) => "mh",
-        E::Sys(_) => "sys",
+        E::Sys { .. } => "sys",
         E::Closed => "closed",
         E::Busy { .. } => "busy",
     }

@@ -247,7 +247,7 @@ impl Vnic {
             let h = std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || f(&s))
-                .map_err(|e| rackwire::Error::Sys(e.to_string()))?;
+                .map_err(|e| rackwire::Error::sys("starting a virtual NIC thread", &e))?;
             threads.push(h);
         }
         info!(addrs = ?shared.my_addrs, "virtual NIC {VNIC_NAME} up, MTU {VNIC_MTU}");

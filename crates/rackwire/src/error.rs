@@ -99,9 +99,16 @@ pub enum Error {
     /// The management host refused or could not be reached.
     #[error(transparent)]
     Mh(#[from] MhErrorText),
-    /// A system resource failed (memory, descriptors, sockets).
-    #[error("system: {0}")]
-    Sys(String),
+    /// A system resource failed (memory, descriptors, sockets, threads).
+    #[error("system: {op}: {detail}")]
+    Sys {
+        /// What was being done.
+        op: &'static str,
+        /// The kind of the system's error.
+        kind: std::io::ErrorKind,
+        /// The system's message.
+        detail: String,
+    },
     /// The fabric was closed.
     #[error("fabric closed")]
     Closed,
@@ -173,11 +180,19 @@ impl From<rackwire_mh::MhError> for Error {
 
 impl From<rackwire_shm::ShmError> for Error {
     fn from(e: rackwire_shm::ShmError) -> Self {
-        Error::Sys(e.to_string())
+        match e {
+            rackwire_shm::ShmError::Sys { op, source } => Error::sys(op, &source),
+            e => Error::Sys { op: "shared memory", kind: std::io::ErrorKind::InvalidData, detail: e.to_string() },
+        }
     }
 }
 
 impl Error {
+    /// A system call for `op` failed with `e`.
+    pub fn sys(op: &'static str, e: &std::io::Error) -> Error {
+        Error::Sys { op, kind: e.kind(), detail: e.to_string() }
+    }
+
     /// True when the management host refused admission (for example a wrong secret).
     pub fn is_denied(&self) -> bool {
         matches!(self, Error::Mh(m) if m.denied)
@@ -187,5 +202,24 @@ impl Error {
 impl From<ParseAccessError> for Error {
     fn from(e: ParseAccessError) -> Error {
         Error::Config(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that a system error keeps its source's type: what was being done and the kind of
+    // the kernel's error (here a refused permission), both from an I/O error and from the
+    // shared-memory crate's own error, and that its text names both.
+    #[test]
+    fn system_errors_keep_what_failed_and_its_kind() {
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let e = Error::sys("binding a socket", &denied);
+        assert!(matches!(e, Error::Sys { op: "binding a socket", kind: std::io::ErrorKind::PermissionDenied, .. }));
+        assert!(e.to_string().starts_with("system: binding a socket: "), "{e}");
+        let shm =
+            rackwire_shm::ShmError::Sys { op: "mmap", source: std::io::Error::from(std::io::ErrorKind::OutOfMemory) };
+        assert!(matches!(Error::from(shm), Error::Sys { op: "mmap", kind: std::io::ErrorKind::OutOfMemory, .. }));
     }
 }

@@ -78,22 +78,21 @@ fn connect(f: &Arc<Node>, edge: Option<&Arc<EdgeEndpoint>>, node: NodeId) -> Res
             why: "it does not share memory with this node and only shared memory is enabled".into(),
         });
     }
-    let peer =
-        match ShmPeer::connect(f, &info) {
-            Ok(p) => p,
-            Err(first) => {
-                // The cached endpoint may be stale (the peer restarted): ask afresh once.
-                debug!(node, "connect with cached endpoint failed ({first}); refreshing");
-                let info = f.mh.refresh(node).map_err(|_| first.clone())?;
-                ShmPeer::connect(f, &info).map_err(|e| {
-                    if matches!(e, Error::Sys(_)) {
-                        Error::PeerGone(node)
-                    } else {
-                        e
-                    }
-                })?
-            }
-        };
+    let peer = match ShmPeer::connect(f, &info) {
+        Ok(p) => p,
+        Err(first) => {
+            // The cached endpoint may be stale (the peer restarted): ask afresh once.
+            debug!(node, "connect with cached endpoint failed ({first}); refreshing");
+            let info = f.mh.refresh(node).map_err(|_| first.clone())?;
+            ShmPeer::connect(f, &info).map_err(|e| {
+                if matches!(e, Error::Sys { .. }) {
+                    Error::PeerGone(node)
+                } else {
+                    e
+                }
+            })?
+        }
+    };
     Ok(peer)
 }
 
@@ -133,8 +132,11 @@ impl Fabric {
             .map_err(|e| Error::Config(format!("runtime folder {}: {e}", dir.display())))?;
         let path =
             dir.join(format!("n{id}-{}-{:08x}.sock", std::process::id(), rackwire_mh::auth::random_u128() as u32));
-        let endpoint =
-            Arc::new(Endpoint::bind(&path).map_err(|e| Error::Sys(format!("endpoint {}: {e}", path.display())))?);
+        let endpoint = Arc::new(Endpoint::bind(&path).map_err(|e| Error::Sys {
+            op: "binding this node's shared-memory endpoint",
+            kind: e.kind(),
+            detail: format!("{}: {e}", path.display()),
+        })?);
         let host = match cfg.memory_domain.as_str() {
             "" => host_identity(),
             d => format!("{}/{d}", host_identity()),
@@ -161,7 +163,7 @@ impl Fabric {
         let acceptor = std::thread::Builder::new()
             .name("rw-accept".into())
             .spawn(move || accept_loop(weak, endpoint))
-            .map_err(|e| Error::Sys(e.to_string()))?;
+            .map_err(|e| Error::sys("starting the accepting thread", &e))?;
         Ok(Fabric { inner, edge, acceptor: Some(acceptor) })
     }
 

@@ -250,7 +250,7 @@ impl EdgeEndpoint {
         let mtu = socks.iter().map(LinkSocket::mtu).min().unwrap_or(cfg.link_mtu);
         let faults =
             (0..socks.len()).map(|l| cfg.faults.filter(|s| !s.is_clean()).map(|s| FaultInjector::new(s, l))).collect();
-        let waker = Waker::new().map_err(|e| Error::Sys(e.to_string()))?;
+        let waker = Waker::new().map_err(|e| Error::sys("creating the edge transport's waker", &e))?;
         let conns = proto::Endpoint::new(f.id, socks.len());
         let ep = Arc::new_cyclic(|this| EdgeEndpoint {
             this: this.clone(),
@@ -285,7 +285,7 @@ impl EdgeEndpoint {
         let h = std::thread::Builder::new()
             .name("rw-edge".into())
             .spawn(move || runner.run())
-            .map_err(|e| Error::Sys(e.to_string()))?;
+            .map_err(|e| Error::sys("starting the edge transport's thread", &e))?;
         *lock(&ep.thread) = Some(h);
         Ok(ep)
     }

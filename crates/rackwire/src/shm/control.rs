@@ -62,11 +62,11 @@ pub(super) enum PeerMsg {
 
 pub(super) fn send(sock: &ControlSocket, msg: &PeerMsg, fds: &[BorrowedFd<'_>]) -> Result<(), Error> {
     let bytes = serde_json::to_vec(msg).map_err(|e| Error::Protocol(e.to_string()))?;
-    sock.send(&bytes, fds).map_err(|e| Error::Sys(format!("control socket: {e}")))
+    sock.send(&bytes, fds).map_err(|e| Error::sys("sending on a control socket", &e))
 }
 
 pub(super) fn recv(sock: &ControlSocket, buf: &mut [u8]) -> Result<(PeerMsg, Vec<OwnedFd>), Error> {
-    let (n, fds) = sock.recv(buf).map_err(|e| Error::Sys(format!("control socket: {e}")))?;
+    let (n, fds) = sock.recv(buf).map_err(|e| Error::sys("receiving on a control socket", &e))?;
     if n == 0 {
         return Err(Error::Protocol("peer closed the connection".into()));
     }

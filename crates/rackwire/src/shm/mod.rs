@@ -137,9 +137,12 @@ impl ShmPeer {
             .shm_path
             .as_deref()
             .ok_or_else(|| Error::Unreachable { node: info.id, why: "no shared-memory endpoint".into() })?;
-        let sock = ControlSocket::connect(std::path::Path::new(path))
-            .map_err(|e| Error::Sys(format!("connect to node {}: {e}", info.id)))?;
-        sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::Sys(e.to_string()))?;
+        let sock = ControlSocket::connect(std::path::Path::new(path)).map_err(|e| Error::Sys {
+            op: "connecting to a node's control socket",
+            kind: e.kind(),
+            detail: format!("node {}: {e}", info.id),
+        })?;
+        sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::sys("setting a receive timeout", &e))?;
         let mut buf = vec![0u8; CONTROL_MSG_BYTES_MAX];
         let ctx = context(f.id, info.id);
         let nonce = auth::nonce();
@@ -165,7 +168,7 @@ impl ShmPeer {
         local.offer(&sock, f)?;
         let (msg, fds) = recv(&sock, &mut buf)?;
         let remote = RemoteRings::take(msg, fds)?;
-        sock.set_recv_timeout(None).map_err(|e| Error::Sys(e.to_string()))?;
+        sock.set_recv_timeout(None).map_err(|e| Error::sys("clearing a receive timeout", &e))?;
         let peer = ShmPeer::build(f, info.id, sock, local, remote);
         let dynp: Arc<dyn PeerTransport> = peer.clone();
         f.add_peer(dynp.clone())?;
@@ -173,7 +176,7 @@ impl ShmPeer {
         std::thread::Builder::new()
             .name("rw-peer".into())
             .spawn(move || reader.serve(buf))
-            .map_err(|e| Error::Sys(e.to_string()))?;
+            .map_err(|e| Error::sys("starting a peer thread", &e))?;
         debug!(peer = info.id, "connected over shared memory");
         Ok(dynp)
     }
@@ -192,7 +195,7 @@ impl ShmPeer {
     }
 
     fn handshake_accept(f: &Arc<Node>, sock: ControlSocket, buf: &mut [u8]) -> Result<Arc<ShmPeer>, Error> {
-        sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::Sys(e.to_string()))?;
+        sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::sys("setting a receive timeout", &e))?;
         let refuse = |sock: &ControlSocket, reason: String| {
             let _ = send(sock, &PeerMsg::Refused { reason: reason.clone() }, &[]);
             Err(Error::Protocol(reason))
@@ -224,7 +227,7 @@ impl ShmPeer {
         let remote = RemoteRings::take(msg, fds)?;
         let local = LocalRings::new()?;
         local.offer(&sock, f)?;
-        sock.set_recv_timeout(None).map_err(|e| Error::Sys(e.to_string()))?;
+        sock.set_recv_timeout(None).map_err(|e| Error::sys("clearing a receive timeout", &e))?;
         let peer = ShmPeer::build(f, from, sock, local, remote);
         f.add_peer(peer.clone())?;
         debug!(peer = from, "accepted a shared-memory connection");
