@@ -43,6 +43,17 @@ pub fn error_kind(e: &rackwire::Error) -> &'static str {
     }
 }
 
+/// A fabric node in this process, for tests that run several nodes as threads: it reaches its
+/// peers over shared memory, or with `edge` over the edge transport on a loopback link.
+pub fn thread_node(mh: &rackwire::MhHandle, secret: &str, name: &str, edge: bool) -> rackwire::Fabric {
+    let mut cfg = rackwire::FabricConfig::new(mh.addr().to_string(), secret, name.to_string());
+    if edge {
+        cfg.transport = rackwire::TransportChoice::Edge;
+        cfg.links = vec!["127.0.0.1:0".into()];
+    }
+    rackwire::Fabric::join(cfg).expect("join")
+}
+
 /// A folder for one test's state, removed on drop.
 pub struct TempDir(pub PathBuf);
 

@@ -5,17 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rackwire::{Access, Error, Fabric, FabricConfig, ManagementHost, RevokeOutcome, Signal, TransportChoice};
+use rackwire::{Access, Error, Fabric, ManagementHost, RevokeOutcome, Signal};
 
 const SECRET: &str = "pin-test-secret-0123456789abcdef";
 
 fn node(mh: &rackwire::MhHandle, name: &str, edge: bool) -> Fabric {
-    let mut cfg = FabricConfig::new(mh.addr().to_string(), SECRET, name.to_string());
-    if edge {
-        cfg.transport = TransportChoice::Edge;
-        cfg.links = vec!["127.0.0.1:0".into()];
-    }
-    Fabric::join(cfg).expect("join")
+    rackwire_tests::thread_node(mh, SECRET, name, edge)
 }
 
 // Checks what a pin does: its write and write-with-signal place the bytes and the signal word

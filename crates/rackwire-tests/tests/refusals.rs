@@ -1,16 +1,11 @@
 //! One refusal type, carried into errors with its details on both transports.
 
-use rackwire::{Access, Error, Fabric, FabricConfig, ManagementHost, OpFlags, TransportChoice};
+use rackwire::{Access, Error, Fabric, ManagementHost, OpFlags};
 
 const SECRET: &str = "refusal-test-secret-0123456789ab";
 
 fn node(mh: &rackwire::MhHandle, name: &str, edge: bool) -> Fabric {
-    let mut cfg = FabricConfig::new(mh.addr().to_string(), SECRET, name.to_string());
-    if edge {
-        cfg.transport = TransportChoice::Edge;
-        cfg.links = vec!["127.0.0.1:0".into()];
-    }
-    Fabric::join(cfg).expect("join")
+    rackwire_tests::thread_node(mh, SECRET, name, edge)
 }
 
 // Checks, on the shared-memory and on the edge transport alike, that a refused operation's
