@@ -376,8 +376,10 @@ impl Session {
 
     /// One-way stream of writes, in [`ONEWAY_ROUNDS`] rounds; with `limit`, each round is
     /// followed by a memcpy round of the same size and count, so both face the same machine.
-    /// Each row reports its median round.
-    fn oneway(&self, size: u64, scale: f64, limit: bool) -> Result<(Row, Option<Row>)> {
+    /// Over shared memory each round is also run through a pin of the target
+    /// ([`rackwire::Conn::pin`]: each write its stores alone, no handle), as the
+    /// `shm-pinned` row. Each row reports its median round.
+    fn oneway(&self, size: u64, scale: f64, limit: bool) -> Result<(Row, Option<Row>, Option<Row>)> {
         let iters = iterations((4e9 * scale) as u64, size, 100, 1_000_000);
         let per = (iters / ONEWAY_ROUNDS).max(20);
         let data = Bytes::copy_from_slice(&self.buf[..size as usize]);
@@ -385,8 +387,13 @@ impl Session {
         for _ in 0..(per / 2).max(1) {
             self.conn.write_bytes(&self.target, 0, data.clone(), OpFlags::NONE).wait()?;
         }
+        let mut pin = match self.transport {
+            BenchTransport::Shm => Some(self.conn.pin(&self.target, Access::WRITE)?),
+            BenchTransport::Udp { .. } => None,
+        };
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
+        let mut pinned = Vec::new();
         for _ in 0..ONEWAY_ROUNDS {
             send_cmd(&self.conn, &Cmd::Oneway { size })?;
             expect(&self.conn, "ready")?;
@@ -395,12 +402,28 @@ impl Session {
             self.fabric.wait_notification(STEP_TIMEOUT)?;
             let (wall, cpu) = m.stop();
             ours.push(stream_row("oneway", size, per, size * per, wall, cpu));
+            if let Some(pin) = pin.as_mut() {
+                send_cmd(&self.conn, &Cmd::Oneway { size })?;
+                expect(&self.conn, "ready")?;
+                let m = Meter::start();
+                for _ in 1..per {
+                    pin.write(0, &data)?;
+                }
+                // The last write tells the responder the round is over, behind the others.
+                self.conn.write(&self.target, 0, &data, OpFlags::NONE.notify(per).fence_before()).wait()?;
+                self.fabric.wait_notification(STEP_TIMEOUT)?;
+                let (wall, cpu) = m.stop();
+                let mut row = stream_row("oneway", size, per, size * per, wall, cpu);
+                row.transport = "shm-pinned".into();
+                pinned.push(row);
+            }
             if limit {
                 theirs.push(limit::memcpy_row(&self.buf, size, per));
             }
         }
         let n = per * ONEWAY_ROUNDS;
-        Ok((median_round(ours, n), (!theirs.is_empty()).then(|| median_round(theirs, n))))
+        let median = |rows: Vec<Row>| (!rows.is_empty()).then(|| median_round(rows, n));
+        Ok((median_round(ours, n), median(theirs), median(pinned)))
     }
 
     fn twoway(&self, size: u64, scale: f64) -> Result<Row> {
@@ -577,7 +600,8 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
                 let row = match p {
                     Pattern::Pingpong => s.pingpong(size, cfg.scale)?,
                     Pattern::Oneway => {
-                        let (row, memcpy) = s.oneway(size, cfg.scale, cfg.with_limit)?;
+                        let (row, memcpy, pinned) = s.oneway(size, cfg.scale, cfg.with_limit)?;
+                        report.rows.extend(pinned);
                         if let Some(m) = memcpy {
                             report.rows.push(row);
                             limit_sizes.retain(|&x| x != size);
