@@ -47,6 +47,7 @@
 mod chunk;
 mod config;
 mod conn;
+mod delivery;
 mod endpoint;
 mod link;
 mod ops;
@@ -58,6 +59,7 @@ mod target;
 pub use bytes::Bytes;
 pub use config::Config;
 pub use conn::{CloseReason, Connection, Event, SplitTransmit, State, Transmit, GATHER_IN_FLIGHT_MIN};
+pub use delivery::{Delivery, Note};
 pub use endpoint::{Endpoint, Incoming, Routed, Slot, CONNECTIONS_MAX};
 pub use ops::{AtomicOp, Completion, OpError, OpFlags, OpId, RegionRef};
 pub use sent::SEND_SPAN_MAX;

@@ -17,7 +17,6 @@ mod peer;
 mod pump;
 mod target;
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -102,10 +101,8 @@ struct Slot {
     peer: NodeId,
     addrs: Vec<Option<SocketAddr>>,
     pending: proto::OwnIdMap<proto::OpId, Pending>,
-    msgs: VecDeque<Vec<u8>>,
-    /// Bytes of `msgs`.
-    msg_bytes: usize,
-    notes: VecDeque<Notification>,
+    /// Messages and notifications not yet taken, within the room the connection is told of.
+    delivery: proto::Delivery,
     connected: bool,
     closed: bool,
     /// An [`EdgePeer`] for it is registered with the fabric.
@@ -128,42 +125,19 @@ impl proto::Slot for Slot {
 
 impl Slot {
     fn new(mut conn: Connection, peer: NodeId, addrs: Vec<Option<SocketAddr>>, registered: bool) -> Slot {
-        conn.set_delivery_room(MESSAGES_QUEUED_BYTES, NOTES_QUEUED_MAX);
-        Slot {
-            conn,
-            peer,
-            addrs,
-            pending: Default::default(),
-            msgs: VecDeque::new(),
-            msg_bytes: 0,
-            notes: VecDeque::new(),
-            connected: false,
-            closed: false,
-            registered,
-        }
+        let delivery = proto::Delivery::new(&mut conn, MESSAGES_QUEUED_BYTES, NOTES_QUEUED_MAX);
+        Slot { conn, peer, addrs, pending: Default::default(), delivery, connected: false, closed: false, registered }
     }
 
     /// The oldest message not yet read.
     fn next_message(&mut self) -> Option<Vec<u8>> {
-        let m = self.msgs.pop_front()?;
-        self.msg_bytes -= m.len();
-        self.refresh_room();
-        Some(m)
+        self.delivery.next_message(&mut self.conn)
     }
 
     /// The oldest notification not yet taken.
     fn next_note(&mut self) -> Option<Notification> {
-        let n = self.notes.pop_front()?;
-        self.refresh_room();
-        Some(n)
-    }
-
-    /// Tell the connection how much more the application's queues take.
-    fn refresh_room(&mut self) {
-        self.conn.set_delivery_room(
-            MESSAGES_QUEUED_BYTES.saturating_sub(self.msg_bytes),
-            NOTES_QUEUED_MAX.saturating_sub(self.notes.len()),
-        );
+        let n = self.delivery.next_note(&mut self.conn)?;
+        Some(Notification { from: self.peer, region: n.region, offset: n.offset, len: n.len, imm: n.imm })
     }
 }
 

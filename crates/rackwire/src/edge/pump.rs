@@ -280,13 +280,8 @@ impl EdgeEndpoint {
                             p.cell.complete(completion(s.peer, &p, result));
                         }
                     }
-                    Event::Message { data } => {
-                        s.msg_bytes += data.len();
-                        s.msgs.push_back(data);
-                        handed = true;
-                    }
-                    Event::Notification { region, offset, len, imm } => {
-                        s.notes.push_back(Notification { from: s.peer, region, offset, len, imm });
+                    e @ (Event::Message { .. } | Event::Notification { .. }) => {
+                        s.delivery.keep(e);
                         handed = true;
                     }
                     Event::LinkDown(l) => warn!(peer = s.peer, link = l, "edge link down"),
@@ -302,7 +297,7 @@ impl EdgeEndpoint {
                 }
             }
             if handed {
-                s.refresh_room();
+                s.delivery.refresh(&mut s.conn);
                 woke = true;
                 if let Some(t) = hold {
                     s.conn.hold_answers(t);
@@ -312,7 +307,7 @@ impl EdgeEndpoint {
         for local in gone {
             if let Some(s) = st.conns.get(local) {
                 // Keep queued messages readable; drop the slot once drained by the reader.
-                if s.msgs.is_empty() && s.notes.is_empty() && !s.registered {
+                if s.delivery.is_empty() && !s.registered {
                     st.conns.remove(local);
                 }
             }
