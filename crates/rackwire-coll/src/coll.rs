@@ -60,7 +60,7 @@ fn seg_start(total: usize, n: usize, i: usize) -> usize {
 }
 
 /// Peers of `me` in the staggered order: me+1, me+2, ... (mod n).
-fn others(me: usize, n: usize) -> impl Iterator<Item = usize> {
+pub(crate) fn others(me: usize, n: usize) -> impl Iterator<Item = usize> {
     (1..n).map(move |k| (me + k) % n)
 }
 

@@ -12,6 +12,7 @@
 //! tell which way a block goes from its length alone, which they both know.
 
 use crate::channel::{RecvSpec, SendSpec};
+use crate::coll::others;
 use crate::{CollError, Group, SymmetricRegion};
 
 /// Blocks of at least this many bytes go straight into the receiver's region. Below it, the
@@ -30,11 +31,6 @@ fn direct(len: usize) -> bool {
 /// Receives from every rank but `me`, in the staggered order (`me - 1`, `me - 2`, ...).
 fn from_others(me: usize, n: usize) -> impl Iterator<Item = usize> {
     (1..n).map(move |k| (me + n - k) % n)
-}
-
-/// Sends to every rank but `me`, in the staggered order (`me + 1`, `me + 2`, ...).
-fn to_others(me: usize, n: usize) -> impl Iterator<Item = usize> {
-    (1..n).map(move |k| (me + k) % n)
 }
 
 impl Group {
@@ -115,7 +111,7 @@ impl Group {
             let (mut sends, mut recvs) = self.reuse.take();
             // To one rank: the place of its block to us (if large), then our block (if small);
             // it expects them in that order, knowing both lengths.
-            for to in to_others(me, n) {
+            for to in others(me, n) {
                 if direct(rcount(to)) {
                     sends.push(SendSpec { to, data: &names[to * PLACE_BYTES..(to + 1) * PLACE_BYTES], place: None });
                 }
@@ -155,7 +151,7 @@ impl Group {
                 }
             }
             let (mut sends, mut recvs) = self.reuse.take();
-            for to in to_others(me, n).filter(|&to| direct(scount(to))) {
+            for to in others(me, n).filter(|&to| direct(scount(to))) {
                 let target = dest.remote(to).expect("one part per rank, checked");
                 let at =
                     u64::from_le_bytes(named[to * PLACE_BYTES..(to + 1) * PLACE_BYTES].try_into().expect("8 bytes"));

@@ -32,6 +32,18 @@ pub struct SimConn {
     addrs: Vec<Option<usize>>,
 }
 
+impl SimConn {
+    /// A connection to node index `peer`, which is at `addrs[link]` on each link it is known on.
+    pub fn new(conn: Connection, peer: usize, addrs: Vec<Option<usize>>) -> SimConn {
+        SimConn { conn, peer, addrs }
+    }
+
+    /// Where the peer was last heard on `link`.
+    pub fn addr(&self, link: usize) -> Option<usize> {
+        self.addrs.get(link).copied().flatten()
+    }
+}
+
 impl Slot for SimConn {
     type Addr = usize;
     fn conn(&mut self) -> &mut Connection {
@@ -79,6 +91,12 @@ impl std::fmt::Debug for World {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("World").field("now", &self.now).field("nodes", &self.nodes).field("links", &self.links).finish()
     }
+}
+
+/// Where the wire from `from` to `to` on `link` sits in a world of `nodes` nodes and `links`
+/// links per pair.
+fn wire_index(nodes: usize, links: usize, from: usize, to: usize, link: usize) -> usize {
+    (from * nodes + to) * links + link
 }
 
 /// Node `i`'s id in the fabric.
@@ -182,13 +200,9 @@ impl World {
         }
     }
 
-    fn wire_index(&self, from: usize, to: usize, link: usize) -> usize {
-        (from * self.nodes + to) * self.links + link
-    }
-
     /// One link direction.
     pub fn wire(&mut self, from: usize, to: usize, link: usize) -> &mut Wire {
-        let i = self.wire_index(from, to, link);
+        let i = wire_index(self.nodes, self.links, from, to, link);
         &mut self.wires[i]
     }
 
@@ -212,7 +226,7 @@ impl World {
                 let j = s.peer;
                 while let Some(t) = s.conn.poll_transmit(now, &mut self.buf) {
                     let bytes = self.buf[..t.len].to_vec();
-                    let idx = (i * self.nodes + j) * self.links + t.link;
+                    let idx = wire_index(self.nodes, self.links, i, j, t.link);
                     self.wires[idx].send(now, &mut self.rng, &mut self.flight, i, j, t.link, bytes);
                 }
                 while let Some(e) = s.conn.poll_event() {

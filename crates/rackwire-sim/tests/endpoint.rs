@@ -1,35 +1,18 @@
 //! The endpoint: frames routed to their connection by the id in their header, and a
 //! connection opened once per peer's first handshake frame.
 
-use rackwire_proto::{Config, Connection, Endpoint, Event, Incoming, OpFlags, RegionRef, Routed, Slot, State, Time};
+use rackwire_proto::{Config, Connection, Endpoint, Event, Incoming, OpFlags, RegionRef, Routed, State, Time};
 use rackwire_sim::pair::events;
+use rackwire_sim::world::SimConn;
 use rackwire_sim::MemTarget;
 
 const MTU: usize = 1472;
 const SECRET: &[u8] = b"endpoint-test-secret";
 
-/// A connection as the test keeps it: the peer's address (here, its node id) per link.
-struct Conn {
-    conn: Connection,
-    addrs: Vec<Option<u32>>,
-}
-
-impl Slot for Conn {
-    type Addr = u32;
-    fn conn(&mut self) -> &mut Connection {
-        &mut self.conn
-    }
-    fn heard_from(&mut self, link: usize, addr: u32) {
-        if let Some(a) = self.addrs.get_mut(link) {
-            *a = Some(addr);
-        }
-    }
-}
-
 /// A node: its endpoint and its memory.
 struct Node {
     id: u32,
-    ep: Endpoint<Conn>,
+    ep: Endpoint<SimConn>,
     mem: MemTarget,
 }
 
@@ -38,16 +21,16 @@ impl Node {
         Node { id, ep: Endpoint::new(id, links), mem: MemTarget::default() }
     }
 
-    fn accept(id: u32) -> impl FnOnce(u32, Incoming) -> Conn {
-        move |local, i| Conn {
-            conn: Connection::accept(Config::new(i.links, MTU), id, SECRET, [9; 32], local, 0),
-            addrs: vec![None; i.links],
+    fn accept(id: u32) -> impl FnOnce(u32, Incoming) -> SimConn {
+        move |local, i| {
+            let conn = Connection::accept(Config::new(i.links, MTU), id, SECRET, [9; 32], local, 0);
+            SimConn::new(conn, i.peer as usize, vec![None; i.links])
         }
     }
 
     /// Hand a frame to this node; where it went.
     fn take(&mut self, now: Time, link: usize, from: u32, frame: &[u8]) -> Routed {
-        self.ep.handle(now, link, from, frame, &mut self.mem, Node::accept(self.id))
+        self.ep.handle(now, link, from as usize, frame, &mut self.mem, Node::accept(self.id))
     }
 
     /// Every frame this node's connections send now, with the address each goes to.
@@ -56,8 +39,8 @@ impl Node {
         let mut out = Vec::new();
         for s in self.ep.slots_mut() {
             while let Some(t) = s.conn.poll_transmit(now, &mut buf) {
-                if let Some(Some(to)) = s.addrs.get(t.link) {
-                    out.push((*to, t.link, buf[..t.len].to_vec()));
+                if let Some(to) = s.addr(t.link) {
+                    out.push((to as u32, t.link, buf[..t.len].to_vec()));
                 }
             }
         }
@@ -97,9 +80,8 @@ fn a_first_handshake_opens_one_connection_and_frames_find_it() {
     nodes[1].mem.add_region(5, 55, 4096, &[1]);
     let local = nodes[0]
         .ep
-        .open(|local| Conn {
-            conn: Connection::connect(Config::new(2, MTU), 1, 2, SECRET, [1; 32], local, 0),
-            addrs: vec![Some(2), Some(2)],
+        .open(|local| {
+            SimConn::new(Connection::connect(Config::new(2, MTU), 1, 2, SECRET, [1; 32], local, 0), 2, vec![Some(2); 2])
         })
         .unwrap();
     // The first frame, kept to be sent again later.
@@ -130,9 +112,8 @@ fn a_first_handshake_opens_one_connection_and_frames_find_it() {
 fn frames_for_no_connection_of_this_node_are_dropped() {
     let mut three = Node::new(3, 2);
     let mut one = Node::new(1, 2);
-    one.ep.open(|local| Conn {
-        conn: Connection::connect(Config::new(1, MTU), 1, 2, SECRET, [1; 32], local, 0),
-        addrs: vec![Some(2)],
+    one.ep.open(|local| {
+        SimConn::new(Connection::connect(Config::new(1, MTU), 1, 2, SECRET, [1; 32], local, 0), 2, vec![Some(2)])
     });
     let (_, link, hello_to_2) = one.out(0).remove(0);
     assert_eq!(three.take(10, link, 1, &hello_to_2), Routed::Dropped, "a hello for node 2");

@@ -305,13 +305,13 @@ impl EdgeEndpoint {
             }
         }
         for local in gone {
-            if let Some(s) = st.conns.get(local) {
-                // Keep queued messages readable; drop the slot once drained by the reader.
-                if s.delivery.is_empty() && !s.registered {
-                    st.conns.remove(local);
-                }
+            // Keep queued messages readable: drop the slot once drained by the reader (a peer's
+            // new first frame opens a new connection either way).
+            if st.conns.get(local).is_some_and(|s| s.delivery.is_empty() && !s.registered) {
+                st.conns.remove(local);
+            } else {
+                st.conns.forget_accepted(local);
             }
-            st.conns.forget_accepted(local);
         }
         let up = || Some((self.fabric.upgrade()?, self.this.upgrade()?));
         if let Some((f, ep)) = (!register.is_empty()).then(up).flatten() {
