@@ -1,0 +1,100 @@
+//! What every workload shares: timing in phases separated by barriers, the CPU time the
+//! ranks used, and one result per run gathered at rank 0.
+
+use std::time::Instant;
+
+use rackwire_coll::Group;
+use serde::{Deserialize, Serialize};
+
+use crate::EvalError;
+
+/// CPU time this process has used so far (every thread), in seconds.
+pub fn cpu_secs() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+/// One rank's clock through a run: phases that every rank enters and leaves together (a
+/// barrier at each boundary, so a phase's time is the slowest rank's and no phase overlaps
+/// the next), and the CPU time used from start to end.
+pub struct Phases {
+    names: Vec<&'static str>,
+    secs: Vec<f64>,
+    start: Instant,
+    mark: Instant,
+    cpu_start: f64,
+}
+
+impl Phases {
+    /// Start the clock, together with every rank.
+    pub fn start(g: &mut Group) -> Result<Phases, EvalError> {
+        g.barrier()?;
+        let now = Instant::now();
+        Ok(Phases { names: Vec::new(), secs: Vec::new(), start: now, mark: now, cpu_start: cpu_secs() })
+    }
+
+    /// End the phase `name` (it began at the end of the one before), together with every rank.
+    pub fn end(&mut self, g: &mut Group, name: &'static str) -> Result<(), EvalError> {
+        g.barrier()?;
+        let now = Instant::now();
+        self.names.push(name);
+        self.secs.push((now - self.mark).as_secs_f64());
+        self.mark = now;
+        Ok(())
+    }
+
+    /// Stop the clock and gather every rank's times at every rank: the run's result (the
+    /// caller fills in what the workload moved and whether its output was right).
+    pub fn finish(self, g: &mut Group) -> Result<RunResult, EvalError> {
+        let wall = (self.mark - self.start).as_secs_f64();
+        let cpu = cpu_secs() - self.cpu_start;
+        let n = g.size();
+        let k = self.secs.len();
+        // Per rank: wall, cpu, then each phase.
+        let mine: Vec<f64> = [wall, cpu].into_iter().chain(self.secs.iter().copied()).collect();
+        let mut all = vec![0f64; n * (k + 2)];
+        g.allgather(bytemuck::cast_slice(&mine), bytemuck::cast_slice_mut(&mut all))?;
+        let rows: Vec<&[f64]> = all.chunks_exact(k + 2).collect();
+        let max_of = |i: usize| rows.iter().map(|r| r[i]).fold(0.0, f64::max);
+        Ok(RunResult {
+            secs: max_of(0),
+            cpu_secs: rows.iter().map(|r| r[1]).sum(),
+            phases: self.names.iter().enumerate().map(|(i, name)| Phase { name: (*name).into(), secs: max_of(i + 2) }).collect(),
+            ranks: n,
+            bytes: 0,
+            work: 0,
+            checked: false,
+            transport: String::new(),
+        })
+    }
+}
+
+/// One phase of a run and its time (the slowest rank's).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Phase {
+    /// Its name.
+    pub name: String,
+    /// Seconds.
+    pub secs: f64,
+}
+
+/// What one run of a workload over one data path gives.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RunResult {
+    /// The data path's transport (`shm`, `udp`, `tcp`).
+    pub transport: String,
+    /// Ranks.
+    pub ranks: usize,
+    /// Bytes the workload processed (its input).
+    pub bytes: u64,
+    /// Units of work done (records sorted, records scanned, ...), for work per joule.
+    pub work: u64,
+    /// Wall-clock seconds from the first phase's start to the last one's end.
+    pub secs: f64,
+    /// CPU seconds all ranks used meanwhile.
+    pub cpu_secs: f64,
+    /// Each phase.
+    pub phases: Vec<Phase>,
+    /// The output was checked and found right.
+    pub checked: bool,
+}

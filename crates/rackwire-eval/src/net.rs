@@ -1,0 +1,373 @@
+//! The two data paths a workload runs over, behind one interface: the fabric (one-sided
+//! writes into the receiver's registered memory) and plain TCP sockets between the same
+//! processes.
+//!
+//! Both carry the same two patterns the workloads are made of: an all-to-all exchange of
+//! blocks of any sizes (the sort's shuffle) and a gather at one rank (grep's reduce, which is
+//! the same exchange with every block but the root's empty). Setup (connections, addresses)
+//! goes through the job's group; the phase boundaries use the group's barrier on both paths,
+//! so only the data moves differently.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use rackwire::Access;
+use rackwire_coll::Group;
+
+use crate::EvalError;
+
+/// Which path the data takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Net {
+    /// rackwire: shared memory within a memory domain, the edge transport across.
+    Fabric,
+    /// TCP sockets, one connection per pair of ranks.
+    Tcp,
+}
+
+impl Net {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Net::Fabric => "fabric",
+            Net::Tcp => "tcp",
+        }
+    }
+
+    /// The path a name on the command line means.
+    pub fn parse(s: &str) -> Result<Net, EvalError> {
+        match s {
+            "fabric" => Ok(Net::Fabric),
+            "tcp" => Ok(Net::Tcp),
+            other => Err(EvalError::BadArgument(format!("unknown data path {other:?} (fabric or tcp)"))),
+        }
+    }
+}
+
+/// How long a rank waits for TCP connections from the others to arrive.
+pub const TCP_SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one TCP exchange may stall (no byte moving) before it fails.
+pub const TCP_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bytes of one block's length on the TCP path.
+const LEN_BYTES: usize = 8;
+
+/// Moves a job's data between its ranks.
+pub trait DataPath {
+    /// What the rows call this path: `shm` or `udp` (the fabric's transport to the other
+    /// ranks), or `tcp`.
+    fn transport(&self) -> &'static str;
+
+    /// Rank `i` sends `counts[j]` bytes to rank `j` (its own block included), the blocks
+    /// packed by rank in `send`, and gets back what every rank sent it, by rank, packed into
+    /// one buffer with the offsets of each rank's block (`offsets[r]..offsets[r + 1]`).
+    fn exchange(&mut self, g: &mut Group, send: &[u8], counts: &[usize]) -> Result<Received, EvalError>;
+
+    /// Every rank's `data` gathered at `root`, packed by rank (`None` at the other ranks).
+    fn gather(&mut self, g: &mut Group, root: usize, data: &[u8]) -> Result<Option<Received>, EvalError> {
+        let counts: Vec<usize> = (0..g.size()).map(|r| if r == root { data.len() } else { 0 }).collect();
+        let got = self.exchange(g, data, &counts)?;
+        Ok((g.rank() == root).then_some(got))
+    }
+}
+
+/// What one exchange delivered: every rank's block, packed by rank.
+#[derive(Debug, Default)]
+pub struct Received {
+    /// The blocks back to back.
+    pub data: Vec<u8>,
+    /// Where each rank's block starts, and the end (one more than ranks).
+    pub offsets: Vec<usize>,
+}
+
+impl Received {
+    /// Rank `r`'s block.
+    pub fn block(&self, r: usize) -> &[u8] {
+        &self.data[self.offsets[r]..self.offsets[r + 1]]
+    }
+}
+
+/// `send` split into the blocks `counts` give, after checking that they fit together.
+fn blocks<'a>(send: &'a [u8], counts: &[usize], n: usize) -> Result<Vec<&'a [u8]>, EvalError> {
+    if counts.len() != n || counts.iter().sum::<usize>() != send.len() {
+        return Err(EvalError::BadArgument(format!(
+            "exchange: {} counts summing to {} for {n} ranks and {} bytes",
+            counts.len(),
+            counts.iter().sum::<usize>(),
+            send.len()
+        )));
+    }
+    let mut rest = send;
+    Ok(counts
+        .iter()
+        .map(|&c| {
+            let (head, tail) = rest.split_at(c);
+            rest = tail;
+            head
+        })
+        .collect())
+}
+
+fn offsets_of(counts: &[usize]) -> Vec<usize> {
+    let mut offs = Vec::with_capacity(counts.len() + 1);
+    offs.push(0);
+    for c in counts {
+        offs.push(offs.last().copied().unwrap_or(0) + c);
+    }
+    offs
+}
+
+/// The exchange over the fabric: block sizes first (an all-to-all of counts), then every
+/// block written by its sender straight into the receiver's registered memory (a region
+/// every rank allocates for the exchange, [`Group::alltoallv_to`]), which the receiver then
+/// reads out.
+pub struct FabricPath {
+    transport: &'static str,
+}
+
+impl FabricPath {
+    /// The fabric path of this group's job.
+    pub fn new(g: &Group) -> FabricPath {
+        // The transport to the farthest peer names the path: on a rack with two memory
+        // domains some peers are on shared memory and some on the edge transport.
+        let transport = (0..g.size())
+            .filter_map(|r| g.transport(r))
+            .find(|&t| t != "shm")
+            .unwrap_or("shm");
+        FabricPath { transport: if transport == "edge" { "udp" } else { transport } }
+    }
+}
+
+impl DataPath for FabricPath {
+    fn transport(&self) -> &'static str {
+        self.transport
+    }
+
+    fn exchange(&mut self, g: &mut Group, send: &[u8], send_counts: &[usize]) -> Result<Received, EvalError> {
+        let n = g.size();
+        blocks(send, send_counts, n)?;
+        let mut counts_out = Vec::with_capacity(8 * n);
+        for c in send_counts {
+            counts_out.extend_from_slice(&(*c as u64).to_le_bytes());
+        }
+        let mut counts_in = vec![0u8; 8 * n];
+        g.alltoall(&counts_out, &mut counts_in)?;
+        let recv_counts: Vec<usize> = counts_in
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize)
+            .collect();
+        let offsets = offsets_of(&recv_counts);
+        let total = offsets[n];
+        // Every rank allocates the same length: the most any rank receives.
+        let mut most = [total as u64];
+        g.allreduce(&mut most, rackwire_coll::ReduceOp::Max)?;
+        let region = g.alloc_symmetric(most[0].max(1), Access::READ | Access::WRITE)?;
+        g.alltoallv_to(send, send_counts, &region, 0, &recv_counts)?;
+        let mut data = vec![0u8; total];
+        region.region.read_at(0, &mut data)?;
+        Ok(Received { data, offsets })
+    }
+}
+
+/// The exchange over TCP, built as a good socket program would build it: one connection per
+/// pair of ranks, set up once (each rank listens on its own address, learns the others'
+/// through the group, connects to every higher rank and accepts every lower one);
+/// `TCP_NODELAY` on, socket buffers left to the kernel's autotuning (setting them fixes them
+/// and turns autotuning off); one thread per rank driving every connection at once with
+/// non-blocking sockets and `poll`, as Open MPI's TCP transport does, so no peer waits while
+/// another could move; large writes and reads straight from and into the final buffers. The
+/// lengths go first (8 bytes each way per pair), then the blocks.
+pub struct TcpPath {
+    /// The connection to each rank (none to itself).
+    socks: Vec<Option<TcpStream>>,
+}
+
+impl TcpPath {
+    /// Connect every pair of ranks of the group. `bind` is this rank's address to listen on
+    /// (port 0: any).
+    pub fn connect(g: &mut Group, bind: SocketAddr) -> Result<TcpPath, EvalError> {
+        let (me, n) = (g.rank(), g.size());
+        let listener = TcpListener::bind(bind).map_err(|e| EvalError::Tcp(format!("listen on {bind}: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| EvalError::Tcp(e.to_string()))?;
+        let posted = g.allgather_blobs(addr.to_string().as_bytes())?;
+        let addrs: Vec<SocketAddr> = posted
+            .iter()
+            .map(|b| {
+                std::str::from_utf8(b)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| EvalError::Tcp("a rank posted a bad address".into()))
+            })
+            .collect::<Result<_, _>>()?;
+        let mut socks: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+        for (r, a) in addrs.iter().enumerate().skip(me + 1) {
+            let mut s = TcpStream::connect_timeout(a, TCP_SETUP_TIMEOUT)
+                .map_err(|e| EvalError::Tcp(format!("connect to rank {r} at {a}: {e}")))?;
+            s.write_all(&(me as u32).to_le_bytes()).map_err(|e| EvalError::Tcp(e.to_string()))?;
+            socks[r] = Some(s);
+        }
+        listener.set_nonblocking(true).map_err(|e| EvalError::Tcp(e.to_string()))?;
+        let deadline = Instant::now() + TCP_SETUP_TIMEOUT;
+        let mut missing = me;
+        while missing > 0 {
+            match listener.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false).map_err(|e| EvalError::Tcp(e.to_string()))?;
+                    s.set_read_timeout(Some(TCP_SETUP_TIMEOUT)).map_err(|e| EvalError::Tcp(e.to_string()))?;
+                    let mut who = [0u8; 4];
+                    s.read_exact(&mut who).map_err(|e| EvalError::Tcp(format!("a peer's first bytes: {e}")))?;
+                    let r = u32::from_le_bytes(who) as usize;
+                    if r >= me || socks[r].is_some() {
+                        return Err(EvalError::Tcp(format!("unexpected connection claiming rank {r}")));
+                    }
+                    socks[r] = Some(s);
+                    missing -= 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        return Err(EvalError::Tcp(format!("{missing} lower rank(s) never connected")));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => return Err(EvalError::Tcp(format!("accept: {e}"))),
+            }
+        }
+        for s in socks.iter().flatten() {
+            s.set_nodelay(true).map_err(|e| EvalError::Tcp(e.to_string()))?;
+            s.set_nonblocking(true).map_err(|e| EvalError::Tcp(e.to_string()))?;
+        }
+        Ok(TcpPath { socks })
+    }
+
+    /// Send `out[r]` to and receive into `into[r]` from every other rank at once, until all is
+    /// moved.
+    fn move_all(&mut self, out: &[&[u8]], into: &mut [&mut [u8]]) -> Result<(), EvalError> {
+        let n = self.socks.len();
+        let mut sent = vec![0usize; n];
+        let mut got = vec![0usize; n];
+        let mut last_progress = Instant::now();
+        loop {
+            let mut progress = false;
+            let mut waiting = false;
+            for r in 0..n {
+                let Some(s) = self.socks[r].as_mut() else { continue };
+                while sent[r] < out[r].len() {
+                    match s.write(&out[r][sent[r]..]) {
+                        Ok(0) => return Err(EvalError::Tcp(format!("rank {r} closed its connection"))),
+                        Ok(k) => {
+                            sent[r] += k;
+                            progress = true;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(EvalError::Tcp(format!("send to rank {r}: {e}"))),
+                    }
+                }
+                while got[r] < into[r].len() {
+                    match s.read(&mut into[r][got[r]..]) {
+                        Ok(0) => return Err(EvalError::Tcp(format!("rank {r} closed its connection"))),
+                        Ok(k) => {
+                            got[r] += k;
+                            progress = true;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(EvalError::Tcp(format!("receive from rank {r}: {e}"))),
+                    }
+                }
+                waiting |= sent[r] < out[r].len() || got[r] < into[r].len();
+            }
+            if !waiting {
+                return Ok(());
+            }
+            if progress {
+                last_progress = Instant::now();
+                continue;
+            }
+            if last_progress.elapsed() > TCP_STALL_TIMEOUT {
+                return Err(EvalError::Tcp(format!("no byte moved for {TCP_STALL_TIMEOUT:?}")));
+            }
+            self.wait_ready(&sent, &got, out, into)?;
+        }
+    }
+
+    /// Sleep in `poll` until a connection with work left can move.
+    fn wait_ready(&self, sent: &[usize], got: &[usize], out: &[&[u8]], into: &[&mut [u8]]) -> Result<(), EvalError> {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let mut fds = Vec::with_capacity(self.socks.len());
+        for (r, s) in self.socks.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let mut want = PollFlags::empty();
+            if sent[r] < out[r].len() {
+                want |= PollFlags::OUT;
+            }
+            if got[r] < into[r].len() {
+                want |= PollFlags::IN;
+            }
+            if !want.is_empty() {
+                fds.push(PollFd::new(s, want));
+            }
+        }
+        let timeout = rustix::time::Timespec { tv_sec: 1, tv_nsec: 0 };
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(EvalError::Tcp(format!("poll: {e}"))),
+        }
+    }
+}
+
+impl DataPath for TcpPath {
+    fn transport(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn exchange(&mut self, g: &mut Group, send: &[u8], counts: &[usize]) -> Result<Received, EvalError> {
+        let (me, n) = (g.rank(), g.size());
+        if self.socks.len() != n {
+            return Err(EvalError::BadArgument(format!("exchange: connected to {} ranks, the group has {n}", self.socks.len())));
+        }
+        let send = blocks(send, counts, n)?;
+        // The lengths.
+        let lens_out: Vec<[u8; LEN_BYTES]> = send.iter().map(|b| (b.len() as u64).to_le_bytes()).collect();
+        let mut lens_in = vec![[0u8; LEN_BYTES]; n];
+        {
+            let out: Vec<&[u8]> = (0..n).map(|r| if r == me { &[][..] } else { &lens_out[r][..] }).collect();
+            let mut into: Vec<&mut [u8]> =
+                lens_in.iter_mut().enumerate().map(|(r, l)| if r == me { &mut l[..0] } else { &mut l[..] }).collect();
+            self.move_all(&out, &mut into)?;
+        }
+        let counts: Vec<usize> =
+            (0..n).map(|r| if r == me { send[me].len() } else { u64::from_le_bytes(lens_in[r]) as usize }).collect();
+        let offsets = offsets_of(&counts);
+        let mut data = vec![0u8; offsets[n]];
+        // The blocks, straight into place; this rank's own block is a copy.
+        {
+            let mut rest = &mut data[..];
+            let mut into: Vec<&mut [u8]> = Vec::with_capacity(n);
+            for &c in &counts {
+                let (head, tail) = rest.split_at_mut(c);
+                into.push(head);
+                rest = tail;
+            }
+            into[me].copy_from_slice(send[me]);
+            into[me] = &mut [];
+            let out: Vec<&[u8]> = (0..n).map(|r| if r == me { &[][..] } else { send[r] }).collect();
+            self.move_all(&out, &mut into)?;
+        }
+        Ok(Received { data, offsets })
+    }
+}
+
+/// This rank's address to listen on for the TCP path: the first of the links the environment
+/// gives the fabric (`RACKWIRE_LINKS`: on a virtual rack, the host's rail addresses, so TCP
+/// crosses the same shaped rails as the edge transport), else loopback.
+pub fn tcp_bind_from_env() -> SocketAddr {
+    std::env::var("RACKWIRE_LINKS")
+        .ok()
+        .and_then(|l| l.split(',').next().and_then(|a| a.trim().parse::<SocketAddr>().ok()))
+        .map(|mut a| {
+            a.set_port(0);
+            a
+        })
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+}
