@@ -4,6 +4,8 @@
 
 mod coll_bench;
 mod demo;
+mod eval;
+mod eval_energy;
 mod inspect;
 mod launch;
 mod rack;
@@ -119,6 +121,13 @@ enum Cmd {
     /// unless RACKWIRE_MH is set); output lines are prefixed with the rank; when a rank fails
     /// the others are stopped and its exit status is the launcher's.
     Launch(launch::LaunchArgs),
+    /// The data workloads, each over the fabric and over TCP in the same run, with the energy
+    /// model's estimates: `sort` (HP's cluster sort), `grep` (its four variants), `energy`
+    /// (HP's efficiency tables from measured runs, and Marlin's power table).
+    Eval(eval::EvalArgs),
+    /// (internal) A rank of `rackwire eval`.
+    #[command(name = "eval-worker", hide = true)]
+    EvalWorker(eval::WorkerArgs),
     /// (internal) A rank of `rackwire bench coll`.
     #[command(name = "coll-worker", hide = true)]
     CollWorker {
@@ -331,6 +340,14 @@ fn run(cli: Cli) -> Result<()> {
             init_logging(tracing::Level::WARN);
             let sizes = size.split(',').map(parse_size).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
             coll_bench::worker(&op, &sizes, scale)
+        }
+        Cmd::Eval(e) => {
+            init_logging(tracing::Level::WARN);
+            eval::run(&e)
+        }
+        Cmd::EvalWorker(w) => {
+            init_logging(tracing::Level::WARN);
+            eval::worker(&w)
         }
         Cmd::StripeWorker { role, bytes } => {
             init_logging(tracing::Level::WARN);

@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use rackwire::Access;
-use rackwire_coll::Group;
+use rackwire_coll::{Group, SymmetricRegion};
 
 use crate::EvalError;
 
@@ -61,29 +61,103 @@ pub trait DataPath {
     /// Rank `i` sends `counts[j]` bytes to rank `j` (its own block included), the blocks
     /// packed by rank in `send`, and gets back what every rank sent it, by rank, packed into
     /// one buffer with the offsets of each rank's block (`offsets[r]..offsets[r + 1]`).
-    fn exchange(&mut self, g: &mut Group, send: &[u8], counts: &[usize]) -> Result<Received, EvalError>;
+    fn exchange(&mut self, g: &mut Group, send: &[u8], counts: &[usize]) -> Result<Received<'_>, EvalError>;
+
+    /// Set up, before the timed run, to receive up to `bytes` in one exchange (more still
+    /// works, with the setup then done inside the exchange). Collective.
+    fn prepare(&mut self, g: &mut Group, bytes: u64) -> Result<(), EvalError> {
+        let _ = (g, bytes);
+        Ok(())
+    }
 
     /// Every rank's `data` gathered at `root`, packed by rank (`None` at the other ranks).
-    fn gather(&mut self, g: &mut Group, root: usize, data: &[u8]) -> Result<Option<Received>, EvalError> {
+    fn gather(&mut self, g: &mut Group, root: usize, data: &[u8]) -> Result<Option<Received<'_>>, EvalError> {
         let counts: Vec<usize> = (0..g.size()).map(|r| if r == root { data.len() } else { 0 }).collect();
         let got = self.exchange(g, data, &counts)?;
         Ok((g.rank() == root).then_some(got))
     }
 }
 
-/// What one exchange delivered: every rank's block, packed by rank.
-#[derive(Debug, Default)]
-pub struct Received {
-    /// The blocks back to back.
-    pub data: Vec<u8>,
+/// What one exchange delivered: every rank's block, packed by rank, where it landed: in
+/// this rank's registered memory (the fabric: read in place, no copy out) or in a buffer
+/// (TCP).
+#[derive(Debug)]
+pub struct Received<'a> {
+    landed: Landed<'a>,
     /// Where each rank's block starts, and the end (one more than ranks).
     pub offsets: Vec<usize>,
 }
 
-impl Received {
-    /// Rank `r`'s block.
-    pub fn block(&self, r: usize) -> &[u8] {
-        &self.data[self.offsets[r]..self.offsets[r + 1]]
+#[derive(Debug)]
+enum Landed<'a> {
+    Buffer(Vec<u8>),
+    Region(&'a rackwire::Region),
+}
+
+/// Bytes copied at a time when received data is streamed out.
+const STREAM_CHUNK: usize = 1 << 20;
+
+impl Received<'_> {
+    /// Bytes received in all.
+    pub fn len(&self) -> usize {
+        self.offsets.last().copied().unwrap_or(0)
+    }
+
+    /// Nothing was received.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copy the received bytes at `offset` into `out`.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), EvalError> {
+        if offset.checked_add(out.len()).is_none_or(|end| end > self.len()) {
+            return Err(EvalError::BadArgument(format!("read of {} bytes at {offset} past {}", out.len(), self.len())));
+        }
+        match &self.landed {
+            Landed::Buffer(b) => out.copy_from_slice(&b[offset..offset + out.len()]),
+            Landed::Region(r) => r.read_at(offset as u64, out)?,
+        }
+        Ok(())
+    }
+
+    /// Hand every received byte, in order, to `f`, a chunk at a time (up to `chunk` bytes,
+    /// rounded down to a multiple of `unit` so no unit is split).
+    pub fn for_each_chunk(
+        &self,
+        unit: usize,
+        mut f: impl FnMut(usize, &[u8]) -> Result<(), EvalError>,
+    ) -> Result<(), EvalError> {
+        let step = (STREAM_CHUNK / unit).max(1) * unit;
+        match &self.landed {
+            Landed::Buffer(b) => {
+                for (i, c) in b[..self.len()].chunks(step).enumerate() {
+                    f(i * step, c)?;
+                }
+            }
+            Landed::Region(_) => {
+                let mut buf = vec![0u8; step.min(self.len())];
+                let mut at = 0;
+                while at < self.len() {
+                    let k = step.min(self.len() - at);
+                    self.read_at(at, &mut buf[..k])?;
+                    f(at, &buf[..k])?;
+                    at += k;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Everything received, as one buffer.
+    pub fn to_vec(&self) -> Result<Vec<u8>, EvalError> {
+        match &self.landed {
+            Landed::Buffer(b) => Ok(b[..self.len()].to_vec()),
+            Landed::Region(_) => {
+                let mut v = vec![0u8; self.len()];
+                self.read_at(0, &mut v)?;
+                Ok(v)
+            }
+        }
     }
 }
 
@@ -123,6 +197,36 @@ fn offsets_of(counts: &[usize]) -> Vec<usize> {
 /// reads out.
 pub struct FabricPath {
     transport: &'static str,
+    /// The receive region, registered ahead (see [`DataPath::prepare`]).
+    region: Option<SymmetricRegion>,
+}
+
+/// Bytes written at a time when a receive region is touched ahead.
+const TOUCH_CHUNK: usize = 1 << 20;
+
+/// A symmetric region as long as the most any rank expects to receive, with the pages this
+/// rank expects to fill (`bytes`) in memory, as memory registered for RDMA is pinned: the
+/// writes into it then take no page faults on this side.
+fn registered(g: &mut Group, bytes: u64) -> Result<SymmetricRegion, EvalError> {
+    let mut most = [bytes];
+    g.allreduce(&mut most, rackwire_coll::ReduceOp::Max)?;
+    let region = g.alloc_symmetric(most[0].max(1), Access::READ | Access::WRITE)?;
+    let zeros = vec![0u8; TOUCH_CHUNK];
+    let mut at = 0u64;
+    while at < bytes {
+        let k = (bytes - at).min(TOUCH_CHUNK as u64);
+        region.region.write_at(at, &zeros[..k as usize])?;
+        at += k;
+    }
+    Ok(region)
+}
+
+/// One exchange of zeros with these block sizes, before the clock starts, on either path (as
+/// the OSU method warms up before it times): connections, windows and mappings are in use
+/// when the timed exchange comes.
+pub fn warm_up(path: &mut dyn DataPath, g: &mut Group, counts: &[usize]) -> Result<(), EvalError> {
+    let zeros = vec![0u8; counts.iter().sum()];
+    path.exchange(g, &zeros, counts).map(drop)
 }
 
 impl FabricPath {
@@ -131,10 +235,11 @@ impl FabricPath {
         // The transport to the farthest peer names the path: on a rack with two memory
         // domains some peers are on shared memory and some on the edge transport.
         let transport = (0..g.size())
+            .filter(|&r| r != g.rank())
             .filter_map(|r| g.transport(r))
             .find(|&t| t != "shm")
             .unwrap_or("shm");
-        FabricPath { transport: if transport == "edge" { "udp" } else { transport } }
+        FabricPath { transport: if transport == "edge" { "udp" } else { transport }, region: None }
     }
 }
 
@@ -143,7 +248,12 @@ impl DataPath for FabricPath {
         self.transport
     }
 
-    fn exchange(&mut self, g: &mut Group, send: &[u8], send_counts: &[usize]) -> Result<Received, EvalError> {
+    fn prepare(&mut self, g: &mut Group, bytes: u64) -> Result<(), EvalError> {
+        self.region = Some(registered(g, bytes)?);
+        Ok(())
+    }
+
+    fn exchange(&mut self, g: &mut Group, send: &[u8], send_counts: &[usize]) -> Result<Received<'_>, EvalError> {
         let n = g.size();
         blocks(send, send_counts, n)?;
         let mut counts_out = Vec::with_capacity(8 * n);
@@ -157,15 +267,18 @@ impl DataPath for FabricPath {
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize)
             .collect();
         let offsets = offsets_of(&recv_counts);
-        let total = offsets[n];
         // Every rank allocates the same length: the most any rank receives.
-        let mut most = [total as u64];
+        let mut most = [offsets[n] as u64];
         g.allreduce(&mut most, rackwire_coll::ReduceOp::Max)?;
-        let region = g.alloc_symmetric(most[0].max(1), Access::READ | Access::WRITE)?;
-        g.alltoallv_to(send, send_counts, &region, 0, &recv_counts)?;
-        let mut data = vec![0u8; total];
-        region.region.read_at(0, &mut data)?;
-        Ok(Received { data, offsets })
+        // The region registered ahead when it is large enough on every rank (they all decide
+        // alike: they all know the largest need), else a larger one now.
+        if self.region.as_ref().is_none_or(|r| r.region.len() < most[0]) {
+            self.region = None;
+            self.region = Some(g.alloc_symmetric(most[0].max(1), Access::READ | Access::WRITE)?);
+        }
+        let region = self.region.as_ref().expect("set above");
+        g.alltoallv_to(send, send_counts, region, 0, &recv_counts)?;
+        Ok(Received { landed: Landed::Region(&region.region), offsets })
     }
 }
 
@@ -321,7 +434,7 @@ impl DataPath for TcpPath {
         "tcp"
     }
 
-    fn exchange(&mut self, g: &mut Group, send: &[u8], counts: &[usize]) -> Result<Received, EvalError> {
+    fn exchange(&mut self, g: &mut Group, send: &[u8], counts: &[usize]) -> Result<Received<'_>, EvalError> {
         let (me, n) = (g.rank(), g.size());
         if self.socks.len() != n {
             return Err(EvalError::BadArgument(format!("exchange: connected to {} ranks, the group has {n}", self.socks.len())));
@@ -354,7 +467,7 @@ impl DataPath for TcpPath {
             let out: Vec<&[u8]> = (0..n).map(|r| if r == me { &[][..] } else { send[r] }).collect();
             self.move_all(&out, &mut into)?;
         }
-        Ok(Received { data, offsets })
+        Ok(Received { landed: Landed::Buffer(data), offsets })
     }
 }
 

@@ -255,22 +255,46 @@ pub fn key_number(rec: &[u8]) -> u128 {
     u128::from_be_bytes(k)
 }
 
-/// Sort `data` (records back to back) by key into a new buffer: the keys with their
-/// positions are sorted (16 bytes each instead of 100), then the records are gathered in
-/// that order.
+/// Sort `data` (records back to back) by key into a new buffer.
 pub fn sort_records(data: &[u8]) -> Vec<u8> {
-    let n = data.len() / RECORD_BYTES;
-    assert!(n <= u32::MAX as usize, "sort_records: at most 2^32 records");
-    let mut idx: Vec<u128> =
-        data.chunks_exact(RECORD_BYTES).enumerate().map(|(i, r)| (key_number(r) << 32) | i as u128).collect();
+    let from_slice = |at: usize, out: &mut [u8]| -> Result<(), std::convert::Infallible> {
+        out.copy_from_slice(&data[at..at + out.len()]);
+        Ok(())
+    };
+    match sort_from(data.len(), from_slice) {
+        Ok(v) => v,
+        Err(never) => match never {},
+    }
+}
+
+/// Sort the `len` bytes of records that `read(offset, out)` reads (wherever they are) by
+/// key into a new buffer: the keys with their positions are sorted (16 bytes each instead of
+/// 100), then the records are gathered in that order, each read once from where it lies.
+pub fn sort_from<E>(len: usize, mut read: impl FnMut(usize, &mut [u8]) -> Result<(), E>) -> Result<Vec<u8>, E> {
+    let n = len / RECORD_BYTES;
+    assert!(n <= u32::MAX as usize, "sort_from: at most 2^32 records");
+    let mut idx: Vec<u128> = Vec::with_capacity(n);
+    // The keys, read a block of records at a time.
+    let mut block = vec![0u8; KEY_SCAN_RECORDS.min(n.max(1)) * RECORD_BYTES];
+    let mut i = 0;
+    while i < n {
+        let k = KEY_SCAN_RECORDS.min(n - i);
+        read(i * RECORD_BYTES, &mut block[..k * RECORD_BYTES])?;
+        for (j, r) in block[..k * RECORD_BYTES].chunks_exact(RECORD_BYTES).enumerate() {
+            idx.push((key_number(r) << 32) | (i + j) as u128);
+        }
+        i += k;
+    }
     idx.sort_unstable();
     let mut out = vec![0u8; n * RECORD_BYTES];
     for (dst, &k) in out.chunks_exact_mut(RECORD_BYTES).zip(&idx) {
-        let i = (k & 0xffff_ffff) as usize * RECORD_BYTES;
-        dst.copy_from_slice(&data[i..i + RECORD_BYTES]);
+        read((k & 0xffff_ffff) as usize * RECORD_BYTES, dst)?;
     }
-    out
+    Ok(out)
 }
+
+/// Records whose keys are read per block while sorting (a block of 64 KB stays in cache).
+const KEY_SCAN_RECORDS: usize = 640;
 
 #[cfg(test)]
 mod tests {

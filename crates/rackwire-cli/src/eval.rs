@@ -1,0 +1,366 @@
+//! `rackwire eval`: the data workloads, each over the fabric and over TCP in the same run,
+//! with the energy model's estimates beside every row.
+//!
+//! Each run is a job: `rackwire launch -n N [--rack CONFIG] -- rackwire eval-worker ...`,
+//! whose rank 0 prints one `RESULT` line (JSON). With `--repeat R` the data paths alternate
+//! R times and a row gives the median time with its spread.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rackwire_eval::energy::{self, Config, PowerTable};
+use rackwire_eval::grep::{GrepJob, Variant};
+use rackwire_eval::sort::SortJob;
+use rackwire_eval::{DataPath, FabricPath, Net, RunResult, TcpPath};
+use serde_json::json;
+
+/// Records of the sort's data set at scale 1 (200 MB).
+pub(crate) const SORT_RECORDS: u64 = 2_000_000;
+/// Records of grep's data set at scale 1 (200 MB).
+pub(crate) const GREP_RECORDS: u64 = 2_000_000;
+/// Repeats at most.
+const REPEAT_MAX: usize = 50;
+/// Where a run's files go when no --dir is given: a RAM file system (HP's RAMFS).
+const RAMFS: &str = "/dev/shm";
+/// Every workload's phases in the order they run.
+const PHASE_ORDER: [&str; 7] = ["read", "partition", "shuffle", "sort", "write", "scan", "reduce"];
+/// The first line of a rank 0's result.
+const RESULT_PREFIX: &str = "RESULT ";
+
+#[derive(Args, Clone)]
+pub(crate) struct EvalArgs {
+    /// `sort`, `grep`, or `energy` (sort and grep at 1 and 2 cores, priced as HP's Tables 2
+    /// and 3, and Marlin's Table 3 from the power table).
+    #[arg(value_parser = ["sort", "grep", "energy"])]
+    pub workload: String,
+    /// Ranks of the job.
+    #[arg(long, default_value_t = 4)]
+    pub ranks: usize,
+    /// Data paths, in the same run: fabric, tcp.
+    #[arg(long, value_delimiter = ',', default_value = "fabric,tcp")]
+    pub net: Vec<String>,
+    /// Run the ranks over the hosts of this virtual rack (root), in blocks; TCP crosses its
+    /// shaped rails. A rail shaped to 1 Gbit/s stands for 1GbE, the fabric within a memory
+    /// domain for PCIe.
+    #[arg(long, value_name = "CONFIG")]
+    pub rack: Option<PathBuf>,
+    /// Pin the ranks to this many cores (HP's 1-, 2- and 4-core configurations, as far as
+    /// this machine has cores); the energy model prices each rank as a node with this many.
+    #[arg(long)]
+    pub cores: Option<usize>,
+    /// With `grep`: variants (LoN-LoC, LoN-HiC, HiN-LoC, HiN-HiC).
+    #[arg(long, value_delimiter = ',', default_value = "LoN-LoC,LoN-HiC,HiN-LoC,HiN-HiC")]
+    pub variant: Vec<String>,
+    /// Data set size scale (1.0: 2 million records, 200 MB).
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Run each comparison this many times, the data paths alternating, and report the
+    /// median with the spread.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Folder for the workloads' files [default: /dev/shm, a RAM file system].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Seed of the data sets.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Component power table (TOML) instead of the shipped one.
+    #[arg(long)]
+    pub power: Option<PathBuf>,
+    /// One JSON document with a `rows` array instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One rank's orders (`rackwire eval-worker`).
+#[derive(Args, Clone, Debug)]
+pub(crate) struct WorkerArgs {
+    #[arg(long)]
+    workload: String,
+    #[arg(long)]
+    net: String,
+    #[arg(long)]
+    records: u64,
+    #[arg(long)]
+    seed: u64,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    variant: Option<String>,
+    #[arg(long)]
+    cores: Option<usize>,
+}
+
+/// Keep this process (and the threads it starts) on the first `k` cores.
+fn pin_to_cores(k: usize) -> Result<()> {
+    let have = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if k == 0 || k > have {
+        bail!("--cores {k}: this machine offers 1..={have}");
+    }
+    let mut set = rustix::thread::CpuSet::new();
+    for c in 0..k {
+        set.set(c);
+    }
+    rustix::thread::sched_setaffinity(None, &set).context("pinning to cores")?;
+    Ok(())
+}
+
+/// A rank of an eval job: runs the workload once over one data path.
+pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
+    if let Some(k) = a.cores {
+        pin_to_cores(k)?;
+    }
+    let mut g = rackwire_coll::Group::from_env()?;
+    let net = Net::parse(&a.net)?;
+    let mut path: Box<dyn DataPath> = match net {
+        Net::Fabric => Box::new(FabricPath::new(&g)),
+        Net::Tcp => Box::new(TcpPath::connect(&mut g, rackwire_eval::net::tcp_bind_from_env())?),
+    };
+    let result = match a.workload.as_str() {
+        "sort" => SortJob { records: a.records, seed: a.seed, dir: a.dir.clone() }.run(&mut g, path.as_mut())?,
+        "grep" => {
+            let variant = Variant::parse(a.variant.as_deref().unwrap_or("HiN-LoC"))?;
+            GrepJob { records: a.records, seed: a.seed, variant, dir: a.dir.clone() }.run(&mut g, path.as_mut())?
+        }
+        other => bail!("unknown workload {other:?}"),
+    };
+    if g.rank() == 0 {
+        println!("{RESULT_PREFIX}{}", serde_json::to_string(&result)?);
+    }
+    drop(path);
+    g.leave()?;
+    Ok(())
+}
+
+/// One run of a job: `workload` over `net`.
+struct Run<'a> {
+    workload: &'a str,
+    variant: Option<Variant>,
+    net: Net,
+    records: u64,
+    ranks: usize,
+    cores: Option<usize>,
+}
+
+fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
+    let exe = std::env::current_exe().context("own executable")?;
+    let mut cmd = Command::new(&exe);
+    cmd.args(["launch", "--no-prefix", "-n", &r.ranks.to_string()]);
+    if let Some(rack) = &a.rack {
+        cmd.arg("--rack").arg(rack);
+    }
+    cmd.arg("--")
+        .arg(&exe)
+        .args(["eval-worker", "--workload", r.workload, "--net", r.net.name()])
+        .args(["--records", &r.records.to_string(), "--seed", &a.seed.to_string()])
+        .arg("--dir")
+        .arg(dir);
+    if let Some(v) = r.variant {
+        cmd.args(["--variant", v.name()]);
+    }
+    if let Some(k) = r.cores {
+        cmd.args(["--cores", &k.to_string()]);
+    }
+    cmd.env_remove("RACKWIRE_MH");
+    let o = cmd.output().context("running the eval job")?;
+    let out = String::from_utf8_lossy(&o.stdout);
+    if !o.status.success() {
+        bail!("the {} job over {} failed:\n{out}{}", r.workload, r.net.name(), String::from_utf8_lossy(&o.stderr));
+    }
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix(RESULT_PREFIX))
+        .with_context(|| format!("the {} job printed no result:\n{out}", r.workload))?;
+    Ok(serde_json::from_str(line)?)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The rails' rate of the rack (Gbit/s), if shaped.
+pub(crate) fn rail_gbit(rack: Option<&Path>) -> Result<Option<f64>> {
+    let Some(rack) = rack else { return Ok(None) };
+    let cfg = if rack.is_file() {
+        rackwire_rack::RackConfig::parse(&std::fs::read_to_string(rack)?)?
+    } else {
+        rackwire_rack::load(&rack.to_string_lossy())?.config
+    };
+    Ok(cfg
+        .rails
+        .first()
+        .and_then(|r| r.rate.as_deref())
+        .and_then(rackwire_rack::rate_bytes_per_s)
+        .map(|b| b as f64 * 8.0 / 1e9))
+}
+
+/// Every measured row of one workload (and variant) at one core count: each data path's
+/// repeats.
+pub(crate) struct Measured {
+    pub pattern: String,
+    pub cores: Option<usize>,
+    pub runs: Vec<(Net, Vec<RunResult>)>,
+}
+
+pub(crate) fn check(a: &EvalArgs) -> Result<()> {
+    if !(1..=crate::launch::LAUNCH_RANKS_MAX).contains(&a.ranks) {
+        bail!("--ranks must be 1..={}", crate::launch::LAUNCH_RANKS_MAX);
+    }
+    if !(1..=REPEAT_MAX).contains(&a.repeat) {
+        bail!("--repeat must be 1..={REPEAT_MAX}");
+    }
+    if !(a.scale > 0.0 && a.scale <= 20.0) {
+        bail!("--scale must be in (0, 20]");
+    }
+    for n in &a.net {
+        Net::parse(n)?;
+    }
+    for v in &a.variant {
+        Variant::parse(v)?;
+    }
+    Ok(())
+}
+
+/// Run `workload` (and `variant`) over every path of `a.net`, `a.repeat` times, in a work
+/// folder of its own.
+pub(crate) fn measure_set(a: &EvalArgs, workload: &str, variant: Option<Variant>) -> Result<Measured> {
+    let dir = work_dir(a)?;
+    let m = measure(a, &dir, workload, variant, a.cores);
+    let _ = std::fs::remove_dir_all(&dir);
+    m
+}
+
+fn measure(a: &EvalArgs, dir: &Path, workload: &str, variant: Option<Variant>, cores: Option<usize>) -> Result<Measured> {
+    let nets: Vec<Net> = a.net.iter().map(|n| Net::parse(n)).collect::<Result<_, _>>()?;
+    let base = if workload == "sort" { SORT_RECORDS } else { GREP_RECORDS };
+    let records = ((base as f64 * a.scale) as u64).max(a.ranks as u64);
+    let mut runs: Vec<(Net, Vec<RunResult>)> = nets.iter().map(|&n| (n, Vec::new())).collect();
+    for rep in 0..a.repeat {
+        // Alternate which path goes first, so neither always runs on a warmer machine.
+        let order: Vec<usize> = if rep % 2 == 0 { (0..nets.len()).collect() } else { (0..nets.len()).rev().collect() };
+        for i in order {
+            let r = Run { workload, variant, net: nets[i], records, ranks: a.ranks, cores };
+            let res = run_job(a, dir, &r)?;
+            runs[i].1.push(res);
+        }
+    }
+    let pattern = match variant {
+        Some(v) => format!("{workload}/{}", v.name()),
+        None => workload.to_string(),
+    };
+    Ok(Measured { pattern, cores, runs })
+}
+
+/// Rows for one measured set: each path's median run, its speedup over TCP, and the energy
+/// model's estimate.
+fn rows_of(m: &Measured, table: &PowerTable, gbit: Option<f64>) -> Result<Vec<serde_json::Value>> {
+    let tcp_secs = m.runs.iter().find(|(n, _)| *n == Net::Tcp).map(|(_, rs)| {
+        let mut s: Vec<f64> = rs.iter().map(|r| r.secs).collect();
+        median(&mut s)
+    });
+    let mut rows = Vec::new();
+    for (net, rs) in &m.runs {
+        let mut secs: Vec<f64> = rs.iter().map(|r| r.secs).collect();
+        let med = median(&mut secs);
+        // The run closest to the median speaks for the row (its phases and CPU use).
+        let run = rs.iter().min_by(|x, y| (x.secs - med).abs().total_cmp(&(y.secs - med).abs())).expect("one run");
+        let kind = energy::network_kind(&run.transport, gbit);
+        let cfg = Config { network: kind.into(), storage: "RAMFS".into(), cores: m.cores.unwrap_or(1) as u32 };
+        let est = table.estimate_run(&cfg, run)?;
+        let phases: serde_json::Map<String, serde_json::Value> =
+            run.phases.iter().map(|p| (p.name.clone(), json!(p.secs))).collect();
+        rows.push(json!({
+            "transport": run.transport, "net": net.name(), "pattern": m.pattern, "ranks": run.ranks,
+            "cores": m.cores, "bytes": run.bytes, "secs": med, "secs_lo": secs[0], "secs_hi": secs[secs.len() - 1],
+            "repeats": secs.len(), "mb_per_s": run.bytes as f64 / med / 1e6,
+            "speedup": tcp_secs.map(|t| t / med), "phases": phases, "cpu_secs": run.cpu_secs, "checked": run.checked,
+            "energy_model": { "network": kind, "joules_est": est.joules, "watts_est": est.watts,
+                              "work_per_joule_est": est.work_per_joule },
+        }));
+    }
+    Ok(rows)
+}
+
+fn work_dir(a: &EvalArgs) -> Result<PathBuf> {
+    let base = match &a.dir {
+        Some(d) => d.clone(),
+        None if Path::new(RAMFS).is_dir() => PathBuf::from(RAMFS),
+        None => std::env::temp_dir(),
+    };
+    let dir = base.join(format!("rackwire-eval-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+pub(crate) fn load_table(a: &EvalArgs) -> Result<PowerTable> {
+    Ok(match &a.power {
+        Some(p) => PowerTable::parse(&std::fs::read_to_string(p).with_context(|| format!("power table {}", p.display()))?)?,
+        None => PowerTable::shipped(),
+    })
+}
+
+/// `rackwire eval sort|grep`: the rows, printed or returned.
+pub(crate) fn measure_rows(a: &EvalArgs) -> Result<Vec<serde_json::Value>> {
+    check(a)?;
+    let table = load_table(a)?;
+    let gbit = rail_gbit(a.rack.as_deref())?;
+    let mut rows = Vec::new();
+    let variants: Vec<Option<Variant>> = if a.workload == "grep" {
+        a.variant.iter().map(|v| Variant::parse(v).map(Some)).collect::<Result<_, _>>()?
+    } else {
+        vec![None]
+    };
+    for v in variants {
+        let m = measure_set(a, &a.workload, v)?;
+        rows.extend(rows_of(&m, &table, gbit)?);
+    }
+    Ok(rows)
+}
+
+pub(crate) fn run(a: &EvalArgs) -> Result<()> {
+    if a.workload == "energy" {
+        return crate::eval_energy::run(a);
+    }
+    let rows = measure_rows(a)?;
+    if a.json {
+        let doc = json!({ "meta": { "command": std::env::args().collect::<Vec<_>>().join(" ") }, "rows": rows });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("{}", table_of(&rows));
+        println!("(speedup: TCP's time over this path's, same job and data; energy: an estimate from the model, see `rackwire eval energy`)");
+    }
+    Ok(())
+}
+
+/// The rows as a table.
+pub(crate) fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
+    let mut t = comfy_table::Table::new();
+    t.set_header(["workload", "path", "ranks", "MB", "secs", "spread", "MB/s", "speedup", "phases (s)", "J (est.)"]);
+    for r in rows {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        // In the order they run (the JSON object is keyed by name).
+        let order = |k: &str| PHASE_ORDER.iter().position(|p| *p == k).unwrap_or(PHASE_ORDER.len());
+        let mut phases: Vec<(&String, f64)> = r["phases"]
+            .as_object()
+            .map(|p| p.iter().map(|(k, v)| (k, v.as_f64().unwrap_or(0.0))).collect())
+            .unwrap_or_default();
+        phases.sort_by_key(|(k, _)| order(k));
+        let phases = phases.iter().map(|(k, v)| format!("{k} {v:.3}")).collect::<Vec<_>>().join(", ");
+        t.add_row([
+            r["pattern"].as_str().unwrap_or("").to_string(),
+            format!("{} ({})", r["net"].as_str().unwrap_or(""), r["transport"].as_str().unwrap_or("")),
+            r["ranks"].to_string(),
+            format!("{:.0}", f("bytes") / 1e6),
+            format!("{:.3}", f("secs")),
+            format!("{:.3}–{:.3}", f("secs_lo"), f("secs_hi")),
+            format!("{:.0}", f("mb_per_s")),
+            r["speedup"].as_f64().map(|s| format!("{s:.2}x")).unwrap_or_default(),
+            phases,
+            format!("{:.0}", r["energy_model"]["joules_est"].as_f64().unwrap_or(f64::NAN)),
+        ]);
+    }
+    t
+}
