@@ -47,7 +47,8 @@ pub(crate) struct EvalArgs {
     #[arg(long, value_name = "CONFIG")]
     pub rack: Option<PathBuf>,
     /// Pin the ranks to this many cores (HP's 1-, 2- and 4-core configurations, as far as
-    /// this machine has cores); the energy model prices each rank as a node with this many.
+    /// this machine has cores; every rank to the same first K cores); the energy model prices
+    /// each rank as a node with this many.
     #[arg(long)]
     pub cores: Option<usize>,
     /// With `grep`: variants (LoN-LoC, LoN-HiC, HiN-LoC, HiN-HiC).
@@ -164,7 +165,9 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
         cmd.args(["--cores", &k.to_string()]);
     }
     cmd.env_remove("RACKWIRE_MH");
+    let rapl = rackwire_eval::rapl::Rapl::start(Path::new(rackwire_eval::rapl::POWERCAP));
     let o = cmd.output().context("running the eval job")?;
+    let rapl_joules = rapl.and_then(|r| r.joules());
     let out = String::from_utf8_lossy(&o.stdout);
     if !o.status.success() {
         bail!("the {} job over {} failed:\n{out}{}", r.workload, r.net.name(), String::from_utf8_lossy(&o.stderr));
@@ -173,7 +176,10 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
         .lines()
         .find_map(|l| l.strip_prefix(RESULT_PREFIX))
         .with_context(|| format!("the {} job printed no result:\n{out}", r.workload))?;
-    Ok(serde_json::from_str(line)?)
+    let mut result: RunResult = serde_json::from_str(line)?;
+    // Over the whole job (launch and setup included), so above the timed phases' share.
+    result.rapl_joules = rapl_joules;
+    Ok(result)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -218,6 +224,10 @@ pub(crate) fn check(a: &EvalArgs) -> Result<()> {
     for n in &a.net {
         Net::parse(n)?;
     }
+    let have = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if let Some(k) = a.cores.filter(|&k| k == 0 || k > have) {
+        bail!("--cores {k}: this machine offers 1..={have}");
+    }
     for v in &a.variant {
         Variant::parse(v)?;
     }
@@ -233,7 +243,13 @@ pub(crate) fn measure_set(a: &EvalArgs, workload: &str, variant: Option<Variant>
     m
 }
 
-fn measure(a: &EvalArgs, dir: &Path, workload: &str, variant: Option<Variant>, cores: Option<usize>) -> Result<Measured> {
+fn measure(
+    a: &EvalArgs,
+    dir: &Path,
+    workload: &str,
+    variant: Option<Variant>,
+    cores: Option<usize>,
+) -> Result<Measured> {
     let nets: Vec<Net> = a.net.iter().map(|n| Net::parse(n)).collect::<Result<_, _>>()?;
     let base = if workload == "sort" { SORT_RECORDS } else { GREP_RECORDS };
     let records = ((base as f64 * a.scale) as u64).max(a.ranks as u64);
@@ -278,7 +294,7 @@ fn rows_of(m: &Measured, table: &PowerTable, gbit: Option<f64>) -> Result<Vec<se
             "repeats": secs.len(), "mb_per_s": run.bytes as f64 / med / 1e6,
             "speedup": tcp_secs.map(|t| t / med), "phases": phases, "cpu_secs": run.cpu_secs, "checked": run.checked,
             "energy_model": { "network": kind, "joules_est": est.joules, "watts_est": est.watts,
-                              "work_per_joule_est": est.work_per_joule },
+                              "work_per_joule_est": est.work_per_joule, "rapl_joules_measured": run.rapl_joules },
         }));
     }
     Ok(rows)
@@ -297,7 +313,9 @@ fn work_dir(a: &EvalArgs) -> Result<PathBuf> {
 
 pub(crate) fn load_table(a: &EvalArgs) -> Result<PowerTable> {
     Ok(match &a.power {
-        Some(p) => PowerTable::parse(&std::fs::read_to_string(p).with_context(|| format!("power table {}", p.display()))?)?,
+        Some(p) => {
+            PowerTable::parse(&std::fs::read_to_string(p).with_context(|| format!("power table {}", p.display()))?)?
+        }
         None => PowerTable::shipped(),
     })
 }

@@ -141,10 +141,8 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
     }
     println!("Sort energy efficiency improvement over {eth}/1-core (HP Table 2 layout; estimates)\n{t2}\n");
     let mut t3 = comfy_table::Table::new();
-    let cols: Vec<String> = [eth, "PCIe"]
-        .iter()
-        .flat_map(|n| cores.iter().map(move |k| format!("{n} {k}-core")))
-        .collect();
+    let cols: Vec<String> =
+        [eth, "PCIe"].iter().flat_map(|n| cores.iter().map(move |k| format!("{n} {k}-core"))).collect();
     t3.set_header(std::iter::once("grep".to_string()).chain(cols.iter().cloned()));
     for r in &grep_rows {
         let mut row = vec![r["variant"].as_str().unwrap_or("").to_string()];

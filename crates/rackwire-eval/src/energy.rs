@@ -199,7 +199,14 @@ impl PowerTable {
 
     /// Energy of a run of `nodes` nodes that took `secs` and used `cpu_secs` of CPU, doing
     /// `work` units of work, in configuration `cfg`.
-    pub fn estimate(&self, cfg: &Config, nodes: usize, secs: f64, cpu_secs: f64, work: u64) -> Result<Estimate, EvalError> {
+    pub fn estimate(
+        &self,
+        cfg: &Config,
+        nodes: usize,
+        secs: f64,
+        cpu_secs: f64,
+        work: u64,
+    ) -> Result<Estimate, EvalError> {
         let net = self.network(&cfg.network)?;
         let store = self.storage(&cfg.storage)?;
         let nodes = nodes as f64;

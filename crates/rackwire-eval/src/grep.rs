@@ -22,12 +22,12 @@
 use std::path::{Path, PathBuf};
 
 use memchr::memmem;
-use regex_automata::nfa::thompson::pikevm::PikeVM;
 use rackwire_coll::Group;
+use regex_automata::nfa::thompson::pikevm::PikeVM;
 
 use crate::job::{Phases, RunResult};
 use crate::net::DataPath;
-use crate::records::{mix, record_crc, share, RECORD_BYTES, RECORDS_PER_RANK_MAX};
+use crate::records::{mix, record_crc, share, RECORDS_PER_RANK_MAX, RECORD_BYTES};
 use crate::EvalError;
 
 /// The substring every variant looks for.
@@ -94,10 +94,9 @@ impl Variant {
 
     /// The variant a name means (case-insensitive).
     pub fn parse(s: &str) -> Result<Variant, EvalError> {
-        Variant::ALL
-            .into_iter()
-            .find(|v| v.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| EvalError::BadArgument(format!("unknown grep variant {s:?} (LoN-LoC, LoN-HiC, HiN-LoC, HiN-HiC)")))
+        Variant::ALL.into_iter().find(|v| v.name().eq_ignore_ascii_case(s)).ok_or_else(|| {
+            EvalError::BadArgument(format!("unknown grep variant {s:?} (LoN-LoC, LoN-HiC, HiN-LoC, HiN-HiC)"))
+        })
     }
 }
 

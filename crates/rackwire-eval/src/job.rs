@@ -59,12 +59,18 @@ impl Phases {
         Ok(RunResult {
             secs: max_of(0),
             cpu_secs: rows.iter().map(|r| r[1]).sum(),
-            phases: self.names.iter().enumerate().map(|(i, name)| Phase { name: (*name).into(), secs: max_of(i + 2) }).collect(),
+            phases: self
+                .names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| Phase { name: (*name).into(), secs: max_of(i + 2) })
+                .collect(),
             ranks: n,
             bytes: 0,
             work: 0,
             checked: false,
             transport: String::new(),
+            rapl_joules: None,
         })
     }
 }
@@ -97,4 +103,8 @@ pub struct RunResult {
     pub phases: Vec<Phase>,
     /// The output was checked and found right.
     pub checked: bool,
+    /// Joules the processor's own counters (RAPL) counted over the whole job, where they are
+    /// readable: a measurement, beside the model's estimate.
+    #[serde(default)]
+    pub rapl_joules: Option<f64>,
 }

@@ -262,10 +262,8 @@ impl DataPath for FabricPath {
         }
         let mut counts_in = vec![0u8; 8 * n];
         g.alltoall(&counts_out, &mut counts_in)?;
-        let recv_counts: Vec<usize> = counts_in
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize)
-            .collect();
+        let recv_counts: Vec<usize> =
+            counts_in.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize).collect();
         let offsets = offsets_of(&recv_counts);
         // Every rank allocates the same length: the most any rank receives.
         let mut most = [offsets[n] as u64];
@@ -437,7 +435,10 @@ impl DataPath for TcpPath {
     fn exchange(&mut self, g: &mut Group, send: &[u8], counts: &[usize]) -> Result<Received<'_>, EvalError> {
         let (me, n) = (g.rank(), g.size());
         if self.socks.len() != n {
-            return Err(EvalError::BadArgument(format!("exchange: connected to {} ranks, the group has {n}", self.socks.len())));
+            return Err(EvalError::BadArgument(format!(
+                "exchange: connected to {} ranks, the group has {n}",
+                self.socks.len()
+            )));
         }
         let send = blocks(send, counts, n)?;
         // The lengths.

@@ -9,7 +9,7 @@ use rackwire_coll::Group;
 
 use crate::job::{Phases, RunResult};
 use crate::net::DataPath;
-use crate::records::{self, Summary, RECORD_BYTES, RECORDS_PER_RANK_MAX, SUMMARY_BYTES};
+use crate::records::{self, Summary, RECORDS_PER_RANK_MAX, RECORD_BYTES, SUMMARY_BYTES};
 use crate::EvalError;
 
 /// One sort run.

@@ -1,0 +1,116 @@
+//! The data workloads as a user runs them: `rackwire eval sort|grep|energy`, each over the
+//! fabric and over TCP, across real processes, small scale. Each run checks its own output
+//! (the sort as valsort does, grep against the records the generator planted matches in)
+//! and fails when it is wrong; these tests check that every run reported itself checked and
+//! that the rows carry what the issue asks of them.
+
+use std::process::{Command, Output};
+
+fn eval(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rackwire"))
+        .arg("eval")
+        .args(args)
+        .env_remove("RACKWIRE_MH")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run rackwire eval")
+}
+
+fn rows(o: &Output) -> Vec<serde_json::Value> {
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "eval failed:\n{out}{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    doc["rows"].as_array().expect("rows").clone()
+}
+
+/// Each row was checked, has the fields of the issue, and both paths are there.
+fn assert_rows(rows: &[serde_json::Value], pattern: &str, phases: &[&str]) {
+    let of: Vec<&serde_json::Value> = rows.iter().filter(|r| r["pattern"] == pattern).collect();
+    assert_eq!(of.len(), 2, "{pattern}: a fabric and a TCP row: {rows:?}");
+    for r in &of {
+        assert_eq!(r["checked"], true, "{r}");
+        for k in ["transport", "ranks", "bytes", "secs", "mb_per_s", "speedup", "cpu_secs"] {
+            assert!(!r[k].is_null(), "{pattern}: no {k} in {r}");
+        }
+        for p in phases {
+            assert!(r["phases"][*p].as_f64().is_some_and(|s| s >= 0.0), "{pattern}: phase {p} in {r}");
+        }
+        assert!(r["energy_model"]["joules_est"].as_f64().is_some_and(|j| j > 0.0), "{r}");
+    }
+    assert!(of.iter().any(|r| r["net"] == "fabric" && r["transport"] == "shm"), "{of:?}");
+    assert!(of.iter().any(|r| r["net"] == "tcp" && r["transport"] == "tcp" && r["speedup"] == 1.0), "{of:?}");
+}
+
+// Checks the sort over both paths at 3 ranks (an odd count, so the key ranges and shares are
+// uneven): both runs validated (order within and across ranks, count and checksum), with
+// the five phases timed.
+#[test]
+fn sort_runs_checked_over_fabric_and_tcp() {
+    let o = eval(&["sort", "--ranks", "3", "--scale", "0.01", "--json"], &[]);
+    assert_rows(&rows(&o), "sort", &["read", "partition", "shuffle", "sort", "write"]);
+}
+
+// Checks the four grep variants over both paths at 2 ranks: rank 0 gathered exactly the
+// matching records on every run.
+#[test]
+fn grep_variants_run_checked_over_fabric_and_tcp() {
+    let o = eval(&["grep", "--ranks", "2", "--scale", "0.005", "--json"], &[]);
+    let rows = rows(&o);
+    for v in ["LoN-LoC", "LoN-HiC", "HiN-LoC", "HiN-HiC"] {
+        assert_rows(&rows, &format!("grep/{v}"), &["scan", "reduce"]);
+    }
+}
+
+// Checks the sort with the fabric on the edge transport (UDP on loopback) between all ranks:
+// the fabric row names `udp`, and the run validated.
+#[test]
+fn sort_over_the_edge_transport() {
+    let env = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0")];
+    let o = eval(&["sort", "--ranks", "2", "--scale", "0.01", "--net", "fabric", "--json"], &env);
+    let rows = rows(&o);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["transport"], "udp", "{rows:?}");
+    assert_eq!(rows[0]["checked"], true);
+}
+
+// Checks `eval energy`: HP's two tables (baseline 0% by definition, the other cells
+// computed) and Marlin's Table 3 with its printed figures, from runs measured now.
+#[test]
+fn energy_tables_from_measured_runs() {
+    let o = eval(&["energy", "--ranks", "2", "--scale", "0.002", "--json"], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let sort = doc["sort_efficiency"].as_array().unwrap();
+    assert_eq!(sort[0]["cores"], 1);
+    assert_eq!(sort[0]["10GbE"], 0.0, "the baseline against itself");
+    assert!(sort[0]["PCIe"].as_f64().is_some());
+    let grep = doc["grep_efficiency"].as_array().unwrap();
+    assert_eq!(grep.len(), 4);
+    for g in grep {
+        assert_eq!(g["10GbE 1-core"], 0.0);
+        assert!(g["PCIe 1-core"].as_f64().is_some(), "{g}");
+    }
+    let marlin = doc["marlin_table_3"].as_array().unwrap();
+    let per: Vec<f64> = marlin.iter().map(|r| r["watts_per_gbit"].as_f64().unwrap()).collect();
+    assert_eq!(per.len(), 3);
+    assert!((per[0] - 1.283).abs() < 0.001 && (per[2] - 0.277).abs() < 0.001, "{per:?}");
+    assert!(doc["meta"]["model"].as_str().unwrap().contains("estimates"));
+}
+
+// Checks that bad arguments get a clear error before anything runs.
+#[test]
+fn bad_arguments_are_refused() {
+    for (args, says) in [
+        (&["sort", "--net", "carrier-pigeon"][..], "unknown data path"),
+        (&["grep", "--variant", "MidN"][..], "unknown grep variant"),
+        (&["sort", "--ranks", "0"][..], "--ranks"),
+        (&["sort", "--scale", "0"][..], "--scale"),
+        (&["sort", "--cores", "4096", "--ranks", "1", "--scale", "0.001"][..], "--cores"),
+    ] {
+        let o = eval(args, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} was accepted");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
