@@ -75,6 +75,27 @@ pub(crate) struct EvalArgs {
     pub json: bool,
 }
 
+impl EvalArgs {
+    /// `rackwire eval WORKLOAD --ranks RANKS --scale SCALE` with every other option at its
+    /// default.
+    pub(crate) fn new(workload: &str, ranks: usize, scale: f64) -> EvalArgs {
+        EvalArgs {
+            workload: workload.into(),
+            ranks,
+            net: vec!["fabric".into(), "tcp".into()],
+            rack: None,
+            cores: None,
+            variant: Variant::ALL.iter().map(|v| v.name().to_string()).collect(),
+            scale,
+            repeat: 1,
+            dir: None,
+            seed: 1,
+            power: None,
+            json: false,
+        }
+    }
+}
+
 /// One rank's orders (`rackwire eval-worker`).
 #[derive(Args, Clone, Debug)]
 pub(crate) struct WorkerArgs {
