@@ -287,6 +287,21 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 pub(crate) fn run(b: &CollBench) -> Result<()> {
+    let rows = measure(b)?;
+    if b.json {
+        let doc = serde_json::json!({
+            "meta": { "command": std::env::args().collect::<Vec<_>>().join(" "), "method": "osu" },
+            "rows": rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    print_rows(&rows);
+    Ok(())
+}
+
+/// Measure every row `b` asks for (ours and, with peers, Open MPI's).
+pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
     for op in &b.ops {
         if !OPS.contains(&op.as_str()) {
             bail!("unknown collective {op:?}: use {}", OPS.join(", "));
@@ -357,14 +372,11 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
             "repeats": ms.len(), "lat_us_avg_lo": avgs[0], "lat_us_avg_hi": avgs[avgs.len() - 1],
         }));
     }
-    if b.json {
-        let doc = serde_json::json!({
-            "meta": { "command": std::env::args().collect::<Vec<_>>().join(" "), "method": "osu" },
-            "rows": rows,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
-    }
+    Ok(rows)
+}
+
+/// The rows as a table, with each of ours against Open MPI's.
+pub(crate) fn print_rows(rows: &[serde_json::Value]) {
     let mut t = comfy_table::Table::new();
     t.set_header([
         "collective",
@@ -378,7 +390,7 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
         "spread of avg",
         "vs openmpi",
     ]);
-    for r in &rows {
+    for r in rows {
         let key = |k: &str| r[k].as_f64().unwrap_or(0.0);
         let peer = rows.iter().find(|p| {
             p["transport"].as_str().is_some_and(|t| t.starts_with("openmpi"))
@@ -408,5 +420,4 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
     println!("{t}");
     println!("(vs openmpi: our average latency over Open MPI's, same ranks and size; below 1 is faster)");
     println!("(dest: the receive buffer is plain memory, or registered: a symmetric region written in place)");
-    Ok(())
 }

@@ -305,7 +305,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     .flatten()
     .collect();
     println!("\n== a job of 4 ranks (rackwire launch): collectives, Open MPI's beside them where installed ==");
-    crate::coll_bench::run(&crate::coll_bench::CollBench {
+    let coll_rows = crate::coll_bench::measure(&crate::coll_bench::CollBench {
         ranks: vec![4],
         ops: ["barrier", "allreduce", "alltoallv"].map(String::from).to_vec(),
         sizes: vec![8, 65536],
@@ -317,6 +317,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         repeat: 1,
         json: false,
     })?;
+    crate::coll_bench::print_rows(&coll_rows);
     md.push_str("## Collectives\n\nA job of 4 ranks started by `rackwire launch`: `rackwire bench coll --ranks 4 --op barrier,allreduce,alltoallv --size 8,64K --peers` measures the same (printed by the demo).\n\n");
 
     println!("\n== a workload: the distributed sort (4 ranks) over the fabric and over plain TCP ==");
@@ -327,23 +328,26 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     let of = |net: &str| sort_rows.iter().find(|r| r["net"] == net);
     let (mut summary, sort_lines) = (summary, sort_summary(of("fabric"), of("tcp")));
     summary.extend(sort_lines.iter().cloned());
+    md.push_str(&crate::figures::collectives(&coll_rows, &args.report)?);
     md.push_str(&format!(
         "## A workload against plain TCP\n\nThe distributed sort (HP's cluster sort: read, partition by key range, all-to-all shuffle, local sort, write; output validated as valsort does) of {} MB by 4 ranks, over the fabric and over TCP sockets between the same processes. `rackwire eval sort --scale {sort_scale}` measures the same.\n\n{}\n\n",
         (SORT_MB * sort_scale).round(),
         sort_lines.join("\n")
     ));
+    md.push_str(&crate::figures::workloads(&sort_rows, &args.report)?);
 
     println!("\nsummary:");
     for l in &summary {
         println!("{l}");
     }
     md.push_str("## Benchmarks\n\nShared-memory transport between two processes, with memcpy (the physical limit) and UCX over shared memory measured in the same run.\n\n");
+    md.push_str(&crate::figures::micro(&report, &args.report)?);
     md.push_str(&markdown(&report));
     md.push_str("\n## Summary\n\n");
     md.push_str(&summary.join("\n"));
     md.push('\n');
     std::fs::write(args.report.join("report.md"), md)?;
     std::fs::write(args.report.join("results.json"), serde_json::to_string_pretty(&report)?)?;
-    println!("\nreport written to {}/ (report.md, results.json)", args.report.display());
+    println!("\nreport written to {}/ (report.md, results.json, SVG pictures)", args.report.display());
     Ok(())
 }

@@ -31,10 +31,17 @@ const RESULT_PREFIX: &str = "RESULT ";
 
 #[derive(Args, Clone)]
 pub(crate) struct EvalArgs {
-    /// `sort`, `grep`, or `energy` (sort and grep at 1 and 2 cores, priced as HP's Tables 2
-    /// and 3, and Marlin's Table 3 from the power table).
-    #[arg(value_parser = ["sort", "grep", "energy"])]
+    /// `sort`, `grep`, `energy` (sort and grep at 1 and 2 cores, priced as HP's Tables 2
+    /// and 3, and Marlin's Table 3 from the power table), or `all` (the micro-benchmarks, the
+    /// collectives, the workloads and the energy tables, into a report with pictures).
+    #[arg(value_parser = ["sort", "grep", "energy", "all"])]
     pub workload: String,
+    /// With `all`: the report folder (created; report.md and its SVG pictures).
+    #[arg(long, default_value = "rackwire-eval-report")]
+    pub report: PathBuf,
+    /// With `all`: leave out the peers (UCX, Open MPI) even where installed.
+    #[arg(long)]
+    pub no_peers: bool,
     /// Ranks of the job.
     #[arg(long, default_value_t = 4)]
     pub ranks: usize,
@@ -92,6 +99,8 @@ impl EvalArgs {
             seed: 1,
             power: None,
             json: false,
+            report: PathBuf::from("rackwire-eval-report"),
+            no_peers: false,
         }
     }
 }
@@ -363,6 +372,9 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
     if a.workload == "energy" {
         return crate::eval_energy::run(a);
     }
+    if a.workload == "all" {
+        return crate::eval_report::run(a);
+    }
     let rows = measure_rows(a)?;
     if a.json {
         let doc = json!({ "meta": { "command": std::env::args().collect::<Vec<_>>().join(" ") }, "rows": rows });
@@ -374,20 +386,24 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
     Ok(())
 }
 
+/// A row's phases in the order they run (the JSON object is keyed by name).
+pub(crate) fn phases_in_order(r: &serde_json::Value) -> Vec<(&str, f64)> {
+    let order = |k: &str| PHASE_ORDER.iter().position(|p| *p == k).unwrap_or(PHASE_ORDER.len());
+    let mut phases: Vec<(&str, f64)> = r["phases"]
+        .as_object()
+        .map(|p| p.iter().map(|(k, v)| (k.as_str(), v.as_f64().unwrap_or(0.0))).collect())
+        .unwrap_or_default();
+    phases.sort_by_key(|(k, _)| order(k));
+    phases
+}
+
 /// The rows as a table.
 pub(crate) fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
     let mut t = comfy_table::Table::new();
     t.set_header(["workload", "path", "ranks", "MB", "secs", "spread", "MB/s", "speedup", "phases (s)", "J (est.)"]);
     for r in rows {
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
-        // In the order they run (the JSON object is keyed by name).
-        let order = |k: &str| PHASE_ORDER.iter().position(|p| *p == k).unwrap_or(PHASE_ORDER.len());
-        let mut phases: Vec<(&String, f64)> = r["phases"]
-            .as_object()
-            .map(|p| p.iter().map(|(k, v)| (k, v.as_f64().unwrap_or(0.0))).collect())
-            .unwrap_or_default();
-        phases.sort_by_key(|(k, _)| order(k));
-        let phases = phases.iter().map(|(k, v)| format!("{k} {v:.3}")).collect::<Vec<_>>().join(", ");
+        let phases = phases_in_order(r).iter().map(|(k, v)| format!("{k} {v:.3}")).collect::<Vec<_>>().join(", ");
         t.add_row([
             r["pattern"].as_str().unwrap_or("").to_string(),
             format!("{} ({})", r["net"].as_str().unwrap_or(""), r["transport"].as_str().unwrap_or("")),

@@ -77,6 +77,17 @@ fn pct(x: f64) -> String {
 }
 
 pub(crate) fn run(a: &EvalArgs) -> Result<()> {
+    let (doc, text) = tables(a)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+/// Measure and price every configuration: the JSON document and the tables as text.
+pub(crate) fn tables(a: &EvalArgs) -> Result<(serde_json::Value, String)> {
     crate::eval::check(a)?;
     let table = crate::eval::load_table(a)?;
     let gbit = crate::eval::rail_gbit(a.rack.as_deref())?;
@@ -125,21 +136,20 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
                     "secs": c.secs, "joules_est": c.est.joules, "work_per_joule_est": c.est.work_per_joule })
         })
         .collect();
-    if a.json {
-        let doc = json!({
-            "meta": { "command": std::env::args().collect::<Vec<_>>().join(" "), "model": MODEL_NOTE },
-            "sort_efficiency": sort_rows, "grep_efficiency": grep_rows, "marlin_table_3": marlin, "rows": runs,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
-    }
+    let doc = json!({
+        "meta": { "command": std::env::args().collect::<Vec<_>>().join(" "), "model": MODEL_NOTE },
+        "sort_efficiency": sort_rows, "grep_efficiency": grep_rows, "marlin_table_3": marlin, "rows": runs,
+    });
+    let mut text = String::new();
     let mut t2 = comfy_table::Table::new();
     t2.set_header(["sort (RAMFS)", &format!("{eth} (TCP)"), "PCIe (fabric)"]);
     for r in &sort_rows {
         let cell = |k: &str| r[k].as_f64().map(pct).unwrap_or_default();
         t2.add_row([format!("{}-core", r["cores"]), cell(eth), cell("PCIe")]);
     }
-    println!("Sort energy efficiency improvement over {eth}/1-core (HP Table 2 layout; estimates)\n{t2}\n");
+    text.push_str(&format!(
+        "Sort energy efficiency improvement over {eth}/1-core (HP Table 2 layout; estimates)\n{t2}\n\n"
+    ));
     let mut t3 = comfy_table::Table::new();
     let cols: Vec<String> =
         [eth, "PCIe"].iter().flat_map(|n| cores.iter().map(move |k| format!("{n} {k}-core"))).collect();
@@ -149,7 +159,9 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
         row.extend(cols.iter().map(|c| r[c.as_str()].as_f64().map(pct).unwrap_or_default()));
         t3.add_row(row);
     }
-    println!("Grep energy efficiency improvement over {eth}/1-core (HP Table 3 layout; estimates)\n{t3}\n");
+    text.push_str(&format!(
+        "Grep energy efficiency improvement over {eth}/1-core (HP Table 3 layout; estimates)\n{t3}\n\n"
+    ));
     let mut tm = comfy_table::Table::new();
     tm.set_header(["24 servers", "Gbit/s", "switch W", "adapters W", "total W", "W per Gbit/s"]);
     for r in &marlin {
@@ -163,7 +175,7 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
             format!("{:.3}", f("watts_per_gbit")),
         ]);
     }
-    println!("Interconnect power for a rack (Marlin Table 3, from the power table)\n{tm}\n");
-    println!("{MODEL_NOTE}");
-    Ok(())
+    text.push_str(&format!("Interconnect power for a rack (Marlin Table 3, from the power table)\n{tm}\n\n"));
+    text.push_str(MODEL_NOTE);
+    Ok((doc, text))
 }

@@ -6,6 +6,8 @@ mod coll_bench;
 mod demo;
 mod eval;
 mod eval_energy;
+mod eval_report;
+mod figures;
 mod inspect;
 mod launch;
 mod rack;

@@ -144,7 +144,9 @@ fn mh_nodes_and_regions_from_the_command_line() {
 }
 
 // Checks the main job at small scale: `rackwire demo --quick` succeeds, says the shared counter
-// was exact, and writes report.md and results.json with benchmark rows.
+// was exact, ends with the sort against TCP (both outputs validated), and writes report.md,
+// results.json with benchmark rows, and the pictures report.md shows, each one well-formed
+// SVG document.
 #[test]
 fn quick_demo_writes_a_report() {
     let dir = TempDir::new("cli-demo");
@@ -163,8 +165,23 @@ fn quick_demo_writes_a_report() {
     assert!(o.status.success(), "demo failed: {}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("reads 1000 (expected 1000) — exact"), "{out}");
+    assert!(out.contains("distributed sort, 4 ranks: fabric") && out.contains("both outputs validated"), "{out}");
     let md = std::fs::read_to_string(report.join("report.md")).unwrap();
     assert!(md.contains("| shm | pingpong |"));
+    let pictures: Vec<&str> = md
+        .split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split_once(')').map(|(f, _)| f))
+        .filter(|f| f.ends_with(".svg"))
+        .collect();
+    for must in ["latency.svg", "bandwidth.svg", "sort-phases.svg"] {
+        assert!(pictures.contains(&must), "report.md does not show {must}: {pictures:?}");
+    }
+    for f in &pictures {
+        let svg = std::fs::read_to_string(report.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{f} is not one SVG document");
+        assert_eq!(svg.matches("<svg").count(), 1, "{f}");
+    }
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(report.join("results.json")).unwrap()).unwrap();
     assert!(json["rows"].as_array().unwrap().len() >= 8);

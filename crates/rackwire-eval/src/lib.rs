@@ -16,6 +16,7 @@ pub mod energy;
 pub mod grep;
 pub mod job;
 pub mod net;
+pub mod plot;
 pub mod rapl;
 pub mod records;
 pub mod sort;
