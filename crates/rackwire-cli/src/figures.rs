@@ -10,6 +10,9 @@ use anyhow::Result;
 use rackwire_bench::Report;
 use rackwire_eval::plot::{self, Bar, Series};
 
+/// Lines of one picture by name, each its points.
+type Lines = BTreeMap<String, Vec<(f64, f64)>>;
+
 /// Series at most per picture (plot's limit).
 const SERIES_MAX: usize = plot::SERIES_MAX;
 
@@ -53,7 +56,7 @@ pub(crate) fn micro(report: &Report, dir: &Path) -> Result<String> {
 /// transport (and destination).
 pub(crate) fn collectives(rows: &[serde_json::Value], dir: &Path) -> Result<String> {
     let mut md = String::new();
-    let mut pics: BTreeMap<(String, u64), BTreeMap<String, Vec<(f64, f64)>>> = BTreeMap::new();
+    let mut pics: BTreeMap<(String, u64), Lines> = BTreeMap::new();
     for r in rows {
         let (Some(op), Some(ranks), Some(t), Some(size), Some(lat)) = (
             r["pattern"].as_str(),
