@@ -10,14 +10,21 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use rackwire_eval::dfsio::DfsioJob;
 use rackwire_eval::energy::{self, Config, PowerTable};
 use rackwire_eval::grep::{GrepJob, Variant};
 use rackwire_eval::sort::SortJob;
+use rackwire_eval::streams::{FabricStreams, Streams, TcpStreams};
 use rackwire_eval::{DataPath, FabricPath, Net, RunResult, TcpPath};
 use serde_json::json;
 
 /// Records of the sort's data set at scale 1 (200 MB).
 pub(crate) const SORT_RECORDS: u64 = 2_000_000;
+/// Bytes each dfsio writer writes at scale 1.
+pub(crate) const DFSIO_FILE_BYTES: u64 = 64 << 20;
+/// Bytes of a dfsio block (HDFS's default is 128 MiB; a smaller one gives a short run
+/// several pipelines).
+pub(crate) const DFSIO_BLOCK_BYTES: u64 = 8 << 20;
 /// Records of grep's data set at scale 1 (200 MB).
 pub(crate) const GREP_RECORDS: u64 = 2_000_000;
 /// Repeats at most.
@@ -31,10 +38,10 @@ const RESULT_PREFIX: &str = "RESULT ";
 
 #[derive(Args, Clone)]
 pub(crate) struct EvalArgs {
-    /// `sort`, `grep`, `energy` (sort and grep at 1 and 2 cores, priced as HP's Tables 2
+    /// `sort`, `grep`, `dfsio` (replicated block writes, TestDFSIO-like), `energy` (sort and grep at 1 and 2 cores, priced as HP's Tables 2
     /// and 3, and Marlin's Table 3 from the power table), or `all` (the micro-benchmarks, the
     /// collectives, the workloads and the energy tables, into a report with pictures).
-    #[arg(value_parser = ["sort", "grep", "energy", "all"])]
+    #[arg(value_parser = ["sort", "grep", "dfsio", "energy", "all"])]
     pub workload: String,
     /// With `all`: the report folder (created; report.md and its SVG pictures).
     #[arg(long, default_value = "rackwire-eval-report")]
@@ -61,7 +68,11 @@ pub(crate) struct EvalArgs {
     /// With `grep`: variants (LoN-LoC, LoN-HiC, HiN-LoC, HiN-HiC).
     #[arg(long, value_delimiter = ',', default_value = "LoN-LoC,LoN-HiC,HiN-LoC,HiN-HiC")]
     pub variant: Vec<String>,
-    /// Data set size scale (1.0: 2 million records, 200 MB).
+    /// With `dfsio`: write the block files to --dir and `fsync` each finished block (point
+    /// --dir at a disk; the default folder is a RAM file system).
+    #[arg(long)]
+    pub fsync: bool,
+    /// Data set size scale (1.0: 2 million records, 200 MB; dfsio: 64 MiB per writer).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
     /// Run each comparison this many times, the data paths alternating, and report the
@@ -100,6 +111,7 @@ impl EvalArgs {
             power: None,
             json: false,
             report: PathBuf::from("rackwire-eval-report"),
+            fsync: false,
             no_peers: false,
         }
     }
@@ -122,6 +134,8 @@ pub(crate) struct WorkerArgs {
     variant: Option<String>,
     #[arg(long)]
     cores: Option<usize>,
+    #[arg(long)]
+    fsync: bool,
 }
 
 /// Keep this process (and the threads it starts) on the first `k` cores.
@@ -145,6 +159,27 @@ pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
     }
     let mut g = rackwire_coll::Group::from_env()?;
     let net = Net::parse(&a.net)?;
+    if a.workload == "dfsio" {
+        let mut streams: Box<dyn Streams> = match net {
+            Net::Fabric => Box::new(FabricStreams::new(&mut g)?),
+            Net::Tcp => Box::new(TcpStreams::connect(&mut g, rackwire_eval::net::tcp_bind_from_env())?),
+        };
+        // `records` carries the bytes per writer here.
+        let job = DfsioJob {
+            file_bytes: a.records,
+            block_bytes: DFSIO_BLOCK_BYTES.min(a.records.next_multiple_of(8)),
+            seed: a.seed,
+            dir: a.dir.clone(),
+            fsync: a.fsync,
+        };
+        let result = job.run(&mut g, streams.as_mut())?;
+        if g.rank() == 0 {
+            println!("{RESULT_PREFIX}{}", serde_json::to_string(&result)?);
+        }
+        drop(streams);
+        g.leave()?;
+        return Ok(());
+    }
     let mut path: Box<dyn DataPath> = match net {
         Net::Fabric => Box::new(FabricPath::new(&g)),
         Net::Tcp => Box::new(TcpPath::connect(&mut g, rackwire_eval::net::tcp_bind_from_env())?),
@@ -193,6 +228,9 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
     }
     if let Some(k) = r.cores {
         cmd.args(["--cores", &k.to_string()]);
+    }
+    if a.fsync {
+        cmd.arg("--fsync");
     }
     cmd.env_remove("RACKWIRE_MH");
     let rapl = rackwire_eval::rapl::Rapl::start(Path::new(rackwire_eval::rapl::POWERCAP));
@@ -281,7 +319,11 @@ fn measure(
     cores: Option<usize>,
 ) -> Result<Measured> {
     let nets: Vec<Net> = a.net.iter().map(|n| Net::parse(n)).collect::<Result<_, _>>()?;
-    let base = if workload == "sort" { SORT_RECORDS } else { GREP_RECORDS };
+    let base = match workload {
+        "sort" => SORT_RECORDS,
+        "dfsio" => DFSIO_FILE_BYTES,
+        _ => GREP_RECORDS,
+    };
     let records = ((base as f64 * a.scale) as u64).max(a.ranks as u64);
     let mut runs: Vec<(Net, Vec<RunResult>)> = nets.iter().map(|&n| (n, Vec::new())).collect();
     for rep in 0..a.repeat {
@@ -323,6 +365,7 @@ fn rows_of(m: &Measured, table: &PowerTable, gbit: Option<f64>) -> Result<Vec<se
             "cores": m.cores, "bytes": run.bytes, "secs": med, "secs_lo": secs[0], "secs_hi": secs[secs.len() - 1],
             "repeats": secs.len(), "mb_per_s": run.bytes as f64 / med / 1e6,
             "speedup": tcp_secs.map(|t| t / med), "phases": phases, "cpu_secs": run.cpu_secs, "checked": run.checked,
+            "figures": run.extra,
             "energy_model": { "network": kind, "joules_est": est.joules, "watts_est": est.watts,
                               "work_per_joule_est": est.work_per_joule, "rapl_joules_measured": run.rapl_joules },
         }));
@@ -400,7 +443,19 @@ pub(crate) fn phases_in_order(r: &serde_json::Value) -> Vec<(&str, f64)> {
 /// The rows as a table.
 pub(crate) fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
     let mut t = comfy_table::Table::new();
-    t.set_header(["workload", "path", "ranks", "MB", "secs", "spread", "MB/s", "speedup", "phases (s)", "J (est.)"]);
+    t.set_header([
+        "workload",
+        "path",
+        "ranks",
+        "MB",
+        "secs",
+        "spread",
+        "MB/s",
+        "speedup",
+        "phases (s)",
+        "figures",
+        "J (est.)",
+    ]);
     for r in rows {
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
         let phases = phases_in_order(r).iter().map(|(k, v)| format!("{k} {v:.3}")).collect::<Vec<_>>().join(", ");
@@ -414,6 +469,15 @@ pub(crate) fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
             format!("{:.0}", f("mb_per_s")),
             r["speedup"].as_f64().map(|s| format!("{s:.2}x")).unwrap_or_default(),
             phases,
+            r["figures"]
+                .as_object()
+                .map(|f| {
+                    f.iter()
+                        .map(|(k, v)| format!("{k} {:.1}", v.as_f64().unwrap_or(0.0)))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_default(),
             format!("{:.0}", r["energy_model"]["joules_est"].as_f64().unwrap_or(f64::NAN)),
         ]);
     }

@@ -61,6 +61,33 @@ fn grep_variants_run_checked_over_fabric_and_tcp() {
     }
 }
 
+// Checks the replicated block writes over both paths at 4 ranks (three replicas of every
+// block on the other three): every replica byte-identical to what its writer wrote (the run
+// fails otherwise), and TestDFSIO's figures present and positive.
+#[test]
+fn dfsio_runs_checked_over_fabric_and_tcp() {
+    let o = eval(&["dfsio", "--ranks", "4", "--scale", "0.05", "--json"], &[]);
+    let rows = rows(&o);
+    assert_rows(&rows, "dfsio", &["write"]);
+    for r in &rows {
+        for k in ["throughput_mb_per_s", "io_rate_avg_mb_per_s", "io_rate_std_mb_per_s"] {
+            assert!(r["figures"][k].as_f64().is_some_and(|v| v >= 0.0), "{k} in {r}");
+        }
+        assert!(r["figures"]["throughput_mb_per_s"].as_f64().unwrap() > 0.0);
+    }
+}
+
+// The same with the fabric on the edge transport (UDP on loopback), two replicas per block
+// at 3 ranks.
+#[test]
+fn dfsio_over_the_edge_transport() {
+    let env = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0")];
+    let o = eval(&["dfsio", "--ranks", "3", "--scale", "0.02", "--net", "fabric", "--json"], &env);
+    let rows = rows(&o);
+    assert_eq!(rows[0]["transport"], "udp", "{rows:?}");
+    assert_eq!(rows[0]["checked"], true);
+}
+
 // Checks the sort with the fabric on the edge transport (UDP on loopback) between all ranks:
 // the fabric row names `udp`, and the run validated.
 #[test]

@@ -71,6 +71,7 @@ impl Phases {
             checked: false,
             transport: String::new(),
             rapl_joules: None,
+            extra: Default::default(),
         })
     }
 }
@@ -107,4 +108,7 @@ pub struct RunResult {
     /// readable: a measurement, beside the model's estimate.
     #[serde(default)]
     pub rapl_joules: Option<f64>,
+    /// The workload's own figures (TestDFSIO's rates, YCSB's operations and percentiles).
+    #[serde(default)]
+    pub extra: std::collections::BTreeMap<String, f64>,
 }

@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod dfsio;
 pub mod energy;
 pub mod grep;
 pub mod job;
@@ -20,6 +21,7 @@ pub mod plot;
 pub mod rapl;
 pub mod records;
 pub mod sort;
+pub mod streams;
 
 pub use job::{Phase, RunResult};
 pub use net::{DataPath, FabricPath, Net, TcpPath};

@@ -297,59 +297,68 @@ impl TcpPath {
     /// Connect every pair of ranks of the group. `bind` is this rank's address to listen on
     /// (port 0: any).
     pub fn connect(g: &mut Group, bind: SocketAddr) -> Result<TcpPath, EvalError> {
-        let (me, n) = (g.rank(), g.size());
-        let listener = TcpListener::bind(bind).map_err(|e| EvalError::Tcp(format!("listen on {bind}: {e}")))?;
-        let addr = listener.local_addr().map_err(|e| EvalError::Tcp(e.to_string()))?;
-        let posted = g.allgather_blobs(addr.to_string().as_bytes())?;
-        let addrs: Vec<SocketAddr> = posted
-            .iter()
-            .map(|b| {
-                std::str::from_utf8(b)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| EvalError::Tcp("a rank posted a bad address".into()))
-            })
-            .collect::<Result<_, _>>()?;
-        let mut socks: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
-        for (r, a) in addrs.iter().enumerate().skip(me + 1) {
-            let mut s = TcpStream::connect_timeout(a, TCP_SETUP_TIMEOUT)
-                .map_err(|e| EvalError::Tcp(format!("connect to rank {r} at {a}: {e}")))?;
-            s.write_all(&(me as u32).to_le_bytes()).map_err(|e| EvalError::Tcp(e.to_string()))?;
-            socks[r] = Some(s);
-        }
-        listener.set_nonblocking(true).map_err(|e| EvalError::Tcp(e.to_string()))?;
-        let deadline = Instant::now() + TCP_SETUP_TIMEOUT;
-        let mut missing = me;
-        while missing > 0 {
-            match listener.accept() {
-                Ok((mut s, _)) => {
-                    s.set_nonblocking(false).map_err(|e| EvalError::Tcp(e.to_string()))?;
-                    s.set_read_timeout(Some(TCP_SETUP_TIMEOUT)).map_err(|e| EvalError::Tcp(e.to_string()))?;
-                    let mut who = [0u8; 4];
-                    s.read_exact(&mut who).map_err(|e| EvalError::Tcp(format!("a peer's first bytes: {e}")))?;
-                    let r = u32::from_le_bytes(who) as usize;
-                    if r >= me || socks[r].is_some() {
-                        return Err(EvalError::Tcp(format!("unexpected connection claiming rank {r}")));
-                    }
-                    socks[r] = Some(s);
-                    missing -= 1;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        return Err(EvalError::Tcp(format!("{missing} lower rank(s) never connected")));
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(e) => return Err(EvalError::Tcp(format!("accept: {e}"))),
-            }
-        }
-        for s in socks.iter().flatten() {
-            s.set_nodelay(true).map_err(|e| EvalError::Tcp(e.to_string()))?;
-            s.set_nonblocking(true).map_err(|e| EvalError::Tcp(e.to_string()))?;
-        }
-        Ok(TcpPath { socks })
+        Ok(TcpPath { socks: tcp_mesh(g, bind)? })
     }
+}
 
+/// One TCP connection between every pair of ranks, non-blocking, `TCP_NODELAY` on: each rank
+/// listens on `bind`, learns the others' addresses through the group, connects to every
+/// higher rank (saying its rank first) and accepts every lower one.
+pub(crate) fn tcp_mesh(g: &mut Group, bind: SocketAddr) -> Result<Vec<Option<TcpStream>>, EvalError> {
+    let (me, n) = (g.rank(), g.size());
+    let listener = TcpListener::bind(bind).map_err(|e| EvalError::Tcp(format!("listen on {bind}: {e}")))?;
+    let addr = listener.local_addr().map_err(|e| EvalError::Tcp(e.to_string()))?;
+    let posted = g.allgather_blobs(addr.to_string().as_bytes())?;
+    let addrs: Vec<SocketAddr> = posted
+        .iter()
+        .map(|b| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| EvalError::Tcp("a rank posted a bad address".into()))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut socks: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    for (r, a) in addrs.iter().enumerate().skip(me + 1) {
+        let mut s = TcpStream::connect_timeout(a, TCP_SETUP_TIMEOUT)
+            .map_err(|e| EvalError::Tcp(format!("connect to rank {r} at {a}: {e}")))?;
+        s.write_all(&(me as u32).to_le_bytes()).map_err(|e| EvalError::Tcp(e.to_string()))?;
+        socks[r] = Some(s);
+    }
+    listener.set_nonblocking(true).map_err(|e| EvalError::Tcp(e.to_string()))?;
+    let deadline = Instant::now() + TCP_SETUP_TIMEOUT;
+    let mut missing = me;
+    while missing > 0 {
+        match listener.accept() {
+            Ok((mut s, _)) => {
+                s.set_nonblocking(false).map_err(|e| EvalError::Tcp(e.to_string()))?;
+                s.set_read_timeout(Some(TCP_SETUP_TIMEOUT)).map_err(|e| EvalError::Tcp(e.to_string()))?;
+                let mut who = [0u8; 4];
+                s.read_exact(&mut who).map_err(|e| EvalError::Tcp(format!("a peer's first bytes: {e}")))?;
+                let r = u32::from_le_bytes(who) as usize;
+                if r >= me || socks[r].is_some() {
+                    return Err(EvalError::Tcp(format!("unexpected connection claiming rank {r}")));
+                }
+                socks[r] = Some(s);
+                missing -= 1;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(EvalError::Tcp(format!("{missing} lower rank(s) never connected")));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(EvalError::Tcp(format!("accept: {e}"))),
+        }
+    }
+    for s in socks.iter().flatten() {
+        s.set_nodelay(true).map_err(|e| EvalError::Tcp(e.to_string()))?;
+        s.set_nonblocking(true).map_err(|e| EvalError::Tcp(e.to_string()))?;
+    }
+    Ok(socks)
+}
+
+impl TcpPath {
     /// Send `out[r]` to and receive into `into[r]` from every other rank at once, until all is
     /// moved.
     fn move_all(&mut self, out: &[&[u8]], into: &mut [&mut [u8]]) -> Result<(), EvalError> {
