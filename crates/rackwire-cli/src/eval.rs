@@ -13,6 +13,7 @@ use clap::Args;
 use rackwire_eval::dfsio::DfsioJob;
 use rackwire_eval::energy::{self, Config, PowerTable};
 use rackwire_eval::grep::{GrepJob, Variant};
+use rackwire_eval::kv::{KvJob, Mix};
 use rackwire_eval::sort::SortJob;
 use rackwire_eval::streams::{FabricStreams, Streams, TcpStreams};
 use rackwire_eval::{DataPath, FabricPath, Net, RunResult, TcpPath};
@@ -25,6 +26,12 @@ pub(crate) const DFSIO_FILE_BYTES: u64 = 64 << 20;
 /// Bytes of a dfsio block (HDFS's default is 128 MiB; a smaller one gives a short run
 /// several pipelines).
 pub(crate) const DFSIO_BLOCK_BYTES: u64 = 8 << 20;
+/// Keys of the key-value store at scale 1 (1 KB values: 100 MB).
+pub(crate) const KV_KEYS: u64 = 100_000;
+/// Keys per operation a kv client runs (scale 1: 50 000 operations per client).
+const KV_KEYS_PER_OP: u64 = 2;
+/// The highest open-loop rate per client.
+const KV_RATE_MAX: f64 = 10_000_000.0;
 /// Records of grep's data set at scale 1 (200 MB).
 pub(crate) const GREP_RECORDS: u64 = 2_000_000;
 /// Repeats at most.
@@ -38,10 +45,11 @@ const RESULT_PREFIX: &str = "RESULT ";
 
 #[derive(Args, Clone)]
 pub(crate) struct EvalArgs {
-    /// `sort`, `grep`, `dfsio` (replicated block writes, TestDFSIO-like), `energy` (sort and grep at 1 and 2 cores, priced as HP's Tables 2
+    /// `sort`, `grep`, `dfsio` (replicated block writes, TestDFSIO-like), `kv` (YCSB-like
+    /// get/put mixes on a sharded store), `energy` (sort and grep at 1 and 2 cores, priced as HP's Tables 2
     /// and 3, and Marlin's Table 3 from the power table), or `all` (the micro-benchmarks, the
     /// collectives, the workloads and the energy tables, into a report with pictures).
-    #[arg(value_parser = ["sort", "grep", "dfsio", "energy", "all"])]
+    #[arg(value_parser = ["sort", "grep", "dfsio", "kv", "energy", "all"])]
     pub workload: String,
     /// With `all`: the report folder (created; report.md and its SVG pictures).
     #[arg(long, default_value = "rackwire-eval-report")]
@@ -65,6 +73,14 @@ pub(crate) struct EvalArgs {
     /// each rank as a node with this many.
     #[arg(long)]
     pub cores: Option<usize>,
+    /// With `kv`: YCSB core workloads (A: 50% reads, B: 95%, C: reads only).
+    #[arg(long, value_delimiter = ',', default_value = "A,B,C")]
+    pub mix: Vec<String>,
+    /// With `kv`: open loop, each client's operations due at this rate per second, latency
+    /// counted from when each was due (corrects for coordinated omission); default: closed
+    /// loop, one operation outstanding per client.
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// With `grep`: variants (LoN-LoC, LoN-HiC, HiN-LoC, HiN-HiC).
     #[arg(long, value_delimiter = ',', default_value = "LoN-LoC,LoN-HiC,HiN-LoC,HiN-HiC")]
     pub variant: Vec<String>,
@@ -104,6 +120,8 @@ impl EvalArgs {
             rack: None,
             cores: None,
             variant: Variant::ALL.iter().map(|v| v.name().to_string()).collect(),
+            mix: ["A", "B", "C"].map(String::from).to_vec(),
+            rate: None,
             scale,
             repeat: 1,
             dir: None,
@@ -136,6 +154,8 @@ pub(crate) struct WorkerArgs {
     cores: Option<usize>,
     #[arg(long)]
     fsync: bool,
+    #[arg(long)]
+    rate: Option<f64>,
 }
 
 /// Keep this process (and the threads it starts) on the first `k` cores.
@@ -180,12 +200,32 @@ pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
         g.leave()?;
         return Ok(());
     }
-    let mut path: Box<dyn DataPath> = match net {
-        Net::Fabric => Box::new(FabricPath::new(&g)),
-        Net::Tcp => Box::new(TcpPath::connect(&mut g, rackwire_eval::net::tcp_bind_from_env())?),
+    let mut path: Box<dyn DataPath> = match (net, a.workload.as_str()) {
+        (Net::Fabric, _) | (_, "kv") => Box::new(FabricPath::new(&g)),
+        (Net::Tcp, _) => Box::new(TcpPath::connect(&mut g, rackwire_eval::net::tcp_bind_from_env())?),
     };
     let result = match a.workload.as_str() {
         "sort" => SortJob { records: a.records, seed: a.seed, dir: a.dir.clone() }.run(&mut g, path.as_mut())?,
+        "kv" => {
+            // Reads over the fabric are one-sided; both paths send updates as messages.
+            drop(path);
+            let mut streams: Box<dyn Streams> = match net {
+                Net::Fabric => Box::new(FabricStreams::new(&mut g)?),
+                Net::Tcp => Box::new(TcpStreams::connect(&mut g, rackwire_eval::net::tcp_bind_from_env())?),
+            };
+            let job = KvJob {
+                keys: a.records,
+                ops: (a.records / KV_KEYS_PER_OP).max(1),
+                mix: Mix::parse(a.variant.as_deref().unwrap_or("A"))?,
+                rate: a.rate,
+                seed: a.seed,
+                one_sided: net == Net::Fabric,
+            };
+            let r = job.run(&mut g, streams.as_mut())?;
+            drop(streams);
+            path = Box::new(FabricPath::new(&g));
+            r
+        }
         "grep" => {
             let variant = Variant::parse(a.variant.as_deref().unwrap_or("HiN-LoC"))?;
             GrepJob { records: a.records, seed: a.seed, variant, dir: a.dir.clone() }.run(&mut g, path.as_mut())?
@@ -203,7 +243,7 @@ pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
 /// One run of a job: `workload` over `net`.
 struct Run<'a> {
     workload: &'a str,
-    variant: Option<Variant>,
+    variant: Option<&'a str>,
     net: Net,
     records: u64,
     ranks: usize,
@@ -224,7 +264,10 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
         .arg("--dir")
         .arg(dir);
     if let Some(v) = r.variant {
-        cmd.args(["--variant", v.name()]);
+        cmd.args(["--variant", v]);
+    }
+    if let Some(rate) = a.rate {
+        cmd.args(["--rate", &rate.to_string()]);
     }
     if let Some(k) = r.cores {
         cmd.args(["--cores", &k.to_string()]);
@@ -299,29 +342,30 @@ pub(crate) fn check(a: &EvalArgs) -> Result<()> {
     for v in &a.variant {
         Variant::parse(v)?;
     }
+    for m in &a.mix {
+        Mix::parse(m)?;
+    }
+    if a.rate.is_some_and(|r| !(r > 0.0 && r.is_finite() && r <= KV_RATE_MAX)) {
+        bail!("--rate must be in (0, {KV_RATE_MAX}] operations per second");
+    }
     Ok(())
 }
 
 /// Run `workload` (and `variant`) over every path of `a.net`, `a.repeat` times, in a work
 /// folder of its own.
-pub(crate) fn measure_set(a: &EvalArgs, workload: &str, variant: Option<Variant>) -> Result<Measured> {
+pub(crate) fn measure_set(a: &EvalArgs, workload: &str, variant: Option<&str>) -> Result<Measured> {
     let dir = work_dir(a)?;
     let m = measure(a, &dir, workload, variant, a.cores);
     let _ = std::fs::remove_dir_all(&dir);
     m
 }
 
-fn measure(
-    a: &EvalArgs,
-    dir: &Path,
-    workload: &str,
-    variant: Option<Variant>,
-    cores: Option<usize>,
-) -> Result<Measured> {
+fn measure(a: &EvalArgs, dir: &Path, workload: &str, variant: Option<&str>, cores: Option<usize>) -> Result<Measured> {
     let nets: Vec<Net> = a.net.iter().map(|n| Net::parse(n)).collect::<Result<_, _>>()?;
     let base = match workload {
         "sort" => SORT_RECORDS,
         "dfsio" => DFSIO_FILE_BYTES,
+        "kv" => KV_KEYS,
         _ => GREP_RECORDS,
     };
     let records = ((base as f64 * a.scale) as u64).max(a.ranks as u64);
@@ -336,7 +380,7 @@ fn measure(
         }
     }
     let pattern = match variant {
-        Some(v) => format!("{workload}/{}", v.name()),
+        Some(v) => format!("{workload}/{v}"),
         None => workload.to_string(),
     };
     Ok(Measured { pattern, cores, runs })
@@ -399,13 +443,15 @@ pub(crate) fn measure_rows(a: &EvalArgs) -> Result<Vec<serde_json::Value>> {
     let table = load_table(a)?;
     let gbit = rail_gbit(a.rack.as_deref())?;
     let mut rows = Vec::new();
-    let variants: Vec<Option<Variant>> = if a.workload == "grep" {
-        a.variant.iter().map(|v| Variant::parse(v).map(Some)).collect::<Result<_, _>>()?
-    } else {
-        vec![None]
+    let variants: Vec<Option<String>> = match a.workload.as_str() {
+        "grep" => {
+            a.variant.iter().map(|v| Variant::parse(v).map(|v| Some(v.name().to_string()))).collect::<Result<_, _>>()?
+        }
+        "kv" => a.mix.iter().map(|m| Mix::parse(m).map(|m| Some(m.name().to_string()))).collect::<Result<_, _>>()?,
+        _ => vec![None],
     };
     for v in variants {
-        let m = measure_set(a, &a.workload, v)?;
+        let m = measure_set(a, &a.workload, v.as_deref())?;
         rows.extend(rows_of(&m, &table, gbit)?);
     }
     Ok(rows)

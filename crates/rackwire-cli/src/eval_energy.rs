@@ -53,7 +53,7 @@ fn measure_cells(a: &EvalArgs, table: &PowerTable, gbit: Option<f64>) -> Result<
             args.net = vec!["fabric".into(), "tcp".into()];
             args.variant = variant.map(|v| vec![v.name().to_string()]).unwrap_or_default();
             args.cores = Some(cores);
-            let m = crate::eval::measure_set(&args, workload, variant)?;
+            let m = crate::eval::measure_set(&args, workload, variant.map(Variant::name))?;
             for (net, runs) in &m.runs {
                 let run = median_run(runs);
                 let network = energy::network_kind(&run.transport, gbit);

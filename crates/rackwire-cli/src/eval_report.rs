@@ -54,12 +54,12 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
 
     eprintln!("== workloads over the fabric and over TCP ==");
     let mut rows = Vec::new();
-    for w in ["sort", "grep"] {
+    for w in ["sort", "grep", "dfsio", "kv"] {
         let mut wa = a.clone();
         wa.workload = w.into();
         rows.extend(crate::eval::measure_rows(&wa)?);
     }
-    md.push_str("\n## Workloads: the fabric against TCP (HP Figs. 2–3)\n\n");
+    md.push_str("\n## Workloads: the fabric against TCP (HP Figs. 2–3, OSU Figs. 6–8)\n\n");
     md.push_str(&crate::figures::workloads(&rows, dir)?);
     md.push_str(&format!("```text\n{}\n```\n", crate::eval::table_of(&rows)));
 

@@ -120,5 +120,29 @@ pub(crate) fn workloads(rows: &[serde_json::Value], dir: &Path) -> Result<String
         plot::stacked_bars(&dir.join("grep-phases.svg"), "Distributed grep: scan and reduce", "seconds", &grep)?;
         md.push_str(&image("grep-phases.svg", "grep's four variants over the fabric and over TCP"));
     }
+    // One figure of each run, by path: TestDFSIO's throughput, YCSB's operations per second.
+    let figure = |prefix: &str, key: &str| -> Vec<Bar> {
+        rows.iter()
+            .filter(|r| r["pattern"].as_str().is_some_and(|p| p == prefix || p.starts_with(&format!("{prefix}/"))))
+            .filter_map(|r| {
+                let v = r["figures"][key].as_f64()?;
+                Some(Bar {
+                    label: format!("{} {}", r["pattern"].as_str()?, label(r)),
+                    parts: vec![(key.to_string(), v)],
+                })
+            })
+            .take(plot::BARS_MAX)
+            .collect()
+    };
+    let dfsio = figure("dfsio", "throughput_mb_per_s");
+    if !dfsio.is_empty() {
+        plot::stacked_bars(&dir.join("dfsio.svg"), "Replicated block writes: TestDFSIO throughput", "MB/s", &dfsio)?;
+        md.push_str(&image("dfsio.svg", "TestDFSIO throughput over the fabric and over TCP"));
+    }
+    let kv = figure("kv", "ops_per_s");
+    if !kv.is_empty() {
+        plot::stacked_bars(&dir.join("kv.svg"), "Key-value mixes: operations per second", "ops/s", &kv)?;
+        md.push_str(&image("kv.svg", "YCSB mixes over the fabric and over TCP"));
+    }
     Ok(md)
 }

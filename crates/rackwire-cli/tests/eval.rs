@@ -88,6 +88,39 @@ fn dfsio_over_the_edge_transport() {
     assert_eq!(rows[0]["checked"], true);
 }
 
+// Checks the key-value mixes over both paths at 3 ranks: every read returned an intact value
+// of its own key, and after the run every key read back over the data path equals what its
+// owner last applied (the run fails otherwise); YCSB's figures present, and the read share
+// near the mix's (A: 50%, C: 100%).
+#[test]
+fn kv_mixes_run_checked_over_fabric_and_tcp() {
+    let o = eval(&["kv", "--ranks", "3", "--scale", "0.02", "--mix", "A,C", "--json"], &[]);
+    let rows = rows(&o);
+    for (mix, reads) in [("A", 0.5), ("C", 1.0)] {
+        assert_rows(&rows, &format!("kv/{mix}"), &["run"]);
+        for r in rows.iter().filter(|r| r["pattern"] == format!("kv/{mix}")) {
+            let f = &r["figures"];
+            assert!(f["ops_per_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(f["lat_us_p50"].as_f64().unwrap() <= f["lat_us_p99"].as_f64().unwrap(), "{r}");
+            assert!((f["read_share"].as_f64().unwrap() - reads).abs() < 0.05, "{r}");
+        }
+    }
+}
+
+// The same in the open-loop mode (operations due at a fixed rate) with the fabric on the
+// edge transport.
+#[test]
+fn kv_open_loop_over_the_edge_transport() {
+    let env = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0")];
+    let o = eval(
+        &["kv", "--ranks", "2", "--scale", "0.01", "--mix", "B", "--rate", "2000", "--net", "fabric", "--json"],
+        &env,
+    );
+    let rows = rows(&o);
+    assert_eq!(rows[0]["transport"], "udp", "{rows:?}");
+    assert_eq!(rows[0]["checked"], true);
+}
+
 // Checks the sort with the fabric on the edge transport (UDP on loopback) between all ranks:
 // the fabric row names `udp`, and the run validated.
 #[test]
@@ -131,6 +164,8 @@ fn bad_arguments_are_refused() {
     for (args, says) in [
         (&["sort", "--net", "carrier-pigeon"][..], "unknown data path"),
         (&["grep", "--variant", "MidN"][..], "unknown grep variant"),
+        (&["kv", "--mix", "D"][..], "unknown YCSB workload"),
+        (&["kv", "--rate=0"][..], "--rate"),
         (&["sort", "--ranks", "0"][..], "--ranks"),
         (&["sort", "--scale", "0"][..], "--scale"),
         (&["sort", "--cores", "4096", "--ranks", "1", "--scale", "0.001"][..], "--cores"),

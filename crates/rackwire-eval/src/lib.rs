@@ -16,6 +16,7 @@ pub mod dfsio;
 pub mod energy;
 pub mod grep;
 pub mod job;
+pub mod kv;
 pub mod net;
 pub mod plot;
 pub mod rapl;
