@@ -182,7 +182,7 @@ pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
     if a.workload == "dfsio" {
         let mut streams: Box<dyn Streams> = match net {
             Net::Fabric => Box::new(FabricStreams::new(&mut g)?),
-            Net::Tcp => Box::new(TcpStreams::connect(&mut g, rackwire_eval::net::tcp_bind_from_env())?),
+            Net::Tcp => Box::new(TcpStreams::connect(&mut g, &rackwire_eval::net::tcp_bind_from_env())?),
         };
         // `records` carries the bytes per writer here.
         let job = DfsioJob {
@@ -202,7 +202,7 @@ pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
     }
     let mut path: Box<dyn DataPath> = match (net, a.workload.as_str()) {
         (Net::Fabric, _) | (_, "kv") => Box::new(FabricPath::new(&g)),
-        (Net::Tcp, _) => Box::new(TcpPath::connect(&mut g, rackwire_eval::net::tcp_bind_from_env())?),
+        (Net::Tcp, _) => Box::new(TcpPath::connect(&mut g, &rackwire_eval::net::tcp_bind_from_env())?),
     };
     let result = match a.workload.as_str() {
         "sort" => SortJob { records: a.records, seed: a.seed, dir: a.dir.clone() }.run(&mut g, path.as_mut())?,
@@ -211,7 +211,7 @@ pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
             drop(path);
             let mut streams: Box<dyn Streams> = match net {
                 Net::Fabric => Box::new(FabricStreams::new(&mut g)?),
-                Net::Tcp => Box::new(TcpStreams::connect(&mut g, rackwire_eval::net::tcp_bind_from_env())?),
+                Net::Tcp => Box::new(TcpStreams::connect(&mut g, &rackwire_eval::net::tcp_bind_from_env())?),
             };
             let job = KvJob {
                 keys: a.records,
@@ -437,6 +437,18 @@ pub(crate) fn load_table(a: &EvalArgs) -> Result<PowerTable> {
     })
 }
 
+/// The arguments with a rack description replaced by the name of the rack it brought up, and
+/// the guard that takes it down.
+fn rack_once(a: &EvalArgs) -> Result<(EvalArgs, Option<rackwire_rack::DownOnDrop>)> {
+    let mut a = a.clone();
+    let Some(rack) = a.rack.clone().filter(|r| r.is_file()) else { return Ok((a, None)) };
+    // Checked before a rack is brought up for nothing.
+    check(&a)?;
+    let (state, down) = crate::launch::rack_up(&rack)?;
+    a.rack = Some(PathBuf::from(&state.config.name));
+    Ok((a, down))
+}
+
 /// `rackwire eval sort|grep`: the rows, printed or returned.
 pub(crate) fn measure_rows(a: &EvalArgs) -> Result<Vec<serde_json::Value>> {
     check(a)?;
@@ -458,6 +470,10 @@ pub(crate) fn measure_rows(a: &EvalArgs) -> Result<Vec<serde_json::Value>> {
 }
 
 pub(crate) fn run(a: &EvalArgs) -> Result<()> {
+    // A rack described by a file is brought up once for every job of the run (and taken
+    // down at the end), not once per job.
+    let (a, _rack) = rack_once(a)?;
+    let a = &a;
     if a.workload == "energy" {
         return crate::eval_energy::run(a);
     }

@@ -296,7 +296,7 @@ pub struct TcpPath {
 impl TcpPath {
     /// Connect every pair of ranks of the group. `bind` is this rank's address to listen on
     /// (port 0: any).
-    pub fn connect(g: &mut Group, bind: SocketAddr) -> Result<TcpPath, EvalError> {
+    pub fn connect(g: &mut Group, bind: &TcpBind) -> Result<TcpPath, EvalError> {
         Ok(TcpPath { socks: tcp_mesh(g, bind)? })
     }
 }
@@ -304,9 +304,15 @@ impl TcpPath {
 /// One TCP connection between every pair of ranks, non-blocking, `TCP_NODELAY` on: each rank
 /// listens on `bind`, learns the others' addresses through the group, connects to every
 /// higher rank (saying its rank first) and accepts every lower one.
-pub(crate) fn tcp_mesh(g: &mut Group, bind: SocketAddr) -> Result<Vec<Option<TcpStream>>, EvalError> {
+pub(crate) fn tcp_mesh(g: &mut Group, bind: &TcpBind) -> Result<Vec<Option<TcpStream>>, EvalError> {
     let (me, n) = (g.rank(), g.size());
-    let listener = TcpListener::bind(bind).map_err(|e| EvalError::Tcp(format!("listen on {bind}: {e}")))?;
+    let listener = {
+        let s = tcp_socket(bind)?;
+        s.set_reuse_address(true).map_err(|e| EvalError::Tcp(e.to_string()))?;
+        s.bind(&bind.addr.into()).map_err(|e| EvalError::Tcp(format!("listen on {}: {e}", bind.addr)))?;
+        s.listen(n as i32).map_err(|e| EvalError::Tcp(format!("listen on {}: {e}", bind.addr)))?;
+        TcpListener::from(s)
+    };
     let addr = listener.local_addr().map_err(|e| EvalError::Tcp(e.to_string()))?;
     let posted = g.allgather_blobs(addr.to_string().as_bytes())?;
     let addrs: Vec<SocketAddr> = posted
@@ -320,8 +326,12 @@ pub(crate) fn tcp_mesh(g: &mut Group, bind: SocketAddr) -> Result<Vec<Option<Tcp
         .collect::<Result<_, _>>()?;
     let mut socks: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     for (r, a) in addrs.iter().enumerate().skip(me + 1) {
-        let mut s = TcpStream::connect_timeout(a, TCP_SETUP_TIMEOUT)
+        let s = tcp_socket(bind)?;
+        s.bind(&SocketAddr::new(bind.addr.ip(), 0).into())
+            .map_err(|e| EvalError::Tcp(format!("bind to {}: {e}", bind.addr.ip())))?;
+        s.connect_timeout(&(*a).into(), TCP_SETUP_TIMEOUT)
             .map_err(|e| EvalError::Tcp(format!("connect to rank {r} at {a}: {e}")))?;
+        let mut s = TcpStream::from(s);
         s.write_all(&(me as u32).to_le_bytes()).map_err(|e| EvalError::Tcp(e.to_string()))?;
         socks[r] = Some(s);
     }
@@ -481,16 +491,46 @@ impl DataPath for TcpPath {
     }
 }
 
-/// This rank's address to listen on for the TCP path: the first of the links the environment
-/// gives the fabric (`RACKWIRE_LINKS`: on a virtual rack, the host's rail addresses, so TCP
-/// crosses the same shaped rails as the edge transport), else loopback.
-pub fn tcp_bind_from_env() -> SocketAddr {
-    std::env::var("RACKWIRE_LINKS")
+/// Where the TCP path listens and connects from: an address, and the device its sockets are
+/// held to, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpBind {
+    /// The address (port 0: any).
+    pub addr: SocketAddr,
+    /// The device (`SO_BINDTODEVICE`).
+    pub device: Option<String>,
+}
+
+/// This rank's address for the TCP path: the first of the links the environment gives the
+/// fabric (`RACKWIRE_LINKS`: on a virtual rack, the host's rail addresses), held to that
+/// rail's device (`RACKWIRE_LINK_DEVS`) so TCP crosses the shaped rail itself and not `rw0`,
+/// which routes the other hosts' addresses over the fabric; else loopback.
+pub fn tcp_bind_from_env() -> TcpBind {
+    let addr = std::env::var("RACKWIRE_LINKS")
         .ok()
         .and_then(|l| l.split(',').next().and_then(|a| a.trim().parse::<SocketAddr>().ok()))
         .map(|mut a| {
             a.set_port(0);
             a
-        })
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+        });
+    match addr {
+        Some(addr) => TcpBind {
+            addr,
+            device: std::env::var("RACKWIRE_LINK_DEVS")
+                .ok()
+                .and_then(|d| d.split(',').next().map(|d| d.trim().to_string()))
+                .filter(|d| !d.is_empty()),
+        },
+        None => TcpBind { addr: SocketAddr::from(([127, 0, 0, 1], 0)), device: None },
+    }
+}
+
+/// A TCP socket for `bind`, held to its device if it has one.
+fn tcp_socket(bind: &TcpBind) -> Result<socket2::Socket, EvalError> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(bind.addr), socket2::Type::STREAM, None)
+        .map_err(|e| EvalError::Tcp(format!("socket: {e}")))?;
+    if let Some(d) = &bind.device {
+        s.bind_device(Some(d.as_bytes())).map_err(|e| EvalError::Tcp(format!("hold to device {d} (root): {e}")))?;
+    }
+    Ok(s)
 }

@@ -269,12 +269,13 @@ pub fn sort_records(data: &[u8]) -> Vec<u8> {
 
 /// Sort the `len` bytes of records that `read(offset, out)` reads (wherever they are) by
 /// key into a new buffer: the keys with their positions are sorted (16 bytes each instead of
-/// 100), then the records are gathered in that order, each read once from where it lies.
+/// 100); then the records are read again in their own order, a block at a time, and each is
+/// stored at its place in the output. Both passes read in large blocks, so records that lie
+/// in another process's memory cost one call per block, not one per record.
 pub fn sort_from<E>(len: usize, mut read: impl FnMut(usize, &mut [u8]) -> Result<(), E>) -> Result<Vec<u8>, E> {
     let n = len / RECORD_BYTES;
     assert!(n <= u32::MAX as usize, "sort_from: at most 2^32 records");
     let mut idx: Vec<u128> = Vec::with_capacity(n);
-    // The keys, read a block of records at a time.
     let mut block = vec![0u8; KEY_SCAN_RECORDS.min(n.max(1)) * RECORD_BYTES];
     let mut i = 0;
     while i < n {
@@ -286,9 +287,22 @@ pub fn sort_from<E>(len: usize, mut read: impl FnMut(usize, &mut [u8]) -> Result
         i += k;
     }
     idx.sort_unstable();
+    // Where each record goes, by its position in the input.
+    let mut place = vec![0u32; n];
+    for (to, &k) in idx.iter().enumerate() {
+        place[(k & 0xffff_ffff) as usize] = to as u32;
+    }
+    drop(idx);
     let mut out = vec![0u8; n * RECORD_BYTES];
-    for (dst, &k) in out.chunks_exact_mut(RECORD_BYTES).zip(&idx) {
-        read((k & 0xffff_ffff) as usize * RECORD_BYTES, dst)?;
+    let mut i = 0;
+    while i < n {
+        let k = KEY_SCAN_RECORDS.min(n - i);
+        read(i * RECORD_BYTES, &mut block[..k * RECORD_BYTES])?;
+        for (j, r) in block[..k * RECORD_BYTES].chunks_exact(RECORD_BYTES).enumerate() {
+            let to = place[i + j] as usize * RECORD_BYTES;
+            out[to..to + RECORD_BYTES].copy_from_slice(r);
+        }
+        i += k;
     }
     Ok(out)
 }

@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 
 use rackwire::{Access, Op, OpFlags, Pinned, RemoteRegion, Signal};
 use rackwire_coll::{Group, SymmetricRegion};
@@ -310,7 +310,7 @@ const READ_CHUNK: usize = 256 * 1024;
 
 impl TcpStreams {
     /// Connect every pair of ranks (see [`crate::net::TcpPath::connect`] for how).
-    pub fn connect(g: &mut Group, bind: SocketAddr) -> Result<TcpStreams, EvalError> {
+    pub fn connect(g: &mut Group, bind: &crate::net::TcpBind) -> Result<TcpStreams, EvalError> {
         let socks = crate::net::tcp_mesh(g, bind)?;
         let n = socks.len();
         Ok(TcpStreams {

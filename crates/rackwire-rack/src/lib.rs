@@ -97,7 +97,17 @@ pub struct HostState {
     pub status_file: Option<PathBuf>,
 }
 
+/// The device of rail `k` in every host.
+pub fn rail_dev(k: usize) -> String {
+    format!("eth{k}")
+}
+
 impl HostState {
+    /// Its rail devices, comma-separated, in the order of [`HostState::links`].
+    pub fn link_devs(&self) -> String {
+        (0..self.addrs.len()).map(rail_dev).collect::<Vec<_>>().join(",")
+    }
+
     /// Its rail addresses as edge-transport links (`RACKWIRE_LINKS`): each process that uses
     /// them binds ports of its own.
     pub fn links(&self) -> String {
@@ -288,7 +298,7 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
         run("ip", &["-n", &ns, "link", "set", "lo", "up"])?;
         let mut addrs = Vec::new();
         for (k, rail) in cfg.rails.iter().enumerate() {
-            let (dev, port) = (format!("eth{k}"), format!("h{i}r{k}"));
+            let (dev, port) = (rail_dev(k), format!("h{i}r{k}"));
             let mtu = rail.mtu.to_string();
             run(
                 "ip",
@@ -542,6 +552,10 @@ pub fn program_env(state: &RackState, host: &HostState) -> Vec<(String, String)>
         ("RACKWIRE_SECRET_FILE".into(), state.secret_file.to_string_lossy().into_owned()),
         ("RACKWIRE_LINKS".into(), host.links()),
         ("RACKWIRE_LINK_MTU".into(), state.config.frame_max().to_string()),
+        // The rail devices, in the order of the links: a program that must reach the other
+        // hosts over Ethernet (not through rw0, which routes their addresses over the
+        // fabric) binds its sockets to them.
+        ("RACKWIRE_LINK_DEVS".into(), host.link_devs()),
         ("RACKWIRE_MEMORY_DOMAIN".into(), host.domain.clone()),
     ]
 }
