@@ -389,10 +389,9 @@ fn measure(a: &EvalArgs, dir: &Path, workload: &str, variant: Option<&str>, core
 /// Rows for one measured set: each path's median run, its speedup over TCP, and the energy
 /// model's estimate.
 fn rows_of(m: &Measured, table: &PowerTable, gbit: Option<f64>) -> Result<Vec<serde_json::Value>> {
-    let tcp_secs = m.runs.iter().find(|(n, _)| *n == Net::Tcp).map(|(_, rs)| {
-        let mut s: Vec<f64> = rs.iter().map(|r| r.secs).collect();
-        median(&mut s)
-    });
+    // Each repeat's TCP time over this path's time in the same repeat: the speedup is their
+    // median, with their spread.
+    let tcp_runs = m.runs.iter().find(|(n, _)| *n == Net::Tcp).map(|(_, rs)| rs);
     let mut rows = Vec::new();
     for (net, rs) in &m.runs {
         let mut secs: Vec<f64> = rs.iter().map(|r| r.secs).collect();
@@ -402,13 +401,17 @@ fn rows_of(m: &Measured, table: &PowerTable, gbit: Option<f64>) -> Result<Vec<se
         let kind = energy::network_kind(&run.transport, gbit);
         let cfg = Config { network: kind.into(), storage: "RAMFS".into(), cores: m.cores.unwrap_or(1) as u32 };
         let est = table.estimate_run(&cfg, run)?;
+        let mut ratios: Vec<f64> =
+            tcp_runs.map(|t| t.iter().zip(rs).map(|(t, r)| t.secs / r.secs).collect()).unwrap_or_default();
+        let speedup = (!ratios.is_empty()).then(|| median(&mut ratios));
+        let (speedup_lo, speedup_hi) = (ratios.first().copied(), ratios.last().copied());
         let phases: serde_json::Map<String, serde_json::Value> =
             run.phases.iter().map(|p| (p.name.clone(), json!(p.secs))).collect();
         rows.push(json!({
             "transport": run.transport, "net": net.name(), "pattern": m.pattern, "ranks": run.ranks,
             "cores": m.cores, "bytes": run.bytes, "secs": med, "secs_lo": secs[0], "secs_hi": secs[secs.len() - 1],
             "repeats": secs.len(), "mb_per_s": run.bytes as f64 / med / 1e6,
-            "speedup": tcp_secs.map(|t| t / med), "phases": phases, "cpu_secs": run.cpu_secs, "checked": run.checked,
+            "speedup": speedup, "speedup_lo": speedup_lo, "speedup_hi": speedup_hi, "phases": phases, "cpu_secs": run.cpu_secs, "checked": run.checked,
             "figures": run.extra,
             "energy_model": { "network": kind, "joules_est": est.joules, "watts_est": est.watts,
                               "work_per_joule_est": est.work_per_joule, "rapl_joules_measured": run.rapl_joules },
@@ -486,7 +489,7 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         println!("{}", table_of(&rows));
-        println!("(speedup: TCP's time over this path's, same job and data; energy: an estimate from the model, see `rackwire eval energy`)");
+        println!("(speedup: TCP's time over this path's, same job and data, median of the repeats with their spread; J: an estimate from the energy model, see `rackwire eval energy`)");
     }
     Ok(())
 }
@@ -529,7 +532,11 @@ pub(crate) fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
             format!("{:.3}", f("secs")),
             format!("{:.3}–{:.3}", f("secs_lo"), f("secs_hi")),
             format!("{:.0}", f("mb_per_s")),
-            r["speedup"].as_f64().map(|s| format!("{s:.2}x")).unwrap_or_default(),
+            match (r["speedup"].as_f64(), r["speedup_lo"].as_f64(), r["speedup_hi"].as_f64()) {
+                (Some(s), Some(lo), Some(hi)) if r["repeats"].as_u64() > Some(1) => format!("{s:.2}x ({lo:.2}–{hi:.2})"),
+                (Some(s), ..) => format!("{s:.2}x"),
+                _ => String::new(),
+            },
             phases,
             r["figures"]
                 .as_object()
