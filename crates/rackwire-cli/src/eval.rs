@@ -533,7 +533,9 @@ pub(crate) fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
             format!("{:.3}–{:.3}", f("secs_lo"), f("secs_hi")),
             format!("{:.0}", f("mb_per_s")),
             match (r["speedup"].as_f64(), r["speedup_lo"].as_f64(), r["speedup_hi"].as_f64()) {
-                (Some(s), Some(lo), Some(hi)) if r["repeats"].as_u64() > Some(1) => format!("{s:.2}x ({lo:.2}–{hi:.2})"),
+                (Some(s), Some(lo), Some(hi)) if r["repeats"].as_u64() > Some(1) => {
+                    format!("{s:.2}x ({lo:.2}–{hi:.2})")
+                }
                 (Some(s), ..) => format!("{s:.2}x"),
                 _ => String::new(),
             },

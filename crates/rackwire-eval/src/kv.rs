@@ -6,8 +6,9 @@
 //!
 //! Over the **fabric**, a read of another rank's key is a one-sided read of the key's slot
 //! in that rank's table: the serving rank's CPU takes no part. Each slot carries a version
-//! before and after its value; the owner makes both odd while it changes the value, so a read
-//! that overlapped a change sees them differ (or odd) and reads again. Updates go to the key's
+//! before and after its value, and each value its own checksum; the owner makes both
+//! versions odd while it changes the value, so a read that overlapped a change sees them
+//! differ (or odd), or the checksum wrong, and reads again. Updates go to the key's
 //! owner as messages over the streams ([`crate::streams`]), which applies them. Over **TCP**,
 //! reads and updates are both requests to the owner over its connection.
 //!
@@ -368,6 +369,8 @@ impl Server<'_> {
 /// One-sided access to every rank's table.
 struct Remote {
     peers: Vec<Option<(Conn, RemoteRegion)>>,
+    /// Reads taken again because a change overlapped them.
+    retried: std::cell::Cell<u64>,
 }
 
 impl Remote {
@@ -401,12 +404,18 @@ impl Remote {
                 slot = (slot + 1) & (layout.slots - 1);
                 continue;
             }
-            if v0 == v1 && v0 % 2 == 0 {
-                out.copy_from_slice(&got[VALUE_AT as usize..VER_END as usize]);
+            let value = &got[VALUE_AT as usize..VER_END as usize];
+            // Whole only if no change overlapped the read: the versions equal and even, and
+            // the value's own checksum right (the copy may read the slot's words in any
+            // order, so the versions alone cannot prove it: the checksum makes the value
+            // self-verifying, as Pilaf's are).
+            if v0 == v1 && v0 % 2 == 0 && value_ok(key, value) {
+                out.copy_from_slice(value);
                 return Ok(());
             }
             // The owner was changing it: again.
             tries += 1;
+            self.retried.set(self.retried.get() + 1);
             if tries > READ_RETRIES_MAX {
                 return Err(EvalError::WrongOutput(format!("kv: key {key} kept changing under {tries} reads")));
             }
@@ -429,6 +438,7 @@ impl KvJob {
         let table = g.alloc_symmetric(layout.bytes(), Access::READ | Access::WRITE)?;
         let remote = Remote {
             peers: (0..n).map(|r| (r != me).then(|| Some((g.conn(r)?.clone(), *table.remote(r)?))).flatten()).collect(),
+            retried: std::cell::Cell::new(0),
         };
         let mut shard = Shard { table, layout, slot_of: HashMap::new(), version: HashMap::new() };
         let mut v = vec![0u8; VALUE_BYTES];
@@ -513,9 +523,8 @@ impl KvJob {
         // Figures: operations per second over all clients; latency percentiles of every
         // client's operations (each rank's histogram merged at every rank).
         let mut lat = [0u64; 3];
-        let mut mine = [self.ops as f64 / client_secs, 0.0];
-        mine[1] = reads as f64;
-        let mut all = vec![0f64; 2 * n];
+        let mine = [self.ops as f64 / client_secs, reads as f64, remote.retried.get() as f64];
+        let mut all = vec![0f64; 3 * n];
         g.allgather(bytemuck::cast_slice(&mine), bytemuck::cast_slice_mut(&mut all))?;
         // Each histogram as its recorded (value, count) pairs, gathered at every rank.
         let pairs: Vec<u64> = hist.iter_recorded().flat_map(|b| [b.value_iterated_to(), b.count_at_value()]).collect();
@@ -532,14 +541,15 @@ impl KvJob {
         lat[0] = merged.value_at_quantile(0.50);
         lat[1] = merged.value_at_quantile(0.99);
         lat[2] = merged.max();
-        let ops_per_s: f64 = all.chunks_exact(2).map(|c| c[0]).sum();
+        let ops_per_s: f64 = all.chunks_exact(3).map(|c| c[0]).sum();
         result.extra.insert("ops_per_s".into(), ops_per_s);
         result.extra.insert("lat_us_p50".into(), lat[0] as f64 / 1e3);
         result.extra.insert("lat_us_p99".into(), lat[1] as f64 / 1e3);
         result.extra.insert("lat_us_max".into(), lat[2] as f64 / 1e3);
         result
             .extra
-            .insert("read_share".into(), all.chunks_exact(2).map(|c| c[1]).sum::<f64>() / (self.ops * n as u64) as f64);
+            .insert("read_share".into(), all.chunks_exact(3).map(|c| c[1]).sum::<f64>() / (self.ops * n as u64) as f64);
+        result.extra.insert("reads_retried".into(), all.chunks_exact(3).map(|c| c[2]).sum());
         let _ = updates;
 
         // Not timed: every key read once more over the data path (rank r the keys k with
