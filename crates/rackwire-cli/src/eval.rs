@@ -179,63 +179,56 @@ pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
     }
     let mut g = rackwire_coll::Group::from_env()?;
     let net = Net::parse(&a.net)?;
-    if a.workload == "dfsio" {
-        let mut streams: Box<dyn Streams> = match net {
-            Net::Fabric => Box::new(FabricStreams::new(&mut g)?),
-            Net::Tcp => Box::new(TcpStreams::connect(&mut g, &rackwire_eval::net::tcp_bind_from_env())?),
-        };
-        // `records` carries the bytes per writer here.
-        let job = DfsioJob {
-            file_bytes: a.records,
-            block_bytes: DFSIO_BLOCK_BYTES.min(a.records.next_multiple_of(8)),
-            seed: a.seed,
-            dir: a.dir.clone(),
-            fsync: a.fsync,
-        };
-        let result = job.run(&mut g, streams.as_mut())?;
-        if g.rank() == 0 {
-            println!("{RESULT_PREFIX}{}", serde_json::to_string(&result)?);
-        }
-        drop(streams);
-        g.leave()?;
-        return Ok(());
-    }
-    let mut path: Box<dyn DataPath> = match (net, a.workload.as_str()) {
-        (Net::Fabric, _) | (_, "kv") => Box::new(FabricPath::new(&g)),
-        (Net::Tcp, _) => Box::new(TcpPath::connect(&mut g, &rackwire_eval::net::tcp_bind_from_env())?),
-    };
+    let tcp = rackwire_eval::net::tcp_bind_from_env();
     let result = match a.workload.as_str() {
-        "sort" => SortJob { records: a.records, seed: a.seed, dir: a.dir.clone() }.run(&mut g, path.as_mut())?,
-        "kv" => {
-            // Reads over the fabric are one-sided; both paths send updates as messages.
-            drop(path);
+        // Made of collective steps: a data path that exchanges blocks.
+        "sort" | "grep" => {
+            let mut path: Box<dyn DataPath> = match net {
+                Net::Fabric => Box::new(FabricPath::new(&g)),
+                Net::Tcp => Box::new(TcpPath::connect(&mut g, &tcp)?),
+            };
+            if a.workload == "sort" {
+                SortJob { records: a.records, seed: a.seed, dir: a.dir.clone() }.run(&mut g, path.as_mut())?
+            } else {
+                let variant = Variant::parse(a.variant.as_deref().unwrap_or("HiN-LoC"))?;
+                GrepJob { records: a.records, seed: a.seed, variant, dir: a.dir.clone() }.run(&mut g, path.as_mut())?
+            }
+        }
+        // Point to point: message streams between the ranks.
+        "dfsio" | "kv" => {
             let mut streams: Box<dyn Streams> = match net {
                 Net::Fabric => Box::new(FabricStreams::new(&mut g)?),
-                Net::Tcp => Box::new(TcpStreams::connect(&mut g, &rackwire_eval::net::tcp_bind_from_env())?),
+                Net::Tcp => Box::new(TcpStreams::connect(&mut g, &tcp)?),
             };
-            let job = KvJob {
-                keys: a.records,
-                ops: (a.records / KV_KEYS_PER_OP).max(1),
-                mix: Mix::parse(a.variant.as_deref().unwrap_or("A"))?,
-                rate: a.rate,
-                seed: a.seed,
-                one_sided: net == Net::Fabric,
-            };
-            let r = job.run(&mut g, streams.as_mut())?;
-            drop(streams);
-            path = Box::new(FabricPath::new(&g));
-            r
-        }
-        "grep" => {
-            let variant = Variant::parse(a.variant.as_deref().unwrap_or("HiN-LoC"))?;
-            GrepJob { records: a.records, seed: a.seed, variant, dir: a.dir.clone() }.run(&mut g, path.as_mut())?
+            if a.workload == "dfsio" {
+                // `records` carries the bytes per writer here.
+                let job = DfsioJob {
+                    file_bytes: a.records,
+                    block_bytes: DFSIO_BLOCK_BYTES.min(a.records.next_multiple_of(8)),
+                    seed: a.seed,
+                    dir: a.dir.clone(),
+                    fsync: a.fsync,
+                };
+                job.run(&mut g, streams.as_mut())?
+            } else {
+                // `records` carries the keys here. Reads of other ranks' keys over the fabric
+                // are one-sided; both paths send updates to the owner as messages.
+                let job = KvJob {
+                    keys: a.records,
+                    ops: (a.records / KV_KEYS_PER_OP).max(1),
+                    mix: Mix::parse(a.variant.as_deref().unwrap_or("A"))?,
+                    rate: a.rate,
+                    seed: a.seed,
+                    one_sided: net == Net::Fabric,
+                };
+                job.run(&mut g, streams.as_mut())?
+            }
         }
         other => bail!("unknown workload {other:?}"),
     };
     if g.rank() == 0 {
         println!("{RESULT_PREFIX}{}", serde_json::to_string(&result)?);
     }
-    drop(path);
     g.leave()?;
     Ok(())
 }
