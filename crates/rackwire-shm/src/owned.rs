@@ -24,6 +24,13 @@ pub struct OwnedWindow {
 }
 
 impl OwnedWindow {
+    /// The mapping's first byte: fixed for the life of the window (a move to fresh memory
+    /// maps over the same addresses). Other processes the region is granted to may write it
+    /// at any time: whoever reads or writes through this pointer must expect that (as a C
+    /// program sharing memory does).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base as *mut u8
+    }
     /// Own `mem`.
     pub fn new(mem: SharedMem) -> OwnedWindow {
         let (base, len) = (mem.as_ptr() as usize, mem.len());

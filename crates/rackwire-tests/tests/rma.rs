@@ -124,6 +124,24 @@ fn messages_both_ways() {
     assert!(b.cmd("recv 50").starts_with("err timeout"), "nothing else was sent");
 }
 
+// Checks that messages and notifications a peer delivered just before it left are not lost:
+// the sender sends a message and writes with a notification, then quits at once (its
+// connection closes); the receiver, asking only afterwards, still gets both, then times out.
+#[test]
+fn what_a_departed_peer_delivered_is_not_lost() {
+    let (_mh, mut b, mut a) = owner_and_initiator("departed");
+    let (_, h) = shared_region(&mut b, a.id, 4096, "rw", "departed-target");
+    a.ok(&format!("send {} {}", b.id, hex(b"last words")));
+    a.ok(&format!("write {h} 0 {} notify=9", hex(b"x")));
+    a.start_cmd("quit");
+    a.wait();
+    // Let the sender's departure reach the receiver before it looks.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(b.ok("recv 5000"), format!("{} {}", a.id, hex(b"last words")));
+    assert!(b.ok("notif 5000").ends_with(" 9"), "the notification is there");
+    assert!(b.cmd("recv 50").starts_with("err timeout"), "nothing else");
+}
+
 // Checks that two processes each doing N fetch-and-adds of 1 on one counter end at exactly 2N.
 #[test]
 fn two_processes_fetch_add_exactly() {

@@ -275,6 +275,8 @@ impl Fabric {
             let p = &peers[(start + i) % n];
             match f(p) {
                 Ok(Some(v)) => return Ok(Some((p.peer(), v))),
+                // A closed connection kept for what it delivered: let it go once taken.
+                Ok(None) if !p.is_alive() => self.inner.forget_drained(p),
                 Ok(None) => {}
                 Err(e) => {
                     warn!(peer = p.peer(), "dropping peer that broke its ring: {e}");

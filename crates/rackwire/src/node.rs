@@ -127,6 +127,10 @@ impl Node {
         Ok(())
     }
 
+    /// A connection closed: no longer one to reach its node by. Messages and notifications it
+    /// delivered before it closed are not lost: while any wait unread, it stays among the
+    /// peers the receive calls look at, and [`Node::forget_drained`] drops it once they are
+    /// taken.
     pub(crate) fn remove_peer(&self, p: &Peer) {
         let mut t = write(&self.peers);
         if let Some(v) = t.by_node.get_mut(&p.peer()) {
@@ -134,6 +138,25 @@ impl Node {
             if v.is_empty() {
                 t.by_node.remove(&p.peer());
             }
+        }
+        if !p.unread() {
+            let all: Vec<Peer> =
+                t.all.iter().filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))).cloned().collect();
+            t.all = Arc::new(all);
+        }
+    }
+
+    /// Drop `p` from the peers the receive calls look at if it closed and nothing it
+    /// delivered waits unread.
+    pub(crate) fn forget_drained(&self, p: &Peer) {
+        if p.is_alive() || p.unread() {
+            return;
+        }
+        let mut t = write(&self.peers);
+        if t.by_node.get(&p.peer()).is_some_and(|v| v.iter().any(|q| std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))))
+        {
+            // Still registered: its transport has not let it go yet.
+            return;
         }
         let all: Vec<Peer> =
             t.all.iter().filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))).cloned().collect();

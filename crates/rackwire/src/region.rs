@@ -151,6 +151,14 @@ impl Region {
         Error::OutOfBounds { region: self.inner.id, offset, len, region_len: self.inner.len }
     }
 
+    /// The region's memory in this process: [`Region::len`] bytes from this address, valid
+    /// for as long as the region lives (a move to fresh memory keeps the address). For
+    /// zero-copy use from foreign code (the C ABI, Python's buffer protocol); peers granted
+    /// the region may write it at any time, so Rust code should use the copying calls.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.mem.as_ptr()
+    }
+
     /// Copy `data` into the region at `offset` (local access).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         if self.inner.mem.lock().write_at(offset, data) {

@@ -70,6 +70,11 @@ pub(crate) trait PeerTransport: Send + Sync + 'static {
     }
     /// Take the next notification from this peer, if one is waiting.
     fn try_notification(&self) -> Result<Option<Notification>, Error>;
+
+    /// Messages or notifications this connection delivered wait to be taken.
+    fn unread(&self) -> bool {
+        false
+    }
     /// Pin `target` for one thread's lock-free writes ([`crate::Conn::pin`]); only where the
     /// peer's memory is mapped into this process.
     fn pin(&self, target: &RemoteRegion, need: crate::Access) -> Result<crate::Pinned, Error> {

@@ -75,6 +75,10 @@ impl PeerTransport for ShmPeer {
         }
     }
 
+    fn unread(&self) -> bool {
+        self.rx_msg_watch.pending() || self.rx_notify_watch.pending()
+    }
+
     fn try_notification(&self) -> Result<Option<Notification>, Error> {
         if !self.rx_notify_watch.pending() {
             return Ok(None);

@@ -1,0 +1,272 @@
+//! Connections, one-sided operations and their handles, messages, counters.
+
+use std::time::Duration;
+
+use rackwire::{Completion, Error, Op};
+
+use crate::ptr::{boxed, bytes, bytes_mut, flags, free, obj, put, remote};
+use crate::status::{arg, guard, Fail, RwStatus};
+use crate::types::*;
+
+// ---- connections and operations ----
+
+/// A connection to `node`.
+#[no_mangle]
+pub extern "C" fn rw_connect(f: *const RwFabric, node: u32, out: *mut *mut RwConn) -> RwStatus {
+    guard(|| boxed(out, RwConn(obj(f, "fabric")?.0.connect(node)?), "out"))
+}
+
+/// Free a connection handle.
+#[no_mangle]
+pub extern "C" fn rw_conn_free(c: *mut RwConn) {
+    free(c);
+}
+
+fn start(out: *mut *mut RwOp, f: impl FnOnce() -> Result<Op, Fail>) -> RwStatus {
+    guard(|| {
+        if out.is_null() {
+            return Err(arg("out"));
+        }
+        boxed(out, RwOp { op: Some(f()?), outcome: None }, "out")
+    })
+}
+
+/// Write `len` bytes at `offset` of the target region. The bytes are taken before the call
+/// returns; the operation's handle says when they are in place.
+#[no_mangle]
+pub extern "C" fn rw_write(
+    c: *const RwConn,
+    target: *const RwRemoteRegion,
+    offset: u64,
+    data: *const u8,
+    len: usize,
+    fl: RwOpFlags,
+    out: *mut *mut RwOp,
+) -> RwStatus {
+    start(out, || Ok(obj(c, "connection")?.0.write(&remote(target)?, offset, bytes(data, len, "data")?, flags(fl))))
+}
+
+/// Write several pieces into the target region, all or nothing (the notification, if any,
+/// once all are in place).
+#[no_mangle]
+pub extern "C" fn rw_write_batch(
+    c: *const RwConn,
+    target: *const RwRemoteRegion,
+    entries: *const RwBatchEntry,
+    n: usize,
+    fl: RwOpFlags,
+    out: *mut *mut RwOp,
+) -> RwStatus {
+    start(out, || {
+        if n > rackwire::BATCH_ENTRIES_MAX {
+            return Err(Fail::Rw(Error::Limit(format!("{n} batch entries: at most {}", rackwire::BATCH_ENTRIES_MAX))));
+        }
+        let list: &[RwBatchEntry] = if n == 0 {
+            &[]
+        } else if entries.is_null() {
+            return Err(arg("entries"));
+        } else {
+            // SAFETY: non-null, and the caller passes `n` entries.
+            unsafe { std::slice::from_raw_parts(entries, n) }
+        };
+        let pieces: Vec<(u64, &[u8])> =
+            list.iter().map(|e| Ok((e.offset, bytes(e.data, e.len, "entry data")?))).collect::<Result<_, Fail>>()?;
+        Ok(obj(c, "connection")?.0.write_batch(&remote(target)?, &pieces, flags(fl)))
+    })
+}
+
+/// Read `len` bytes at `offset` of the target region (take them with rw_op_data).
+#[no_mangle]
+pub extern "C" fn rw_read(
+    c: *const RwConn,
+    target: *const RwRemoteRegion,
+    offset: u64,
+    len: u64,
+    fl: RwOpFlags,
+    out: *mut *mut RwOp,
+) -> RwStatus {
+    start(out, || Ok(obj(c, "connection")?.0.read(&remote(target)?, offset, len, flags(fl))))
+}
+
+/// Compare-and-swap the 8-byte word at `offset` (the old value with rw_op_value).
+#[no_mangle]
+pub extern "C" fn rw_compare_swap(
+    c: *const RwConn,
+    target: *const RwRemoteRegion,
+    offset: u64,
+    expected: u64,
+    new_value: u64,
+    fl: RwOpFlags,
+    out: *mut *mut RwOp,
+) -> RwStatus {
+    start(out, || Ok(obj(c, "connection")?.0.compare_swap(&remote(target)?, offset, expected, new_value, flags(fl))))
+}
+
+/// Fetch-and-add on the 8-byte word at `offset` (the old value with rw_op_value).
+#[no_mangle]
+pub extern "C" fn rw_fetch_add(
+    c: *const RwConn,
+    target: *const RwRemoteRegion,
+    offset: u64,
+    add: u64,
+    fl: RwOpFlags,
+    out: *mut *mut RwOp,
+) -> RwStatus {
+    start(out, || Ok(obj(c, "connection")?.0.fetch_add(&remote(target)?, offset, add, flags(fl))))
+}
+
+fn op_mut<'a>(op: *mut RwOp) -> Result<&'a mut RwOp, Fail> {
+    // SAFETY: a live handle this library handed out, used by one thread at a time (the
+    // header's contract for RwOp).
+    unsafe { op.as_mut() }.ok_or_else(|| arg("operation"))
+}
+
+impl RwOp {
+    /// The operation's error, if it failed.
+    fn result(&self) -> Result<(), Fail> {
+        match &self.outcome {
+            Some(Err(e)) => Err(Fail::Rw(e.clone())),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Look whether the operation finished: `*done` says; its error, if it failed.
+#[no_mangle]
+pub extern "C" fn rw_op_poll(op: *mut RwOp, done: *mut bool) -> RwStatus {
+    guard(|| {
+        let o = op_mut(op)?;
+        if o.outcome.is_none() {
+            if let Some(r) = o.op.as_mut().and_then(Op::poll) {
+                o.outcome = Some(r);
+                o.op = None;
+            }
+        }
+        put(done, o.outcome.is_some(), "done")?;
+        o.result()
+    })
+}
+
+/// Wait for the operation (up to the fabric's operation timeout); its error, if it failed.
+#[no_mangle]
+pub extern "C" fn rw_op_wait(op: *mut RwOp) -> RwStatus {
+    guard(|| {
+        let o = op_mut(op)?;
+        if let Some(p) = o.op.take() {
+            o.outcome = Some(p.wait());
+        }
+        o.result()
+    })
+}
+
+/// Wait at most `timeout_ms` for the operation: RW_STATUS_TIMEOUT if it is still running
+/// (wait again or free it), else its outcome.
+#[no_mangle]
+pub extern "C" fn rw_op_wait_timeout(op: *mut RwOp, timeout_ms: u64) -> RwStatus {
+    guard(|| {
+        let o = op_mut(op)?;
+        if let Some(p) = o.op.as_mut() {
+            match p.wait_timeout(Duration::from_millis(timeout_ms)) {
+                Err(Error::Timeout) if !p.is_done() => return Err(Fail::Rw(Error::Timeout)),
+                r => {
+                    o.outcome = Some(r);
+                    o.op = None;
+                }
+            }
+        }
+        o.result()
+    })
+}
+
+/// A finished atomic's old value.
+#[no_mangle]
+pub extern "C" fn rw_op_value(op: *mut RwOp, out: *mut u64) -> RwStatus {
+    guard(|| {
+        let o = op_mut(op)?;
+        o.result()?;
+        match &o.outcome {
+            Some(Ok(Completion::Value(v))) => put(out, *v, "out"),
+            Some(Ok(_)) => Err(Fail::Arg("the operation returned no value (not an atomic)".into())),
+            _ => Err(Fail::NotReady),
+        }
+    })
+}
+
+/// A finished read's bytes into `buf` (`cap` bytes), their count in `*out_len`.
+#[no_mangle]
+pub extern "C" fn rw_op_data(op: *mut RwOp, buf: *mut u8, cap: usize, out_len: *mut usize) -> RwStatus {
+    guard(|| {
+        let o = op_mut(op)?;
+        o.result()?;
+        match &o.outcome {
+            Some(Ok(Completion::Data(d))) => {
+                put(out_len, d.len(), "out_len")?;
+                let dst = bytes_mut(buf, cap, "buf")?;
+                if d.len() > cap {
+                    return Err(Fail::Arg(format!("{} bytes read, {cap} bytes of room", d.len())));
+                }
+                dst[..d.len()].copy_from_slice(d);
+                Ok(())
+            }
+            Some(Ok(_)) => Err(Fail::Arg("the operation returned no data (not a read)".into())),
+            _ => Err(Fail::NotReady),
+        }
+    })
+}
+
+/// Free an operation handle (an operation still in flight goes on; its outcome is dropped).
+#[no_mangle]
+pub extern "C" fn rw_op_free(op: *mut RwOp) {
+    free(op);
+}
+
+/// Send a message to the connection's peer and wait until it is placed.
+#[no_mangle]
+pub extern "C" fn rw_send(c: *const RwConn, data: *const u8, len: usize) -> RwStatus {
+    guard(|| obj(c, "connection")?.0.send(bytes(data, len, "data")?).wait().map(drop).map_err(Fail::from))
+}
+
+/// Wait up to `timeout_ms` for the next message from the connection's peer, into `buf`.
+#[no_mangle]
+pub extern "C" fn rw_recv(
+    c: *const RwConn,
+    timeout_ms: u64,
+    buf: *mut u8,
+    cap: usize,
+    out_len: *mut usize,
+) -> RwStatus {
+    guard(|| {
+        let m = obj(c, "connection")?.0.recv_timeout(Duration::from_millis(timeout_ms))?;
+        put(out_len, m.len(), "out_len")?;
+        let dst = bytes_mut(buf, cap, "buf")?;
+        if m.len() > cap {
+            return Err(Fail::Arg(format!("a {}-byte message does not fit {cap} bytes", m.len())));
+        }
+        dst[..m.len()].copy_from_slice(&m);
+        Ok(())
+    })
+}
+
+/// The connection's counters.
+#[no_mangle]
+pub extern "C" fn rw_conn_stats(c: *const RwConn, out: *mut RwConnStats) -> RwStatus {
+    guard(|| {
+        let s = obj(c, "connection")?.0.stats();
+        put(
+            out,
+            RwConnStats {
+                writes: s.writes,
+                reads: s.reads,
+                atomics: s.atomics,
+                bytes_written: s.bytes_written,
+                bytes_read: s.bytes_read,
+                messages_sent: s.messages_sent,
+                refused: s.refused,
+                frames_sent: s.frames_sent,
+                frames_received: s.frames_received,
+                retransmits: s.retransmits,
+            },
+            "out",
+        )
+    })
+}

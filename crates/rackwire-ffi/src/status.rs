@@ -1,0 +1,204 @@
+//! Status codes, the calling thread's last error, and the guard every entry point runs in.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use rackwire::Error;
+use rackwire_coll::CollError;
+
+/// What a call came to. One code per kind of error of the Rust API.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RwStatus {
+    /// Success.
+    Ok = 0,
+    /// The owner has not granted this node the access the operation needs.
+    Ungranted = 1,
+    /// The owner revoked this node's grant.
+    Revoked = 2,
+    /// The range lies (partly) outside the region.
+    OutOfBounds = 3,
+    /// An atomic at an offset that is not 8-byte aligned.
+    Misaligned = 4,
+    /// The handle's key does not match the region's: forged or stale.
+    BadKey = 5,
+    /// The owner has no such region.
+    UnknownRegion = 6,
+    /// No such node, or the handle names another node than the connection's.
+    UnknownPeer = 7,
+    /// The peer went away.
+    PeerGone = 8,
+    /// No transport reaches the peer.
+    Unreachable = 9,
+    /// The operation did not complete in time.
+    Timeout = 10,
+    /// A message above the limit.
+    MessageTooLarge = 11,
+    /// A limit was reached (regions, peers, batch entries, ranks).
+    Limit = 12,
+    /// A region handle could not be parsed.
+    BadHandle = 13,
+    /// The peer failed authentication or broke the protocol.
+    Protocol = 14,
+    /// Bad configuration.
+    Config = 15,
+    /// The management host refused or could not be reached.
+    ManagementHost = 16,
+    /// A system resource failed.
+    System = 17,
+    /// The fabric was closed.
+    Closed = 18,
+    /// The region is moving to fresh memory: try again shortly.
+    Busy = 19,
+    /// A rank of the group is gone.
+    RankGone = 20,
+    /// A bad argument: a null pointer, a buffer too small, sizes that do not fit together.
+    BadArgument = 21,
+    /// The operation is not finished (from rw_op_value and rw_op_data before completion).
+    NotReady = 22,
+    /// An internal fault (a bug in rackwire); the message says where.
+    Internal = 23,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// What went wrong inside a call.
+pub(crate) enum Fail {
+    Rw(Error),
+    Coll(CollError),
+    Arg(String),
+    NotReady,
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail::Rw(e)
+    }
+}
+
+impl From<CollError> for Fail {
+    fn from(e: CollError) -> Fail {
+        match e {
+            CollError::Fabric(e) => Fail::Rw(e),
+            e => Fail::Coll(e),
+        }
+    }
+}
+
+fn status_of(e: &Error) -> RwStatus {
+    match e {
+        Error::Ungranted { .. } => RwStatus::Ungranted,
+        Error::Revoked { .. } => RwStatus::Revoked,
+        Error::OutOfBounds { .. } => RwStatus::OutOfBounds,
+        Error::Misaligned { .. } => RwStatus::Misaligned,
+        Error::BadKey { .. } => RwStatus::BadKey,
+        Error::UnknownRegion { .. } => RwStatus::UnknownRegion,
+        Error::UnknownPeer(_) => RwStatus::UnknownPeer,
+        Error::PeerGone(_) => RwStatus::PeerGone,
+        Error::Unreachable { .. } => RwStatus::Unreachable,
+        Error::Timeout => RwStatus::Timeout,
+        Error::MessageTooLarge { .. } => RwStatus::MessageTooLarge,
+        Error::Limit(_) => RwStatus::Limit,
+        Error::BadHandle(_) => RwStatus::BadHandle,
+        Error::Protocol(_) => RwStatus::Protocol,
+        Error::Config(_) => RwStatus::Config,
+        Error::Mh(_) => RwStatus::ManagementHost,
+        Error::Sys { .. } => RwStatus::System,
+        Error::Closed => RwStatus::Closed,
+        Error::Busy { .. } => RwStatus::Busy,
+    }
+}
+
+impl Fail {
+    fn status(&self) -> RwStatus {
+        match self {
+            Fail::Rw(e) => status_of(e),
+            Fail::Coll(CollError::RankGone { .. }) => RwStatus::RankGone,
+            Fail::Coll(CollError::Timeout { .. }) => RwStatus::Timeout,
+            Fail::Coll(CollError::Limit(_)) => RwStatus::Limit,
+            Fail::Coll(CollError::Config(_)) => RwStatus::Config,
+            Fail::Coll(_) | Fail::Arg(_) => RwStatus::BadArgument,
+            Fail::NotReady => RwStatus::NotReady,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Fail::Rw(e) => e.to_string(),
+            Fail::Coll(e) => e.to_string(),
+            Fail::Arg(m) => m.clone(),
+            Fail::NotReady => "the operation is not finished".into(),
+        }
+    }
+}
+
+pub(crate) fn set_last_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// Run `f`, turning its error or panic into a status (and this thread's last error).
+pub(crate) fn guard(f: impl FnOnce() -> Result<(), Fail>) -> RwStatus {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => RwStatus::Ok,
+        Ok(Err(e)) => {
+            set_last_error(&e.message());
+            e.status()
+        }
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            set_last_error(&format!("internal error in rackwire: {what}"));
+            RwStatus::Internal
+        }
+    }
+}
+
+pub(crate) fn arg(what: &str) -> Fail {
+    Fail::Arg(format!("{what} is null"))
+}
+
+/// This thread's message for the last error (empty if none). Valid until this thread's next
+/// call into rackwire.
+#[no_mangle]
+pub extern "C" fn rackwire_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// The name of a status, for messages.
+#[no_mangle]
+pub extern "C" fn rw_status_name(s: RwStatus) -> *const c_char {
+    let name: &'static CStr = match s {
+        RwStatus::Ok => c"ok",
+        RwStatus::Ungranted => c"ungranted",
+        RwStatus::Revoked => c"revoked",
+        RwStatus::OutOfBounds => c"out of bounds",
+        RwStatus::Misaligned => c"misaligned",
+        RwStatus::BadKey => c"bad key",
+        RwStatus::UnknownRegion => c"unknown region",
+        RwStatus::UnknownPeer => c"unknown peer",
+        RwStatus::PeerGone => c"peer gone",
+        RwStatus::Unreachable => c"unreachable",
+        RwStatus::Timeout => c"timeout",
+        RwStatus::MessageTooLarge => c"message too large",
+        RwStatus::Limit => c"limit",
+        RwStatus::BadHandle => c"bad handle",
+        RwStatus::Protocol => c"protocol",
+        RwStatus::Config => c"configuration",
+        RwStatus::ManagementHost => c"management host",
+        RwStatus::System => c"system",
+        RwStatus::Closed => c"closed",
+        RwStatus::Busy => c"busy",
+        RwStatus::RankGone => c"rank gone",
+        RwStatus::BadArgument => c"bad argument",
+        RwStatus::NotReady => c"not ready",
+        RwStatus::Internal => c"internal",
+    };
+    name.as_ptr()
+}
