@@ -12,11 +12,30 @@ fn lib_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf()
 }
 
+/// The static library, as a C program links it. `cargo test` builds only the Rust form of the
+/// crate for its tests, so the C forms are built here once (by the same cargo, into the same
+/// target folder and profile).
+fn static_lib() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let dir = lib_dir();
+    BUILT.call_once(|| {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "--quiet", "-p", "rackwire-ffi", "--lib"]);
+        if dir.file_name().is_some_and(|p| p == "release") {
+            cargo.arg("--release");
+        }
+        let o = cargo.output().expect("run cargo");
+        assert!(o.status.success(), "building the C library failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    });
+    let lib = dir.join("librackwire_ffi.a");
+    assert!(lib.exists(), "{} missing after building it", lib.display());
+    lib
+}
+
 /// Compile `examples/c/NAME.c` into `dir`, or None (with a message) without a C compiler.
 fn build(name: &str, dir: &Path) -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let lib = lib_dir().join("librackwire_ffi.a");
-    assert!(lib.exists(), "{} missing: cargo builds it with the crate", lib.display());
+    let lib = static_lib();
     let out = dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let r = Command::new(&cc)
