@@ -1,0 +1,132 @@
+//! Any Python object that exports a buffer (bytes, bytearray, memoryview, numpy arrays, a
+//! region) as contiguous bytes, without a copy.
+
+use std::ffi::c_void;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+use crate::errors::bad;
+
+/// A buffer held from a Python object, released when dropped.
+pub(crate) struct RawBuffer {
+    view: Box<ffi::Py_buffer>,
+}
+
+// SAFETY: the exporter keeps the memory where it is while the buffer is held (that is what
+// holding a buffer means), and these bytes are only read or written through `RawBuffer`'s
+// slices; a holder may move between threads (the GIL is released around waits).
+unsafe impl Send for RawBuffer {}
+
+impl RawBuffer {
+    /// Hold `obj`'s buffer as contiguous bytes, writable if `writable`.
+    pub(crate) fn get(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<RawBuffer> {
+        // SAFETY: a zeroed Py_buffer is the documented "empty" state before PyObject_GetBuffer
+        // fills it.
+        let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+        let flags = ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT | if writable { ffi::PyBUF_WRITABLE } else { 0 };
+        // SAFETY: `obj` is a live object (we hold the GIL through `obj`'s Python token) and
+        // `view` points at writable storage for one Py_buffer.
+        let r = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) };
+        if r != 0 {
+            return Err(PyErr::take(obj.py()).unwrap_or_else(|| {
+                bad(if writable { "expected a writable, contiguous buffer" } else { "expected a contiguous buffer" })
+            }));
+        }
+        Ok(RawBuffer { view })
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.view.len.max(0) as usize
+    }
+
+    /// Its bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        if self.len() == 0 {
+            return &[];
+        }
+        // SAFETY: PyObject_GetBuffer filled `buf` with `len` contiguous bytes that stay valid
+        // while the buffer is held (until drop).
+        unsafe { std::slice::from_raw_parts(self.view.buf as *const u8, self.len()) }
+    }
+
+    /// Its bytes, writable (only for a buffer taken with `writable`).
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.len() == 0 {
+            return &mut [];
+        }
+        // SAFETY: as `as_slice`, and the exporter granted PyBUF_WRITABLE; `&mut self` keeps
+        // this the only slice handed out.
+        unsafe { std::slice::from_raw_parts_mut(self.view.buf as *mut u8, self.len()) }
+    }
+
+    /// The buffer's element format (`struct` module syntax; "B" when the exporter gives none).
+    pub(crate) fn format(&self) -> String {
+        if self.view.format.is_null() {
+            return "B".into();
+        }
+        // SAFETY: a non-null format is a NUL-terminated string the exporter owns while the
+        // buffer is held.
+        unsafe { std::ffi::CStr::from_ptr(self.view.format) }.to_string_lossy().into_owned()
+    }
+
+    /// Its bytes as elements of `T`, if they are aligned for it.
+    pub(crate) fn as_mut_elements<T: Copy>(&mut self) -> PyResult<&mut [T]> {
+        let len = self.len();
+        let ptr = self.view.buf;
+        if !len.is_multiple_of(std::mem::size_of::<T>()) || !(ptr as usize).is_multiple_of(std::mem::align_of::<T>()) {
+            return Err(bad("the array's memory is not aligned for its element type"));
+        }
+        if len == 0 {
+            return Ok(&mut []);
+        }
+        // SAFETY: writable contiguous memory of `len` bytes, aligned for `T` (checked), held
+        // for the life of `&mut self`; T is a plain number type every bit pattern is valid for.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr as *mut T, len / std::mem::size_of::<T>()) })
+    }
+}
+
+impl Drop for RawBuffer {
+    fn drop(&mut self) {
+        // Releasing needs the GIL: take it (a no-op when held).
+        Python::with_gil(|_| {
+            // SAFETY: a buffer PyObject_GetBuffer filled, released once.
+            unsafe { ffi::PyBuffer_Release(&mut *self.view) };
+        });
+    }
+}
+
+/// Fill `view` to export `len` bytes at `ptr`, writable, owned by `owner`.
+///
+/// # Safety
+/// `view` is the Py_buffer the interpreter passed to `__getbuffer__`; `ptr` stays valid for
+/// `len` bytes while `owner` lives (the view holds a reference to it).
+pub(crate) unsafe fn export(
+    view: *mut ffi::Py_buffer,
+    flags: std::os::raw::c_int,
+    owner: &Bound<'_, PyAny>,
+    ptr: *mut u8,
+    len: usize,
+) -> PyResult<()> {
+    if view.is_null() {
+        return Err(pyo3::exceptions::PyBufferError::new_err("no view to fill"));
+    }
+    // SAFETY: the caller's contract: `view` is the interpreter's, ours to fill.
+    unsafe {
+        (*view).obj = owner.clone().into_ptr();
+        (*view).buf = ptr as *mut c_void;
+        (*view).len = len as isize;
+        (*view).readonly = 0;
+        (*view).itemsize = 1;
+        (*view).format =
+            if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT { c"B".as_ptr() as *mut _ } else { std::ptr::null_mut() };
+        (*view).ndim = 1;
+        (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND { &mut (*view).len } else { std::ptr::null_mut() };
+        (*view).strides =
+            if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES { &mut (*view).itemsize } else { std::ptr::null_mut() };
+        (*view).suboffsets = std::ptr::null_mut();
+        (*view).internal = std::ptr::null_mut();
+    }
+    Ok(())
+}

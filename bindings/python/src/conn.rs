@@ -1,0 +1,229 @@
+//! Connections, their one-sided operations, and operation handles.
+
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use rackwire::{Completion, OpFlags};
+
+use crate::buffer::RawBuffer;
+use crate::errors::{bad, to_py};
+use crate::fabric::{timeout, RemoteRegion};
+
+/// A connection to a peer.
+#[pyclass(module = "rackwire", frozen)]
+pub(crate) struct Conn {
+    pub(crate) inner: rackwire::Conn,
+}
+
+fn flags(notify: Option<u64>, fence_before: bool, fence_after: bool) -> OpFlags {
+    let mut f = OpFlags::NONE;
+    if let Some(imm) = notify {
+        f = f.notify(imm);
+    }
+    if fence_before {
+        f = f.fence_before();
+    }
+    if fence_after {
+        f = f.fence_after();
+    }
+    f
+}
+
+fn op(o: rackwire::Op) -> Op {
+    Op { state: Mutex::new(State::Running(Some(o))) }
+}
+
+#[pymethods]
+impl Conn {
+    /// The peer's node id.
+    #[getter]
+    fn peer(&self) -> u32 {
+        self.inner.peer()
+    }
+
+    /// The transport: "shm" or "edge".
+    #[getter]
+    fn transport(&self) -> &'static str {
+        self.inner.transport()
+    }
+
+    /// Write `data` (any buffer: bytes, bytearray, memoryview, a numpy array, a region) at
+    /// `offset` of `target`. The bytes are taken before the call returns, straight from the
+    /// buffer (no copy in between); the returned Op says when they are in place. `notify`:
+    /// the immediate to notify the target with.
+    #[pyo3(signature = (target, offset, data, notify=None, fence_before=false, fence_after=false))]
+    // Python's keyword arguments, one per flag.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        py: Python<'_>,
+        target: &RemoteRegion,
+        offset: u64,
+        data: &Bound<'_, PyAny>,
+        notify: Option<u64>,
+        fence_before: bool,
+        fence_after: bool,
+    ) -> PyResult<Op> {
+        let buf = RawBuffer::get(data, false)?;
+        let f = flags(notify, fence_before, fence_after);
+        let data = buf.as_slice();
+        let o = py.allow_threads(|| self.inner.write(&target.inner, offset, data, f));
+        Ok(op(o))
+    }
+
+    /// Write several (offset, data) pieces into `target`, all or nothing; the notification,
+    /// if any, once all are in place.
+    #[pyo3(signature = (target, pieces, notify=None))]
+    fn write_batch(
+        &self,
+        py: Python<'_>,
+        target: &RemoteRegion,
+        pieces: Vec<(u64, Bound<'_, PyAny>)>,
+        notify: Option<u64>,
+    ) -> PyResult<Op> {
+        let bufs: Vec<(u64, RawBuffer)> =
+            pieces.iter().map(|(o, d)| Ok((*o, RawBuffer::get(d, false)?))).collect::<PyResult<_>>()?;
+        let entries: Vec<(u64, &[u8])> = bufs.iter().map(|(o, b)| (*o, b.as_slice())).collect();
+        let f = flags(notify, false, false);
+        let o = py.allow_threads(|| self.inner.write_batch(&target.inner, &entries, f));
+        Ok(op(o))
+    }
+
+    /// Read `len` bytes at `offset` of `target`; the Op's result is the bytes.
+    #[pyo3(signature = (target, offset, len, notify=None))]
+    fn read(&self, py: Python<'_>, target: &RemoteRegion, offset: u64, len: u64, notify: Option<u64>) -> Op {
+        op(py.allow_threads(|| self.inner.read(&target.inner, offset, len, flags(notify, false, false))))
+    }
+
+    /// Compare-and-swap the 8-byte word at `offset`; the Op's result is the old value.
+    #[pyo3(signature = (target, offset, expected, new, notify=None))]
+    fn compare_swap(
+        &self,
+        py: Python<'_>,
+        target: &RemoteRegion,
+        offset: u64,
+        expected: u64,
+        new: u64,
+        notify: Option<u64>,
+    ) -> Op {
+        op(py.allow_threads(|| {
+            self.inner.compare_swap(&target.inner, offset, expected, new, flags(notify, false, false))
+        }))
+    }
+
+    /// Fetch-and-add on the 8-byte word at `offset`; the Op's result is the old value.
+    #[pyo3(signature = (target, offset, add, notify=None))]
+    fn fetch_add(&self, py: Python<'_>, target: &RemoteRegion, offset: u64, add: u64, notify: Option<u64>) -> Op {
+        op(py.allow_threads(|| self.inner.fetch_add(&target.inner, offset, add, flags(notify, false, false))))
+    }
+
+    /// Send a message (any buffer) to the peer and wait until it is placed.
+    fn send(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buf = RawBuffer::get(data, false)?;
+        let data = buf.as_slice();
+        py.allow_threads(|| self.inner.send(data).wait()).map(drop).map_err(to_py)
+    }
+
+    /// The next message from the peer, waiting at most `timeout` seconds.
+    #[pyo3(signature = (timeout=None))]
+    fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
+        let t = self::timeout(timeout)?;
+        let m = py.allow_threads(|| self.inner.recv_timeout(t)).map_err(to_py)?;
+        Ok(PyBytes::new(py, &m))
+    }
+
+    /// The connection's counters.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.stats();
+        let d = PyDict::new(py);
+        for (k, v) in [
+            ("writes", s.writes),
+            ("reads", s.reads),
+            ("atomics", s.atomics),
+            ("bytes_written", s.bytes_written),
+            ("bytes_read", s.bytes_read),
+            ("messages_sent", s.messages_sent),
+            ("refused", s.refused),
+            ("frames_sent", s.frames_sent),
+            ("frames_received", s.frames_received),
+            ("retransmits", s.retransmits),
+        ] {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Conn(peer={}, transport={:?})", self.inner.peer(), self.inner.transport())
+    }
+}
+
+enum State {
+    Running(Option<rackwire::Op>),
+    Done(Result<Completion, rackwire::Error>),
+}
+
+/// An operation in flight, then its outcome.
+#[pyclass(module = "rackwire", frozen)]
+pub(crate) struct Op {
+    state: Mutex<State>,
+}
+
+fn result(py: Python<'_>, r: &Result<Completion, rackwire::Error>) -> PyResult<PyObject> {
+    match r {
+        Ok(Completion::Done) => Ok(py.None()),
+        Ok(Completion::Data(d)) => Ok(PyBytes::new(py, d).into_any().unbind()),
+        Ok(Completion::Value(v)) => Ok(v.into_pyobject(py)?.into_any().unbind()),
+        Err(e) => Err(to_py(e.clone())),
+    }
+}
+
+#[pymethods]
+impl Op {
+    /// True once the operation finished (in place, or failed).
+    fn done(&self) -> PyResult<bool> {
+        let mut st = self.state.lock().map_err(|_| bad("operation handle poisoned"))?;
+        if let State::Running(Some(o)) = &mut *st {
+            if let Some(r) = o.poll() {
+                *st = State::Done(r);
+            }
+        }
+        Ok(matches!(*st, State::Done(_)))
+    }
+
+    /// Wait for the operation (at most `timeout` seconds, else the fabric's operation
+    /// timeout) and return its result: None for a write, the bytes of a read, the old value
+    /// of an atomic. Raises the operation's error.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyObject> {
+        let t = timeout.map(|s| crate::fabric::timeout(Some(s))).transpose()?;
+        let mut st = self.state.lock().map_err(|_| bad("operation handle poisoned"))?;
+        if let State::Running(slot) = &mut *st {
+            let mut o = slot.take().ok_or_else(|| bad("operation handle lost its operation"))?;
+            let r = match t {
+                None => py.allow_threads(move || o.wait()),
+                Some(t) => {
+                    let r = py.allow_threads(|| o.wait_timeout(t));
+                    if matches!(r, Err(rackwire::Error::Timeout)) && !o.is_done() {
+                        // Still running: keep it, so a later wait can take it.
+                        *slot = Some(o);
+                        return Err(to_py(rackwire::Error::Timeout));
+                    }
+                    r
+                }
+            };
+            *st = State::Done(r);
+        }
+        match &*st {
+            State::Done(r) => result(py, r),
+            State::Running(_) => Err(bad("operation still running")),
+        }
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Conn>()?;
+    m.add_class::<Op>()?;
+    Ok(())
+}

@@ -1,0 +1,329 @@
+//! The fabric, regions (with the buffer protocol), region handles, notifications, and a
+//! management host to run in-process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use rackwire::{Access, FabricConfig, RevokeOutcome};
+
+use crate::buffer::{export, RawBuffer};
+use crate::conn::Conn;
+use crate::errors::{bad, to_py};
+
+/// How long a wait lasts when none is given.
+const WAIT_DEFAULT: f64 = 10.0;
+
+pub(crate) fn timeout(secs: Option<f64>) -> PyResult<Duration> {
+    let s = secs.unwrap_or(WAIT_DEFAULT);
+    if !(s.is_finite() && s >= 0.0) {
+        return Err(bad(format!("timeout {s}: seconds, not negative")));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+pub(crate) fn access(s: &str) -> PyResult<Access> {
+    s.parse::<Access>().map_err(|e| bad(format!("access {s:?}: {e}")))
+}
+
+/// A fabric node: this process's membership of a rackwire fabric.
+#[pyclass(module = "rackwire", frozen)]
+pub(crate) struct Fabric {
+    pub(crate) inner: Arc<rackwire::Fabric>,
+}
+
+#[pymethods]
+impl Fabric {
+    /// Join a fabric. With no arguments the environment configures it (RACKWIRE_MH,
+    /// RACKWIRE_SECRET or RACKWIRE_SECRET_FILE, RACKWIRE_NAME, RACKWIRE_CONFIG); `config` is
+    /// a TOML file; `mh`, `secret` and `name` override.
+    #[new]
+    #[pyo3(signature = (mh=None, secret=None, name=None, config=None))]
+    fn new(
+        py: Python<'_>,
+        mh: Option<String>,
+        secret: Option<String>,
+        name: Option<String>,
+        config: Option<std::path::PathBuf>,
+    ) -> PyResult<Fabric> {
+        let mut cfg = match (&config, &mh, &secret) {
+            (Some(p), _, _) => FabricConfig::from_file(p).map_err(to_py)?,
+            (None, Some(m), Some(s)) => FabricConfig::new(m.clone(), s.as_bytes(), name.clone().unwrap_or_default()),
+            _ => FabricConfig::from_env().map_err(to_py)?,
+        };
+        if let Some(m) = mh {
+            cfg.mh = m;
+        }
+        if let Some(s) = secret {
+            cfg.secret = s.into_bytes();
+        }
+        if let Some(n) = name {
+            cfg.name = n;
+        }
+        let f = py.allow_threads(|| rackwire::Fabric::join(cfg)).map_err(to_py)?;
+        Ok(Fabric { inner: Arc::new(f) })
+    }
+
+    /// This node's id.
+    #[getter]
+    fn id(&self) -> u32 {
+        self.inner.id()
+    }
+
+    /// This node's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.name().to_string()
+    }
+
+    /// A region of `len` bytes that peers may be granted at most `access` to ("r", "w",
+    /// "a", combined: "rwa").
+    #[pyo3(signature = (len, access="rw"))]
+    fn alloc(&self, len: u64, access: &str) -> PyResult<Region> {
+        let r = self.inner.alloc(len, self::access(access)?).map_err(to_py)?;
+        Ok(Region { inner: r })
+    }
+
+    /// A connection to node `node`.
+    fn connect(&self, py: Python<'_>, node: u32) -> PyResult<Conn> {
+        let c = py.allow_threads(|| self.inner.connect(node)).map_err(to_py)?;
+        Ok(Conn { inner: c })
+    }
+
+    /// The handle of the region published under `name`.
+    fn lookup(&self, py: Python<'_>, name: &str) -> PyResult<RemoteRegion> {
+        py.allow_threads(|| self.inner.lookup(name)).map(|h| RemoteRegion { inner: h }).map_err(to_py)
+    }
+
+    /// The next message from any peer as (sender, bytes), waiting at most `timeout` seconds.
+    #[pyo3(signature = (timeout=None))]
+    fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<(u32, Bound<'py, PyBytes>)> {
+        let t = self::timeout(timeout)?;
+        let m = py.allow_threads(|| self.inner.recv_timeout(t)).map_err(to_py)?;
+        Ok((m.from, PyBytes::new(py, &m.data)))
+    }
+
+    /// The next notification, waiting at most `timeout` seconds.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_notification(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Notification> {
+        let t = self::timeout(timeout)?;
+        let n = py.allow_threads(|| self.inner.wait_notification(t)).map_err(to_py)?;
+        Ok(Notification { from_node: n.from, region: n.region, offset: n.offset, len: n.len, imm: n.imm })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Fabric(id={}, name={:?})", self.inner.id(), self.inner.name())
+    }
+}
+
+/// A region of this node's memory. `memoryview(region)` and `numpy.frombuffer(region,
+/// dtype)` see its memory without a copy; peers granted it may write it at any time.
+#[pyclass(module = "rackwire", frozen)]
+pub(crate) struct Region {
+    pub(crate) inner: rackwire::Region,
+}
+
+#[pymethods]
+impl Region {
+    /// Its length in bytes.
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+
+    /// Its id at this node.
+    #[getter]
+    fn id(&self) -> u32 {
+        self.inner.id()
+    }
+
+    /// Its handle, to give to peers.
+    #[getter]
+    fn handle(&self) -> RemoteRegion {
+        RemoteRegion { inner: self.inner.handle() }
+    }
+
+    /// Grant node `node` `access` ("r", "w", "a", combined).
+    #[pyo3(signature = (node, access="rw"))]
+    fn grant(&self, node: u32, access: &str) -> PyResult<()> {
+        self.inner.grant(node, self::access(access)?).map_err(to_py)
+    }
+
+    /// Revoke node `node`'s grant; returns once it can no longer reach the region, saying
+    /// how: "not_mapped", "unmapped" or "cut_off".
+    fn revoke(&self, py: Python<'_>, node: u32) -> PyResult<&'static str> {
+        let o = py.allow_threads(|| self.inner.revoke(node)).map_err(to_py)?;
+        Ok(match o {
+            RevokeOutcome::NotMapped => "not_mapped",
+            RevokeOutcome::Unmapped => "unmapped",
+            RevokeOutcome::CutOff => "cut_off",
+        })
+    }
+
+    /// Publish the region under `name` at the management host.
+    fn publish(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        py.allow_threads(|| self.inner.publish(name)).map_err(to_py)
+    }
+
+    /// Withdraw the name.
+    fn unpublish(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        py.allow_threads(|| self.inner.unpublish(name)).map_err(to_py)
+    }
+
+    /// `len` bytes at `offset`, copied.
+    fn read<'py>(&self, py: Python<'py>, offset: u64, len: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let v = self.inner.to_vec(offset, len).map_err(to_py)?;
+        Ok(PyBytes::new(py, &v))
+    }
+
+    /// Copy `data` (any buffer) to `offset`.
+    fn write(&self, offset: u64, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let b = RawBuffer::get(data, false)?;
+        self.inner.write_at(offset, b.as_slice()).map_err(to_py)
+    }
+
+    /// The 64-bit word at an 8-byte aligned `offset`, read atomically.
+    fn load_u64(&self, offset: u64) -> PyResult<u64> {
+        self.inner.load_u64(offset).map_err(to_py)
+    }
+
+    // SAFETY (for the buffer protocol): the region's mapping stays at one address for as long
+    // as the region lives, and the view holds a reference to this object.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: std::os::raw::c_int,
+    ) -> PyResult<()> {
+        let (ptr, len) = (slf.get().inner.as_ptr(), slf.get().inner.len() as usize);
+        // SAFETY: see above; `view` is the interpreter's.
+        unsafe { export(view, flags, slf.as_any(), ptr, len) }
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
+
+    fn __repr__(&self) -> String {
+        format!("Region(id={}, len={})", self.inner.id(), self.inner.len())
+    }
+}
+
+/// A handle to a peer's region: `bytes(h)` and `str(h)` give it to send or store;
+/// `RemoteRegion.from_bytes` and `RemoteRegion.from_str` take it back (checked).
+#[pyclass(module = "rackwire", frozen, eq)]
+#[derive(PartialEq)]
+pub(crate) struct RemoteRegion {
+    pub(crate) inner: rackwire::RemoteRegion,
+}
+
+#[pymethods]
+impl RemoteRegion {
+    /// A handle from its bytes.
+    #[staticmethod]
+    fn from_bytes(b: &Bound<'_, PyAny>) -> PyResult<RemoteRegion> {
+        let buf = RawBuffer::get(b, false)?;
+        rackwire::RemoteRegion::from_bytes(buf.as_slice()).map(|h| RemoteRegion { inner: h }).map_err(to_py)
+    }
+
+    /// A handle from its text.
+    #[staticmethod]
+    fn from_str(s: &str) -> PyResult<RemoteRegion> {
+        s.parse::<rackwire::RemoteRegion>().map(|h| RemoteRegion { inner: h }).map_err(to_py)
+    }
+
+    fn __bytes__<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.to_bytes())
+    }
+
+    fn __str__(&self) -> String {
+        self.inner.to_string()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("RemoteRegion(node={}, region={}, len={})", self.inner.node(), self.inner.region(), self.inner.len())
+    }
+
+    /// The owner's node id.
+    #[getter]
+    fn node(&self) -> u32 {
+        self.inner.node()
+    }
+
+    /// The region's id at its owner.
+    #[getter]
+    fn region(&self) -> u32 {
+        self.inner.region()
+    }
+
+    /// The region's length.
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+}
+
+/// A peer's operation landed in one of this node's regions.
+#[pyclass(module = "rackwire", frozen, get_all)]
+pub(crate) struct Notification {
+    /// The peer.
+    from_node: u32,
+    /// The region.
+    region: u32,
+    /// Where.
+    offset: u64,
+    /// How many bytes.
+    len: u64,
+    /// The peer's immediate.
+    imm: u64,
+}
+
+#[pymethods]
+impl Notification {
+    fn __repr__(&self) -> String {
+        format!(
+            "Notification(from_node={}, region={}, offset={}, len={}, imm={})",
+            self.from_node, self.region, self.offset, self.len, self.imm
+        )
+    }
+}
+
+/// A management host run by this process (for tests and small setups): admits nodes that
+/// know `secret`, names them and their regions.
+#[pyclass(module = "rackwire")]
+pub(crate) struct ManagementHost {
+    inner: Option<rackwire::MhHandle>,
+    addr: String,
+}
+
+#[pymethods]
+impl ManagementHost {
+    /// Start one listening on `addr` ("127.0.0.1:0": any free port), keeping its state in
+    /// the folder `state` if given.
+    #[new]
+    #[pyo3(signature = (secret, addr="127.0.0.1:0", state=None))]
+    fn new(py: Python<'_>, secret: &str, addr: &str, state: Option<std::path::PathBuf>) -> PyResult<ManagementHost> {
+        let h = py
+            .allow_threads(|| rackwire::ManagementHost::start(addr, state.as_deref(), secret.as_bytes()))
+            .map_err(|e| crate::errors::ManagementHostError::new_err(e.to_string()))?;
+        Ok(ManagementHost { addr: h.addr().to_string(), inner: Some(h) })
+    }
+
+    /// Its address, host:port.
+    #[getter]
+    fn addr(&self) -> String {
+        self.addr.clone()
+    }
+
+    /// Stop it.
+    fn stop(&mut self, py: Python<'_>) {
+        if let Some(h) = self.inner.take() {
+            py.allow_threads(|| h.stop());
+        }
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Fabric>()?;
+    m.add_class::<Region>()?;
+    m.add_class::<RemoteRegion>()?;
+    m.add_class::<Notification>()?;
+    m.add_class::<ManagementHost>()?;
+    Ok(())
+}

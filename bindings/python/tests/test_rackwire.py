@@ -1,0 +1,204 @@
+"""Tests of the rackwire Python package: every call, and every exception class.
+
+Each test starts its own management host in this process and joins nodes to it; two nodes in
+one process talk over shared memory as two processes would. A job of ranks is started with
+the rackwire launcher named by RACKWIRE_BIN (the Rust test that runs these sets it).
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import rackwire
+
+SECRET = "python-test-secret-of-enough-length"
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+
+
+@pytest.fixture
+def mh():
+    host = rackwire.ManagementHost(SECRET)
+    yield host
+    host.stop()
+
+
+def node(mh, name):
+    return rackwire.Fabric(mh=mh.addr, secret=SECRET, name=name)
+
+
+@pytest.fixture
+def pair(mh):
+    """An owner with a 4 KiB region granted to an initiator, and the initiator's connection."""
+    owner, init = node(mh, "owner"), node(mh, "init")
+    region = owner.alloc(4096, "rwa")
+    region.grant(init.id, "rwa")
+    return owner, init, region, init.connect(owner.id)
+
+
+def test_region_is_zero_copy_memory(pair):
+    # A remote write shows in numpy's view of the region (no copy), and a local numpy store
+    # is what a remote read returns.
+    owner, init, region, conn = pair
+    view = np.frombuffer(region, dtype=np.uint64)
+    assert len(region) == 4096 and view.size == 512
+    conn.write(region.handle, 16, np.array([123456789], dtype=np.uint64)).wait()
+    assert view[2] == 123456789
+    mv = memoryview(region)
+    mv[100:104] = b"abcd"
+    assert conn.read(region.handle, 100, 4).wait() == b"abcd"
+    assert region.read(100, 4) == b"abcd"
+    region.write(200, bytearray(b"xyz"))
+    assert bytes(mv[200:203]) == b"xyz"
+
+
+def test_write_notify_atomics_batch(pair):
+    # A write with a notification, fences, both atomics (old values returned), and a batch
+    # whose notification comes once every piece is in place.
+    owner, init, region, conn = pair
+    h = region.handle
+    op = conn.write(h, 64, b"hello", notify=42, fence_before=True, fence_after=True)
+    assert op.wait() is None and op.done()
+    n = owner.wait_notification(5.0)
+    assert (n.from_node, n.region, n.offset, n.len, n.imm) == (init.id, region.id, 64, 5, 42)
+    assert conn.fetch_add(h, 0, 5).wait() == 0
+    assert conn.compare_swap(h, 0, 5, 9).wait() == 5
+    assert conn.compare_swap(h, 0, 5, 1).wait() == 9  # failed swap: the value it found
+    assert region.load_u64(0) == 9
+    conn.write_batch(h, [(1000, b"aa"), (2000, memoryview(b"bb"))], notify=7).wait()
+    assert region.read(1000, 2) == b"aa" and region.read(2000, 2) == b"bb"
+    assert owner.wait_notification(5.0).imm == 7
+    stats = conn.stats()
+    assert stats["writes"] >= 2 and stats["atomics"] == 3
+
+
+def test_messages_and_names(pair):
+    # Messages both ways (from any peer, and from one connection), and a region found by name.
+    owner, init, region, conn = pair
+    conn.send(b"ping")
+    frm, data = owner.recv(5.0)
+    assert (frm, data) == (init.id, b"ping")
+    owner.connect(init.id).send(np.frombuffer(b"pong", dtype=np.uint8))
+    assert conn.recv(5.0) == b"pong"
+    region.publish("py-test/region")
+    assert init.lookup("py-test/region") == region.handle
+    region.unpublish("py-test/region")
+    with pytest.raises(rackwire.ManagementHostError):
+        init.lookup("py-test/region")
+
+
+def test_handles_to_and_from_bytes_and_text(pair):
+    owner, init, region, conn = pair
+    h = region.handle
+    assert rackwire.RemoteRegion.from_bytes(bytes(h)) == h
+    assert rackwire.RemoteRegion.from_str(str(h)) == h
+    assert (h.node, h.region, len(h)) == (owner.id, region.id, 4096)
+    with pytest.raises(rackwire.BadHandleError):
+        rackwire.RemoteRegion.from_str("rw1:not-a-handle")
+    with pytest.raises(rackwire.BadHandleError):
+        rackwire.RemoteRegion.from_bytes(b"short")
+
+
+def test_refusals_are_their_own_classes_and_leave_the_target_unchanged(mh):
+    # An ungranted write, a forged key, a revoked grant, out of bounds and misaligned atomics:
+    # each its own exception class, and the owner's bytes unchanged by all of them.
+    owner, init = node(mh, "owner"), node(mh, "init")
+    region = owner.alloc(4096, "rwa")
+    view = np.frombuffer(region, dtype=np.uint8)
+    conn = init.connect(owner.id)
+    with pytest.raises(rackwire.UngrantedError):
+        conn.write(region.handle, 0, b"not granted").wait()
+    forged = bytearray(bytes(region.handle))
+    forged[-1] ^= 0x5A
+    region.grant(init.id, "rwa")
+    with pytest.raises(rackwire.BadKeyError):
+        conn.write(rackwire.RemoteRegion.from_bytes(forged), 0, b"forged").wait()
+    with pytest.raises(rackwire.OutOfBoundsError):
+        conn.write(region.handle, 4090, b"0123456789").wait()
+    with pytest.raises(rackwire.MisalignedError):
+        conn.fetch_add(region.handle, 3, 1).wait()
+    assert not view.any(), "refused operations changed the region"
+    conn.write(region.handle, 0, b"ok").wait()
+    assert region.revoke(init.id) in ("not_mapped", "unmapped", "cut_off")
+    with pytest.raises(rackwire.RevokedError):
+        conn.write(region.handle, 8, b"after revoke").wait()
+    assert bytes(view[:2]) == b"ok" and not view[2:].any()
+
+
+def test_other_errors(mh):
+    # Unknown peer, a timeout, a message too large, a limit, bad arguments, a wrong secret,
+    # and a peer that left.
+    a, b = node(mh, "a"), node(mh, "b")
+    with pytest.raises(rackwire.UnknownPeerError):
+        a.connect(999_999)
+    with pytest.raises(rackwire.TimeoutError):
+        a.recv(0.05)
+    conn = a.connect(b.id)
+    with pytest.raises(rackwire.MessageTooLargeError):
+        conn.send(bytes(64 * 1024 + 1))
+    region = b.alloc(4096)
+    region.grant(a.id, "rw")
+    with pytest.raises(rackwire.LimitError):
+        conn.write_batch(region.handle, [(0, b"x")] * 70_000).wait()
+    with pytest.raises(rackwire.BadArgumentError):
+        b.alloc(4096, "rwz")
+    with pytest.raises(rackwire.BadArgumentError):
+        a.recv(-1.0)
+    with pytest.raises(rackwire.ConfigError):
+        b.alloc(0)
+    with pytest.raises((rackwire.ManagementHostError, rackwire.ProtocolError)):
+        rackwire.Fabric(mh=mh.addr, secret="wrong-secret-wrong-secret", name="intruder")
+    h = region.handle
+    del region, b
+    with pytest.raises((rackwire.PeerGoneError, rackwire.UnknownRegionError, rackwire.ClosedError)):
+        for _ in range(200):
+            conn.write(h, 0, b"x").wait()
+            time.sleep(0.01)
+
+
+def test_every_error_kind_is_its_own_class():
+    # One class per error kind of the Rust API, all under RackwireError, none the same.
+    kinds = [
+        "Ungranted", "Revoked", "OutOfBounds", "Misaligned", "BadKey", "UnknownRegion", "UnknownPeer",
+        "PeerGone", "Unreachable", "Timeout", "MessageTooLarge", "Limit", "BadHandle", "Protocol",
+        "Config", "ManagementHost", "SystemResource", "Closed", "Busy", "RankGone", "BadArgument",
+    ]
+    classes = [getattr(rackwire, k + "Error") for k in kinds]
+    assert len(set(classes)) == len(kinds)
+    for c in classes:
+        assert issubclass(c, rackwire.RackwireError) and c is not rackwire.RackwireError
+
+
+def test_waits_release_the_gil(pair):
+    # A thread blocked in recv does not stop this thread from running Python.
+    import threading
+
+    owner, init, region, conn = pair
+    got = []
+    t = threading.Thread(target=lambda: got.append(owner.recv(5.0)))
+    t.start()
+    counted = sum(1 for _ in range(200_000))  # runs only if the waiting thread let go of the GIL
+    conn.send(b"wake")
+    t.join(10)
+    assert counted == 200_000 and got == [(init.id, b"wake")]
+
+
+@pytest.mark.skipif(not os.environ.get("RACKWIRE_BIN"), reason="needs the rackwire launcher (RACKWIRE_BIN)")
+def test_group_collectives_under_the_launcher():
+    # The example job: 4 ranks sum a million numbers with allreduce (every rank checks the
+    # total); then every collective the class offers, checked at every rank.
+    launcher = os.environ["RACKWIRE_BIN"]
+    out = subprocess.run(
+        [launcher, "launch", "-n", "4", "--", sys.executable, os.path.join(ROOT, "examples/python/allreduce.py")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "4 ranks: sum of 0..999999 = 499999500000, max 999999" in out.stdout
+    job = os.path.join(HERE, "group_job.py")
+    out = subprocess.run([launcher, "launch", "-n", "3", "--", sys.executable, job], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("group ok") == 3, out.stdout
