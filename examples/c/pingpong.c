@@ -51,10 +51,7 @@ int main(int argc, char **argv) {
         uint64_t v = (uint64_t)i;
         if (!server) {
             fl.imm = v;
-            RwOp *op;
-            CHECK(rw_write(c, &peer, 0, (const uint8_t *)&v, 8, fl, &op));
-            CHECK(rw_op_wait(op));
-            rw_op_free(op);
+            CHECK(rw_write_wait(c, &peer, 0, (const uint8_t *)&v, 8, fl));
         }
         RwNotification n;
         CHECK(rw_fabric_wait_notification(f, 30000, &n));
@@ -67,10 +64,7 @@ int main(int argc, char **argv) {
         }
         if (server) {
             fl.imm = v;
-            RwOp *op;
-            CHECK(rw_write(c, &peer, 0, (const uint8_t *)&v, 8, fl, &op));
-            CHECK(rw_op_wait(op));
-            rw_op_free(op);
+            CHECK(rw_write_wait(c, &peer, 0, (const uint8_t *)&v, 8, fl));
         }
     }
     double t1 = now_us();

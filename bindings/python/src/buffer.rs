@@ -8,15 +8,12 @@ use pyo3::prelude::*;
 
 use crate::errors::bad;
 
-/// A buffer held from a Python object, released when dropped.
+/// A buffer held from a Python object, released when dropped. It is made with the GIL held
+/// and cannot leave the thread (its raw pointers make it neither Send nor Sync), so it is also
+/// dropped with the GIL held: code that lets go of the GIL borrows its bytes, never it.
 pub(crate) struct RawBuffer {
     view: Box<ffi::Py_buffer>,
 }
-
-// SAFETY: the exporter keeps the memory where it is while the buffer is held (that is what
-// holding a buffer means), and these bytes are only read or written through `RawBuffer`'s
-// slices; a holder may move between threads (the GIL is released around waits).
-unsafe impl Send for RawBuffer {}
 
 impl RawBuffer {
     /// Hold `obj`'s buffer as contiguous bytes, writable if `writable`.
@@ -89,11 +86,9 @@ impl RawBuffer {
 
 impl Drop for RawBuffer {
     fn drop(&mut self) {
-        // Releasing needs the GIL: take it (a no-op when held).
-        Python::with_gil(|_| {
-            // SAFETY: a buffer PyObject_GetBuffer filled, released once.
-            unsafe { ffi::PyBuffer_Release(&mut *self.view) };
-        });
+        // SAFETY: a buffer PyObject_GetBuffer filled, released once, with the GIL held (see
+        // the type's documentation).
+        unsafe { ffi::PyBuffer_Release(&mut *self.view) };
     }
 }
 

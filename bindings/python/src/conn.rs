@@ -53,11 +53,8 @@ impl Conn {
     /// buffer (no copy in between); the returned Op says when they are in place. `notify`:
     /// the immediate to notify the target with.
     #[pyo3(signature = (target, offset, data, notify=None, fence_before=false, fence_after=false))]
-    // Python's keyword arguments, one per flag.
-    #[allow(clippy::too_many_arguments)]
     fn write(
         &self,
-        py: Python<'_>,
         target: &RemoteRegion,
         offset: u64,
         data: &Bound<'_, PyAny>,
@@ -67,9 +64,9 @@ impl Conn {
     ) -> PyResult<Op> {
         let buf = RawBuffer::get(data, false)?;
         let f = flags(notify, fence_before, fence_after);
-        let data = buf.as_slice();
-        let o = py.allow_threads(|| self.inner.write(&target.inner, offset, data, f));
-        Ok(op(o))
+        // Submitting does not wait (over shared memory the write is done by the time it
+        // returns): the GIL stays held; waiting is Op.wait's.
+        Ok(op(self.inner.write(&target.inner, offset, buf.as_slice(), f)))
     }
 
     /// Write several (offset, data) pieces into `target`, all or nothing; the notification,
@@ -77,7 +74,6 @@ impl Conn {
     #[pyo3(signature = (target, pieces, notify=None))]
     fn write_batch(
         &self,
-        py: Python<'_>,
         target: &RemoteRegion,
         pieces: Vec<(u64, Bound<'_, PyAny>)>,
         notify: Option<u64>,
@@ -86,14 +82,13 @@ impl Conn {
             pieces.iter().map(|(o, d)| Ok((*o, RawBuffer::get(d, false)?))).collect::<PyResult<_>>()?;
         let entries: Vec<(u64, &[u8])> = bufs.iter().map(|(o, b)| (*o, b.as_slice())).collect();
         let f = flags(notify, false, false);
-        let o = py.allow_threads(|| self.inner.write_batch(&target.inner, &entries, f));
-        Ok(op(o))
+        Ok(op(self.inner.write_batch(&target.inner, &entries, f)))
     }
 
     /// Read `len` bytes at `offset` of `target`; the Op's result is the bytes.
     #[pyo3(signature = (target, offset, len, notify=None))]
-    fn read(&self, py: Python<'_>, target: &RemoteRegion, offset: u64, len: u64, notify: Option<u64>) -> Op {
-        op(py.allow_threads(|| self.inner.read(&target.inner, offset, len, flags(notify, false, false))))
+    fn read(&self, target: &RemoteRegion, offset: u64, len: u64, notify: Option<u64>) -> Op {
+        op(self.inner.read(&target.inner, offset, len, flags(notify, false, false)))
     }
 
     /// Compare-and-swap the 8-byte word at `offset`; the Op's result is the old value.
@@ -114,8 +109,8 @@ impl Conn {
 
     /// Fetch-and-add on the 8-byte word at `offset`; the Op's result is the old value.
     #[pyo3(signature = (target, offset, add, notify=None))]
-    fn fetch_add(&self, py: Python<'_>, target: &RemoteRegion, offset: u64, add: u64, notify: Option<u64>) -> Op {
-        op(py.allow_threads(|| self.inner.fetch_add(&target.inner, offset, add, flags(notify, false, false))))
+    fn fetch_add(&self, target: &RemoteRegion, offset: u64, add: u64, notify: Option<u64>) -> Op {
+        op(self.inner.fetch_add(&target.inner, offset, add, flags(notify, false, false)))
     }
 
     /// Send a message (any buffer) to the peer and wait until it is placed.
@@ -199,6 +194,12 @@ impl Op {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyObject> {
         let t = timeout.map(|s| crate::fabric::timeout(Some(s))).transpose()?;
         let mut st = self.state.lock().map_err(|_| bad("operation handle poisoned"))?;
+        // Finished already (over shared memory, usually): no need to let go of the GIL.
+        if let State::Running(Some(o)) = &mut *st {
+            if let Some(r) = o.poll() {
+                *st = State::Done(r);
+            }
+        }
         if let State::Running(slot) = &mut *st {
             let mut o = slot.take().ok_or_else(|| bad("operation handle lost its operation"))?;
             let r = match t {

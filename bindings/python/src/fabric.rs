@@ -108,7 +108,11 @@ impl Fabric {
     #[pyo3(signature = (timeout=None))]
     fn wait_notification(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Notification> {
         let t = self::timeout(timeout)?;
-        let n = py.allow_threads(|| self.inner.wait_notification(t)).map_err(to_py)?;
+        // One already waiting is taken without letting go of the GIL.
+        let n = match self.inner.try_notification().map_err(to_py)? {
+            Some(n) => n,
+            None => py.allow_threads(|| self.inner.wait_notification(t)).map_err(to_py)?,
+        };
         Ok(Notification { from_node: n.from, region: n.region, offset: n.offset, len: n.len, imm: n.imm })
     }
 

@@ -9,6 +9,7 @@ mod eval_energy;
 mod eval_report;
 mod figures;
 mod inspect;
+mod lang_bench;
 mod launch;
 mod rack;
 mod sim;
@@ -143,6 +144,9 @@ enum Cmd {
     /// (internal) One side of `rackwire bench stripe`.
     #[command(name = "stripe-worker", hide = true)]
     StripeWorker { role: String, bytes: u64 },
+    /// (internal) One side of `rackwire bench lang`, in Rust.
+    #[command(name = "lang-worker", hide = true)]
+    LangWorker { role: String, iters: u64 },
     /// (internal) The responder side of `rackwire bench`.
     #[command(name = "bench-responder", hide = true)]
     BenchResponder,
@@ -158,7 +162,8 @@ struct BenchArgs {
     /// given with --config, against one iperf3 TCP stream on one rail (root). `coll`:
     /// collectives of a job of --ranks ranks by the OSU method (with --peers, Open MPI's in the
     /// same run). Without it: the RMA micro-benchmarks.
-    #[arg(value_parser = ["vnic", "stripe", "coll"])]
+    /// `lang`: the same ping-pong and 1 MiB writes from Rust, C and Python in the same run.
+    #[arg(value_parser = ["vnic", "stripe", "coll", "lang"])]
     suite: Option<String>,
     /// With `coll`: ranks (comma-separated for several runs).
     #[arg(long, value_delimiter = ',', default_value = "2")]
@@ -337,6 +342,19 @@ fn run(cli: Cli) -> Result<()> {
                 repeat: b.repeat,
                 json: b.json,
             })
+        }
+        Cmd::Bench(b) if b.suite.as_deref() == Some("lang") => {
+            init_logging(tracing::Level::WARN);
+            if !(b.scale > 0.0 && b.scale <= 10.0) {
+                bail!("--scale must be in (0, 10]");
+            }
+            let pp = ((20_000.0 * b.scale) as u64).max(10);
+            let bw = ((2_000.0 * b.scale) as u64).max(10);
+            lang_bench::run(pp, bw, b.repeat, b.json)
+        }
+        Cmd::LangWorker { role, iters } => {
+            init_logging(tracing::Level::WARN);
+            lang_bench::worker(&role, iters)
         }
         Cmd::CollWorker { op, size, scale } => {
             init_logging(tracing::Level::WARN);

@@ -288,6 +288,15 @@ enum RwStatus rw_write(const struct RwConn *c,
                        struct RwOpFlags fl,
                        struct RwOp **out);
 
+// Write `len` bytes at `offset` of the target region and wait until they are in place: a
+// write and its wait in one call, with no operation handle to free.
+enum RwStatus rw_write_wait(const struct RwConn *c,
+                            const struct RwRemoteRegion *target,
+                            uint64_t offset,
+                            const uint8_t *data,
+                            size_t len,
+                            struct RwOpFlags fl);
+
 // Write several pieces into the target region, all or nothing (the notification, if any,
 // once all are in place).
 enum RwStatus rw_write_batch(const struct RwConn *c,

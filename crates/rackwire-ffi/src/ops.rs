@@ -46,6 +46,23 @@ pub extern "C" fn rw_write(
     start(out, || Ok(obj(c, "connection")?.0.write(&remote(target)?, offset, bytes(data, len, "data")?, flags(fl))))
 }
 
+/// Write `len` bytes at `offset` of the target region and wait until they are in place: a
+/// write and its wait in one call, with no operation handle to free.
+#[no_mangle]
+pub extern "C" fn rw_write_wait(
+    c: *const RwConn,
+    target: *const RwRemoteRegion,
+    offset: u64,
+    data: *const u8,
+    len: usize,
+    fl: RwOpFlags,
+) -> RwStatus {
+    guard(|| {
+        let op = obj(c, "connection")?.0.write(&remote(target)?, offset, bytes(data, len, "data")?, flags(fl));
+        op.wait().map(drop).map_err(Fail::from)
+    })
+}
+
 /// Write several pieces into the target region, all or nothing (the notification, if any,
 /// once all are in place).
 #[no_mangle]
