@@ -18,10 +18,20 @@ pub(crate) struct RawBuffer {
 impl RawBuffer {
     /// Hold `obj`'s buffer as contiguous bytes, writable if `writable`.
     pub(crate) fn get(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<RawBuffer> {
+        // The simplest request (no format, shape or strides to fill in): an exporter that
+        // cannot give its memory as one contiguous run of bytes refuses it.
+        Self::get_with(obj, if writable { ffi::PyBUF_WRITABLE } else { ffi::PyBUF_SIMPLE }, writable)
+    }
+
+    /// Hold `obj`'s buffer as contiguous, writable elements, with their format.
+    pub(crate) fn get_typed(obj: &Bound<'_, PyAny>) -> PyResult<RawBuffer> {
+        Self::get_with(obj, ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT | ffi::PyBUF_WRITABLE, true)
+    }
+
+    fn get_with(obj: &Bound<'_, PyAny>, flags: std::os::raw::c_int, writable: bool) -> PyResult<RawBuffer> {
         // SAFETY: a zeroed Py_buffer is the documented "empty" state before PyObject_GetBuffer
         // fills it.
         let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
-        let flags = ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT | if writable { ffi::PyBUF_WRITABLE } else { 0 };
         // SAFETY: `obj` is a live object (we hold the GIL through `obj`'s Python token) and
         // `view` points at writable storage for one Py_buffer.
         let r = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) };

@@ -63,7 +63,7 @@ impl Group {
     #[pyo3(signature = (array, op="sum"))]
     fn allreduce(&mut self, array: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
         let op = reduce_op(op)?;
-        let mut b = RawBuffer::get(array, true)?;
+        let mut b = RawBuffer::get_typed(array)?;
         let fmt = b.format();
         // The element type from the buffer's format ("<d", "=f", "L", ...), as `struct` writes it.
         let code = fmt.trim_start_matches(['@', '=', '<', '>', '!']);
