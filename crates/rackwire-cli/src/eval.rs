@@ -38,6 +38,17 @@ pub(crate) const GREP_RECORDS: u64 = 2_000_000;
 const REPEAT_MAX: usize = 50;
 /// Where a run's files go when no --dir is given: a RAM file system (HP's RAMFS).
 const RAMFS: &str = "/dev/shm";
+/// A workload's own figures, shown in the table when a row has them.
+const FIGURE_KEYS: [&str; 8] = [
+    "throughput_mb_per_s",
+    "io_rate_avg_mb_per_s",
+    "io_rate_std_mb_per_s",
+    "ops_per_s",
+    "lat_us_p50",
+    "lat_us_p99",
+    "read_share",
+    "reads_retried",
+];
 /// Every workload's phases in the order they run.
 const PHASE_ORDER: [&str; 7] = ["read", "partition", "shuffle", "sort", "write", "scan", "reduce"];
 /// The first line of a rank 0's result.
@@ -400,15 +411,23 @@ fn rows_of(m: &Measured, table: &PowerTable, gbit: Option<f64>) -> Result<Vec<se
         let (speedup_lo, speedup_hi) = (ratios.first().copied(), ratios.last().copied());
         let phases: serde_json::Map<String, serde_json::Value> =
             run.phases.iter().map(|p| (p.name.clone(), json!(p.secs))).collect();
-        rows.push(json!({
+        let mut row = json!({
             "transport": run.transport, "net": net.name(), "pattern": m.pattern, "ranks": run.ranks,
             "cores": m.cores, "bytes": run.bytes, "secs": med, "secs_lo": secs[0], "secs_hi": secs[secs.len() - 1],
             "repeats": secs.len(), "mb_per_s": run.bytes as f64 / med / 1e6,
             "speedup": speedup, "speedup_lo": speedup_lo, "speedup_hi": speedup_hi, "phases": phases, "cpu_secs": run.cpu_secs, "checked": run.checked,
-            "figures": run.extra,
+
             "energy_model": { "network": kind, "joules_est": est.joules, "watts_est": est.watts,
                               "work_per_joule_est": est.work_per_joule, "rapl_joules_measured": run.rapl_joules },
-        }));
+        });
+        // The workload's own figures (TestDFSIO's rates; YCSB's operations and latencies) as
+        // keys of the row.
+        if let Some(obj) = row.as_object_mut() {
+            for (k, v) in &run.extra {
+                obj.insert(k.clone(), json!(v));
+            }
+        }
+        rows.push(row);
     }
     Ok(rows)
 }
@@ -533,15 +552,11 @@ pub(crate) fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
                 _ => String::new(),
             },
             phases,
-            r["figures"]
-                .as_object()
-                .map(|f| {
-                    f.iter()
-                        .map(|(k, v)| format!("{k} {:.1}", v.as_f64().unwrap_or(0.0)))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                })
-                .unwrap_or_default(),
+            FIGURE_KEYS
+                .iter()
+                .filter_map(|k| r[*k].as_f64().map(|v| format!("{k} {v:.1}")))
+                .collect::<Vec<_>>()
+                .join("\n"),
             format!("{:.0}", r["energy_model"]["joules_est"].as_f64().unwrap_or(f64::NAN)),
         ]);
     }

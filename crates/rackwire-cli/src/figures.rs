@@ -125,7 +125,7 @@ pub(crate) fn workloads(rows: &[serde_json::Value], dir: &Path) -> Result<String
         rows.iter()
             .filter(|r| r["pattern"].as_str().is_some_and(|p| p == prefix || p.starts_with(&format!("{prefix}/"))))
             .filter_map(|r| {
-                let v = r["figures"][key].as_f64()?;
+                let v = r[key].as_f64()?;
                 Some(Bar {
                     label: format!("{} {}", r["pattern"].as_str()?, label(r)),
                     parts: vec![(key.to_string(), v)],

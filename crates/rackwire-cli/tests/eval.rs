@@ -71,9 +71,9 @@ fn dfsio_runs_checked_over_fabric_and_tcp() {
     assert_rows(&rows, "dfsio", &["write"]);
     for r in &rows {
         for k in ["throughput_mb_per_s", "io_rate_avg_mb_per_s", "io_rate_std_mb_per_s"] {
-            assert!(r["figures"][k].as_f64().is_some_and(|v| v >= 0.0), "{k} in {r}");
+            assert!(r[k].as_f64().is_some_and(|v| v >= 0.0), "{k} in {r}");
         }
-        assert!(r["figures"]["throughput_mb_per_s"].as_f64().unwrap() > 0.0);
+        assert!(r["throughput_mb_per_s"].as_f64().unwrap() > 0.0);
     }
 }
 
@@ -99,7 +99,7 @@ fn kv_mixes_run_checked_over_fabric_and_tcp() {
     for (mix, reads) in [("A", 0.5), ("C", 1.0)] {
         assert_rows(&rows, &format!("kv/{mix}"), &["run"]);
         for r in rows.iter().filter(|r| r["pattern"] == format!("kv/{mix}")) {
-            let f = &r["figures"];
+            let f = r;
             assert!(f["ops_per_s"].as_f64().unwrap() > 0.0, "{r}");
             assert!(f["lat_us_p50"].as_f64().unwrap() <= f["lat_us_p99"].as_f64().unwrap(), "{r}");
             assert!((f["read_share"].as_f64().unwrap() - reads).abs() < 0.05, "{r}");
