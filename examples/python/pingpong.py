@@ -41,13 +41,13 @@ def pingpong(fabric, server, iters):
     for i in range(iters):
         if not server:
             word[0] = i
-            conn.write(peer, 0, word, notify=i).wait()
+            conn.write_wait(peer, 0, word, notify=i)
         n = fabric.wait_notification(30.0)
         if n.imm != i or view[0] != i:
             sys.exit(f"round {i}: notified {n.imm}, found {view[0]}")
         if server:
             word[0] = i
-            conn.write(peer, 0, word, notify=i).wait()
+            conn.write_wait(peer, 0, word, notify=i)
     t1 = time.perf_counter()
     if not server:
         print(f"pingpong {iters} rounds, one-way latency {(t1 - t0) / iters / 2 * 1e6:.3f} us")

@@ -69,6 +69,29 @@ impl Conn {
         Ok(op(self.inner.write(&target.inner, offset, buf.as_slice(), f)))
     }
 
+    /// `write` and its wait in one call: returns once the bytes are in place (raises the
+    /// operation's error), with no Op to keep; the GIL is let go only if it has to wait.
+    #[pyo3(signature = (target, offset, data, notify=None, fence_before=false, fence_after=false))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one per flag
+    fn write_wait(
+        &self,
+        py: Python<'_>,
+        target: &RemoteRegion,
+        offset: u64,
+        data: &Bound<'_, PyAny>,
+        notify: Option<u64>,
+        fence_before: bool,
+        fence_after: bool,
+    ) -> PyResult<()> {
+        let buf = RawBuffer::get(data, false)?;
+        let mut o = self.inner.write(&target.inner, offset, buf.as_slice(), flags(notify, fence_before, fence_after));
+        let r = match o.poll() {
+            Some(r) => r,
+            None => py.allow_threads(move || o.wait()),
+        };
+        r.map(drop).map_err(to_py)
+    }
+
     /// Write several (offset, data) pieces into `target`, all or nothing; the notification,
     /// if any, once all are in place.
     #[pyo3(signature = (target, pieces, notify=None))]

@@ -65,6 +65,10 @@ def test_write_notify_atomics_batch(pair):
     assert op.wait() is None and op.done()
     n = owner.wait_notification(5.0)
     assert (n.from_node, n.region, n.offset, n.len, n.imm) == (init.id, region.id, 64, 5, 42)
+    conn.write_wait(h, 72, b"again", notify=43)
+    assert owner.wait_notification(5.0).imm == 43 and region.read(72, 5) == b"again"
+    with pytest.raises(rackwire.OutOfBoundsError):
+        conn.write_wait(h, 4095, b"xy")
     assert conn.fetch_add(h, 0, 5).wait() == 0
     assert conn.compare_swap(h, 0, 5, 9).wait() == 5
     assert conn.compare_swap(h, 0, 5, 1).wait() == 9  # failed swap: the value it found
