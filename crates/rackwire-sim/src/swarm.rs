@@ -194,6 +194,13 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
             c
         },
     );
+    // Some worlds bound what a connection may deliver and its application has not taken, as
+    // a driver's queues do (the message room at least the largest message); half of those
+    // read only now and then, so their senders are held back and must send again.
+    let reading = r.chance(0.35).then(|| {
+        world.set_delivery_room(r.range(20_000, 200_000) as usize, r.range(1, 16) as usize);
+        Reading { slow: r.chance(0.5), looks: 0 }
+    });
     // Regions: data and counter regions granted to every other node, one granted to nobody.
     let mut keys = Vec::new();
     for n in 0..nodes {
@@ -279,7 +286,7 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
     let mut msgs: HashMap<(usize, usize), VecDeque<usize>> = HashMap::new();
     let mut fadds: Vec<Vec<u64>> = vec![Vec::new(); nodes];
     let mut deferred: VecDeque<usize> = VecDeque::new();
-    let mut check = Checker { seed, ops: &mut ops, ids: &mut ids, msgs: &mut msgs, fadds: &mut fadds };
+    let mut check = Checker { seed, ops: &mut ops, ids: &mut ids, msgs: &mut msgs, fadds: &mut fadds, reading };
 
     let mut actions = actions.into_iter().peekable();
     while let Some((t, _)) = actions.peek() {
@@ -337,8 +344,12 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
         }
         world.step(deadline);
     }
-    // Let trailing acknowledgements and answers settle, then check the end state.
+    // Let trailing acknowledgements and answers settle, then check the end state (with
+    // everything delivered taken).
     world.run_until(world.now + 50_000);
+    if let Some(r) = check.reading.as_mut() {
+        r.slow = false;
+    }
     check.events(&mut world)?;
     check.finish(&mut world)?;
     let bytes = ops.iter().map(|o| if let Kind::Write { data, .. } = &o.kind { data.len() as u64 } else { 0 }).sum();
@@ -364,12 +375,24 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
     })
 }
 
+/// How the application takes what its connections delivered, in a world with bounded
+/// delivery queues.
+struct Reading {
+    /// Only at every [`SLOW_READ_EVERY`]-th look.
+    slow: bool,
+    looks: u64,
+}
+
+/// A slow reader takes what was delivered at one look in this many.
+const SLOW_READ_EVERY: u64 = 4;
+
 struct Checker<'a> {
     seed: u64,
     ops: &'a mut Vec<OpRec>,
     ids: &'a mut HashMap<(usize, usize, OpId), usize>,
     msgs: &'a mut HashMap<(usize, usize), VecDeque<usize>>,
     fadds: &'a mut Vec<Vec<u64>>,
+    reading: Option<Reading>,
 }
 
 impl Checker<'_> {
@@ -440,8 +463,26 @@ impl Checker<'_> {
     }
 
     fn events(&mut self, world: &mut World) -> Result<(), SimFailure> {
-        let seed = self.seed;
         for (t, node, peer, e) in world.take_events() {
+            self.event(world, t, node, peer, e)?;
+        }
+        let take = self.reading.as_mut().is_some_and(|r| {
+            r.looks += 1;
+            !r.slow || r.looks.is_multiple_of(SLOW_READ_EVERY)
+        });
+        if take {
+            for node in 0..world.nodes {
+                for (peer, e) in world.take_delivered(node) {
+                    self.event(world, world.now, node, peer, e)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, world: &mut World, t: Time, node: usize, peer: usize, e: Event) -> Result<(), SimFailure> {
+        let seed = self.seed;
+        {
             match e {
                 Event::Completed { op, result } => {
                     let Some(&i) = self.ids.get(&(node, peer, op)) else {

@@ -6,7 +6,7 @@
 //! handshake frame, handed over at the start; its later copies travel the (faulty) links like
 //! any frame, and the endpoint must find the connection they belong to.
 
-use rackwire_proto::{Config, Connection, Endpoint, Event, Incoming, Routed, Slot, Time};
+use rackwire_proto::{Config, Connection, Delivery, Endpoint, Event, Incoming, Routed, Slot, Time};
 
 use crate::net::{Flight, LinkParams, Wire};
 use crate::{MemTarget, Rng};
@@ -30,12 +30,15 @@ pub struct SimConn {
     /// The peer's node index.
     pub peer: usize,
     addrs: Vec<Option<usize>>,
+    /// What it delivered and the application has not taken, when the world bounds it (see
+    /// [`World::set_delivery_room`]); unbounded, every message and notification is an event.
+    delivery: Option<Delivery>,
 }
 
 impl SimConn {
     /// A connection to node index `peer`, which is at `addrs[link]` on each link it is known on.
     pub fn new(conn: Connection, peer: usize, addrs: Vec<Option<usize>>) -> SimConn {
-        SimConn { conn, peer, addrs }
+        SimConn { conn, peer, addrs, delivery: None }
     }
 
     /// Where the peer was last heard on `link`.
@@ -138,6 +141,7 @@ impl World {
                     conn: Connection::connect(c, node_id(i), node_id(j), SIM_SECRET, nonce, local, 0),
                     peer: j,
                     addrs: vec![Some(j); links],
+                    delivery: None,
                 });
                 index[i][j] = local;
             }
@@ -191,6 +195,7 @@ impl World {
                 conn: Connection::accept(cfg, node_id(to), SIM_SECRET, rng.bytes32(), local, now),
                 peer,
                 addrs: vec![None; inc.links],
+                delivery: None,
             }
         };
         if let Routed::Accepted(local) = self.eps[to].handle(now, link, from, frame, &mut self.targets[to], accept) {
@@ -230,10 +235,49 @@ impl World {
                     self.wires[idx].send(now, &mut self.rng, &mut self.flight, i, j, t.link, bytes);
                 }
                 while let Some(e) = s.conn.poll_event() {
-                    self.events.push((now, i, j, e));
+                    // Messages and notifications wait in the bounded queues, if there are any,
+                    // until the application takes them.
+                    let e = match s.delivery.as_mut() {
+                        Some(d) => d.keep(e),
+                        None => Some(e),
+                    };
+                    if let Some(e) = e {
+                        self.events.push((now, i, j, e));
+                    }
+                }
+                if let Some(d) = &s.delivery {
+                    d.refresh(&mut s.conn);
                 }
             }
         }
+    }
+
+    /// Bound what every connection may deliver and the application has not taken: at most
+    /// `msg_bytes` bytes of messages and `notes` notifications, as a real driver bounds its
+    /// queues (past it, the sender is held back). They are then taken with
+    /// [`World::take_delivered`].
+    pub fn set_delivery_room(&mut self, msg_bytes: usize, notes: usize) {
+        for ep in &mut self.eps {
+            for (_, s) in ep.iter_mut() {
+                s.delivery = Some(Delivery::new(&mut s.conn, msg_bytes, notes));
+            }
+        }
+    }
+
+    /// Take what node `node`'s connections delivered (with bounded queues), as events by
+    /// peer: each connection's messages in order, then its notifications in order.
+    pub fn take_delivered(&mut self, node: usize) -> Vec<(usize, Event)> {
+        let mut out = Vec::new();
+        for (_, s) in self.eps[node].iter_mut() {
+            let Some(d) = s.delivery.as_mut() else { continue };
+            while let Some(data) = d.next_message(&mut s.conn) {
+                out.push((s.peer, Event::Message { data }));
+            }
+            while let Some(n) = d.next_note(&mut s.conn) {
+                out.push((s.peer, Event::Notification { region: n.region, offset: n.offset, len: n.len, imm: n.imm }));
+            }
+        }
+        out
     }
 
     fn next_event(&self) -> Option<Time> {

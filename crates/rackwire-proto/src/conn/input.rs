@@ -153,12 +153,11 @@ impl Connection {
         // its queues have room for; if not, the frame is dropped unacknowledged and sent again
         // later, as the receiver reads (see [`Connection::set_delivery_room`]).
         if !duplicate {
-            if bytes > self.room.msg_bytes || notes > self.room.notes {
+            if !self.room.takes(bytes, notes) {
                 self.stats.receiver_full += 1;
                 return;
             }
-            self.room.msg_bytes -= bytes;
-            self.room.notes -= notes;
+            self.room.take(bytes, notes);
         }
         // A write's later fragment ahead of its first cannot be placed yet: it is kept until
         // the first arrives, or, when the stash is full, dropped unacknowledged (sent again,

@@ -208,11 +208,31 @@ fn own_payload_max(cfg: &Config) -> usize {
     (0..cfg.links).map(|l| cfg.payload_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX)
 }
 
-/// Room left in the application's queues (see [`Connection::set_delivery_room`]).
+/// Room left in the application's queues (see [`Connection::set_delivery_room`]), and the
+/// most it was ever told (the room of empty queues).
 #[derive(Clone, Copy, Debug)]
 struct Room {
     msg_bytes: usize,
     notes: usize,
+    most_msg_bytes: usize,
+    most_notes: usize,
+}
+
+impl Room {
+    /// Whether a frame handing over `bytes` of messages and `notes` notifications is taken:
+    /// if it fits; and always when the queues are empty, so that a frame that could never
+    /// fit (one carrying more than the queues' bounds) does not hold the connection back for
+    /// good: the queues then hold at most one frame's worth past their bounds.
+    pub(crate) fn takes(&self, bytes: usize, notes: usize) -> bool {
+        let fits = bytes <= self.msg_bytes && notes <= self.notes;
+        let empty = self.msg_bytes >= self.most_msg_bytes && self.notes >= self.most_notes;
+        fits || empty
+    }
+
+    pub(crate) fn take(&mut self, bytes: usize, notes: usize) {
+        self.msg_bytes = self.msg_bytes.saturating_sub(bytes);
+        self.notes = self.notes.saturating_sub(notes);
+    }
 }
 
 /// A connection's window settings, in frames (see [`Config`]).
@@ -298,7 +318,7 @@ impl Connection {
             rr: 0,
             payload_max,
             own_windows: Windows::of(&cfg),
-            room: Room { msg_bytes: usize::MAX, notes: usize::MAX },
+            room: Room { msg_bytes: usize::MAX, notes: usize::MAX, most_msg_bytes: usize::MAX, most_notes: usize::MAX },
             next_seq: 0,
             inflight: SentRing::default(),
             rack_time: 0,
@@ -507,9 +527,18 @@ impl Connection {
     /// frame that would hand over more is dropped unacknowledged (its sender tries again
     /// later), so a receiver that does not read holds its senders back instead of growing
     /// without bound. Lowered as frames are taken; a driver sets it again as its queues drain.
-    /// Unlimited until set.
+    /// Unlimited until set. The most room ever set is taken as the room of empty queues: with
+    /// empty queues any frame is taken, even one that hands over more than that (a frame that
+    /// could never fit must not stall the connection), so queues exceed their bounds by at most
+    /// one frame's worth.
     pub fn set_delivery_room(&mut self, msg_bytes: usize, notes: usize) {
-        self.room = Room { msg_bytes, notes };
+        let first = self.room.most_msg_bytes == usize::MAX && self.room.msg_bytes == usize::MAX;
+        let (most_msg_bytes, most_notes) = if first {
+            (msg_bytes, notes)
+        } else {
+            (self.room.most_msg_bytes.max(msg_bytes), self.room.most_notes.max(notes))
+        };
+        self.room = Room { msg_bytes, notes, most_msg_bytes, most_notes };
     }
 
     /// Keep bodiless answers (`Done`, `Refused`) from going in frames of their own until
@@ -531,5 +560,29 @@ mod tests {
         assert_eq!(unwrap_seq(5, 7), 7);
         assert_eq!(unwrap_seq((1 << 32) + 3, 0xffff_fffe), 0xffff_fffe);
         assert_eq!(unwrap_seq(0xffff_fff0, 2), (1 << 32) + 2);
+    }
+}
+
+#[cfg(test)]
+mod room_tests {
+    use super::*;
+
+    // Checks the delivery room rule: a frame is taken if it fits; one that does not fit is
+    // refused while the queues hold something, and taken when they are empty (a frame with
+    // more notifications than the queues' bound would otherwise never be taken: found by the
+    // simulator with a bound of one notification), and the room never goes below zero.
+    #[test]
+    fn oversize_frames_are_taken_only_by_empty_queues() {
+        let mut c = Connection::accept(Config::new(1, 1472), 2, b"s", [0; 32], 1, 0);
+        c.set_delivery_room(1000, 1);
+        assert!(c.room.takes(1000, 1), "what fits");
+        assert!(c.room.takes(0, 2) && c.room.takes(1001, 0), "empty queues take a frame that can never fit");
+        c.room.take(0, 2);
+        assert_eq!(c.room.notes, 0);
+        c.set_delivery_room(400, 0); // the application holds 600 bytes and a notification
+        assert!(!c.room.takes(500, 0) && !c.room.takes(0, 1), "not empty: only what fits");
+        assert!(c.room.takes(400, 0));
+        c.set_delivery_room(1000, 1); // everything taken again
+        assert!(c.room.takes(5000, 3));
     }
 }
