@@ -389,7 +389,7 @@ impl Remote {
                     break r?.into_data();
                 }
                 if !srv.serve_one(&Waiting::Nothing)? {
-                    std::hint::spin_loop();
+                    srv.streams.idle()?;
                 }
                 if Instant::now() > deadline {
                     return Err(EvalError::WrongOutput(format!("kv: a read from rank {owner} took {OP_TIMEOUT:?}")));

@@ -85,6 +85,9 @@ pub struct FabricStreams {
     own: VecDeque<Vec<u8>>,
     /// Where to look first for the next message (round robin).
     next: usize,
+    /// The fabric, to drive while waiting (the edge transport moves frames when a waiting
+    /// thread drives it, instead of waking its network thread).
+    fabric: std::sync::Arc<rackwire::Fabric>,
 }
 
 fn tail_at(src: usize) -> u64 {
@@ -140,6 +143,7 @@ impl FabricStreams {
             ops: VecDeque::new(),
             own: VecDeque::new(),
             next: 0,
+            fabric: g.fabric().clone(),
         })
     }
 
@@ -279,7 +283,11 @@ impl Streams for FabricStreams {
 
     fn idle(&mut self) -> Result<(), EvalError> {
         self.reap()?;
-        std::thread::yield_now();
+        // Drive the edge transport from here (nothing to do over shared memory); with nothing
+        // moving, let the other ranks run.
+        if !self.fabric.progress() {
+            std::thread::yield_now();
+        }
         Ok(())
     }
 
