@@ -36,18 +36,15 @@ def pingpong(fabric, server, iters):
     view = memoryview(mine).cast("Q")  # the region's memory as 64-bit words, no copy
     conn.send(b"granted")
     assert fabric.recv(30.0)[1] == b"granted"
-    word = np.zeros(1, dtype=np.uint64)
     t0 = time.perf_counter()
     for i in range(iters):
         if not server:
-            word[0] = i
-            conn.write_wait(peer, 0, word, notify=i)
+            conn.write_wait(peer, 0, i.to_bytes(8, "little"), notify=i)
         n = fabric.wait_notification(30.0)
         if n.imm != i or view[0] != i:
             sys.exit(f"round {i}: notified {n.imm}, found {view[0]}")
         if server:
-            word[0] = i
-            conn.write_wait(peer, 0, word, notify=i)
+            conn.write_wait(peer, 0, i.to_bytes(8, "little"), notify=i)
     t1 = time.perf_counter()
     if not server:
         print(f"pingpong {iters} rounds, one-way latency {(t1 - t0) / iters / 2 * 1e6:.3f} us")
