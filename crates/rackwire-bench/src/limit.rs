@@ -40,3 +40,96 @@ pub(crate) fn memcpy_row(src: &[u8], size: u64, n: u64) -> Row {
         ..Row::default()
     }
 }
+
+/// Round trips of the cache-line ping-pong row at scale 1.
+const CACHELINE_ROUNDS: u64 = 400_000;
+/// Bytes each store row writes (about).
+const STORE_BUDGET_BYTES: u64 = 2 << 30;
+
+/// A cache line of its own, so the two threads' flags share nothing else.
+#[repr(align(64))]
+struct Line(std::sync::atomic::AtomicU64);
+
+/// The limit of any ping-pong between two cores: one thread stores a number into a cache line
+/// and waits for the other to answer with it in a second line, `rounds` times. The row is the
+/// mean one-way time (half a round trip), as the ping-pong rows report theirs.
+pub(crate) fn cacheline_row(scale: f64) -> Row {
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    let rounds = ((CACHELINE_ROUNDS as f64 * scale) as u64).max(1000);
+    let (ping, pong) = (Line(0.into()), Line(0.into()));
+    let m = Meter::start();
+    let secs = std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 1..=rounds {
+                while ping.0.load(Acquire) != i {
+                    std::hint::spin_loop();
+                }
+                pong.0.store(i, Release);
+            }
+        });
+        let t0 = std::time::Instant::now();
+        for i in 1..=rounds {
+            ping.0.store(i, Release);
+            while pong.0.load(Acquire) != i {
+                std::hint::spin_loop();
+            }
+        }
+        t0.elapsed().as_secs_f64()
+    });
+    let (_, cpu) = m.stop();
+    let one_way_us = secs * 1e6 / rounds as f64 / 2.0;
+    Row {
+        transport: "cacheline".into(),
+        pattern: "pingpong".into(),
+        size: 8,
+        iters: rounds,
+        lat_us_p50: Some(one_way_us),
+        lat_us_avg: Some(one_way_us),
+        cpu_pct: Some(cpu),
+        ..Row::default()
+    }
+}
+
+/// Slots of the store row's window: writes cycle through this many places, so small writes
+/// stay in the cache (as a stream of small writes to a peer's buffer does) and large ones
+/// stream to memory.
+const STORE_SLOTS: u64 = 64;
+/// The store row's window at least and at most.
+const STORE_WINDOW_MIN: u64 = 64 << 10;
+const STORE_WINDOW_MAX: u64 = 4 << 20;
+/// Store rows are the limit of small writes: up to this size (memcpy rows cover the rest).
+pub(crate) const STORE_SIZE_MAX: u64 = 64 << 10;
+
+/// The limit of one-way writes of `size` bytes: plain stores of that many bytes into a
+/// shared mapping (a memfd, as a region is), `n` times, one after another at increasing
+/// offsets through a window of [`STORE_SLOTS`] slots. Returns None when the mapping cannot
+/// be made.
+pub(crate) fn store_row(size: u64, scale: f64) -> Option<Row> {
+    let window = (size * STORE_SLOTS).clamp(STORE_WINDOW_MIN, STORE_WINDOW_MAX);
+    let size = size.min(window);
+    let mem = rackwire_shm::SharedMem::create("rackwire-bench-store", window).ok()?;
+    let n = ((iterations(STORE_BUDGET_BYTES, size, 1000, 50_000_000) as f64 * scale) as u64).max(100);
+    let data = vec![7u8; size as usize];
+    let slots = window / size;
+    // Touch the window first: the row measures stores, not page faults.
+    for k in 0..slots {
+        mem.write_at(k * size, &data);
+    }
+    let m = Meter::start();
+    for i in 0..n {
+        mem.write_at((i % slots) * size, std::hint::black_box(&data));
+    }
+    let (wall, cpu) = m.stop();
+    let secs = wall.as_secs_f64();
+    Some(Row {
+        transport: "store".into(),
+        pattern: "oneway".into(),
+        size,
+        iters: n,
+        lat_us_avg: Some(secs * 1e6 / n as f64),
+        mb_per_s: Some((size * n) as f64 / secs / 1e6),
+        msgs_per_s: Some(n as f64 / secs),
+        cpu_pct: Some(cpu),
+        ..Row::default()
+    })
+}

@@ -652,6 +652,22 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
             report.rows.push(limit::memcpy_row(&src, size, limit::default_iterations(size)));
             bar.inc(1);
         }
+        // The limits of the small-operation rows, measured once the benchmark's own processes
+        // are done: a bare cache-line ping-pong between two cores beside the ping-pong rows,
+        // plain stores into a shared mapping beside the one-way rows.
+        if cfg.patterns.contains(&Pattern::Pingpong) {
+            bar.set_message("cacheline");
+            report.rows.push(limit::cacheline_row(cfg.scale));
+        }
+        if cfg.patterns.contains(&Pattern::Oneway) {
+            for &size in cfg.sizes.iter().filter(|&&s| s <= limit::STORE_SIZE_MAX) {
+                bar.set_message(format!("store {}", crate::show_size(size)));
+                match limit::store_row(size, cfg.scale) {
+                    Some(r) => report.rows.push(r),
+                    None => report.notes.push("store rows skipped: no shared mapping".into()),
+                }
+            }
+        }
     }
     bar.finish_and_clear();
     if cfg.peers {

@@ -21,9 +21,11 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-// Checks every benchmark pattern end to end at tiny scale, with the memcpy limit: the JSON
+// Checks every benchmark pattern end to end at tiny scale, with the limits: the JSON
 // document has a `rows` array, each pattern has a shm row per size with the keys DESIGN.md
-// asks for and positive figures, and memcpy rows are there for the same sizes.
+// asks for and positive figures, memcpy rows are there for the same sizes, a `store` row for
+// each small size and one `cacheline` ping-pong row (their figures are compared in the
+// benchmark, not here).
 #[test]
 fn bench_json_has_rows_for_every_pattern() {
     let o = rackwire(&[
@@ -62,6 +64,11 @@ fn bench_json_has_rows_for_every_pattern() {
         }
         assert!(find("memcpy", "oneway", size).is_some(), "memcpy row at {size}");
     }
+    let store = find("store", "oneway", 8).expect("store row at 8 B");
+    assert!(store["msgs_per_s"].as_f64().unwrap() > 0.0);
+    assert!(find("store", "oneway", 65536).is_some(), "store row at 64 KiB");
+    let line = find("cacheline", "pingpong", 8).expect("cacheline row");
+    assert!(line["lat_us_avg"].as_f64().unwrap() > 0.0);
     let t1: Vec<_> =
         rows.iter().filter(|r| r["pattern"] == "table1").map(|r| r["variant"].as_str().unwrap().to_string()).collect();
     assert_eq!(t1, ["baseline", "multi-channel", "batched", "combined"]);
