@@ -219,8 +219,27 @@ impl Connection {
             }
             SegKind::WriteMore => self.write_more(s.op, s.frag_off, body, target),
             SegKind::ReadReq => {
-                let mut data = vec![0u8; s.op_len as usize];
-                match target.read(peer, s.region, s.key, s.offset, &mut data) {
+                // Nothing is allocated for a read before the target has accepted it: a length
+                // past the protocol's limit is refused, and a one-byte read of its last byte
+                // checks the key, the grant and the bounds first (a peer without a grant, or
+                // one asking past the region's end, costs no memory).
+                let len = u64::from(s.op_len);
+                let checked = if len > crate::OP_BYTES_MAX {
+                    Err(Refusal::TooLarge)
+                } else if len == 0 {
+                    Ok(())
+                } else {
+                    match s.offset.checked_add(len - 1) {
+                        Some(last) => target.read(peer, s.region, s.key, last, &mut [0u8; 1]),
+                        None => Err(Refusal::OutOfBounds { region_len: 0 }),
+                    }
+                };
+                let mut data = Vec::new();
+                let read = checked.and_then(|()| {
+                    data = vec![0u8; len as usize];
+                    target.read(peer, s.region, s.key, s.offset, &mut data)
+                });
+                match read {
                     Ok(()) => {
                         let data = Bytes::from(data);
                         let mut at = 0;
