@@ -8,7 +8,11 @@ use rackwire_wire::{SegKind, SegmentRepr, SEGMENT_LEN, SEGMENT_SHORT_LEN};
 
 use bytes::Bytes;
 
-use crate::{Refusal, Time, MESSAGE_BYTES_MAX, OPS_MAX, STASH_BYTES_MAX};
+use crate::{Refusal, Time, MESSAGE_BYTES_MAX, OPS_MAX, STASH_BYTES_MAX, WINDOW_FRAMES_MAX};
+
+/// Messages of one connection being reassembled at most: a window of frames' worth, since a
+/// sender has no more in flight.
+pub const MESSAGES_OPEN_MAX: u64 = WINDOW_FRAMES_MAX as u64;
 
 /// An operation's id, unique per connection and direction.
 pub type OpId = u32;
@@ -525,6 +529,13 @@ impl Incomings {
         if s.imm < self.next_msg {
             return Ok(Vec::new());
         }
+        // Messages are numbered in order and a sender has at most a window of frames in
+        // flight, so one numbered a window or more ahead of the next expected is not an
+        // honest one: refused without opening an assembly (the open ones stay bounded by
+        // [`MESSAGES_OPEN_MAX`], each by the message limit).
+        if s.imm - self.next_msg >= MESSAGES_OPEN_MAX {
+            return Err((s.op, Refusal::TooLarge));
+        }
         let refuse = |me: &mut Self, why: Refusal| {
             let a =
                 me.msgs.entry(s.imm).or_insert_with(|| Assembly { op: s.op, buf: Vec::new(), seen: 0, refused: false });
@@ -567,5 +578,42 @@ impl Incomings {
             self.next_msg += 1;
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(imm: u64, op: OpId, len: u32) -> SegmentRepr {
+        SegmentRepr {
+            op,
+            kind: SegKind::Msg,
+            flags: 0,
+            reason: 0,
+            region: 0,
+            frag_off: 0,
+            offset: 0,
+            op_len: len,
+            key: 0,
+            imm,
+        }
+    }
+
+    // Checks the bound on messages being reassembled: a first fragment of a message numbered a
+    // window or more ahead of the next expected one is refused and opens nothing (the fuzz
+    // case: a peer naming ever new message numbers, each opening a 64 KiB assembly), while
+    // ones within the window are assembled and delivered in order.
+    #[test]
+    fn messages_far_ahead_are_refused_without_an_assembly() {
+        let mut inc = Incomings::default();
+        let far = msg(MESSAGES_OPEN_MAX, 7, 64 * 1024);
+        assert_eq!(inc.msg_fragment(&far, &[0; 8]), Err((7, Refusal::TooLarge)));
+        assert!(inc.msgs.is_empty(), "no assembly opened");
+        // Within the window: message 1 waits for message 0, then both come out in order.
+        assert_eq!(inc.msg_fragment(&msg(1, 2, 3), b"two"), Ok(Vec::new()));
+        let out = inc.msg_fragment(&msg(0, 1, 3), b"one").unwrap();
+        assert_eq!(out, vec![(1, b"one".to_vec()), (2, b"two".to_vec())]);
+        assert!(inc.msgs.is_empty());
     }
 }
