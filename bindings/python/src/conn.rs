@@ -30,6 +30,31 @@ fn flags(notify: Option<u64>, fence_before: bool, fence_after: bool) -> OpFlags 
     f
 }
 
+/// Wait for `o`, letting go of the GIL only if it has not finished already (over shared
+/// memory it usually has).
+fn wait_op(py: Python<'_>, mut o: rackwire::Op) -> Result<Completion, rackwire::Error> {
+    match o.poll() {
+        Some(r) => r,
+        None => py.allow_threads(move || o.wait()),
+    }
+}
+
+impl Conn {
+    /// Start writing `data` at `offset` of `target`. Submitting does not wait (the bytes are
+    /// taken before it returns; over shared memory the write is done by then): the GIL stays
+    /// held.
+    fn submit_write(
+        &self,
+        target: &RemoteRegion,
+        offset: u64,
+        data: &Bound<'_, PyAny>,
+        f: OpFlags,
+    ) -> PyResult<rackwire::Op> {
+        let buf = RawBuffer::get(data, false)?;
+        Ok(self.inner.write(&target.inner, offset, buf.as_slice(), f))
+    }
+}
+
 fn op(o: rackwire::Op) -> Op {
     Op { state: Mutex::new(State::Running(Some(o))) }
 }
@@ -62,11 +87,7 @@ impl Conn {
         fence_before: bool,
         fence_after: bool,
     ) -> PyResult<Op> {
-        let buf = RawBuffer::get(data, false)?;
-        let f = flags(notify, fence_before, fence_after);
-        // Submitting does not wait (over shared memory the write is done by the time it
-        // returns): the GIL stays held; waiting is Op.wait's.
-        Ok(op(self.inner.write(&target.inner, offset, buf.as_slice(), f)))
+        Ok(op(self.submit_write(target, offset, data, flags(notify, fence_before, fence_after))?))
     }
 
     /// `write` and its wait in one call: returns once the bytes are in place (raises the
@@ -83,13 +104,8 @@ impl Conn {
         fence_before: bool,
         fence_after: bool,
     ) -> PyResult<()> {
-        let buf = RawBuffer::get(data, false)?;
-        let mut o = self.inner.write(&target.inner, offset, buf.as_slice(), flags(notify, fence_before, fence_after));
-        let r = match o.poll() {
-            Some(r) => r,
-            None => py.allow_threads(move || o.wait()),
-        };
-        r.map(drop).map_err(to_py)
+        let o = self.submit_write(target, offset, data, flags(notify, fence_before, fence_after))?;
+        wait_op(py, o).map(drop).map_err(to_py)
     }
 
     /// Write several (offset, data) pieces into `target`, all or nothing; the notification,
@@ -182,6 +198,17 @@ enum State {
     Done(Result<Completion, rackwire::Error>),
 }
 
+impl State {
+    /// Keep the operation's outcome if it finished.
+    fn settle(&mut self) {
+        if let State::Running(Some(o)) = self {
+            if let Some(r) = o.poll() {
+                *self = State::Done(r);
+            }
+        }
+    }
+}
+
 /// An operation in flight, then its outcome.
 #[pyclass(module = "rackwire", frozen)]
 pub(crate) struct Op {
@@ -202,11 +229,7 @@ impl Op {
     /// True once the operation finished (in place, or failed).
     fn done(&self) -> PyResult<bool> {
         let mut st = self.state.lock().map_err(|_| bad("operation handle poisoned"))?;
-        if let State::Running(Some(o)) = &mut *st {
-            if let Some(r) = o.poll() {
-                *st = State::Done(r);
-            }
-        }
+        st.settle();
         Ok(matches!(*st, State::Done(_)))
     }
 
@@ -218,11 +241,7 @@ impl Op {
         let t = timeout.map(|s| crate::fabric::timeout(Some(s))).transpose()?;
         let mut st = self.state.lock().map_err(|_| bad("operation handle poisoned"))?;
         // Finished already (over shared memory, usually): no need to let go of the GIL.
-        if let State::Running(Some(o)) = &mut *st {
-            if let Some(r) = o.poll() {
-                *st = State::Done(r);
-            }
-        }
+        st.settle();
         if let State::Running(slot) = &mut *st {
             let mut o = slot.take().ok_or_else(|| bad("operation handle lost its operation"))?;
             let r = match t {

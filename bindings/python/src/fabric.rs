@@ -1,7 +1,6 @@
 //! The fabric, regions (with the buffer protocol), region handles, notifications, and a
 //! management host to run in-process.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -30,7 +29,7 @@ pub(crate) fn access(s: &str) -> PyResult<Access> {
 /// A fabric node: this process's membership of a rackwire fabric.
 #[pyclass(module = "rackwire", frozen)]
 pub(crate) struct Fabric {
-    pub(crate) inner: Arc<rackwire::Fabric>,
+    pub(crate) inner: rackwire::Fabric,
 }
 
 #[pymethods]
@@ -62,7 +61,7 @@ impl Fabric {
             cfg.name = n;
         }
         let f = py.allow_threads(|| rackwire::Fabric::join(cfg)).map_err(to_py)?;
-        Ok(Fabric { inner: Arc::new(f) })
+        Ok(Fabric { inner: f })
     }
 
     /// This node's id.

@@ -26,10 +26,15 @@ pub(crate) fn memcpy_row(src: &[u8], size: u64, n: u64) -> Row {
         rackwire::copy_bytes(&mut dst, std::hint::black_box(src));
         std::hint::black_box(&mut dst);
     }
+    oneway_row("memcpy", size, n, m)
+}
+
+/// A one-way limit row: `n` writes of `size` bytes timed by `m`.
+fn oneway_row(transport: &str, size: u64, n: u64, m: Meter) -> Row {
     let (wall, cpu) = m.stop();
     let secs = wall.as_secs_f64();
     Row {
-        transport: "memcpy".into(),
+        transport: transport.into(),
         pattern: "oneway".into(),
         size,
         iters: n,
@@ -119,17 +124,5 @@ pub(crate) fn store_row(size: u64, scale: f64) -> Option<Row> {
     for i in 0..n {
         mem.write_at((i % slots) * size, std::hint::black_box(&data));
     }
-    let (wall, cpu) = m.stop();
-    let secs = wall.as_secs_f64();
-    Some(Row {
-        transport: "store".into(),
-        pattern: "oneway".into(),
-        size,
-        iters: n,
-        lat_us_avg: Some(secs * 1e6 / n as f64),
-        mb_per_s: Some((size * n) as f64 / secs / 1e6),
-        msgs_per_s: Some(n as f64 / secs),
-        cpu_pct: Some(cpu),
-        ..Row::default()
-    })
+    Some(oneway_row("store", size, n, m))
 }

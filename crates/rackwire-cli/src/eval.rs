@@ -250,14 +250,12 @@ struct Run<'a> {
     variant: Option<&'a str>,
     net: Net,
     records: u64,
-    ranks: usize,
-    cores: Option<usize>,
 }
 
 fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
     let exe = std::env::current_exe().context("own executable")?;
     let mut cmd = Command::new(&exe);
-    cmd.args(["launch", "--no-prefix", "-n", &r.ranks.to_string()]);
+    cmd.args(["launch", "--no-prefix", "-n", &a.ranks.to_string()]);
     if let Some(rack) = &a.rack {
         cmd.arg("--rack").arg(rack);
     }
@@ -273,7 +271,7 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
     if let Some(rate) = a.rate {
         cmd.args(["--rate", &rate.to_string()]);
     }
-    if let Some(k) = r.cores {
+    if let Some(k) = a.cores {
         cmd.args(["--cores", &k.to_string()]);
     }
     if a.fsync {
@@ -300,6 +298,14 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The run whose time is the median of `runs` (the nearest one): it speaks for them (its
+/// phases and CPU use).
+pub(crate) fn median_run(runs: &[RunResult]) -> &RunResult {
+    let mut secs: Vec<f64> = runs.iter().map(|r| r.secs).collect();
+    let med = median(&mut secs);
+    runs.iter().min_by(|x, y| (x.secs - med).abs().total_cmp(&(y.secs - med).abs())).expect("one run")
 }
 
 /// The rails' rate of the rack (Gbit/s), if shaped.
@@ -359,12 +365,12 @@ pub(crate) fn check(a: &EvalArgs) -> Result<()> {
 /// folder of its own.
 pub(crate) fn measure_set(a: &EvalArgs, workload: &str, variant: Option<&str>) -> Result<Measured> {
     let dir = work_dir(a)?;
-    let m = measure(a, &dir, workload, variant, a.cores);
+    let m = measure(a, &dir, workload, variant);
     let _ = std::fs::remove_dir_all(&dir);
     m
 }
 
-fn measure(a: &EvalArgs, dir: &Path, workload: &str, variant: Option<&str>, cores: Option<usize>) -> Result<Measured> {
+fn measure(a: &EvalArgs, dir: &Path, workload: &str, variant: Option<&str>) -> Result<Measured> {
     let nets: Vec<Net> = a.net.iter().map(|n| Net::parse(n)).collect::<Result<_, _>>()?;
     let base = match workload {
         "sort" => SORT_RECORDS,
@@ -378,7 +384,7 @@ fn measure(a: &EvalArgs, dir: &Path, workload: &str, variant: Option<&str>, core
         // Alternate which path goes first, so neither always runs on a warmer machine.
         let order: Vec<usize> = if rep % 2 == 0 { (0..nets.len()).collect() } else { (0..nets.len()).rev().collect() };
         for i in order {
-            let r = Run { workload, variant, net: nets[i], records, ranks: a.ranks, cores };
+            let r = Run { workload, variant, net: nets[i], records };
             let res = run_job(a, dir, &r)?;
             runs[i].1.push(res);
         }
@@ -387,7 +393,7 @@ fn measure(a: &EvalArgs, dir: &Path, workload: &str, variant: Option<&str>, core
         Some(v) => format!("{workload}/{v}"),
         None => workload.to_string(),
     };
-    Ok(Measured { pattern, cores, runs })
+    Ok(Measured { pattern, cores: a.cores, runs })
 }
 
 /// Rows for one measured set: each path's median run, its speedup over TCP, and the energy
@@ -400,8 +406,7 @@ fn rows_of(m: &Measured, table: &PowerTable, gbit: Option<f64>) -> Result<Vec<se
     for (net, rs) in &m.runs {
         let mut secs: Vec<f64> = rs.iter().map(|r| r.secs).collect();
         let med = median(&mut secs);
-        // The run closest to the median speaks for the row (its phases and CPU use).
-        let run = rs.iter().min_by(|x, y| (x.secs - med).abs().total_cmp(&(y.secs - med).abs())).expect("one run");
+        let run = median_run(rs);
         let kind = energy::network_kind(&run.transport, gbit);
         let cfg = Config { network: kind.into(), storage: "RAMFS".into(), cores: m.cores.unwrap_or(1) as u32 };
         let est = table.estimate_run(&cfg, run)?;

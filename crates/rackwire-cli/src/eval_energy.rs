@@ -5,7 +5,7 @@
 use anyhow::Result;
 use rackwire_eval::energy::{self, improvement, Config, Estimate, PowerTable};
 use rackwire_eval::grep::Variant;
-use rackwire_eval::{Net, RunResult};
+use rackwire_eval::Net;
 use serde_json::json;
 
 use crate::eval::EvalArgs;
@@ -22,14 +22,6 @@ fabric within a memory domain stands for PCIe; TCP for the Ethernet of the rack'
 fn core_counts() -> Vec<usize> {
     let have = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     [1, 2, 4].into_iter().filter(|&k| k <= have).collect()
-}
-
-/// The median run of one path.
-fn median_run(runs: &[RunResult]) -> &RunResult {
-    let mut secs: Vec<f64> = runs.iter().map(|r| r.secs).collect();
-    secs.sort_by(f64::total_cmp);
-    let med = secs[secs.len() / 2];
-    runs.iter().min_by(|a, b| (a.secs - med).abs().total_cmp(&(b.secs - med).abs())).expect("one run")
 }
 
 /// One measured configuration: workload (and variant), cores, path → its median run.
@@ -55,7 +47,7 @@ fn measure_cells(a: &EvalArgs, table: &PowerTable, gbit: Option<f64>) -> Result<
             args.cores = Some(cores);
             let m = crate::eval::measure_set(&args, workload, variant.map(Variant::name))?;
             for (net, runs) in &m.runs {
-                let run = median_run(runs);
+                let run = crate::eval::median_run(runs);
                 let network = energy::network_kind(&run.transport, gbit);
                 let cfg = Config { network: network.into(), storage: "RAMFS".into(), cores: cores as u32 };
                 cells.push(Cell {

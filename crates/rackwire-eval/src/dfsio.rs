@@ -151,8 +151,6 @@ fn io_err(what: &str, path: &Path, e: std::io::Error) -> EvalError {
 struct Hosted {
     file: Option<File>,
     path: PathBuf,
-    /// Acknowledgements sent up for it.
-    acked: u32,
     packets: u32,
 }
 
@@ -267,7 +265,7 @@ impl DfsioJob {
                             std::collections::hash_map::Entry::Vacant(v) => {
                                 let path = block_path(&self.dir, g.job(), h.writer as usize, u64::from(h.block), me);
                                 let f = File::create(&path).map_err(|e| io_err("creating", &path, e))?;
-                                v.insert(Hosted { file: Some(f), path, acked: 0, packets: 0 })
+                                v.insert(Hosted { file: Some(f), path, packets: 0 })
                             }
                         };
                         // Forward first (the next replica works meanwhile), then store.
@@ -291,7 +289,6 @@ impl DfsioJob {
                         if hop + 1 == pipe.len() {
                             let up = ack(&h, hop, pipe);
                             outbox.push_back(up);
-                            entry.acked += 1;
                             if h.last {
                                 hosted_done += 1;
                             }
@@ -312,11 +309,12 @@ impl DfsioJob {
                     }
                     _ => {
                         let hop = h.hop as usize;
-                        let entry = hosted.get_mut(&(h.writer, h.block)).ok_or_else(|| {
-                            EvalError::WrongOutput("dfsio: an acknowledgement for a block not here".into())
-                        })?;
+                        if !hosted.contains_key(&(h.writer, h.block)) {
+                            return Err(EvalError::WrongOutput(
+                                "dfsio: an acknowledgement for a block not here".into(),
+                            ));
+                        }
                         outbox.push_back(ack(&h, hop, pipe));
-                        entry.acked += 1;
                         if h.last {
                             hosted_done += 1;
                         }
@@ -366,11 +364,8 @@ impl DfsioJob {
         if bad[0] != 0 {
             return Err(EvalError::WrongOutput(format!("dfsio: {} replica(s) missing or different", bad[0])));
         }
-        result.checked = true;
-        result.transport = streams.transport().into();
-        result.bytes = self.file_bytes * n as u64;
-        result.work = self.file_bytes * n as u64;
-        Ok(result)
+        let total = self.file_bytes * n as u64;
+        Ok(result.checked(streams.transport(), total, total))
     }
 }
 

@@ -261,7 +261,7 @@ impl GrepJob {
             got.for_each_chunk(RECORD_BYTES, |_, c| f.write_all(c).map_err(|e| io_err("writing", &outp, e)))?;
         }
         clock.end(g, "reduce")?;
-        let mut result = clock.finish(g)?;
+        let result = clock.finish(g)?;
         let _ = std::fs::remove_file(&inp);
 
         // Not timed: rank 0 checks that it holds exactly the planted records, in rank order
@@ -282,11 +282,7 @@ impl GrepJob {
         if verdict[0] != 1 {
             return Err(EvalError::WrongOutput("grep: rank 0 did not gather exactly the matching records".into()));
         }
-        result.checked = true;
-        result.transport = path.transport().into();
-        result.bytes = self.records * RECORD_BYTES as u64;
-        result.work = self.records;
-        Ok(result)
+        Ok(result.checked(path.transport(), self.records * RECORD_BYTES as u64, self.records))
     }
 }
 

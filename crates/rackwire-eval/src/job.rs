@@ -76,6 +76,18 @@ impl Phases {
     }
 }
 
+impl RunResult {
+    /// The run's output was checked and found right: what it moved (`bytes`) and did
+    /// (`work`), over `transport`.
+    pub fn checked(mut self, transport: &str, bytes: u64, work: u64) -> RunResult {
+        self.checked = true;
+        self.transport = transport.into();
+        self.bytes = bytes;
+        self.work = work;
+        self
+    }
+}
+
 /// One phase of a run and its time (the slowest rank's).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Phase {

@@ -455,7 +455,7 @@ impl KvJob {
         let mut clock = Phases::start(g)?;
         let t0 = Instant::now();
         let interval = self.rate.map(|r| Duration::from_secs_f64(1.0 / r));
-        let (mut reads, mut updates, mut next_id, mut seq) = (0u64, 0u64, 0u32, 0u32);
+        let (mut reads, mut next_id, mut seq) = (0u64, 0u32, 0u32);
         let mut req = Vec::with_capacity(13 + VALUE_BYTES);
         for i in 0..self.ops {
             // When this operation is due: now (closed loop), or on the schedule (open loop),
@@ -478,27 +478,13 @@ impl KvJob {
             next_id = next_id.wrapping_add(1);
             if read {
                 reads += 1;
-                if owner == me {
-                    srv.shard.get(key, &mut v)?;
-                } else if self.one_sided {
-                    remote.read(&mut srv, owner, key, &mut v)?;
-                } else {
-                    req.clear();
-                    req.push(GET);
-                    req.extend_from_slice(&next_id.to_le_bytes());
-                    req.extend_from_slice(&key.to_le_bytes());
-                    let r = srv.request(owner, &req, next_id)?;
-                    v.copy_from_slice(
-                        r.get(..VALUE_BYTES).ok_or_else(|| EvalError::WrongOutput("kv: a short reply".into()))?,
-                    );
-                }
+                read_value(&mut srv, &remote, owner, key, self.one_sided, next_id, &mut v)?;
                 if !value_ok(key, &v) {
                     return Err(EvalError::WrongOutput(format!(
                         "kv: a read of key {key} returned a damaged or wrong value"
                     )));
                 }
             } else {
-                updates += 1;
                 seq += 1;
                 value(key, me as u32, seq, &mut v);
                 if owner == me {
@@ -550,26 +536,14 @@ impl KvJob {
             .extra
             .insert("read_share".into(), all.chunks_exact(3).map(|c| c[1]).sum::<f64>() / (self.ops * n as u64) as f64);
         result.extra.insert("reads_retried".into(), all.chunks_exact(3).map(|c| c[2]).sum());
-        let _ = updates;
 
         // Not timed: every key read once more over the data path (rank r the keys k with
         // k mod n == r), its checksum summed by owner; each owner compares with its own.
         let mut sums = vec![0u64; n];
         for key in (0..self.keys).filter(|k| *k as usize % n == me) {
             let owner = layout.owner(key);
-            if owner == me {
-                srv.shard.get(key, &mut v)?;
-            } else if self.one_sided {
-                remote.read(&mut srv, owner, key, &mut v)?;
-            } else {
-                next_id = next_id.wrapping_add(1);
-                req.clear();
-                req.push(GET);
-                req.extend_from_slice(&next_id.to_le_bytes());
-                req.extend_from_slice(&key.to_le_bytes());
-                let r = srv.request(owner, &req, next_id)?;
-                v.copy_from_slice(&r[..VALUE_BYTES]);
-            }
+            next_id = next_id.wrapping_add(1);
+            read_value(&mut srv, &remote, owner, key, self.one_sided, next_id, &mut v)?;
             sums[owner] = sums[owner].wrapping_add(u64::from(record_crc(&v)));
         }
         // Serve the read-back of the others until all are through it.
@@ -589,12 +563,35 @@ impl KvJob {
                 bad[0]
             )));
         }
-        result.checked = true;
-        result.transport = srv.streams.transport().into();
-        result.bytes = self.ops * n as u64 * VALUE_BYTES as u64;
-        result.work = self.ops * n as u64;
-        Ok(result)
+        let ops = self.ops * n as u64;
+        Ok(result.checked(srv.streams.transport(), ops * VALUE_BYTES as u64, ops))
     }
+}
+
+/// Key `key`'s value into `v`: from this rank's own shard, with one-sided reads of its owner's
+/// table, or as a request to its owner (request id `id`).
+fn read_value(
+    srv: &mut Server<'_>,
+    remote: &Remote,
+    owner: usize,
+    key: u64,
+    one_sided: bool,
+    id: u32,
+    v: &mut [u8],
+) -> Result<(), EvalError> {
+    if owner == srv.me {
+        return srv.shard.get(key, v);
+    }
+    if one_sided {
+        return remote.read(srv, owner, key, v);
+    }
+    let mut req = Vec::with_capacity(13);
+    req.push(GET);
+    req.extend_from_slice(&id.to_le_bytes());
+    req.extend_from_slice(&key.to_le_bytes());
+    let r = srv.request(owner, &req, id)?;
+    v.copy_from_slice(r.get(..VALUE_BYTES).ok_or_else(|| EvalError::WrongOutput("kv: a short reply".into()))?);
+    Ok(())
 }
 
 /// Say this rank is through `stage`, and answer requests until every other rank said so too.

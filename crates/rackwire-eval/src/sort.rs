@@ -115,7 +115,7 @@ impl SortJob {
         let outp = output_path(&self.dir, g.job(), me);
         std::fs::write(&outp, &sorted).map_err(|e| io_err("writing", &outp, e))?;
         clock.end(g, "write")?;
-        let mut result = clock.finish(g)?;
+        let result = clock.finish(g)?;
 
         // Not timed: valsort on what was written.
         let written = std::fs::read(&outp).map_err(|e| io_err("reading", &outp, e))?;
@@ -128,11 +128,7 @@ impl SortJob {
         let parts: Vec<Summary> =
             all.chunks_exact(SUMMARY_BYTES).map(|c| Summary::from_bytes(c.try_into().expect("summary"))).collect();
         Summary::validate(&parts, self.records, in_sum_all)?;
-        result.checked = true;
-        result.transport = path.transport().into();
-        result.bytes = self.records * RECORD_BYTES as u64;
-        result.work = self.records;
-        Ok(result)
+        Ok(result.checked(path.transport(), self.records * RECORD_BYTES as u64, self.records))
     }
 }
 

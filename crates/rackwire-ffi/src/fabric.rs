@@ -15,7 +15,7 @@ use crate::types::*;
 /// RACKWIRE_SECRET, RACKWIRE_NAME, RACKWIRE_CONFIG, ...).
 #[no_mangle]
 pub extern "C" fn rw_fabric_join_env(out: *mut *mut RwFabric) -> RwStatus {
-    guard(|| boxed(out, RwFabric(std::sync::Arc::new(Fabric::join(FabricConfig::from_env()?)?)), "out"))
+    guard(|| boxed(out, RwFabric(Fabric::join(FabricConfig::from_env()?)?), "out"))
 }
 
 /// Join the fabric configured by a TOML file.
@@ -23,7 +23,7 @@ pub extern "C" fn rw_fabric_join_env(out: *mut *mut RwFabric) -> RwStatus {
 pub extern "C" fn rw_fabric_join_file(path: *const c_char, out: *mut *mut RwFabric) -> RwStatus {
     guard(|| {
         let cfg = FabricConfig::from_file(std::path::Path::new(text(path, "path")?))?;
-        boxed(out, RwFabric(std::sync::Arc::new(Fabric::join(cfg)?)), "out")
+        boxed(out, RwFabric(Fabric::join(cfg)?), "out")
     })
 }
 

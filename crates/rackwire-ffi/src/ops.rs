@@ -43,7 +43,19 @@ pub extern "C" fn rw_write(
     fl: RwOpFlags,
     out: *mut *mut RwOp,
 ) -> RwStatus {
-    start(out, || Ok(obj(c, "connection")?.0.write(&remote(target)?, offset, bytes(data, len, "data")?, flags(fl))))
+    start(out, || write_op(c, target, offset, data, len, fl))
+}
+
+/// The write `rw_write` and `rw_write_wait` start.
+fn write_op(
+    c: *const RwConn,
+    target: *const RwRemoteRegion,
+    offset: u64,
+    data: *const u8,
+    len: usize,
+    fl: RwOpFlags,
+) -> Result<Op, Fail> {
+    Ok(obj(c, "connection")?.0.write(&remote(target)?, offset, bytes(data, len, "data")?, flags(fl)))
 }
 
 /// Write `len` bytes at `offset` of the target region and wait until they are in place: a
@@ -58,7 +70,7 @@ pub extern "C" fn rw_write_wait(
     fl: RwOpFlags,
 ) -> RwStatus {
     guard(|| {
-        let op = obj(c, "connection")?.0.write(&remote(target)?, offset, bytes(data, len, "data")?, flags(fl));
+        let op = write_op(c, target, offset, data, len, fl)?;
         op.wait().map(drop).map_err(Fail::from)
     })
 }

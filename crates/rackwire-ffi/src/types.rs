@@ -4,7 +4,7 @@ use rackwire::{Completion, Conn, Error, Fabric, Op, Region};
 use rackwire_coll::Group;
 
 /// A fabric node: this process's membership of the fabric.
-pub struct RwFabric(pub(crate) std::sync::Arc<Fabric>);
+pub struct RwFabric(pub(crate) Fabric);
 /// A region of this node's memory.
 pub struct RwRegion(pub(crate) Region);
 /// A connection to a peer.

@@ -36,6 +36,24 @@ struct PeerTable {
     all: Arc<Vec<Peer>>,
 }
 
+/// The same connection (not merely one to the same node).
+fn same(a: &Peer, b: &Peer) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+impl PeerTable {
+    /// `p` is still one to reach its node by.
+    fn registered(&self, p: &Peer) -> bool {
+        self.by_node.get(&p.peer()).is_some_and(|v| v.iter().any(|q| same(q, p)))
+    }
+
+    /// The receive calls no longer look at `p`.
+    fn drop_from_all(&mut self, p: &Peer) {
+        let all: Vec<Peer> = self.all.iter().filter(|q| !same(q, p)).cloned().collect();
+        self.all = Arc::new(all);
+    }
+}
+
 /// Shared state of one node's membership in the fabric.
 pub(crate) struct Node {
     pub id: NodeId,
@@ -134,15 +152,13 @@ impl Node {
     pub(crate) fn remove_peer(&self, p: &Peer) {
         let mut t = write(&self.peers);
         if let Some(v) = t.by_node.get_mut(&p.peer()) {
-            v.retain(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p)));
+            v.retain(|q| !same(q, p));
             if v.is_empty() {
                 t.by_node.remove(&p.peer());
             }
         }
         if !p.unread() {
-            let all: Vec<Peer> =
-                t.all.iter().filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))).cloned().collect();
-            t.all = Arc::new(all);
+            t.drop_from_all(p);
         }
     }
 
@@ -152,15 +168,15 @@ impl Node {
         if p.is_alive() || p.unread() {
             return;
         }
-        let mut t = write(&self.peers);
-        if t.by_node.get(&p.peer()).is_some_and(|v| v.iter().any(|q| std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))))
-        {
-            // Still registered: its transport has not let it go yet.
+        // Still registered: its transport has not let it go yet. Looked at under the read lock
+        // first: a receive call passes here on every look while such a connection lingers.
+        if read(&self.peers).registered(p) {
             return;
         }
-        let all: Vec<Peer> =
-            t.all.iter().filter(|q| !std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(p))).cloned().collect();
-        t.all = Arc::new(all);
+        let mut t = write(&self.peers);
+        if !t.registered(p) {
+            t.drop_from_all(p);
+        }
     }
 
     /// Refuse grants to nodes the management host has never heard of. While it is down,
