@@ -17,17 +17,30 @@ use std::thread::JoinHandle;
 use tracing::{info, warn};
 
 use crate::auth::{self, from_hex, to_hex};
+use crate::identity::Identity;
 use crate::proto::*;
 use crate::server::{read_line, write_json};
 use crate::{check_name, MhError, HEARTBEAT_INTERVAL, MH_REQUEST_TIMEOUT};
 
 /// What kind of client this is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Role {
-    /// A fabric node: gets an id, is listed, heartbeats.
-    Node,
+    /// A fabric node, proving it is the node it names with its key pair: gets an id (bound
+    /// to its name and public key), is listed, heartbeats.
+    Node(Arc<Identity>),
     /// An inspection tool: reads only, gets no id.
     Observer,
+}
+
+impl Role {
+    fn is_node(&self) -> bool {
+        matches!(self, Role::Node(_))
+    }
+}
+
+/// What a node signs to prove to the management host that it holds its key.
+pub(crate) fn admission_message(server_nonce: &[u8], name: &str, key: &[u8]) -> Vec<u8> {
+    [b"rackwire-mh-node\0", server_nonce, &(name.len() as u32).to_le_bytes(), name.as_bytes(), key].concat()
 }
 
 /// Where the management host is and how to prove we belong.
@@ -118,11 +131,11 @@ fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
     let mut w = stream.try_clone().map_err(unavailable)?;
     let mut r = BufReader::new(stream);
     let nonce = auth::nonce();
-    let role = match cfg.role {
-        Role::Node => "node",
-        Role::Observer => "observer",
+    let (role, key) = match &cfg.role {
+        Role::Node(id) => ("node", Some(to_hex(&id.public()))),
+        Role::Observer => ("observer", None),
     };
-    write_json(&mut w, &Hello { name: cfg.name.clone(), role: role.into(), nonce: to_hex(&nonce) })
+    write_json(&mut w, &Hello { name: cfg.name.clone(), role: role.into(), nonce: to_hex(&nonce), key })
         .map_err(unavailable)?;
     let ch: Challenge = recv(&mut r)?;
     let ctx = cfg.name.as_bytes();
@@ -134,7 +147,11 @@ fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
     }
     let server_nonce = from_hex(&ch.nonce).ok_or_else(|| MhError::Protocol("bad server nonce".into()))?;
     let proof = auth::prove(&cfg.secret, "rackwire-mh-client", &server_nonce, ctx);
-    write_json(&mut w, &Proof { proof: to_hex(&proof) }).map_err(unavailable)?;
+    let signature = match &cfg.role {
+        Role::Node(id) => Some(to_hex(&id.sign(&admission_message(&server_nonce, &cfg.name, &id.public())))),
+        Role::Observer => None,
+    };
+    write_json(&mut w, &Proof { proof: to_hex(&proof), signature }).map_err(unavailable)?;
     match recv::<Admission>(&mut r)? {
         Admission::Welcome { node_id } => Ok((Session { w, r }, node_id)),
         Admission::Denied { reason } => Err(MhError::Denied(reason)),
@@ -201,11 +218,11 @@ impl MhClient {
         if cfg.secret.len() < auth::SECRET_BYTES_MIN {
             return Err(MhError::Config(format!("the secret must be at least {} bytes", auth::SECRET_BYTES_MIN)));
         }
-        if cfg.role == Role::Node {
+        if cfg.role.is_node() {
             check_name(&cfg.name)?;
         }
         let (session, node_id) = connect(&cfg)?;
-        let role = cfg.role;
+        let node = cfg.role.is_node();
         let inner = Arc::new(Inner {
             cfg,
             node_id,
@@ -215,7 +232,7 @@ impl MhClient {
             mine: Mutex::new(Mine::default()),
         });
         let stop = Arc::new(AtomicBool::new(false));
-        let heartbeat = (role == Role::Node).then(|| {
+        let heartbeat = node.then(|| {
             let weak = Arc::downgrade(&inner);
             let stop = stop.clone();
             std::thread::Builder::new()
@@ -395,8 +412,15 @@ mod tests {
     use super::*;
     use crate::ManagementHost;
 
+    /// A node key per name, the same every time.
+    fn key(name: &str) -> Arc<Identity> {
+        let mut seed = [0u8; 32];
+        seed[..name.len().min(32)].copy_from_slice(&name.as_bytes()[..name.len().min(32)]);
+        Arc::new(Identity::from_seed(&seed))
+    }
+
     fn cfg(addr: &str, secret: &[u8], name: &str) -> MhConfig {
-        MhConfig { addr: addr.into(), secret: secret.to_vec(), name: name.into(), role: Role::Node }
+        MhConfig { addr: addr.into(), secret: secret.to_vec(), name: name.into(), role: Role::Node(key(name)) }
     }
 
     // Checks admission: the right secret gets an id, the same name gets the same id again after
@@ -417,6 +441,57 @@ mod tests {
             MhClient::join(cfg(&addr, b"correct-secret", "a")).ok()
         });
         assert_eq!(again.unwrap().node_id(), id);
+    }
+
+    // Checks that a name is bound to the key it was first admitted with: after its node left,
+    // a client with the fabric secret but another key is refused under that name (and gets
+    // no id), while the node with its own key gets its id back; the other key can join under
+    // a name of its own. The bound key is what others see for the node.
+    #[test]
+    fn a_name_is_bound_to_its_first_key() {
+        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let addr = mh.addr().to_string();
+        let a = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
+        let id = a.node_id();
+        a.register(NodeInfo { host: "h".into(), key: "ff".repeat(32), ..NodeInfo::default() }).unwrap();
+        drop(a);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let impostor = MhConfig { role: Role::Node(key("not-a")), ..cfg(&addr, b"correct-secret", "a") };
+        match MhClient::join(impostor.clone()) {
+            Err(MhError::Denied(why)) => assert!(why.contains("bound to another"), "{why}"),
+            other => panic!("an impostor got in: {other:?}"),
+        }
+        let back = (0..100).find_map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            MhClient::join(cfg(&addr, b"correct-secret", "a")).ok()
+        });
+        assert_eq!(back.unwrap().node_id(), id, "the node with its key keeps its id");
+        let other = MhClient::join(MhConfig { name: "b".into(), ..impostor }).unwrap();
+        assert_ne!(other.node_id(), id);
+        let seen = other.resolve(id).unwrap();
+        assert_eq!(seen.key, to_hex(&key("a").public()), "the node's own key, not what it registered");
+    }
+
+    // Checks that a node may publish, unpublish and record grants only for its own regions:
+    // each such request about another node's region is refused, and the other node's
+    // publication stays.
+    #[test]
+    fn a_node_cannot_speak_for_another_nodes_regions() {
+        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let addr = mh.addr().to_string();
+        let a = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
+        let b = MhClient::join(cfg(&addr, b"correct-secret", "b")).unwrap();
+        let entry = RegionEntry { name: "ra".into(), node: a.node_id(), region: 1, key: "00".repeat(16), len: 64 };
+        a.publish(entry.clone()).unwrap();
+        assert!(matches!(b.publish(RegionEntry { name: "rb".into(), ..entry.clone() }), Err(MhError::Refused(_))));
+        assert!(matches!(b.unpublish("ra"), Err(MhError::Refused(_))));
+        let grant = GrantEntry { node: a.node_id(), region: 1, peer: b.node_id(), access: 3 };
+        b.record_grant(grant.clone());
+        a.record_grant(GrantEntry { peer: 99, ..grant });
+        let (regions, grants) = b.regions().unwrap();
+        assert_eq!(grants.iter().map(|g| g.peer).collect::<Vec<_>>(), vec![99], "only the owner's grant is recorded");
+        assert_eq!(regions.len(), 1);
+        assert_eq!(b.lookup("ra").unwrap().node, a.node_id());
     }
 
     // Checks that state survives a restart: a published region and a node's registration are

@@ -21,6 +21,10 @@ pub struct NodeInfo {
     pub links: Vec<String>,
     /// Process id, for operators.
     pub pid: u32,
+    /// The node's public key, hex (bound to its id and name at first admission; peers check
+    /// handshake signatures against it). Set by the management host, never by the node.
+    #[serde(default)]
+    pub key: String,
 }
 
 /// A node as the management host sees it.
@@ -91,6 +95,9 @@ pub struct Hello {
     pub role: String,
     /// Client nonce, hex.
     pub nonce: String,
+    /// A node's public key, hex (observers: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// The server's answer to [`Hello`].
@@ -107,6 +114,10 @@ pub struct Challenge {
 pub struct Proof {
     /// Hex proof.
     pub proof: String,
+    /// A node's signature, hex, with the key it named, of the server nonce, its name and key
+    /// (observers: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// The outcome of admission.

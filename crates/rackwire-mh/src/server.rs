@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tracing::{debug, info, warn};
 
 use crate::auth::{self, from_hex, to_hex};
+use crate::identity;
 use crate::jobs::{Jobs, Post};
 use crate::proto::*;
 use crate::state::Store;
@@ -218,16 +219,45 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
             if let Err(e) = check_name(&hello.name) {
                 return deny(w, &e.to_string());
             }
+            // The node proves it holds the private half of the key it names.
+            let Some(key) = hello.key.as_deref().and_then(identity::public_from_hex) else {
+                return deny(w, "a node must name its public key");
+            };
+            let signed = client_proof.signature.as_deref().and_then(from_hex).is_some_and(|sig| {
+                identity::verify(&key, &crate::client::admission_message(&server_nonce, &hello.name, &key), &sig)
+            });
+            if !signed {
+                warn!(name = %hello.name, "admission refused: the key's signature does not hold");
+                return deny(w, "the signature does not match the key named");
+            }
+            let key_hex = to_hex(&key);
             let mut store = lock(&shared.store);
-            let existing = store.state.nodes.values().find(|n| n.name == hello.name).map(|n| n.id);
+            let existing = store.state.nodes.values().find(|n| n.name == hello.name).map(|n| (n.id, n.key.clone()));
             let mut live = lock(&shared.live);
             let id = match existing {
-                Some(id) if live.contains_key(&id) => {
+                // A name is bound to the key it was first admitted with, whether or not its
+                // node is up: another key never gets its id (and with it the node's grants).
+                Some((_, bound)) if !bound.is_empty() && bound != key_hex => {
+                    drop(live);
+                    drop(store);
+                    warn!(name = %hello.name, "admission refused: the name is bound to another key");
+                    return deny(w, &format!("name {} is bound to another node's key", hello.name));
+                }
+                Some((id, _)) if live.contains_key(&id) => {
                     drop(live);
                     drop(store);
                     return deny(w, &format!("name {} is in use by a live node", hello.name));
                 }
-                Some(id) => id,
+                Some((id, bound)) => {
+                    if bound.is_empty() {
+                        // Recorded before names were bound to keys: bind it now.
+                        if let Some(n) = store.state.nodes.get_mut(&id) {
+                            n.key = key_hex;
+                        }
+                        store.save()?;
+                    }
+                    id
+                }
                 None => {
                     if store.state.nodes.len() >= NODES_MAX {
                         drop(live);
@@ -236,7 +266,8 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
                     }
                     let id = store.state.next_id;
                     store.state.next_id += 1;
-                    store.state.nodes.insert(id, NodeInfo { id, name: hello.name.clone(), ..NodeInfo::default() });
+                    let info = NodeInfo { id, name: hello.name.clone(), key: key_hex, ..NodeInfo::default() };
+                    store.state.nodes.insert(id, info);
                     store.save()?;
                     id
                 }
@@ -336,6 +367,7 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             let known = st.nodes.get(&me).ok_or_else(|| MhError::NotFound(format!("node {me}")))?;
             info.id = me;
             info.name = known.name.clone();
+            info.key = known.key.clone();
             if info.links.len() > 64 {
                 return Err(MhError::Refused("too many links".into()));
             }

@@ -104,7 +104,8 @@ mod tests {
     // taken.
     #[test]
     fn keeps_in_order_and_hands_back_the_rest() {
-        let mut conn = Connection::accept(Config::new(1, 1472), 2, b"s", [0; 32], 1, 0);
+        let mut conn =
+            Connection::accept(Config::new(1, 1472), 2, &crate::conn::test_credentials(), 1, [0; 32], [0; 32], 1, 0);
         let mut d = Delivery::new(&mut conn, 100, 2);
         assert!(d.keep(Event::Message { data: b"one".to_vec() }).is_none());
         assert!(d.keep(Event::Notification { region: 1, offset: 2, len: 3, imm: 4 }).is_none());

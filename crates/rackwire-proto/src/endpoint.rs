@@ -92,8 +92,9 @@ impl<S: Slot> Endpoint<S> {
     }
 
     /// A frame arrived on `link` from `from`: route it (opening a connection with `accept`
-    /// for a new peer's first handshake frame: it gets the local id and what the frame said)
-    /// and feed it to its connection.
+    /// for a new peer's first handshake frame: it gets the local id and what the frame said,
+    /// and gives `None` to leave the frame unanswered, for a peer whose node key it does not
+    /// know yet) and feed it to its connection.
     #[allow(clippy::too_many_arguments)]
     pub fn handle(
         &mut self,
@@ -102,7 +103,7 @@ impl<S: Slot> Endpoint<S> {
         from: S::Addr,
         frame: &[u8],
         target: &mut dyn Target,
-        accept: impl FnOnce(u32, Incoming) -> S,
+        accept: impl FnOnce(u32, Incoming) -> Option<S>,
     ) -> Routed {
         let Some((local, opened)) = self.route(link, frame, accept) else { return Routed::Dropped };
         let Some(s) = self.slots.get_mut(&local) else { return Routed::Dropped };
@@ -116,7 +117,12 @@ impl<S: Slot> Endpoint<S> {
     }
 
     /// The local id of a frame's connection, and whether it was just opened.
-    fn route(&mut self, link: usize, frame: &[u8], accept: impl FnOnce(u32, Incoming) -> S) -> Option<(u32, bool)> {
+    fn route(
+        &mut self,
+        link: usize,
+        frame: &[u8],
+        accept: impl FnOnce(u32, Incoming) -> Option<S>,
+    ) -> Option<(u32, bool)> {
         // Only the connection id and the kind are read here, unchecked: the connection checks
         // the whole frame (checksums included) once, and drops it if damaged.
         if frame.len() < HEADER_LEN {
@@ -139,7 +145,8 @@ impl<S: Slot> Endpoint<S> {
             return None;
         }
         let local = self.next_id();
-        self.slots.insert(local, accept(local, Incoming { peer: h.from, peer_conn: h.conn, links }));
+        let slot = accept(local, Incoming { peer: h.from, peer_conn: h.conn, links })?;
+        self.slots.insert(local, slot);
         self.accepted.insert((h.from, h.conn), local);
         Some((local, true))
     }

@@ -20,7 +20,10 @@
 //! # What it does
 //!
 //! - A handshake with mutual authentication by a shared secret (HMAC proofs over fresh nonces,
-//!   so nothing can be replayed), then operations: write, read, compare-and-swap,
+//!   so nothing can be replayed) and by node keys (Ed25519 signatures of the transcript,
+//!   checked against the key the caller knows for the peer), agreeing on keys that seal every
+//!   later frame (AES-128-GCM, each frame taken once: [`TRAILER_LEN`], [`REPLAY_WINDOW`]);
+//!   then operations: write, read, compare-and-swap,
 //!   fetch-and-add, messages, each cut into frames that fit the link MTU.
 //! - The target places each frame's payload at its offset as it arrives, after its own check
 //!   ([`Target`]); a refusal comes back to the initiator as a completion with its reason.
@@ -52,16 +55,18 @@ mod endpoint;
 mod link;
 mod ops;
 mod recv;
+mod seal;
 mod sent;
 mod stats;
 mod target;
 
 pub use bytes::Bytes;
 pub use config::Config;
-pub use conn::{CloseReason, Connection, Event, SplitTransmit, State, Transmit, GATHER_IN_FLIGHT_MIN};
+pub use conn::{CloseReason, Connection, Credentials, Event, SplitTransmit, State, Transmit, GATHER_IN_FLIGHT_MIN};
 pub use delivery::{Delivery, Note};
 pub use endpoint::{Endpoint, Incoming, Routed, Slot, CONNECTIONS_MAX};
 pub use ops::{AtomicOp, Completion, OpError, OpFlags, OpId, RegionRef};
+pub use seal::{REPLAY_WINDOW, TRAILER_LEN};
 pub use sent::SEND_SPAN_MAX;
 pub use stats::{ConnStats, LinkStats};
 pub use target::{Refusal, Target};

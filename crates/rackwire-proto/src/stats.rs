@@ -56,6 +56,15 @@ pub struct ConnStats {
     pub nacks_sent: u64,
     /// Frames dropped as malformed or damaged.
     pub malformed: u64,
+    /// Sealed frames whose tag did not hold (damaged, forged, or sealed under other keys):
+    /// dropped before anything in them was looked at.
+    pub forged: u64,
+    /// Sealed frames taken before (or older than the replay window): dropped.
+    pub replayed: u64,
+    /// Frames that came unsealed on a connection whose frames are sealed: dropped.
+    pub unsealed: u64,
+    /// Handshakes refused: a wrong fabric-secret proof, or a signature not by the peer's key.
+    pub handshakes_refused: u64,
     /// Answers sent riding ahead of another segment instead of in frames of their own.
     pub answers_packed: u64,
     /// Operations sent whole in a frame behind another operation's segment instead of in a

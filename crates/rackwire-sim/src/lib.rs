@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 
 pub mod fuzz;
+pub mod keys;
 pub mod net;
 pub mod pair;
 pub mod rng;

@@ -2,20 +2,26 @@
 //! without a network. The protocol tests and the fuzz bodies use it; the simulator's
 //! [`crate::World`] is the many-node, lossy version.
 
-use rackwire_proto::{Config, Connection, Event, State, Time};
+use rackwire_proto::{Config, Connection, Credentials, Event, State, Time};
 
-use crate::MemTarget;
+use crate::{keys, MemTarget};
 
 /// Node ids and connection ids of the two ends.
 pub const A_NODE: u32 = 1;
 /// See [`A_NODE`].
 pub const B_NODE: u32 = 2;
 
-/// `a` connecting to `b` (nothing exchanged yet), each with `secret`.
+/// `a` connecting to `b` (nothing exchanged yet), each with its secret and its own node key,
+/// frames unsealed (so that tests can forge and inspect them; [`connecting_as`] chooses).
 pub fn connecting(cfg: Config, secret_a: &[u8], secret_b: &[u8]) -> (Connection, Connection) {
-    let a = Connection::connect(cfg.clone(), A_NODE, B_NODE, secret_a, [1; 32], 11, 0);
-    let b = Connection::accept(cfg, B_NODE, secret_b, [2; 32], 22, 0);
-    (a, b)
+    connecting_as(cfg, &keys::unsealed(A_NODE, secret_a), &keys::unsealed(B_NODE, secret_b))
+}
+
+/// `a` connecting to `b` with the given credentials; each expects the other's own node key.
+pub fn connecting_as(cfg: Config, a: &Credentials, b: &Credentials) -> (Connection, Connection) {
+    let ca = Connection::connect(cfg.clone(), A_NODE, B_NODE, a, keys::public_key(B_NODE), [1; 32], 11, 0);
+    let cb = Connection::accept(cfg, B_NODE, b, A_NODE, keys::public_key(A_NODE), [2; 32], 22, 0);
+    (ca, cb)
 }
 
 /// Move every frame between two connections (link by link, 10 µs per hop) until quiet.

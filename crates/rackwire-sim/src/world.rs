@@ -9,7 +9,7 @@
 use rackwire_proto::{Config, Connection, Delivery, Endpoint, Event, Incoming, Routed, Slot, Time};
 
 use crate::net::{Flight, LinkParams, Wire};
-use crate::{MemTarget, Rng};
+use crate::{keys, MemTarget, Rng};
 
 /// The secret the simulated fabric uses.
 pub const SIM_SECRET: &[u8] = b"simulated-fabric-secret";
@@ -80,6 +80,8 @@ pub struct World {
     cfgs: Vec<Vec<Option<Config>>>,
     /// Each node's memory.
     pub targets: Vec<MemTarget>,
+    /// Each node's credentials.
+    creds: Vec<rackwire_proto::Credentials>,
     events: Vec<(Time, usize, usize, Event)>,
     /// Steps taken.
     pub steps: u64,
@@ -127,6 +129,7 @@ impl World {
             }
         }
         let mut eps: Vec<Endpoint<SimConn>> = (0..nodes).map(|i| Endpoint::new(node_id(i), links)).collect();
+        let creds: Vec<_> = (0..nodes).map(|i| keys::credentials(node_id(i), SIM_SECRET)).collect();
         let mut index: Vec<Vec<Option<u32>>> = vec![vec![None; nodes]; nodes];
         let mut cfgs: Vec<Vec<Option<Config>>> = vec![vec![None; nodes]; nodes];
         #[allow(clippy::needless_range_loop)] // pairs (i, j) index a matrix
@@ -138,7 +141,16 @@ impl World {
                 cfgs[j][i] = Some(c.clone());
                 let nonce = rng.bytes32();
                 let local = eps[i].open(|local| SimConn {
-                    conn: Connection::connect(c, node_id(i), node_id(j), SIM_SECRET, nonce, local, 0),
+                    conn: Connection::connect(
+                        c,
+                        node_id(i),
+                        node_id(j),
+                        &creds[i],
+                        keys::public_key(node_id(j)),
+                        nonce,
+                        local,
+                        0,
+                    ),
                     peer: j,
                     addrs: vec![Some(j); links],
                     delivery: None,
@@ -158,6 +170,7 @@ impl World {
             index,
             cfgs,
             targets,
+            creds,
             events: Vec::new(),
             steps: 0,
             steps_now: 0,
@@ -187,16 +200,22 @@ impl World {
     fn deliver(&mut self, to: usize, from: usize, link: usize, frame: &[u8]) {
         let now = self.now;
         self.targets[to].now = now;
-        let (rng, cfgs) = (&mut self.rng, &self.cfgs);
+        let (rng, cfgs, creds) = (&mut self.rng, &self.cfgs, &self.creds);
         let accept = |local, inc: Incoming| {
             let peer = inc.peer as usize - 1;
             let cfg = cfgs[to][peer].clone().expect("a configuration for every pair");
-            SimConn {
-                conn: Connection::accept(cfg, node_id(to), SIM_SECRET, rng.bytes32(), local, now),
-                peer,
-                addrs: vec![None; inc.links],
-                delivery: None,
-            }
+            let creds = &creds[to];
+            let conn = Connection::accept(
+                cfg,
+                node_id(to),
+                creds,
+                inc.peer,
+                keys::public_key(inc.peer),
+                rng.bytes32(),
+                local,
+                now,
+            );
+            Some(SimConn { conn, peer, addrs: vec![None; inc.links], delivery: None })
         };
         if let Routed::Accepted(local) = self.eps[to].handle(now, link, from, frame, &mut self.targets[to], accept) {
             let peer = self.eps[to].get(local).map(|s| s.peer).expect("just opened");

@@ -4,7 +4,7 @@
 use rackwire_proto::{Config, Connection, Endpoint, Event, Incoming, OpFlags, RegionRef, Routed, State, Time};
 use rackwire_sim::pair::events;
 use rackwire_sim::world::SimConn;
-use rackwire_sim::MemTarget;
+use rackwire_sim::{keys, MemTarget};
 
 const MTU: usize = 1472;
 const SECRET: &[u8] = b"endpoint-test-secret";
@@ -21,10 +21,20 @@ impl Node {
         Node { id, ep: Endpoint::new(id, links), mem: MemTarget::default() }
     }
 
-    fn accept(id: u32) -> impl FnOnce(u32, Incoming) -> SimConn {
+    fn accept(id: u32) -> impl FnOnce(u32, Incoming) -> Option<SimConn> {
         move |local, i| {
-            let conn = Connection::accept(Config::new(i.links, MTU), id, SECRET, [9; 32], local, 0);
-            SimConn::new(conn, i.peer as usize, vec![None; i.links])
+            let creds = keys::credentials(id, SECRET);
+            let conn = Connection::accept(
+                Config::new(i.links, MTU),
+                id,
+                &creds,
+                i.peer,
+                keys::public_key(i.peer),
+                [9; 32],
+                local,
+                0,
+            );
+            Some(SimConn::new(conn, i.peer as usize, vec![None; i.links]))
         }
     }
 
@@ -81,7 +91,20 @@ fn a_first_handshake_opens_one_connection_and_frames_find_it() {
     let local = nodes[0]
         .ep
         .open(|local| {
-            SimConn::new(Connection::connect(Config::new(2, MTU), 1, 2, SECRET, [1; 32], local, 0), 2, vec![Some(2); 2])
+            SimConn::new(
+                Connection::connect(
+                    Config::new(2, MTU),
+                    1,
+                    2,
+                    &keys::credentials(1, SECRET),
+                    keys::public_key(2),
+                    [1; 32],
+                    local,
+                    0,
+                ),
+                2,
+                vec![Some(2); 2],
+            )
         })
         .unwrap();
     // The first frame, kept to be sent again later.
@@ -113,7 +136,20 @@ fn frames_for_no_connection_of_this_node_are_dropped() {
     let mut three = Node::new(3, 2);
     let mut one = Node::new(1, 2);
     one.ep.open(|local| {
-        SimConn::new(Connection::connect(Config::new(1, MTU), 1, 2, SECRET, [1; 32], local, 0), 2, vec![Some(2)])
+        SimConn::new(
+            Connection::connect(
+                Config::new(1, MTU),
+                1,
+                2,
+                &keys::credentials(1, SECRET),
+                keys::public_key(2),
+                [1; 32],
+                local,
+                0,
+            ),
+            2,
+            vec![Some(2)],
+        )
     });
     let (_, link, hello_to_2) = one.out(0).remove(0);
     assert_eq!(three.take(10, link, 1, &hello_to_2), Routed::Dropped, "a hello for node 2");

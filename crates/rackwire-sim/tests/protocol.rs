@@ -7,7 +7,7 @@ use rackwire_proto::{
 use rackwire_sim::net::LinkParams;
 use rackwire_sim::pair::{connecting, drain, established, events, pump};
 use rackwire_sim::world::node_id;
-use rackwire_sim::{MemTarget, World};
+use rackwire_sim::{keys, MemTarget, World};
 
 const MTU: usize = 1472;
 
@@ -35,7 +35,8 @@ fn replayed_handshake_is_refused() {
     let recorded = pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
     assert_eq!(a.state(), State::Established);
     assert_eq!(b.state(), State::Established);
-    let mut fresh = Connection::accept(cfg, 2, b"shared-secret", [3; 32], 33, now);
+    let mut fresh =
+        Connection::accept(cfg, 2, &keys::unsealed(2, b"shared-secret"), 1, keys::public_key(1), [3; 32], 33, now);
     for (link, frame) in &recorded {
         fresh.handle_frame(now, *link, frame, &mut tb);
         let mut buf = vec![0u8; 65536];
@@ -109,7 +110,7 @@ fn pair(cfg: Config, len: usize) -> (Connection, Connection, MemTarget, MemTarge
 
 // Checks the short segment header: a write's first frame carries the full 56-byte segment
 // header and its later frames the 12-byte one (44 more body bytes each, every frame within the
-// MTU); delivered last-first, the later frames are kept (counted as stashed) until the first
+// MTU, less the room of a sealed frame's trailer: these frames go unsealed); delivered last-first, the later frames are kept (counted as stashed) until the first
 // arrives, then all bytes land exactly and the write completes.
 #[test]
 fn later_fragments_ahead_of_the_first_are_kept_and_placed() {
@@ -119,8 +120,9 @@ fn later_fragments_ahead_of_the_first_are_kept_and_placed() {
     let frames = drain(&mut a, now);
     let lens: Vec<usize> = frames.iter().map(|(_, f)| f.len()).collect();
     let header = rackwire_wire::HEADER_LEN;
-    assert_eq!(lens[0], MTU, "first frame full: {lens:?}");
-    assert_eq!(lens[1], MTU, "later frames full too: {lens:?}");
+    let full = MTU - rackwire_proto::TRAILER_LEN;
+    assert_eq!(lens[0], full, "first frame full: {lens:?}");
+    assert_eq!(lens[1], full, "later frames full too: {lens:?}");
     let bodies: usize = lens[1..].iter().map(|l| l - header - rackwire_wire::SEGMENT_SHORT_LEN).sum::<usize>()
         + (lens[0] - header - rackwire_wire::SEGMENT_LEN);
     assert_eq!(bodies, data.len(), "body bytes add up to the write");
@@ -489,8 +491,26 @@ fn close_tells_the_peer_and_fails_pending_operations() {
 // cut 8972-byte frames), and the write lands whole.
 #[test]
 fn ends_with_different_mtus_agree_on_the_smaller() {
-    let mut a = Connection::connect(Config::new(2, 8972), 1, 2, b"shared-secret", [1; 32], 11, 0);
-    let mut b = Connection::accept(Config::new(2, MTU), 2, b"shared-secret", [2; 32], 22, 0);
+    let mut a = Connection::connect(
+        Config::new(2, 8972),
+        1,
+        2,
+        &keys::unsealed(1, b"shared-secret"),
+        keys::public_key(2),
+        [1; 32],
+        11,
+        0,
+    );
+    let mut b = Connection::accept(
+        Config::new(2, MTU),
+        2,
+        &keys::unsealed(2, b"shared-secret"),
+        1,
+        keys::public_key(1),
+        [2; 32],
+        22,
+        0,
+    );
     let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
     tb.add_region(5, 55, 65536, &[1]);
     assert_eq!(a.frame_max(), 8972, "before the handshake: its own links' size");
@@ -532,8 +552,26 @@ fn ends_with_different_mtus_agree_on_the_smaller() {
 // whose frames were agreed keeps its window.
 #[test]
 fn windows_follow_the_agreed_frame_size() {
-    let mut a = Connection::connect(Config::new(1, 8972), 1, 2, b"shared-secret", [1; 32], 11, 0);
-    let mut b = Connection::accept(Config::new(1, MTU), 2, b"shared-secret", [2; 32], 22, 0);
+    let mut a = Connection::connect(
+        Config::new(1, 8972),
+        1,
+        2,
+        &keys::unsealed(1, b"shared-secret"),
+        keys::public_key(2),
+        [1; 32],
+        11,
+        0,
+    );
+    let mut b = Connection::accept(
+        Config::new(1, MTU),
+        2,
+        &keys::unsealed(2, b"shared-secret"),
+        1,
+        keys::public_key(1),
+        [2; 32],
+        22,
+        0,
+    );
     let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
     tb.add_region(5, 55, 1 << 20, &[1]);
     pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);

@@ -13,6 +13,10 @@
 //!   (cumulative acknowledgement, piggybacked on any frame);
 //! - `ts`: the sender's clock in microseconds (low 32 bits), echoed for round-trip times;
 //! - `pay crc`: CRC32C of the payload; `hdr crc`: CRC32C of bytes 0..28.
+//!
+//! A frame with flag `SEALED` is followed by a trailer: a 64-bit counter and a 16-byte
+//! authentication tag (see `rackwire_proto`'s sealing); its payload is then ciphertext, and
+//! `pay crc` is over the plaintext.
 
 use crate::error::{need, WireError};
 
@@ -21,11 +25,15 @@ pub const HEADER_LEN: usize = 32;
 /// The largest payload a frame can carry (the length field is 16 bits).
 pub const PAYLOAD_LEN_MAX: usize = u16::MAX as usize;
 /// Protocol version spoken by this build.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 const MAGIC: u16 = 0x5257; // "RW"
 
 /// Header flag: the `ack` field is valid.
 pub const FLAG_ACK: u8 = 1;
+/// Bytes after a sealed frame's payload: a 64-bit counter and a 16-byte tag.
+pub const SEALED_TRAILER_LEN: usize = 24;
+/// Header flag: the payload is sealed (encrypted and authenticated) and a trailer follows it.
+pub const FLAG_SEALED: u8 = 2;
 
 mod field {
     use std::ops::Range;
@@ -169,6 +177,10 @@ impl<T: AsRef<[u8]>> Frame<T> {
     pub fn ack(&self) -> u32 {
         be32(self.buffer.as_ref(), field::ACK)
     }
+    /// Whether the frame is sealed ([`FLAG_SEALED`]).
+    pub fn sealed(&self) -> bool {
+        self.flags() & FLAG_SEALED != 0
+    }
     /// Sender's timestamp, µs.
     pub fn ts(&self) -> u32 {
         be32(self.buffer.as_ref(), field::TS)
@@ -204,6 +216,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     /// Set the sequence number (then [`Frame::fill_checksums`]): for tests that forge frames.
     pub fn set_seq(&mut self, seq: u32) {
         self.put(field::SEQ, &seq.to_be_bytes());
+    }
+
+    /// Mark the frame sealed and renew the header checksum (the sealing step, after
+    /// [`Frame::fill_checksums`]).
+    pub fn set_sealed(&mut self) {
+        self.buffer.as_mut()[field::FLAGS] |= FLAG_SEALED;
+        let hc = crate::crc::crc32c(&self.buffer.as_ref()[..field::HEADER_CRC.start]);
+        self.put(field::HEADER_CRC, &hc.to_be_bytes());
     }
 
     /// Make the buffer, whatever its bytes, a frame that passes the header checks: magic,
@@ -255,7 +275,7 @@ impl FrameRepr {
     /// Read a checked frame's header.
     pub fn parse<T: AsRef<[u8]>>(f: &Frame<T>) -> Result<Self, WireError> {
         let flags = f.flags();
-        if flags & !FLAG_ACK != 0 {
+        if flags & !(FLAG_ACK | FLAG_SEALED) != 0 {
             return Err(WireError::BadValue { field: "flags" });
         }
         Ok(FrameRepr {
@@ -333,7 +353,7 @@ mod tests {
     #[test]
     fn header_bytes_are_as_documented() {
         let (repr, buf) = sample();
-        assert_eq!(&buf[..24], &[0x52, 0x57, 1, 1, 1, 2, 0, 3, 1, 2, 3, 4, 0, 0, 0, 7, 0, 0, 0, 5, 0, 0, 0, 99]);
+        assert_eq!(&buf[..24], &[0x52, 0x57, 2, 1, 1, 2, 0, 3, 1, 2, 3, 4, 0, 0, 0, 7, 0, 0, 0, 5, 0, 0, 0, 99]);
         assert_eq!(&buf[24..28], &crate::crc::crc32c(b"abc").to_be_bytes());
         assert_eq!(&buf[28..32], &crate::crc::crc32c(&buf[..28]).to_be_bytes());
         let f = Frame::new_checked(&buf[..]).unwrap();

@@ -15,10 +15,11 @@ pub mod auth;
 pub mod crc;
 mod error;
 pub mod frame;
+pub mod identity;
 pub mod payload;
 
 pub use error::WireError;
-pub use frame::{Frame, FrameKind, FrameRepr, HEADER_LEN};
+pub use frame::{Frame, FrameKind, FrameRepr, FLAG_SEALED, HEADER_LEN, SEALED_TRAILER_LEN};
 pub use payload::{
     segments, AckRepr, CloseRepr, HandshakeRepr, HandshakeStep, ProbeRepr, RangesRepr, SegKind, Segment, SegmentRepr,
     Segments, ACK_DUP_RANGES_MAX, ACK_RANGES_MAX, SEGMENTS_PER_FRAME_MAX, SEGMENT_LEN, SEGMENT_SHORT_LEN, SEG_MORE,

@@ -68,6 +68,15 @@ pub struct FabricConfig {
     /// too (a virtual rack gives a second rack, or a remote host, a domain of its own, so it is
     /// reached over Ethernet only). Empty: the machine is one domain.
     pub memory_domain: String,
+    /// Where this node keeps what must outlive it: its key pair (`keys/NAME.key`), made on
+    /// first join and reused on every restart, so the node keeps its id and its grants.
+    /// Default: `RACKWIRE_STATE_DIR`, else `$XDG_STATE_HOME/rackwire`, else
+    /// `~/.local/state/rackwire`.
+    pub state_dir: Option<PathBuf>,
+    /// Seal edge frames (encrypted and authenticated under keys from the handshake; see
+    /// `rackwire_proto`). Frames go unsealed only when both ends turn this off, which is for
+    /// measuring what sealing costs (`RACKWIRE_SEAL=off`, `seal_frames = false`).
+    pub seal_frames: bool,
 }
 
 /// Default frame size on edge links: a 1500-byte Ethernet MTU less IPv4 and UDP headers.
@@ -102,6 +111,8 @@ struct FileConfig {
     links: Option<Vec<String>>,
     link_mtu: Option<usize>,
     faults: Option<String>,
+    state_dir: Option<PathBuf>,
+    seal_frames: Option<bool>,
 }
 
 fn default_name() -> String {
@@ -129,6 +140,8 @@ impl FabricConfig {
             memory_domain: String::new(),
             link_mtu: LINK_MTU_DEFAULT,
             faults: None,
+            state_dir: None,
+            seal_frames: true,
         }
     }
 
@@ -145,6 +158,10 @@ impl FabricConfig {
             c.secret = read_secret_file(&p)?;
         }
         c.runtime_dir = f.runtime_dir;
+        c.state_dir = f.state_dir;
+        if let Some(b) = f.seal_frames {
+            c.seal_frames = b;
+        }
         if let Some(n) = f.copy_channels {
             c.copy_channels = n;
         }
@@ -208,6 +225,16 @@ impl FabricConfig {
                 other => return Err(Error::Config(format!("RACKWIRE_TRANSPORT={other:?}: use auto, shm or edge"))),
             };
         }
+        if let Some(p) = std::env::var_os("RACKWIRE_STATE_DIR") {
+            c.state_dir = Some(PathBuf::from(p));
+        }
+        if let Ok(v) = std::env::var("RACKWIRE_SEAL") {
+            c.seal_frames = match v.as_str() {
+                "on" | "1" | "true" => true,
+                "off" | "0" | "false" => false,
+                other => return Err(Error::Config(format!("RACKWIRE_SEAL={other:?}: use on or off"))),
+            };
+        }
         if let Ok(v) = std::env::var("RACKWIRE_FAULTS") {
             c.faults = Some(v.parse().map_err(|e| Error::Config(format!("RACKWIRE_FAULTS: {e}")))?);
         }
@@ -243,6 +270,18 @@ impl FabricConfig {
             return Err(Error::Config(format!("copy_channels must be 1..={}", rackwire_shm::COPY_CHANNELS_MAX)));
         }
         Ok(())
+    }
+
+    /// The file holding this node's key pair (see [`FabricConfig::state_dir`]).
+    pub fn key_path(&self) -> PathBuf {
+        let dir = self
+            .state_dir
+            .clone()
+            .or_else(|| std::env::var_os("RACKWIRE_STATE_DIR").map(PathBuf::from))
+            .or_else(|| std::env::var_os("XDG_STATE_HOME").map(|d| PathBuf::from(d).join("rackwire")))
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/rackwire")))
+            .unwrap_or_else(|| self.runtime_dir().join("state"));
+        dir.join("keys").join(format!("{}.key", self.name))
     }
 
     /// The folder for this node's endpoint socket.

@@ -68,7 +68,7 @@ fn connect(f: &Arc<Node>, edge: Option<&Arc<EdgeEndpoint>>, node: NodeId) -> Res
             };
             return Err(Error::Unreachable { node, why: why.into() });
         };
-        let p = ep.connect(&info)?;
+        let p = ep.connect(&info, f.peer_key(&info)?)?;
         f.add_peer(p.clone())?;
         return Ok(p);
     }
@@ -117,11 +117,16 @@ impl Fabric {
     /// shared-memory endpoint and register it.
     pub fn join(cfg: FabricConfig) -> Result<Fabric, Error> {
         cfg.validate()?;
+        let key_path = cfg.key_path();
+        let identity = Arc::new(
+            rackwire_mh::identity::Identity::load_or_create(&key_path)
+                .map_err(|e| Error::Config(format!("this node's key pair: {e}")))?,
+        );
         let mh = MhClient::join(MhConfig {
             addr: cfg.mh.clone(),
             secret: cfg.secret.clone(),
             name: cfg.name.clone(),
-            role: Role::Node,
+            role: Role::Node(identity.clone()),
         })?;
         let id = mh.node_id();
         let dir = cfg.runtime_dir();
@@ -143,7 +148,7 @@ impl Fabric {
         };
         let doorbell = Doorbell::new()?;
         let copy = CopyEngine::new(cfg.copy_channels);
-        let inner = Node::new(id, cfg, mh, host, doorbell, copy, endpoint.clone());
+        let inner = Node::new(id, cfg, mh, identity, host, doorbell, copy, endpoint.clone());
         let (mut links, mut edge) = (Vec::new(), None);
         if !inner.cfg.links.is_empty() {
             let ep = EdgeEndpoint::start(&inner)?;

@@ -6,12 +6,13 @@
 //! only as [`PeerTransport`]s and the edge transport only as a [`Drive`]. [`crate::Fabric`], on
 //! top, chooses and starts the transports.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use rackwire_mh::{MhClient, MhError};
+use rackwire_mh::identity::{self, Identity, PublicKey};
+use rackwire_mh::{MhClient, MhError, NodeInfo};
 use rackwire_shm::{CopyEngine, Doorbell, Endpoint};
 
 use crate::grants::{Acl, RegionInner, RegionTable};
@@ -23,6 +24,8 @@ use crate::{Error, FabricConfig, NodeId, PEERS_MAX};
 /// How long a blocked receiver sleeps at most before it looks again (covers peers that
 /// joined after it went to sleep).
 const DOORBELL_SLICE: Duration = Duration::from_millis(10);
+/// Lookups of unknown peers' node keys under way at once (each on a thread of its own).
+const KEY_FETCHES_MAX: usize = 16;
 /// How long a freed region's peers have to confirm they unmapped it.
 const FREE_UNMAP_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -59,6 +62,13 @@ pub(crate) struct Node {
     pub id: NodeId,
     pub cfg: FabricConfig,
     pub mh: MhClient,
+    /// This node's key pair.
+    pub identity: Arc<Identity>,
+    /// Peers' node keys as the management host recorded them, kept for the node's life (so
+    /// known peers connect while the management host is down).
+    peer_keys: Mutex<HashMap<NodeId, PublicKey>>,
+    /// Peers whose keys are being looked up.
+    key_fetches: Mutex<HashSet<NodeId>>,
     /// Which memory this node shares: nodes with the same string reach each other over
     /// shared memory.
     pub host: String,
@@ -85,6 +95,7 @@ impl Node {
         id: NodeId,
         cfg: FabricConfig,
         mh: MhClient,
+        identity: Arc<Identity>,
         host: String,
         doorbell: Doorbell,
         copy: CopyEngine,
@@ -94,6 +105,9 @@ impl Node {
             id,
             cfg,
             mh,
+            identity,
+            peer_keys: Mutex::new(HashMap::new()),
+            key_fetches: Mutex::new(HashSet::new()),
             host,
             regions: Arc::new(RegionTable::default()),
             next_region: AtomicU32::new(1),
@@ -107,6 +121,50 @@ impl Node {
             weak: weak.clone(),
             driver: OnceLock::new(),
         })
+    }
+
+    /// The node key the management host recorded for `info`'s node (remembered), or, for a
+    /// record that carries none, the one remembered.
+    pub(crate) fn peer_key(&self, info: &NodeInfo) -> Result<PublicKey, Error> {
+        match identity::public_from_hex(&info.key) {
+            Some(k) => {
+                lock(&self.peer_keys).insert(info.id, k);
+                Ok(k)
+            }
+            None => lock(&self.peer_keys).get(&info.id).copied().ok_or_else(|| Error::Unreachable {
+                node: info.id,
+                why: "the management host has no node key on record for it".into(),
+            }),
+        }
+    }
+
+    /// The node key known for `peer` without waiting; when there is none yet, a lookup starts
+    /// in the background (so the peer's next attempt finds it) and the answer is `None`.
+    pub(crate) fn known_peer_key(&self, peer: NodeId) -> Option<PublicKey> {
+        if let Some(k) = lock(&self.peer_keys).get(&peer) {
+            return Some(*k);
+        }
+        {
+            let mut f = lock(&self.key_fetches);
+            if f.len() >= KEY_FETCHES_MAX || !f.insert(peer) {
+                return None;
+            }
+        }
+        let weak = self.weak.clone();
+        let spawned = std::thread::Builder::new().name("rw-peer-key".into()).spawn(move || {
+            let Some(node) = weak.upgrade() else { return };
+            match node.mh.resolve(peer) {
+                Ok(info) => {
+                    let _ = node.peer_key(&info);
+                }
+                Err(e) => tracing::debug!(peer, "looking up a peer's node key: {e}"),
+            }
+            lock(&node.key_fetches).remove(&peer);
+        });
+        if spawned.is_err() {
+            lock(&self.key_fetches).remove(&peer);
+        }
+        None
     }
 
     /// The next position for a poller that rotates over the peers.

@@ -8,9 +8,12 @@ use rackwire_wire::{
     SEGMENT_SHORT_LEN,
 };
 
+use rackwire_wire::HEADER_LEN;
+
 use super::{unwrap_seq, CloseReason, Connection, Event, State};
 use crate::ops::WriteOutcome;
 use crate::recv::Arrival;
+use crate::seal::Unsealed;
 use crate::{AtomicOp, Completion, OpError, OpId, Refusal, Target, Time};
 
 /// What a segment hands the application once it acts: message bytes, and notifications.
@@ -21,8 +24,31 @@ pub(super) fn handed_over((s, body): &(SegmentRepr, &[u8])) -> (usize, usize) {
 }
 
 impl Connection {
-    /// A frame arrived on `link`. Damaged, malformed or foreign frames are counted and dropped.
+    /// A frame arrived on `link`. Damaged, malformed, foreign, forged or replayed frames are
+    /// counted and dropped.
     pub fn handle_frame(&mut self, now: Time, link: usize, bytes: &[u8], target: &mut dyn Target) {
+        // On a sealed connection only handshake frames (which carry their own proofs, and
+        // change nothing once the handshake is over) come unsealed; everything else is opened
+        // first, and what does not open is dropped unread.
+        let sealed = bytes.len() >= HEADER_LEN && Frame::new_unchecked(bytes).sealed();
+        match (&mut self.keys, sealed) {
+            (Some(keys), true) => {
+                let mut opened = std::mem::take(&mut self.opened);
+                match keys.open(bytes, &mut opened) {
+                    Ok(()) => self.handle_plain(now, link, &opened, target),
+                    Err(Unsealed::Forged) => self.stats.forged += 1,
+                    Err(Unsealed::Replayed) => self.stats.replayed += 1,
+                    Err(Unsealed::Malformed) => self.stats.malformed += 1,
+                }
+                self.opened = opened;
+            }
+            (None, true) => self.stats.forged += 1,
+            (Some(_), false) if Frame::new_unchecked(bytes).kind() != FrameKind::Handshake => self.stats.unsealed += 1,
+            _ => self.handle_plain(now, link, bytes, target),
+        }
+    }
+
+    fn handle_plain(&mut self, now: Time, link: usize, bytes: &[u8], target: &mut dyn Target) {
         let Ok(frame) = Frame::new_checked(bytes) else {
             self.stats.malformed += 1;
             return;

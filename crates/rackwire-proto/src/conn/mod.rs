@@ -17,6 +17,10 @@ use rackwire_wire::{HandshakeStep, SegmentRepr, SEGMENTS_PER_FRAME_MAX};
 
 use bytes::Bytes;
 
+pub use handshake::Credentials;
+use handshake::Handshake;
+use rackwire_wire::identity::PublicKey;
+
 use crate::chunk::DataPayload;
 use crate::link::Link;
 use crate::ops::{Body, Incomings, Ops};
@@ -49,7 +53,8 @@ pub enum CloseReason {
     Peer(u8),
     /// Nothing heard from the peer on any link for the idle timeout.
     IdleTimeout,
-    /// The peer could not prove it holds the secret (or we could not).
+    /// The peer could not prove it holds the secret or is the node it claims to be (or we
+    /// could not).
     AuthFailed,
 }
 
@@ -149,7 +154,12 @@ pub struct Connection {
     state: State,
     me: u32,
     peer: u32,
-    secret: Vec<u8>,
+    /// Credentials, the peer's key, the ephemeral keys and signatures.
+    hs: Handshake,
+    /// The frame keys, once agreed (none: frames go unsealed).
+    keys: Option<Box<crate::seal::Keys>>,
+    /// Where a sealed frame is opened.
+    opened: Vec<u8>,
     local_conn: u32,
     peer_conn: u32,
     my_nonce: [u8; 32],
@@ -204,8 +214,11 @@ impl std::fmt::Debug for Connection {
 
 /// The payload of this end's largest frame: its smallest link's, since any frame may be sent
 /// again on any link.
+/// Room for a sealed frame's trailer is kept whether or not frames end up sealed (that is
+/// agreed in the handshake, after this end announced its frame size).
 fn own_payload_max(cfg: &Config) -> usize {
-    (0..cfg.links).map(|l| cfg.payload_max(l)).min().unwrap_or(0).min(PAYLOAD_LEN_MAX)
+    let max = (0..cfg.links).map(|l| cfg.payload_max(l)).min().unwrap_or(0);
+    max.saturating_sub(crate::seal::TRAILER_LEN).min(PAYLOAD_LEN_MAX)
 }
 
 /// Room left in the application's queues (see [`Connection::set_delivery_room`]), and the
@@ -292,7 +305,8 @@ impl Connection {
         role: Role,
         me: u32,
         peer: u32,
-        secret: &[u8],
+        creds: &Credentials,
+        peer_key: PublicKey,
         nonce: [u8; 32],
         local_conn: u32,
         now: Time,
@@ -306,7 +320,16 @@ impl Connection {
             state: State::Handshaking,
             me,
             peer,
-            secret: secret.to_vec(),
+            hs: Handshake {
+                creds: creds.clone(),
+                peer_key,
+                ephemeral: crate::seal::Ephemeral::generate(),
+                their_ephemeral: [0; 32],
+                their_seal: false,
+                signature: None,
+            },
+            keys: None,
+            opened: Vec::new(),
             local_conn,
             peer_conn: 0,
             my_nonce: nonce,
@@ -340,25 +363,38 @@ impl Connection {
         }
     }
 
-    /// Start a connection from node `me` to node `peer`. `nonce` must be fresh random bytes;
-    /// `local_conn` is this side's connection id (nonzero), which the peer puts in its frames.
-    /// Panics if `cfg` does not validate (check it first with [`Config::validate`]).
+    /// Start a connection from node `me` to node `peer`, whose node key is `peer_key`.
+    /// `nonce` must be fresh random bytes; `local_conn` is this side's connection id (nonzero),
+    /// which the peer puts in its frames. Panics if `cfg` does not validate (check it first
+    /// with [`Config::validate`]).
     #[allow(clippy::too_many_arguments)]
     pub fn connect(
         cfg: Config,
         me: u32,
         peer: u32,
-        secret: &[u8],
+        creds: &Credentials,
+        peer_key: PublicKey,
         nonce: [u8; 32],
         local_conn: u32,
         now: Time,
     ) -> Self {
-        Self::new(cfg, Role::Initiator, me, peer, secret, nonce, local_conn, now)
+        Self::new(cfg, Role::Initiator, me, peer, creds, peer_key, nonce, local_conn, now)
     }
 
-    /// Wait for a connection to node `me` from any node holding the secret.
-    pub fn accept(cfg: Config, me: u32, secret: &[u8], nonce: [u8; 32], local_conn: u32, now: Time) -> Self {
-        Self::new(cfg, Role::Acceptor, me, 0, secret, nonce, local_conn, now)
+    /// Answer node `peer`'s connection to node `me` (its first handshake frame named both): it
+    /// must prove it holds the fabric secret and the private half of `peer_key`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accept(
+        cfg: Config,
+        me: u32,
+        creds: &Credentials,
+        peer: u32,
+        peer_key: PublicKey,
+        nonce: [u8; 32],
+        local_conn: u32,
+        now: Time,
+    ) -> Self {
+        Self::new(cfg, Role::Acceptor, me, peer, creds, peer_key, nonce, local_conn, now)
     }
 
     /// Where it is.
@@ -550,6 +586,12 @@ impl Connection {
     }
 }
 
+/// Credentials for unit tests that never complete a handshake.
+#[cfg(test)]
+pub(crate) fn test_credentials() -> Credentials {
+    Credentials::new(b"s", std::sync::Arc::new(rackwire_wire::identity::Identity::from_seed(&[7; 32])))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,7 +615,8 @@ mod room_tests {
     // simulator with a bound of one notification), and the room never goes below zero.
     #[test]
     fn oversize_frames_are_taken_only_by_empty_queues() {
-        let mut c = Connection::accept(Config::new(1, 1472), 2, b"s", [0; 32], 1, 0);
+        let mut c =
+            Connection::accept(Config::new(1, 1472), 2, &crate::conn::test_credentials(), 1, [0; 32], [0; 32], 1, 0);
         c.set_delivery_room(1000, 1);
         assert!(c.room.takes(1000, 1), "what fits");
         assert!(c.room.takes(0, 2) && c.room.takes(1001, 0), "empty queues take a frame that can never fit");

@@ -11,6 +11,7 @@ use rackwire_wire::{
 use super::{Connection, Role, Sent, SplitTransmit, State, Transmit};
 use crate::chunk::{DataPayload, Piece, ANSWERS_PACKED_MAX, CHAINED_SEGMENT_MAX};
 use crate::link::Link;
+use crate::seal::TRAILER_LEN;
 use crate::{Config, Time};
 
 /// Body bytes a frame's last segment keeps room for at least when answers ride ahead of it.
@@ -54,18 +55,20 @@ impl Connection {
         }
     }
 
-    pub(super) fn count_sent(&mut self, repr: &FrameRepr) {
+    /// Count a frame of `len` bytes on the wire (its trailer included when sealed).
+    pub(super) fn count_sent(&mut self, repr: &FrameRepr, len: usize) {
         if repr.ack.is_some() {
             self.recv.acked(repr.kind == FrameKind::Ack);
         }
-        let len = repr.buffer_len() as u64;
+        let len = len as u64;
         let link = repr.link as usize;
         self.stats.frames_sent += 1;
         self.stats.bytes_sent += len;
         self.links[link].sent(len);
     }
 
-    /// A control frame, whole, into `buf`.
+    /// A control frame, whole, into `buf` (sealed, on a sealed connection, unless it is a
+    /// handshake frame).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn emit(
         &mut self,
@@ -78,17 +81,24 @@ impl Connection {
         fill: impl FnOnce(&mut [u8]),
     ) -> Option<SplitTransmit> {
         let repr = self.frame_repr(now, link, kind, seq, payload_len);
-        if buf.len() < repr.buffer_len() {
+        let seal = self.keys.is_some() && kind != FrameKind::Handshake;
+        let len = repr.buffer_len();
+        if buf.len() < len + if seal { TRAILER_LEN } else { 0 } {
             return None;
         }
         let mut f = repr.emit(buf);
         fill(f.payload_mut());
         f.fill_checksums();
-        self.count_sent(&repr);
-        Some(SplitTransmit { link, head_len: repr.buffer_len(), body: None })
+        let head_len = match (&mut self.keys, seal) {
+            (Some(keys), true) => keys.seal(buf, len),
+            _ => len,
+        };
+        self.count_sent(&repr, head_len);
+        Some(SplitTransmit { link, head_len, body: None })
     }
 
-    /// A data frame: header and segment into `buf`, the body shared.
+    /// A data frame: header and segment into `buf`, the body shared; on a sealed connection
+    /// the body is copied in behind them and the whole frame sealed in `buf`.
     pub(super) fn emit_data(
         &mut self,
         now: Time,
@@ -100,12 +110,21 @@ impl Connection {
         let repr = self.frame_repr(now, link, FrameKind::Data, seq, payload.len());
         let seg = payload.head();
         let head_len = HEADER_LEN + seg.len();
-        if buf.len() < head_len {
+        let len = repr.buffer_len();
+        if buf.len() < head_len || (self.keys.is_some() && buf.len() < len + TRAILER_LEN) {
             return None;
         }
         repr.emit_header(buf, payload.crc);
         buf[HEADER_LEN..head_len].copy_from_slice(seg);
-        self.count_sent(&repr);
+        if let Some(keys) = &mut self.keys {
+            if let Some(body) = &payload.body {
+                buf[head_len..len].copy_from_slice(body);
+            }
+            let sealed = keys.seal(buf, len);
+            self.count_sent(&repr, sealed);
+            return Some(SplitTransmit { link, head_len: sealed, body: None });
+        }
+        self.count_sent(&repr, len);
         Some(SplitTransmit { link, head_len, body: payload.body.clone() })
     }
 

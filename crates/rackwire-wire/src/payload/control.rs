@@ -5,11 +5,12 @@ use super::*;
 /// Steps of the handshake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HandshakeStep {
-    /// Initiator: who I am, who I want, my nonce.
+    /// Initiator: who I am, who I want, my nonce and ephemeral key.
     Hello,
-    /// Acceptor: my nonce, and my proof over yours.
+    /// Acceptor: my nonce and ephemeral key, my proof of the fabric secret over your nonce,
+    /// and my node key's signature of the handshake so far.
     Challenge,
-    /// Initiator: my proof over your nonce.
+    /// Initiator: my proof over your nonce, and my node key's signature of the handshake.
     Proof,
     /// Acceptor: your proof holds; the connection is up.
     Done,
@@ -34,14 +35,20 @@ pub struct HandshakeRepr {
     pub nonce: [u8; 32],
     /// Proof (Challenge, Proof).
     pub proof: [u8; 32],
+    /// The sender's ephemeral X25519 public key (Hello, Challenge).
+    pub ephemeral: [u8; 32],
+    /// The sender's node-key signature of the handshake transcript (Challenge, Proof).
+    pub signature: [u8; 64],
+    /// The sender wants frames sealed (frames are sealed when either end wants it).
+    pub seal: bool,
 }
 
 /// Bytes of a handshake payload.
-pub const HANDSHAKE_LEN: usize = 80;
+pub const HANDSHAKE_LEN: usize = 180;
 
-/// The smallest frame a link may carry: a header, a full segment header and 64 bytes of
-/// body. A handshake announcing less is refused.
-pub const FRAME_LEN_MIN: usize = crate::frame::HEADER_LEN + SEGMENT_LEN + 64;
+/// The smallest frame a link may carry: a header, a full segment header, 64 bytes of body
+/// and a sealed frame's trailer. A handshake announcing less is refused.
+pub const FRAME_LEN_MIN: usize = crate::frame::HEADER_LEN + SEGMENT_LEN + 64 + crate::frame::SEALED_TRAILER_LEN;
 
 /// Where a handshake's fields lie.
 mod handshake_field {
@@ -54,8 +61,12 @@ mod handshake_field {
     pub const CONN: Range<usize> = 12..16;
     pub const NONCE: Range<usize> = 16..48;
     pub const PROOF: Range<usize> = 48..80;
+    pub const EPHEMERAL: Range<usize> = 80..112;
+    pub const SIGNATURE: Range<usize> = 112..176;
+    pub const SEAL: usize = 176;
+    pub const RESERVED: Range<usize> = 177..180;
 }
-const _: () = assert!(handshake_field::PROOF.end == HANDSHAKE_LEN);
+const _: () = assert!(handshake_field::RESERVED.end == HANDSHAKE_LEN);
 
 impl HandshakeRepr {
     /// Parse.
@@ -83,6 +94,14 @@ impl HandshakeRepr {
         nonce.copy_from_slice(&b[f::NONCE]);
         let mut proof = [0u8; 32];
         proof.copy_from_slice(&b[f::PROOF]);
+        let mut ephemeral = [0u8; 32];
+        ephemeral.copy_from_slice(&b[f::EPHEMERAL]);
+        let mut signature = [0u8; 64];
+        signature.copy_from_slice(&b[f::SIGNATURE]);
+        if b[f::SEAL] > 1 {
+            return Err(WireError::BadValue { field: "handshake seal" });
+        }
+        zero(&b[f::RESERVED], "handshake reserved")?;
         Ok(HandshakeRepr {
             step,
             links: b[f::LINKS],
@@ -92,6 +111,9 @@ impl HandshakeRepr {
             conn: be32(b, f::CONN.start),
             nonce,
             proof,
+            ephemeral,
+            signature,
+            seal: b[f::SEAL] == 1,
         })
     }
     /// Write it into [`HANDSHAKE_LEN`] bytes.
@@ -110,6 +132,10 @@ impl HandshakeRepr {
         b[f::CONN].copy_from_slice(&self.conn.to_be_bytes());
         b[f::NONCE].copy_from_slice(&self.nonce);
         b[f::PROOF].copy_from_slice(&self.proof);
+        b[f::EPHEMERAL].copy_from_slice(&self.ephemeral);
+        b[f::SIGNATURE].copy_from_slice(&self.signature);
+        b[f::SEAL] = self.seal as u8;
+        b[f::RESERVED].fill(0);
     }
 }
 

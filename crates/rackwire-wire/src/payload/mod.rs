@@ -198,7 +198,7 @@ mod tests {
             ts: u32, link: u8,
             starts in proptest::collection::vec(any::<u32>(), 0..ACK_RANGES_MAX),
             dup_starts in proptest::collection::vec(any::<u32>(), 0..ACK_DUP_RANGES_MAX),
-            nonce: [u8; 32], proof: [u8; 32], from: u32, to: u32, conn: u32, links in 1u8..=255, mtu in FRAME_LEN_MIN as u16..=u16::MAX,
+            nonce: [u8; 32], proof: [u8; 32], ephemeral: [u8; 32], sig_half: [u8; 32], seal: bool, from: u32, to: u32, conn: u32, links in 1u8..=255, mtu in FRAME_LEN_MIN as u16..=u16::MAX,
             token: u32, reply: bool, reason: u8,
         ) {
             let ranges: Vec<(u32, u32)> = starts.iter().map(|&s| (s, s.wrapping_add(1 + s % 100))).collect();
@@ -212,7 +212,10 @@ mod tests {
             nack.emit(&mut b);
             prop_assert_eq!(RangesRepr::parse(&b).unwrap(), nack);
             for step in [HandshakeStep::Hello, HandshakeStep::Challenge, HandshakeStep::Proof, HandshakeStep::Done] {
-                let h = HandshakeRepr { step, links, mtu, from, to, conn, nonce, proof };
+                let mut signature = [0u8; 64];
+                signature[..32].copy_from_slice(&sig_half);
+                signature[32..].copy_from_slice(&nonce);
+                let h = HandshakeRepr { step, links, mtu, from, to, conn, nonce, proof, ephemeral, signature, seal };
                 let mut b = [0u8; HANDSHAKE_LEN];
                 h.emit(&mut b);
                 prop_assert_eq!(HandshakeRepr::parse(&b).unwrap(), h);

@@ -184,7 +184,8 @@ pub(crate) struct EdgeEndpoint {
     start: Instant,
     stop: AtomicBool,
     me: NodeId,
-    secret: Vec<u8>,
+    /// The fabric secret, this node's key pair, and whether it wants frames sealed.
+    creds: proto::Credentials,
     mtu: usize,
     busy_poll: Duration,
     op_timeout: Duration,
@@ -244,7 +245,10 @@ impl EdgeEndpoint {
             start: Instant::now(),
             stop: AtomicBool::new(false),
             me: f.id,
-            secret: cfg.secret.clone(),
+            creds: proto::Credentials {
+                seal: cfg.seal_frames,
+                ..proto::Credentials::new(&cfg.secret, f.identity.clone())
+            },
             mtu,
             busy_poll: cfg.busy_poll,
             op_timeout: cfg.op_timeout,
@@ -313,8 +317,12 @@ impl EdgeEndpoint {
         }
     }
 
-    /// Open a connection to `info` and wait for its handshake.
-    pub(crate) fn connect(self: &Arc<Self>, info: &NodeInfo) -> Result<Arc<dyn PeerTransport>, Error> {
+    /// Open a connection to `info`, whose node key is `key`, and wait for its handshake.
+    pub(crate) fn connect(
+        self: &Arc<Self>,
+        info: &NodeInfo,
+        key: rackwire_mh::identity::PublicKey,
+    ) -> Result<Arc<dyn PeerTransport>, Error> {
         let addrs: Vec<SocketAddr> = info.links.iter().filter_map(|a| a.parse().ok()).collect();
         let links = addrs.len().min(self.socks.len());
         if links == 0 {
@@ -326,8 +334,8 @@ impl EdgeEndpoint {
             let now = self.now();
             let open = |local| {
                 let cfg = self.proto_config(links);
-                let conn =
-                    Connection::connect(cfg, self.me, info.id, &self.secret, rackwire_mh::auth::nonce(), local, now);
+                let nonce = rackwire_mh::auth::nonce();
+                let conn = Connection::connect(cfg, self.me, info.id, &self.creds, key, nonce, local, now);
                 Slot::new(conn, info.id, addrs.iter().take(links).map(|a| Some(*a)).collect(), true)
             };
             st.conns.open(open).ok_or_else(|| Error::Limit(format!("{} edge connections", proto::CONNECTIONS_MAX)))?
@@ -345,7 +353,8 @@ impl EdgeEndpoint {
                     st.conns.remove(local);
                     return Err(Error::Unreachable {
                         node: info.id,
-                        why: "the edge handshake did not complete (peer down, or it refused our secret)".into(),
+                        why: "the edge handshake did not complete (peer down, or one end refused the other's secret or node key)"
+                            .into(),
                     });
                 }
             }

@@ -238,16 +238,14 @@ impl EdgeEndpoint {
         now: proto::Time,
         target: &mut FabricTarget<'_>,
     ) -> bool {
+        // A peer whose node key is not known yet is left unanswered while it is looked up:
+        // its handshake repeats its first frame.
         let accept = |local, i: proto::Incoming| {
-            let conn = Connection::accept(
-                self.proto_config(i.links),
-                self.me,
-                &self.secret,
-                rackwire_mh::auth::nonce(),
-                local,
-                now,
-            );
-            Slot::new(conn, i.peer, vec![None; i.links], false)
+            let key = self.fabric.upgrade()?.known_peer_key(i.peer)?;
+            let cfg = self.proto_config(i.links);
+            let nonce = rackwire_mh::auth::nonce();
+            let conn = Connection::accept(cfg, self.me, &self.creds, i.peer, key, nonce, local, now);
+            Some(Slot::new(conn, i.peer, vec![None; i.links], false))
         };
         let local = match st.conns.handle(now, l, from, frame, target, accept) {
             proto::Routed::Conn(local) | proto::Routed::Accepted(local) => local,

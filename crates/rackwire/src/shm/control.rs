@@ -13,6 +13,26 @@ pub(super) const NOTIFY_RECORD_BYTES: usize = 48;
 
 const _: () = assert!(rackwire_shm::ring::record_bytes(NOTIFY_RECORD_BYTES as u64) == 64);
 
+/// What each end of a shared-memory handshake signs with its node key (labelled by its
+/// role): both node ids and both nonces.
+pub(super) fn transcript(label: &str, initiator: NodeId, acceptor: NodeId, i_nonce: &[u8], a_nonce: &[u8]) -> Vec<u8> {
+    [
+        label.as_bytes(),
+        &[0],
+        b"rackwire-shm-handshake",
+        &initiator.to_be_bytes(),
+        &acceptor.to_be_bytes(),
+        i_nonce,
+        a_nonce,
+    ]
+    .concat()
+}
+
+/// Whether `signature` (hex) is `key`'s signature of `msg`.
+pub(super) fn signed_by(key: &rackwire_mh::identity::PublicKey, msg: &[u8], signature: &str) -> bool {
+    from_hex(signature).is_some_and(|sig| rackwire_mh::identity::verify(key, msg, &sig))
+}
+
 /// Control messages between two nodes that share memory.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
@@ -22,12 +42,17 @@ pub(super) enum PeerMsg {
         to: NodeId,
         nonce: String,
     },
+    /// The acceptor's nonce, its proof of the fabric secret over the initiator's nonce, and
+    /// its node key's signature of [`transcript`].
     Challenge {
         nonce: String,
         proof: String,
+        signature: String,
     },
+    /// The initiator's proof over the acceptor's nonce and its node key's signature.
     Proof {
         proof: String,
+        signature: String,
     },
     /// Carries four descriptors: message ring, notification ring, doorbell page, doorbell eventfd.
     Rings,

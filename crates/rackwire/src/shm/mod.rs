@@ -31,9 +31,16 @@ use rackwire_shm::{ControlSocket, DoorbellRemote, MapAccess, SharedMem, CONTROL_
 use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
-use control::{context, recv, send, LocalRings, PeerMsg, RemoteRings, KIND_MESSAGE, KIND_NOTIFY, NOTIFY_RECORD_BYTES};
+use control::{
+    context, recv, send, signed_by, transcript, LocalRings, PeerMsg, RemoteRings, KIND_MESSAGE, KIND_NOTIFY,
+    NOTIFY_RECORD_BYTES,
+};
 
 use crate::error::RefusedOp;
+
+/// Labels of the two ends' signatures in the shared-memory handshake.
+const LABEL_INITIATOR: &str = "rackwire-shm-initiator";
+const LABEL_ACCEPTOR: &str = "rackwire-shm-acceptor";
 use crate::grants::Refusal;
 use crate::node::Node;
 use crate::pin::{out_of_bounds, signal_access, store_with_signal, PinSet, Pinned};
@@ -145,10 +152,11 @@ impl ShmPeer {
         sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::sys("setting a receive timeout", &e))?;
         let mut buf = vec![0u8; CONTROL_MSG_BYTES_MAX];
         let ctx = context(f.id, info.id);
+        let key = f.peer_key(info)?;
         let nonce = auth::nonce();
         send(&sock, &PeerMsg::Hello { from: f.id, to: info.id, nonce: to_hex(&nonce) }, &[])?;
         let their_nonce = match recv(&sock, &mut buf)?.0 {
-            PeerMsg::Challenge { nonce: n, proof } => {
+            PeerMsg::Challenge { nonce: n, proof, signature } => {
                 let ok = from_hex(&proof)
                     .is_some_and(|p| auth::verify(&f.cfg.secret, "rackwire-peer-acceptor", &nonce, &ctx, &p));
                 if !ok {
@@ -157,13 +165,21 @@ impl ShmPeer {
                         info.id
                     )));
                 }
-                from_hex(&n).ok_or_else(|| Error::Protocol("bad nonce".into()))?
+                let n = from_hex(&n).ok_or_else(|| Error::Protocol("bad nonce".into()))?;
+                if !signed_by(&key, &transcript(LABEL_ACCEPTOR, f.id, info.id, &nonce, &n), &signature) {
+                    return Err(Error::Protocol(format!(
+                        "node {} could not prove it is that node (its signature is not by the key on record)",
+                        info.id
+                    )));
+                }
+                n
             }
             PeerMsg::Refused { reason } => return Err(Error::Protocol(format!("node {} refused: {reason}", info.id))),
             other => return Err(Error::Protocol(format!("expected a challenge, got {other:?}"))),
         };
         let proof = auth::prove(&f.cfg.secret, "rackwire-peer-initiator", &their_nonce, &ctx);
-        send(&sock, &PeerMsg::Proof { proof: to_hex(&proof) }, &[])?;
+        let signature = f.identity.sign(&transcript(LABEL_INITIATOR, f.id, info.id, &nonce, &their_nonce));
+        send(&sock, &PeerMsg::Proof { proof: to_hex(&proof), signature: to_hex(&signature) }, &[])?;
         let local = LocalRings::new()?;
         local.offer(&sock, f)?;
         let (msg, fds) = recv(&sock, &mut buf)?;
@@ -209,18 +225,32 @@ impl ShmPeer {
             }
             other => return Err(Error::Protocol(format!("expected hello, got {other:?}"))),
         };
-        if let Err(MhError::NotFound(_)) = f.mh.resolve(from) {
-            return refuse(&sock, format!("node {from} is unknown to the management host"));
-        }
+        let key = match f.mh.resolve(from) {
+            Ok(info) => f.peer_key(&info)?,
+            Err(MhError::NotFound(_)) => {
+                return refuse(&sock, format!("node {from} is unknown to the management host"))
+            }
+            Err(e) => return Err(e.into()),
+        };
         let ctx = context(from, f.id);
         let my_nonce = auth::nonce();
         let proof = auth::prove(&f.cfg.secret, "rackwire-peer-acceptor", &their_nonce, &ctx);
-        send(&sock, &PeerMsg::Challenge { nonce: to_hex(&my_nonce), proof: to_hex(&proof) }, &[])?;
+        let signature = f.identity.sign(&transcript(LABEL_ACCEPTOR, from, f.id, &their_nonce, &my_nonce));
+        let challenge =
+            PeerMsg::Challenge { nonce: to_hex(&my_nonce), proof: to_hex(&proof), signature: to_hex(&signature) };
+        send(&sock, &challenge, &[])?;
         match recv(&sock, buf)?.0 {
-            PeerMsg::Proof { proof }
-                if from_hex(&proof)
-                    .is_some_and(|p| auth::verify(&f.cfg.secret, "rackwire-peer-initiator", &my_nonce, &ctx, &p)) => {}
-            PeerMsg::Proof { .. } => return refuse(&sock, "wrong secret".into()),
+            PeerMsg::Proof { proof, signature } => {
+                let secret_ok = from_hex(&proof)
+                    .is_some_and(|p| auth::verify(&f.cfg.secret, "rackwire-peer-initiator", &my_nonce, &ctx, &p));
+                if !secret_ok {
+                    return refuse(&sock, "wrong secret".into());
+                }
+                if !signed_by(&key, &transcript(LABEL_INITIATOR, from, f.id, &their_nonce, &my_nonce), &signature) {
+                    warn!(peer = from, "a peer's signature is not by the key on record for the node it claims to be");
+                    return refuse(&sock, format!("not signed by node {from}'s key"));
+                }
+            }
             other => return Err(Error::Protocol(format!("expected proof, got {other:?}"))),
         }
         let (msg, fds) = recv(&sock, buf)?;
