@@ -44,6 +44,8 @@ pub enum BenchTransport {
         links: usize,
         /// Largest frame.
         mtu: usize,
+        /// Frames sealed (the default); unsealed only to measure what sealing costs.
+        sealed: bool,
     },
 }
 
@@ -52,7 +54,8 @@ impl BenchTransport {
     pub fn name(self) -> &'static str {
         match self {
             BenchTransport::Shm => "shm",
-            BenchTransport::Udp { .. } => "udp",
+            BenchTransport::Udp { sealed: true, .. } => "udp",
+            BenchTransport::Udp { sealed: false, .. } => "udp-unsealed",
         }
     }
 }
@@ -169,10 +172,11 @@ fn expect(c: &Conn, want: &str) -> Result<()> {
 
 fn bench_config(mh: &str, secret: &str, name: &str, channels: usize, transport: BenchTransport) -> FabricConfig {
     let mut c = FabricConfig::new(mh, secret, name);
-    if let BenchTransport::Udp { links, mtu } = transport {
+    if let BenchTransport::Udp { links, mtu, sealed } = transport {
         c.transport = rackwire::TransportChoice::Edge;
         c.links = vec!["127.0.0.1:0".into(); links];
         c.link_mtu = mtu;
+        c.seal_frames = sealed;
     }
     // Both sides poll: this is a latency benchmark, and each has a core.
     c.busy_poll = Duration::from_secs(1);
@@ -191,7 +195,11 @@ pub fn responder_main() -> Result<()> {
         std::env::var(k).with_context(|| format!("{k} not set (the responder is started by `rackwire bench`)"))
     };
     let transport = match std::env::var("RW_BENCH_LINKS").ok().and_then(|v| v.parse().ok()) {
-        Some(links) if links > 0 => BenchTransport::Udp { links, mtu: var("RW_BENCH_MTU")?.parse()? },
+        Some(links) if links > 0 => BenchTransport::Udp {
+            links,
+            mtu: var("RW_BENCH_MTU")?.parse()?,
+            sealed: std::env::var("RW_BENCH_SEAL").map_or(true, |v| v != "off"),
+        },
         _ => BenchTransport::Shm,
     };
     let mut cfg = bench_config(&var("RACKWIRE_MH")?, &var("RACKWIRE_SECRET")?, &var("RACKWIRE_NAME")?, 1, transport);
@@ -299,14 +307,15 @@ impl Session {
             Some(p) => p.clone(),
             None => std::env::current_exe()?,
         };
-        let (links, mtu) = match cfg.transport {
-            BenchTransport::Udp { links, mtu } => (links, mtu),
-            BenchTransport::Shm => (0, 0),
+        let (links, mtu, sealed) = match cfg.transport {
+            BenchTransport::Udp { links, mtu, sealed } => (links, mtu, sealed),
+            BenchTransport::Shm => (0, 0, true),
         };
         let child = Command::new(exe)
             .arg(RESPONDER_SUBCOMMAND)
             .env("RW_BENCH_LINKS", links.to_string())
             .env("RW_BENCH_MTU", mtu.to_string())
+            .env("RW_BENCH_SEAL", if sealed { "on" } else { "off" })
             .env("RACKWIRE_MH", &addr)
             .env("RACKWIRE_SECRET", &secret)
             .env("RACKWIRE_NAME", format!("bench-responder-{pid}"))

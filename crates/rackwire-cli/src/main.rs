@@ -12,6 +12,7 @@ mod inspect;
 mod lang_bench;
 mod launch;
 mod rack;
+mod seal_bench;
 mod sim;
 mod stripe_bench;
 mod vnic_bench;
@@ -163,7 +164,9 @@ struct BenchArgs {
     /// collectives of a job of --ranks ranks by the OSU method (with --peers, Open MPI's in the
     /// same run). Without it: the RMA micro-benchmarks.
     /// `lang`: the same ping-pong and 1 MiB writes from Rust, C and Python in the same run.
-    #[arg(value_parser = ["vnic", "stripe", "coll", "lang"])]
+    /// `seal`: the edge transport's 64 B ping-pong and 1 MiB one-way writes with frames sealed
+    /// and unsealed, alternated --repeat times (frames of --mtu bytes).
+    #[arg(value_parser = ["vnic", "stripe", "coll", "lang", "seal"])]
     suite: Option<String>,
     /// With `coll`: ranks (comma-separated for several runs).
     #[arg(long, value_delimiter = ',', default_value = "2")]
@@ -185,15 +188,17 @@ struct BenchArgs {
     /// With `stripe`: MiB to stream.
     #[arg(long, default_value_t = 256)]
     mib: u64,
-    /// Transport to measure: shared memory, or the edge transport over loopback UDP links.
-    #[arg(long, default_value = "shm", value_parser = ["shm", "udp"])]
+    /// Transport to measure: shared memory, or the edge transport over loopback UDP links
+    /// (`udp-unsealed`: with its frames unsealed, to measure what sealing costs).
+    #[arg(long, default_value = "shm", value_parser = ["shm", "udp", "udp-unsealed"])]
     transport: String,
     /// With --transport udp: links to stripe over.
     #[arg(long, default_value_t = 1)]
     links: usize,
-    /// With --transport udp: largest frame per link (loopback carries up to 65507).
-    #[arg(long, default_value_t = 65000)]
-    mtu: usize,
+    /// With --transport udp: largest frame per link (loopback carries up to 65507) [default:
+    /// 65000; with `seal`: 1472, an Ethernet frame's].
+    #[arg(long)]
+    mtu: Option<usize>,
     /// Patterns: pingpong, oneway, twoway, rate, table1 (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "pingpong,oneway")]
     pattern: Vec<String>,
@@ -271,14 +276,16 @@ impl BenchArgs {
             bail!("--scale must be in (0, 10]");
         }
         let transport = match self.transport.as_str() {
-            "udp" => {
+            "udp" | "udp-unsealed" => {
                 if !(1..=8).contains(&self.links) {
                     bail!("--links must be 1..=8");
                 }
-                if !(256..=65507).contains(&self.mtu) {
+                let mtu = self.mtu.unwrap_or(65000);
+                if !(256..=65507).contains(&mtu) {
                     bail!("--mtu must be 256..=65507");
                 }
-                rackwire_bench::BenchTransport::Udp { links: self.links, mtu: self.mtu }
+                let sealed = self.transport == "udp";
+                rackwire_bench::BenchTransport::Udp { links: self.links, mtu, sealed }
             }
             _ => rackwire_bench::BenchTransport::Shm,
         };
@@ -342,6 +349,13 @@ fn run(cli: Cli) -> Result<()> {
                 repeat: b.repeat,
                 json: b.json,
             })
+        }
+        Cmd::Bench(b) if b.suite.as_deref() == Some("seal") => {
+            init_logging(tracing::Level::WARN);
+            if !(b.scale > 0.0 && b.scale <= 10.0) {
+                bail!("--scale must be in (0, 10]");
+            }
+            seal_bench::run(b.mtu.unwrap_or(seal_bench::MTU_DEFAULT), b.repeat, b.scale, b.json)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("lang") => {
             init_logging(tracing::Level::WARN);

@@ -147,4 +147,14 @@ pub struct ConnStats {
     /// Edge transport: the largest frame, as agreed with the peer in the handshake (the
     /// smaller of the two ends' link MTUs less IP and UDP headers).
     pub frame_max: u64,
+    /// Edge transport: whether the connection's frames are sealed (encrypted and
+    /// authenticated under keys only its two ends hold).
+    pub sealed: bool,
+    /// Edge transport: frames dropped because their authentication tag did not hold (forged,
+    /// damaged, or sealed under other keys).
+    pub forged: u64,
+    /// Edge transport: sealed frames dropped because they were taken before (replays).
+    pub replayed: u64,
+    /// Edge transport: frames dropped because they came unsealed on a sealed connection.
+    pub unsealed: u64,
 }

@@ -28,9 +28,11 @@ impl Connection {
     /// counted and dropped.
     pub fn handle_frame(&mut self, now: Time, link: usize, bytes: &[u8], target: &mut dyn Target) {
         // On a sealed connection only handshake frames (which carry their own proofs, and
-        // change nothing once the handshake is over) come unsealed; everything else is opened
-        // first, and what does not open is dropped unread.
+        // change nothing once the handshake is over) and, during the handshake, a close (an
+        // end that refused the other before it had keys) come unsealed; everything else is
+        // opened first, and what does not open is dropped unread.
         let sealed = bytes.len() >= HEADER_LEN && Frame::new_unchecked(bytes).sealed();
+        let may_come_unsealed = bytes.len() >= HEADER_LEN && self.may_come_unsealed(Frame::new_unchecked(bytes).kind());
         match (&mut self.keys, sealed) {
             (Some(keys), true) => {
                 let mut opened = std::mem::take(&mut self.opened);
@@ -43,9 +45,13 @@ impl Connection {
                 self.opened = opened;
             }
             (None, true) => self.stats.forged += 1,
-            (Some(_), false) if Frame::new_unchecked(bytes).kind() != FrameKind::Handshake => self.stats.unsealed += 1,
+            (Some(_), false) if bytes.len() >= HEADER_LEN && !may_come_unsealed => self.stats.unsealed += 1,
             _ => self.handle_plain(now, link, bytes, target),
         }
+    }
+
+    fn may_come_unsealed(&self, kind: FrameKind) -> bool {
+        kind == FrameKind::Handshake || (kind == FrameKind::Close && self.state == State::Handshaking)
     }
 
     fn handle_plain(&mut self, now: Time, link: usize, bytes: &[u8], target: &mut dyn Target) {

@@ -65,6 +65,15 @@ impl EdgeEndpoint {
                 sent += self.flush(l, q, faults);
             }
         }
+        for local in std::mem::take(&mut st.closing) {
+            // Keep queued messages readable: drop the slot once drained by the reader (a peer's
+            // new first frame opens a new connection either way).
+            if st.conns.get(local).is_some_and(|s| s.delivery.is_empty() && !s.registered) {
+                st.conns.remove(local);
+            } else {
+                st.conns.forget_accepted(local);
+            }
+        }
         sent
     }
 

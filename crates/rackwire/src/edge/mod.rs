@@ -160,6 +160,9 @@ struct State {
     due: Option<proto::Time>,
     /// Something may have moved a deadline earlier since `due` was taken.
     stale: bool,
+    /// Connections that closed, removed (or kept for their undelivered messages) after the
+    /// next sending, which carries their close.
+    closing: Vec<u32>,
 }
 
 impl State {
@@ -240,6 +243,7 @@ impl EdgeEndpoint {
                 quiet: true,
                 due: None,
                 stale: true,
+                closing: Vec::new(),
             }),
             fabric: f.weak.clone(),
             start: Instant::now(),

@@ -292,6 +292,10 @@ impl PeerTransport for EdgePeer {
             window_cuts: p.links.iter().map(|l| l.cuts).sum(),
             cuts_undone: p.links.iter().map(|l| l.undone_cuts).sum(),
             frame_max: s.conn.frame_max() as u64,
+            sealed: s.conn.sealed(),
+            forged: p.forged,
+            replayed: p.replayed,
+            unsealed: p.unsealed,
             ..ConnStats::default()
         }
     }

@@ -302,15 +302,8 @@ impl EdgeEndpoint {
                 }
             }
         }
-        for local in gone {
-            // Keep queued messages readable: drop the slot once drained by the reader (a peer's
-            // new first frame opens a new connection either way).
-            if st.conns.get(local).is_some_and(|s| s.delivery.is_empty() && !s.registered) {
-                st.conns.remove(local);
-            } else {
-                st.conns.forget_accepted(local);
-            }
-        }
+        // Closed connections go once their last frames (a close) are sent: see `transmit`.
+        st.closing.extend(gone);
         let up = || Some((self.fabric.upgrade()?, self.this.upgrade()?));
         if let Some((f, ep)) = (!register.is_empty()).then(up).flatten() {
             for (local, peer) in register {

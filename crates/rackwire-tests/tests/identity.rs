@@ -1,0 +1,222 @@
+//! Node identity, as a user meets it: a name belongs to the key it first joined with, a node
+//! that restarts with its key keeps its id and the grants made to it, and a process that holds
+//! the fabric secret cannot pass for another node on either transport, nor slip frames into
+//! another node's edge connection.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rackwire::{Access, Error, Fabric, FabricConfig, OpFlags, TransportChoice};
+use rackwire_mh::auth::{from_hex, to_hex};
+use rackwire_mh::identity::{public_from_hex, Identity};
+use rackwire_mh::{MhClient, MhConfig, NodeInfo, Role};
+use rackwire_proto::{CloseReason, Config, Connection, Credentials, OpFlags as ProtoFlags, RegionRef, State};
+use rackwire_sim::MemTarget;
+use rackwire_tests::{TempDir, TestMh, SECRET};
+
+/// A node called `name` keeping its key in `state`; over the edge transport on a loopback
+/// link with `edge`.
+fn node(mh: &str, name: &str, state: &TempDir, edge: bool) -> Result<Fabric, Error> {
+    let mut cfg = FabricConfig::new(mh, SECRET, name);
+    cfg.state_dir = Some(state.0.clone());
+    if edge {
+        cfg.transport = TransportChoice::Edge;
+        cfg.links = vec!["127.0.0.1:0".into()];
+    }
+    Fabric::join(cfg)
+}
+
+/// Join, retrying while the management host still sees the name's previous session as live.
+fn rejoin(mh: &str, name: &str, state: &TempDir, edge: bool) -> Fabric {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match node(mh, name, state, edge) {
+            Ok(f) => return f,
+            Err(e) if Instant::now() < deadline && e.to_string().contains("in use") => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("rejoin {name}: {e}"),
+        }
+    }
+}
+
+fn observer(mh: &str) -> MhClient {
+    MhClient::join(MhConfig { addr: mh.into(), secret: SECRET.into(), name: "obs".into(), role: Role::Observer })
+        .expect("observer joins")
+}
+
+fn zeros(f: &rackwire::Region, len: usize) -> bool {
+    let mut b = vec![1u8; len];
+    f.read_at(0, &mut b).unwrap();
+    b.iter().all(|&x| x == 0)
+}
+
+// Checks, on each transport: a node granted write access writes; after it leaves, a process
+// with the fabric secret but another key cannot join under its name (refused by the
+// management host, naming the reason) and the owner's memory is untouched; the node itself,
+// restarting with the key in its state folder, gets its old id back and writes again under
+// the grant made before, with no new grant.
+#[test]
+fn a_departed_nodes_name_is_refused_to_another_key_and_kept_for_its_own() {
+    for edge in [false, true] {
+        let mh = TestMh::start("identity-name");
+        let (sa, sb, sx) = (TempDir::new("owner"), TempDir::new("bee"), TempDir::new("impostor"));
+        let owner = node(&mh.addr, "owner", &sa, edge).unwrap();
+        let region = owner.alloc(4096, Access::ALL).unwrap();
+        let bee = node(&mh.addr, "bee", &sb, edge).unwrap();
+        let bee_id = bee.id();
+        region.grant(bee_id, Access::WRITE).unwrap();
+        bee.connect(owner.id()).unwrap().write(&region.handle(), 0, &[0x11; 64], OpFlags::default()).wait().unwrap();
+        drop(bee);
+        match node(&mh.addr, "bee", &sx, edge) {
+            Err(Error::Mh(m)) => assert!(m.denied && m.to_string().contains("bound to another"), "{m}"),
+            other => panic!("an impostor joined under a departed node's name: {other:?}"),
+        }
+        let mut b = [0u8; 64];
+        region.read_at(0, &mut b).unwrap();
+        assert_eq!(b, [0x11; 64], "edge {edge}: the owner's memory is as the node left it");
+        let bee = rejoin(&mh.addr, "bee", &sb, edge);
+        assert_eq!(bee.id(), bee_id, "edge {edge}: the node's own key brings its id back");
+        bee.connect(owner.id()).unwrap().write(&region.handle(), 0, &[0x22; 64], OpFlags::default()).wait().unwrap();
+        region.read_at(0, &mut b).unwrap();
+        assert_eq!(b, [0x22; 64], "edge {edge}: the grant made before the restart still holds");
+    }
+}
+
+/// The owner's record at the management host: its link address and its key.
+fn record(mh: &str, node: u32) -> NodeInfo {
+    observer(mh).resolve(node).expect("the owner is on record")
+}
+
+// Checks the edge handshake: a process holding the fabric secret that claims to be a node
+// granted write access (its id), but signs with a key of its own, is refused by the owner
+// (the owner closes the connection: the impostor never gets established), and the owner's
+// memory stays untouched.
+#[test]
+fn an_edge_handshake_claiming_another_nodes_id_is_refused() {
+    let mh = TestMh::start("identity-edge");
+    let (sa, sb) = (TempDir::new("owner"), TempDir::new("bee"));
+    let owner = node(&mh.addr, "owner", &sa, true).unwrap();
+    let region = owner.alloc(4096, Access::ALL).unwrap();
+    let bee = node(&mh.addr, "bee", &sb, true).unwrap();
+    region.grant(bee.id(), Access::WRITE).unwrap();
+    let info = record(&mh.addr, owner.id());
+    let to: SocketAddr = info.links[0].parse().unwrap();
+    let owner_key = public_from_hex(&info.key).expect("the owner's key is on record");
+    let creds = Credentials::new(SECRET.as_bytes(), Arc::new(Identity::generate().unwrap().0));
+    let mut conn = Connection::connect(Config::new(1, 1472), bee.id(), owner.id(), &creds, owner_key, [7; 32], 1, 0);
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+    let (start, mut buf, mut target) = (Instant::now(), vec![0u8; 65536], MemTarget::default());
+    let mut wrote = false;
+    while start.elapsed() < Duration::from_secs(5) && !matches!(conn.state(), State::Closed(_)) {
+        let now = start.elapsed().as_micros() as u64;
+        if conn.state() == State::Established && !wrote {
+            let r = RegionRef { region: region.handle().region(), key: region.handle().key() };
+            conn.write(now, r, 0, &[0x66; 64], ProtoFlags::default()).unwrap();
+            wrote = true;
+        }
+        while let Some(t) = conn.poll_transmit(now, &mut buf) {
+            sock.send_to(&buf[..t.len], to).unwrap();
+        }
+        if let Ok(n) = sock.recv(&mut buf) {
+            conn.handle_frame(start.elapsed().as_micros() as u64, 0, &buf[..n], &mut target);
+        }
+        if conn.poll_timeout().is_some_and(|t| t <= start.elapsed().as_micros() as u64) {
+            conn.handle_timeout(start.elapsed().as_micros() as u64, &mut target);
+        }
+    }
+    assert!(!wrote, "the impostor got established");
+    assert_eq!(conn.state(), State::Closed(CloseReason::Peer(1)), "the owner refused the handshake");
+    assert!(zeros(&region, 4096), "the owner's memory is untouched");
+}
+
+/// One control message on a shared-memory control socket, as JSON.
+fn control(sock: &rackwire_shm::ControlSocket, msg: serde_json::Value) -> serde_json::Value {
+    sock.send(msg.to_string().as_bytes(), &[]).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let (n, _) = sock.recv(&mut buf).unwrap();
+    serde_json::from_slice(&buf[..n]).unwrap()
+}
+
+// Checks the shared-memory handshake: a process holding the fabric secret that claims to be a
+// granted node's id, proving the secret correctly but signing with its own key, is refused
+// with a reason naming the signature, and the owner's memory stays untouched.
+#[test]
+fn a_shared_memory_handshake_claiming_another_nodes_id_is_refused() {
+    let mh = TestMh::start("identity-shm");
+    let (sa, sb) = (TempDir::new("owner"), TempDir::new("bee"));
+    let owner = node(&mh.addr, "owner", &sa, false).unwrap();
+    let region = owner.alloc(4096, Access::ALL).unwrap();
+    let bee = node(&mh.addr, "bee", &sb, false).unwrap();
+    region.grant(bee.id(), Access::WRITE).unwrap();
+    let info = record(&mh.addr, owner.id());
+    let sock = rackwire_shm::ControlSocket::connect(Path::new(info.shm_path.as_deref().unwrap())).unwrap();
+    let (from, to) = (bee.id(), owner.id());
+    let challenge =
+        control(&sock, serde_json::json!({"t": "hello", "from": from, "to": to, "nonce": to_hex(&[3u8; 32])}));
+    assert_eq!(challenge["t"], "challenge", "{challenge}");
+    let their_nonce = from_hex(challenge["nonce"].as_str().unwrap()).unwrap();
+    let ctx = format!("rackwire-shm {from}->{to}");
+    let proof = rackwire_mh::auth::prove(SECRET.as_bytes(), "rackwire-peer-initiator", &their_nonce, ctx.as_bytes());
+    let mallory = Identity::generate().unwrap().0;
+    let signature = mallory.sign(b"anything: the key is not the node's");
+    let answer = control(&sock, serde_json::json!({"t": "proof", "proof": to_hex(&proof), "signature": to_hex(&signature)}));
+    assert_eq!(answer["t"], "refused", "{answer}");
+    assert!(answer["reason"].as_str().unwrap().contains("not signed"), "{answer}");
+    assert!(zeros(&region, 4096), "the owner's memory is untouched");
+}
+
+// Checks frames injected into a live edge connection from another socket: write frames aimed
+// at the owner's region, addressed to each likely connection id, sent unsealed and then with a
+// made-up seal, are dropped and counted on the connection they were addressed to (`unsealed`,
+// `forged`) and never placed; the genuine peer's traffic goes on.
+#[test]
+fn frames_injected_from_another_socket_are_dropped_and_counted() {
+    let mh = TestMh::start("identity-inject");
+    let (sa, sb) = (TempDir::new("owner"), TempDir::new("bee"));
+    let owner = node(&mh.addr, "owner", &sa, true).unwrap();
+    let region = owner.alloc(4096, Access::ALL).unwrap();
+    let bee = node(&mh.addr, "bee", &sb, true).unwrap();
+    region.grant(bee.id(), Access::WRITE).unwrap();
+    let conn = bee.connect(owner.id()).unwrap();
+    conn.write(&region.handle(), 1024, &[0x11; 8], OpFlags::default()).wait().unwrap();
+    assert!(conn.stats().sealed);
+    // A well-formed write frame for the owner's region (from an unsealed pair of connections).
+    let h = region.handle();
+    let cfg = Config::new(1, 1472);
+    let (mut a, _b, _ta, _tb, now) = rackwire_sim::pair::established(cfg, SECRET.as_bytes(), h.region(), h.key(), 4096);
+    a.write(now, RegionRef { region: h.region(), key: h.key() }, 0, &[0x66; 64], ProtoFlags::default()).unwrap();
+    let (_, frame) = rackwire_sim::pair::drain(&mut a, now).remove(0);
+    let to: SocketAddr = record(&mh.addr, owner.id()).links[0].parse().unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for conn_id in 1..=8 {
+        let mut plain = frame.clone();
+        let mut f = rackwire_wire::Frame::new_unchecked(&mut plain[..]);
+        f.set_conn(conn_id);
+        f.fill_checksums();
+        sock.send_to(&plain, to).unwrap();
+        let mut sealed = plain.clone();
+        rackwire_wire::Frame::new_unchecked(&mut sealed[..]).set_sealed();
+        sealed.extend_from_slice(&[0x5a; rackwire_wire::SEALED_TRAILER_LEN]);
+        sock.send_to(&sealed, to).unwrap();
+    }
+    // The owner's side of the connection counts what reached it.
+    let at_owner = owner.connect(bee.id()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (at_owner.stats().unsealed == 0 || at_owner.stats().forged == 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let s = at_owner.stats();
+    assert!(s.unsealed >= 1 && s.forged >= 1, "injected frames counted: {s:?}");
+    assert!(zeros_range(&region, 0, 1024), "nothing injected was placed");
+    conn.write(&region.handle(), 2048, &[0x22; 8], OpFlags::default()).wait().unwrap();
+}
+
+fn zeros_range(r: &rackwire::Region, offset: u64, len: usize) -> bool {
+    let mut b = vec![1u8; len];
+    r.read_at(offset, &mut b).unwrap();
+    b.iter().all(|&x| x == 0)
+}
