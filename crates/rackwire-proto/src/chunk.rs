@@ -24,15 +24,14 @@ const HEAD_MAX: usize = SEGMENT_LEN * (ANSWERS_PACKED_MAX + 1);
 pub(crate) type Piece = (SegmentRepr, Option<Bytes>);
 
 /// A data frame's payload: its segment headers (segments chained ahead, then the last
-/// segment's full or short header) and the last segment's body, with their CRC32C computed
-/// once (a retransmission only rewrites the frame header). Where a segment ahead has a body,
+/// segment's full or short header) and the last segment's body (a retransmission only
+/// rewrites the frame header). Where a segment ahead has a body,
 /// the head ends with that segment's header and the body holds the rest of the frame.
 #[derive(Clone, Debug)]
 pub(crate) struct DataPayload {
     head: [u8; HEAD_MAX],
     head_len: u16,
     pub body: Option<Bytes>,
-    pub crc: u32,
 }
 
 impl DataPayload {
@@ -76,7 +75,7 @@ impl DataPayload {
                 Some(r.freeze())
             }
         };
-        DataPayload::sealed(head, at, body)
+        DataPayload { head, head_len: at as u16, body }
     }
 
     /// `answers` (at most [`ANSWERS_PACKED_MAX`], bodiless; each marked as followed by more)
@@ -89,16 +88,14 @@ impl DataPayload {
             at += SegmentRepr { flags: a.flags | SEG_MORE, ..*a }.emit(&mut head[at..]);
         }
         at += last.emit(&mut head[at..]);
-        DataPayload::sealed(head, at, body)
+        DataPayload { head, head_len: at as u16, body }
     }
 
-    /// The payload of the first `head_len` bytes of `head` and `body`, with its CRC.
-    fn sealed(head: [u8; HEAD_MAX], head_len: usize, body: Option<Bytes>) -> Self {
-        let mut crc = crc32c(&head[..head_len]);
-        if let Some(b) = &body {
-            crc = crc32c_append(crc, b);
-        }
-        DataPayload { head, head_len: head_len as u16, body, crc }
+    /// The payload's CRC32C (for an unsealed frame's header: a sealed frame's tag covers
+    /// its payload instead).
+    pub fn crc(&self) -> u32 {
+        let crc = crc32c(self.head());
+        self.body.as_ref().map_or(crc, |b| crc32c_append(crc, b))
     }
 
     /// The segment headers' bytes.
@@ -147,7 +144,7 @@ mod tests {
             assert_eq!(seg.emit(&mut whole), len);
             assert_eq!(p.head(), &whole[..]);
             whole.extend_from_slice(b"345");
-            assert_eq!(p.crc, crc32c(&whole));
+            assert_eq!(p.crc(), crc32c(&whole));
             assert_eq!(p.len(), whole.len());
         }
     }
@@ -163,7 +160,7 @@ mod tests {
         let p = DataPayload::packed(&answers, &last, Some(Bytes::from_static(b"xyz")));
         let mut whole = p.head().to_vec();
         whole.extend_from_slice(b"xyz");
-        assert_eq!(p.crc, crc32c(&whole));
+        assert_eq!(p.crc(), crc32c(&whole));
         assert_eq!(p.len(), 2 * SEGMENT_LEN + SEGMENT_SHORT_LEN + 3);
         let got: Vec<(SegmentRepr, Vec<u8>)> =
             rackwire_wire::segments(&whole).map(|r| r.map(|(s, b)| (s, b.to_vec())).unwrap()).collect();
@@ -200,7 +197,7 @@ mod tests {
             let p = DataPayload::chain(&ahead, &last, body.clone());
             let mut whole = p.head().to_vec();
             whole.extend_from_slice(p.body.as_deref().unwrap_or(&[]));
-            assert_eq!(p.crc, crc32c(&whole));
+            assert_eq!(p.crc(), crc32c(&whole));
             assert_eq!(p.len(), whole.len());
             let got: Vec<(SegmentRepr, Vec<u8>)> =
                 rackwire_wire::segments(&whole).map(|r| r.map(|(s, b)| (s, b.to_vec())).unwrap()).collect();

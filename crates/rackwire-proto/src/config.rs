@@ -37,7 +37,10 @@ pub struct Config {
     pub probe_timeout_us: Time,
     /// Missed probes after which a link is down.
     pub probes_missed_max: u32,
-    /// Close when nothing was heard for this long.
+    /// The peer timeout: close when nothing was heard on any link for this long. Until then
+    /// the peer is only unreachable: links that stopped answering are probed every
+    /// [`Config::probe_interval_us`] and used again as soon as one answers, and operations
+    /// wait (within [`Config::op_timeout_us`]). Well above a switch's reboot blips.
     pub idle_timeout_us: Time,
     /// Fail an operation not completed within this long.
     pub op_timeout_us: Time,
@@ -64,7 +67,7 @@ impl Config {
             probe_interval_us: 20_000,
             probe_timeout_us: 20_000,
             probes_missed_max: 3,
-            idle_timeout_us: 2_000_000,
+            idle_timeout_us: 10_000_000,
             op_timeout_us: 10_000_000,
             handshake_retry_us: 20_000,
         }

@@ -13,6 +13,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod flap;
 pub mod fuzz;
 pub mod keys;
 pub mod net;

@@ -7,6 +7,7 @@ use rackwire_proto::{
     AtomicOp, Completion, Config, ConnStats, Event, OpError, OpFlags, OpId, Refusal, RegionRef, Time,
 };
 
+use crate::flap::Flap;
 use crate::net::{LinkParams, WireStats};
 use crate::world::node_id;
 use crate::{Rng, World};
@@ -121,6 +122,7 @@ struct Mix {
     jitter: f64,
     downs: bool,
     partition: bool,
+    flap: Option<Flap>,
 }
 
 impl Mix {
@@ -133,17 +135,19 @@ impl Mix {
             jitter: pick(r, &[0.0, 0.5, 2.0]),
             downs: r.chance(0.5),
             partition: r.chance(0.25),
+            flap: r.chance(0.4).then(|| Flap::draw(r)),
         }
     }
     fn describe(&self) -> String {
         format!(
-            "loss<={:.1}% dup {:.1}% corrupt {:.1}% jitter {:.1}x downs {} partition {}",
+            "loss<={:.1}% dup {:.1}% corrupt {:.1}% jitter {:.1}x downs {} partition {} flap {:?}",
             self.loss * 100.0,
             self.dup * 100.0,
             self.corrupt * 100.0,
             self.jitter,
             self.downs,
-            self.partition
+            self.partition,
+            self.flap
         )
     }
 }
@@ -279,6 +283,13 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
         let t0 = r.range(0, SAFETY_US / 2);
         actions.push((t0, Action::Partition(true)));
         actions.push((t0 + r.range(10_000, 500_000), Action::Partition(false)));
+    }
+    if let Some(flap) = mix.flap {
+        let a = r.range(0, nodes as u64) as usize;
+        let b = (a + 1 + r.range(0, nodes as u64 - 1) as usize) % nodes;
+        for c in flap.changes(&mut r, a, b, links, SAFETY_US / 2) {
+            actions.push((c.at, if c.down { Action::LinkDown(c.a, c.b, c.link) } else { Action::LinkUp(c.a, c.b, c.link) }));
+        }
     }
     actions.sort_by_key(|(t, a)| (*t, matches!(a, Action::Submit(_))));
 

@@ -128,7 +128,25 @@ impl<T: AsRef<[u8]>> Frame<T> {
         Ok(f)
     }
 
+    /// Wrap and check what [`Frame::new_checked`] does but the payload checksum: for a frame
+    /// whose payload an authentication tag covered (an opened sealed frame).
+    pub fn new_opened(buffer: T) -> Result<Self, WireError> {
+        let f = Frame { buffer };
+        f.check_header()?;
+        Ok(f)
+    }
+
     fn check(&self) -> Result<(), WireError> {
+        self.check_header()?;
+        let b = self.buffer.as_ref();
+        let len = self.payload_len() as usize;
+        if crate::crc::crc32c(&b[HEADER_LEN..HEADER_LEN + len]) != be32(b, field::PAYLOAD_CRC) {
+            return Err(WireError::PayloadChecksum);
+        }
+        Ok(())
+    }
+
+    fn check_header(&self) -> Result<(), WireError> {
         let b = self.buffer.as_ref();
         need("header", HEADER_LEN, b.len())?;
         let magic = be16(b, field::MAGIC);
@@ -143,9 +161,6 @@ impl<T: AsRef<[u8]>> Frame<T> {
         }
         let len = self.payload_len() as usize;
         need("payload", HEADER_LEN + len, b.len())?;
-        if crate::crc::crc32c(&b[HEADER_LEN..HEADER_LEN + len]) != be32(b, field::PAYLOAD_CRC) {
-            return Err(WireError::PayloadChecksum);
-        }
         Ok(())
     }
 

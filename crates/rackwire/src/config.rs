@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::{Error, OP_TIMEOUT_DEFAULT};
+use crate::{Error, OP_TIMEOUT_DEFAULT, PEER_TIMEOUT_DEFAULT};
 
 /// Default busy-poll time of a waiting receiver.
 pub const BUSY_POLL_DEFAULT: Duration = Duration::from_micros(200);
@@ -52,6 +52,9 @@ pub struct FabricConfig {
     pub op_timeout: Duration,
     /// Transport selection.
     pub transport: TransportChoice,
+    /// Edge transport: how long every link to a peer may stay silent before the peer is taken
+    /// as gone (see [`PEER_TIMEOUT_DEFAULT`]; `peer_timeout_ms`, `RACKWIRE_PEER_TIMEOUT_MS`).
+    pub peer_timeout: Duration,
     /// How long a waiting receiver polls before it sleeps on its doorbell (latency against
     /// CPU: polling answers in well under a microsecond, waking from sleep takes tens); over
     /// the edge transport a waiting thread drives the sockets itself this long
@@ -78,6 +81,11 @@ pub struct FabricConfig {
     /// measuring what sealing costs (`RACKWIRE_SEAL=off`, `seal_frames = false`).
     pub seal_frames: bool,
 }
+
+/// The shortest peer timeout accepted (a few probe intervals).
+pub const PEER_TIMEOUT_MIN: Duration = Duration::from_millis(100);
+/// The longest peer timeout accepted.
+pub const PEER_TIMEOUT_MAX: Duration = Duration::from_secs(3600);
 
 /// Default frame size on edge links: a 1500-byte Ethernet MTU less IPv4 and UDP headers.
 pub const LINK_MTU_DEFAULT: usize = 1472;
@@ -107,6 +115,7 @@ struct FileConfig {
     copy_channels: Option<usize>,
     op_timeout_ms: Option<u64>,
     transport: Option<TransportChoice>,
+    peer_timeout_ms: Option<u64>,
     busy_poll_us: Option<u64>,
     links: Option<Vec<String>>,
     link_mtu: Option<usize>,
@@ -135,6 +144,7 @@ impl FabricConfig {
             copy_channels: 2,
             op_timeout: OP_TIMEOUT_DEFAULT,
             transport: TransportChoice::Auto,
+            peer_timeout: PEER_TIMEOUT_DEFAULT,
             busy_poll: BUSY_POLL_DEFAULT,
             links: Vec::new(),
             memory_domain: String::new(),
@@ -170,6 +180,9 @@ impl FabricConfig {
         }
         if let Some(t) = f.transport {
             c.transport = t;
+        }
+        if let Some(ms) = f.peer_timeout_ms {
+            c.peer_timeout = Duration::from_millis(ms);
         }
         if let Some(us) = f.busy_poll_us {
             c.busy_poll = Duration::from_micros(us);
@@ -225,6 +238,11 @@ impl FabricConfig {
                 other => return Err(Error::Config(format!("RACKWIRE_TRANSPORT={other:?}: use auto, shm or edge"))),
             };
         }
+        if let Ok(v) = std::env::var("RACKWIRE_PEER_TIMEOUT_MS") {
+            let ms: u64 =
+                v.parse().map_err(|_| Error::Config(format!("RACKWIRE_PEER_TIMEOUT_MS={v:?}: milliseconds")))?;
+            c.peer_timeout = Duration::from_millis(ms);
+        }
         if let Some(p) = std::env::var_os("RACKWIRE_STATE_DIR") {
             c.state_dir = Some(PathBuf::from(p));
         }
@@ -265,6 +283,13 @@ impl FabricConfig {
         }
         if !(LINK_MTU_MIN..=rackwire_udp::UDP_PAYLOAD_MAX).contains(&self.link_mtu) {
             return Err(Error::Config(format!("link_mtu must be {LINK_MTU_MIN}..={}", rackwire_udp::UDP_PAYLOAD_MAX)));
+        }
+        if !(PEER_TIMEOUT_MIN..=PEER_TIMEOUT_MAX).contains(&self.peer_timeout) {
+            return Err(Error::Config(format!(
+                "peer_timeout must be {} ms..={} s",
+                PEER_TIMEOUT_MIN.as_millis(),
+                PEER_TIMEOUT_MAX.as_secs()
+            )));
         }
         if !(1..=rackwire_shm::COPY_CHANNELS_MAX).contains(&self.copy_channels) {
             return Err(Error::Config(format!("copy_channels must be 1..={}", rackwire_shm::COPY_CHANNELS_MAX)));

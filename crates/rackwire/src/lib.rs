@@ -54,7 +54,9 @@ mod transport;
 
 pub use access::{Access, ParseAccessError};
 pub use bytes::Bytes;
-pub use config::{FabricConfig, TransportChoice, BUSY_POLL_DEFAULT, LINK_MTU_DEFAULT, LINK_MTU_MIN};
+pub use config::{
+    FabricConfig, TransportChoice, BUSY_POLL_DEFAULT, LINK_MTU_DEFAULT, LINK_MTU_MIN, PEER_TIMEOUT_MAX, PEER_TIMEOUT_MIN,
+};
 pub use conn::Conn;
 pub use error::{Error, MhErrorText};
 pub use fabric::{Fabric, Message};
@@ -85,7 +87,14 @@ pub const BATCH_ENTRIES_MAX: usize = 65536;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a peer has to confirm it unmapped a revoked region before it is cut off.
 pub const REVOKE_ACK_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default bound on how long an operation may wait for room or for its peer.
-pub const OP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Default bound on how long an operation may wait for room or for its peer: above the peer
+/// timeout, so that operations in flight ride out an outage the connection survives.
+pub const OP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(15);
+/// Default peer timeout of the edge transport: a connection whose every link stayed silent
+/// this long is closed and its peer taken as gone (its operations fail with `PeerGone`).
+/// Shorter silences, with links dropping and returning in any pattern, only make the peer
+/// unreachable for a while: frames move to the links that answer, silent links are probed
+/// and used again as soon as one answers, and operations wait.
+pub const PEER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
 const _: () = assert!(MESSAGE_BYTES_MAX as u64 <= rackwire_shm::ring::payload_bytes_max(MESSAGE_RING_BYTES));

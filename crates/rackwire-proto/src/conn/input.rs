@@ -37,7 +37,7 @@ impl Connection {
             (Some(keys), true) => {
                 let mut opened = std::mem::take(&mut self.opened);
                 match keys.open(bytes, &mut opened) {
-                    Ok(()) => self.handle_plain(now, link, &opened, target),
+                    Ok(()) => self.handle_checked(now, link, Frame::new_opened(&opened[..]), target),
                     Err(Unsealed::Forged) => self.stats.forged += 1,
                     Err(Unsealed::Replayed) => self.stats.replayed += 1,
                     Err(Unsealed::Malformed) => self.stats.malformed += 1,
@@ -46,7 +46,7 @@ impl Connection {
             }
             (None, true) => self.stats.forged += 1,
             (Some(_), false) if bytes.len() >= HEADER_LEN && !may_come_unsealed => self.stats.unsealed += 1,
-            _ => self.handle_plain(now, link, bytes, target),
+            _ => self.handle_checked(now, link, Frame::new_checked(bytes), target),
         }
     }
 
@@ -54,8 +54,14 @@ impl Connection {
         kind == FrameKind::Handshake || (kind == FrameKind::Close && self.state == State::Handshaking)
     }
 
-    fn handle_plain(&mut self, now: Time, link: usize, bytes: &[u8], target: &mut dyn Target) {
-        let Ok(frame) = Frame::new_checked(bytes) else {
+    fn handle_checked(
+        &mut self,
+        now: Time,
+        link: usize,
+        checked: Result<Frame<&[u8]>, rackwire_wire::WireError>,
+        target: &mut dyn Target,
+    ) {
+        let Ok(frame) = checked else {
             self.stats.malformed += 1;
             return;
         };

@@ -114,7 +114,8 @@ impl Connection {
         if buf.len() < head_len || (self.keys.is_some() && buf.len() < len + TRAILER_LEN) {
             return None;
         }
-        repr.emit_header(buf, payload.crc);
+        // A sealed frame's payload is covered by its tag: no CRC32C over it.
+        repr.emit_header(buf, if self.keys.is_some() { 0 } else { payload.crc() });
         buf[HEADER_LEN..head_len].copy_from_slice(seg);
         if let Some(keys) = &mut self.keys {
             if let Some(body) = &payload.body {

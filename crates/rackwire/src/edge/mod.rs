@@ -192,6 +192,8 @@ pub(crate) struct EdgeEndpoint {
     mtu: usize,
     busy_poll: Duration,
     op_timeout: Duration,
+    /// The peer timeout (see [`crate::PEER_TIMEOUT_DEFAULT`]).
+    peer_timeout: Duration,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Buffers for application threads (pumping, submitting).
     app_io: Mutex<Io>,
@@ -256,6 +258,7 @@ impl EdgeEndpoint {
             mtu,
             busy_poll: cfg.busy_poll,
             op_timeout: cfg.op_timeout,
+            peer_timeout: cfg.peer_timeout,
             thread: Mutex::new(None),
             app_io: Mutex::new(Io::new(cfg.links.len())),
             last_pump_us: AtomicU64::new(0),
@@ -285,6 +288,7 @@ impl EdgeEndpoint {
         let mut c = proto::Config::new(links, self.mtu);
         c.mtu = self.socks.iter().take(links).map(LinkSocket::mtu).collect();
         c.op_timeout_us = self.op_timeout.as_micros() as proto::Time;
+        c.idle_timeout_us = self.peer_timeout.as_micros() as proto::Time;
         // Windows count frames: keep their byte sizes about the same whatever the MTU.
         let scale = |frames_at_1500: usize, floor: usize| (frames_at_1500 * 1472 / self.mtu).max(floor);
         c.link_window_min = scale(c.link_window_min, 2);
