@@ -20,7 +20,8 @@ fn ip(args: &[&str]) {
     assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
 
-/// Two namespaces `a` and `b` with links `a0`–`b0` (198.18.0.0/24) and `a1`–`b1` (198.18.1.0/24).
+/// Two namespaces `a` and `b` with links `a0`–`b0` (198.18.0.0/24) and `a1`–`b1` (198.18.1.0/24):
+/// the same addresses in every test, which cannot clash, as each test's namespaces are its own.
 struct Hosts {
     a: String,
     b: String,
@@ -28,13 +29,14 @@ struct Hosts {
 }
 
 impl Hosts {
-    fn up() -> Hosts {
-        let p = format!("rwt{}", std::process::id() % 100_000);
+    /// Hosts for one test, told apart from other tests' by `tag` (one letter).
+    fn up(tag: char) -> Hosts {
+        let p = format!("rwt{}{tag}", std::process::id() % 100_000);
         // Leftovers of an earlier run that crashed (its process is gone) go first.
         if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
             for line in String::from_utf8_lossy(&out.stdout).lines() {
                 let name = line.split_whitespace().next().unwrap_or("");
-                let pid = name.strip_prefix("rwt").map(|r| r.trim_end_matches(['a', 'b']));
+                let pid = name.strip_prefix("rwt").map(|r| r.trim_end_matches(|c: char| c.is_ascii_alphabetic()));
                 if let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) {
                     if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                         let _ = Command::new("ip").args(["netns", "del", name]).status();
@@ -61,7 +63,11 @@ impl Hosts {
     }
 
     fn link_down(&self, k: usize) {
-        ip(&["-n", &self.a, "link", "set", &format!("{}a{k}", self.prefix), "down"]);
+        self.set_link(k, false);
+    }
+
+    fn set_link(&self, k: usize, up: bool) {
+        ip(&["-n", &self.a, "link", "set", &format!("{}a{k}", self.prefix), if up { "up" } else { "down" }]);
     }
 }
 
@@ -85,7 +91,7 @@ fn two_hosts_over_two_links_survive_a_link_going_down() {
         eprintln!("skipped: network namespaces need root (CI runs this as root)");
         return;
     }
-    let hosts = Hosts::up();
+    let hosts = Hosts::up('d');
     let names = (hosts.a.clone(), hosts.b.clone());
     {
         let (_mh, mh) = Node::mh_in_netns(&hosts.a, "198.18.0.1:0");
@@ -120,4 +126,52 @@ fn two_hosts_over_two_links_survive_a_link_going_down() {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let list = String::from_utf8_lossy(&out.stdout);
     assert!(!list.contains(&names.0) && !list.contains(&names.1), "namespaces left behind: {list}");
+}
+
+// Checks that a connection rides out links that come and go on real interfaces: during a
+// paced 16 MiB stream (about five seconds) between the two hosts, link 0 drops and returns
+// three times, link 1 twice, then both are down together for 1.5 s and come back in the other
+// order, and once more both go down one after the other and return in the order they left.
+// No moment of total silence comes near the peer timeout (10 s): the stream completes on the
+// same connection and arrives byte-exact, and the sender saw links go down.
+#[test]
+fn a_stream_survives_links_flapping_and_all_links_down_at_once() {
+    if !is_root() {
+        eprintln!("skipped: network namespaces need root (CI runs this as root)");
+        return;
+    }
+    let hosts = Hosts::up('f');
+    {
+        let (_mh, mh) = Node::mh_in_netns(&hosts.a, "198.18.0.1:0");
+        let env_a = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.1:0,198.18.1.1:0")];
+        let env_b = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.2:0,198.18.1.2:0")];
+        let mut owner = Node::spawn_in_netns(&hosts.a, &mh, "flap-owner", &env_a);
+        let mut init = Node::spawn_in_netns(&hosts.b, &mh, "flap-init", &env_b);
+        let total: u64 = 16 << 20;
+        let a = owner.ok(&format!("alloc {total} rw"));
+        let (rid, h) = a.split_once(' ').unwrap();
+        owner.ok(&format!("grant {rid} {} rw", init.id));
+        assert_eq!(init.ok(&format!("connect {}", owner.id)), "edge");
+        init.start_cmd(&format!("stream {h} {total} 65536 20 11"));
+        // (ms after the start, link, up): every step bounded; the longest total silence 1.5 s.
+        let schedule: &[(u64, usize, bool)] = &[
+            (200, 0, false), (350, 0, true), (450, 0, false), (520, 0, true), (600, 0, false), (900, 0, true),
+            (1000, 1, false), (1100, 1, true), (1200, 1, false), (1300, 1, true),
+            (1500, 0, false), (1500, 1, false), (3000, 1, true), (3200, 0, true),
+            (3600, 0, false), (3700, 1, false), (4300, 0, true), (4400, 1, true),
+        ];
+        let t0 = std::time::Instant::now();
+        for &(at, k, up) in schedule {
+            let wait = Duration::from_millis(at).saturating_sub(t0.elapsed());
+            std::thread::sleep(wait);
+            hosts.set_link(k, up);
+        }
+        let done = init.line();
+        assert!(done.starts_with("ok"), "stream: {done}");
+        let ms: u64 = done.trim_start_matches("ok ").parse().unwrap();
+        assert!(ms > 4400, "the stream ran through every change (took {ms} ms)");
+        assert_eq!(owner.cmd(&format!("check-pattern {rid} 0 {total} 11")), "ok");
+        let stats: serde_json::Value = serde_json::from_str(&init.ok(&format!("stats {}", owner.id))).unwrap();
+        assert!(stats["retransmits"].as_u64().unwrap_or(0) > 0 || stats["losses"].as_u64().unwrap_or(0) > 0, "{stats}");
+    }
 }
