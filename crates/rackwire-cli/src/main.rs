@@ -30,7 +30,13 @@ use rackwire_bench::{parse_size, print_table, Pattern, ShmBench};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log lines as text, or as one JSON object per line (structured logs).
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
+
+/// Logs go out as JSON lines (`--log-format json`).
+static LOG_JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Where the management host is and the secret that admits us.
 #[derive(Args, Clone)]
@@ -83,6 +89,9 @@ enum Cmd {
         /// File holding the fabric's shared secret [env: RACKWIRE_SECRET_FILE, or RACKWIRE_SECRET]
         #[arg(long)]
         secret_file: Option<PathBuf>,
+        /// Serve counters in the Prometheus text format at http://ADDR/metrics.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
     },
     /// List the nodes the management host knows.
     Nodes {
@@ -232,7 +241,12 @@ fn init_logging(default: tracing::Level) {
         Some("trace") => tracing::Level::TRACE,
         _ => default,
     };
-    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
+    let fmt = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr);
+    if LOG_JSON.load(std::sync::atomic::Ordering::Relaxed) {
+        fmt.json().init();
+    } else {
+        fmt.init();
+    }
 }
 
 pub(crate) fn read_secret(file: &Option<PathBuf>) -> Result<Vec<u8>> {
@@ -305,11 +319,21 @@ impl BenchArgs {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Mh { listen, state, secret_file } => {
+        Cmd::Mh { listen, state, secret_file, metrics } => {
             init_logging(tracing::Level::INFO);
             let secret = read_secret(&secret_file)?;
             let h = rackwire::ManagementHost::start(&listen, Some(&state), &secret)?;
+            let _exporter = match &metrics {
+                Some(addr) => Some(
+                    rackwire_metrics::Exporter::start(addr, std::sync::Arc::new(h.metrics_source()))
+                        .with_context(|| format!("metrics address {addr}"))?,
+                ),
+                None => None,
+            };
             eprintln!("management host on {} (state in {})", h.addr(), state.display());
+            if let Some(e) = &_exporter {
+                eprintln!("metrics on http://{}/metrics", e.addr());
+            }
             h.wait();
             Ok(())
         }
@@ -440,6 +464,7 @@ fn run(cli: Cli) -> Result<()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    LOG_JSON.store(cli.log_format == "json", std::sync::atomic::Ordering::Relaxed);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -68,6 +68,10 @@ pub(crate) struct AgentArgs {
     /// Join the fabric only; no virtual NIC.
     #[arg(long)]
     no_vnic: bool,
+    /// Serve counters (the node's, and rw0's per peer) in the Prometheus text format at
+    /// http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 pub(crate) fn run(cmd: RackCmd) -> Result<i32> {
@@ -169,6 +173,41 @@ fn write_status(path: &PathBuf, v: &serde_json::Value) -> Result<()> {
 
 /// A host's node agent: joins the fabric, runs the virtual NIC, reports, stops on SIGTERM or
 /// SIGINT (removing its routes).
+/// The virtual NIC's counters in the Prometheus text format.
+fn rw0_metrics(c: &rackwire_vnic::VnicCounters) -> String {
+    use rackwire_metrics::{Kind, Text};
+    let mut t = Text::new();
+    type Field = fn(&rackwire_vnic::PeerCounters) -> u64;
+    let per_peer: [(&str, &str, Field); 5] = [
+        ("tx_packets", "packets sent to the peer", |p| p.tx_packets),
+        ("tx_bytes", "bytes sent to the peer", |p| p.tx_bytes),
+        ("rx_packets", "packets received from the peer", |p| p.rx_packets),
+        ("rx_bytes", "bytes received from the peer", |p| p.rx_bytes),
+        ("tx_errors", "packets to the peer the fabric did not take", |p| p.tx_errors),
+    ];
+    for (field, help, get) in per_peer {
+        let name = format!("rackwire_rw0_{field}_total");
+        t.family(&name, Kind::Counter, &format!("Virtual NIC {}: {help}.", c.ifname));
+        for p in &c.peers {
+            t.sample(&name, &[("peer", &p.node.to_string()), ("transport", &p.transport)], get(p) as f64);
+        }
+    }
+    t.single("rackwire_rw0_no_route_total", Kind::Counter, "Packets for an address no peer owns.", c.no_route as f64);
+    t.single(
+        "rackwire_rw0_malformed_total",
+        Kind::Counter,
+        "Packets that are not well-formed IPv4.",
+        c.malformed as f64,
+    );
+    t.single(
+        "rackwire_rw0_rx_unrouted_total",
+        Kind::Counter,
+        "Packets from nodes not routed (yet).",
+        c.rx_unrouted as f64,
+    );
+    t.finish()
+}
+
 pub(crate) fn agent(a: AgentArgs, fabric_args: &crate::FabricArgs) -> Result<()> {
     let mut cfg = fabric_args.resolve("agent")?;
     if let Some(m) = a.link_mtu {
@@ -193,6 +232,24 @@ pub(crate) fn agent(a: AgentArgs, fabric_args: &crate::FabricArgs) -> Result<()>
         let links: Vec<String> =
             fabric.nodes()?.into_iter().find(|n| n.info.id == fabric.id()).map(|n| n.info.links).unwrap_or_default();
         Some(rackwire_vnic::Vnic::start(fabric.clone(), if links.is_empty() { &cfg.links } else { &links })?)
+    };
+    let vnic = vnic.map(Arc::new);
+    let _exporter = match &a.metrics {
+        Some(addr) => {
+            let (f, v) = (Arc::downgrade(&fabric), vnic.as_ref().map(Arc::downgrade));
+            let render = move || {
+                let mut page = f.upgrade().map(|f| f.metrics()).unwrap_or_default();
+                if let Some(v) = v.as_ref().and_then(std::sync::Weak::upgrade) {
+                    page.push_str(&rw0_metrics(&v.counters()));
+                }
+                page
+            };
+            Some(
+                rackwire_metrics::Exporter::start(addr, Arc::new(render))
+                    .with_context(|| format!("metrics address {addr}"))?,
+            )
+        }
+        None => None,
     };
     eprintln!("agent {} (node {}) up{}", fabric.name(), fabric.id(), if vnic.is_some() { ", rw0 up" } else { "" });
     while !stop.load(Ordering::Relaxed) {

@@ -87,8 +87,15 @@ pub(crate) fn run(mtu: usize, repeat: usize, scale: f64, json: bool) -> Result<(
         f(lat_plain, 2),
         format!("{} µs", f(lat_cost, 2)),
     ]);
-    t.add_row(["1 MiB one-way writes, MB/s".to_string(), f(bw_sealed, 0), f(bw_plain, 0), format!("{} %", f(bw_cost, 1))]);
+    t.add_row([
+        "1 MiB one-way writes, MB/s".to_string(),
+        f(bw_sealed, 0),
+        f(bw_plain, 0),
+        format!("{} %", f(bw_cost, 1)),
+    ]);
     println!("{t}");
-    println!("({repeat} repeats, sealed and unsealed alternated; frames of {mtu} bytes; cost per repeat, median and spread)");
+    println!(
+        "({repeat} repeats, sealed and unsealed alternated; frames of {mtu} bytes; cost per repeat, median and spread)"
+    );
     Ok(())
 }

@@ -49,6 +49,11 @@ pub(crate) struct Jobs {
 }
 
 impl Jobs {
+    /// Jobs known.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
     /// Record `blob` as `rank`'s post in `round` of `job` (of `size` ranks), from node `me`.
     /// `up` tells whether a node has a live session.
     pub fn post(&mut self, me: NodeId, post: Post<'_>, up: impl Fn(NodeId) -> bool) -> Result<(), MhError> {

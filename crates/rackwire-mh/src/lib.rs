@@ -16,6 +16,7 @@ pub mod auth;
 pub use rackwire_wire::identity;
 mod client;
 pub mod jobs;
+mod metrics;
 pub mod proto;
 mod server;
 mod state;

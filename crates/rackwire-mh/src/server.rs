@@ -50,17 +50,19 @@ pub(crate) fn write_json(w: &mut impl Write, v: &impl serde::Serialize) -> std::
     w.flush()
 }
 
-struct Live {
+pub(crate) struct Live {
     session: u64,
     last_seen_ms: u64,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     secret: Vec<u8>,
-    jobs: Mutex<Jobs>,
-    store: Mutex<Store>,
-    live: Mutex<HashMap<NodeId, Live>>,
-    sessions: Mutex<HashMap<u64, TcpStream>>,
+    /// Admissions by outcome (`admitted`, or why refused), for the metrics.
+    pub(crate) admissions: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    pub(crate) jobs: Mutex<Jobs>,
+    pub(crate) store: Mutex<Store>,
+    pub(crate) live: Mutex<HashMap<NodeId, Live>>,
+    pub(crate) sessions: Mutex<HashMap<u64, TcpStream>>,
     next_session: AtomicU64,
     stopping: AtomicBool,
 }
@@ -96,6 +98,7 @@ impl ManagementHost {
         listener.set_nonblocking(true).map_err(|e| MhError::Config(e.to_string()))?;
         let shared = Arc::new(Shared {
             secret: secret.to_vec(),
+            admissions: Mutex::new(Default::default()),
             jobs: Mutex::new(Jobs::default()),
             store: Mutex::new(store),
             live: Mutex::new(HashMap::new()),
@@ -117,6 +120,18 @@ impl MhHandle {
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What it holds, in the Prometheus text format: nodes by state, regions, grants, sessions,
+    /// jobs, admissions by outcome.
+    pub fn metrics(&self) -> String {
+        crate::metrics::render(&self.shared)
+    }
+
+    /// [`MhHandle::metrics`] as a function that outlives the handle's borrow (to serve it).
+    pub fn metrics_source(&self) -> impl Fn() -> String + Send + Sync + 'static {
+        let shared = Arc::downgrade(&self.shared);
+        move || shared.upgrade().map(|s| crate::metrics::render(&s)).unwrap_or_default()
     }
 
     /// Stop: close the listener and every session. State is already on disk.
@@ -205,7 +220,9 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
     let client_proof: Proof = parse(&line)?;
     let ok = from_hex(&client_proof.proof)
         .is_some_and(|p| auth::verify(&shared.secret, "rackwire-mh-client", &server_nonce, ctx, &p));
+    let count = |outcome: &'static str| *lock(&shared.admissions).entry(outcome).or_insert(0) += 1;
     let deny = |w: &mut TcpStream, reason: &str| {
+        count("refused");
         let _ = write_json(w, &Admission::Denied { reason: reason.into() });
         Err(MhError::Denied(reason.into()))
     };
@@ -278,6 +295,7 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
         other => return deny(w, &format!("unknown role {other:?}")),
     };
     write_json(w, &Admission::Welcome { node_id: id }).map_err(io_err)?;
+    count("admitted");
     info!(name = %hello.name, id, "admitted");
     Ok((id, hello.name))
 }

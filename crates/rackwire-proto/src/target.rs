@@ -46,6 +46,21 @@ impl Refusal {
         }
     }
 
+    /// A short name (for counters and logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::Ungranted { .. } => "ungranted",
+            Refusal::Revoked => "revoked",
+            Refusal::BadKey => "bad_key",
+            Refusal::UnknownRegion => "unknown_region",
+            Refusal::OutOfBounds { .. } => "out_of_bounds",
+            Refusal::Misaligned => "misaligned",
+            Refusal::TooLarge => "too_large",
+            Refusal::Busy => "busy",
+            Refusal::Other(_) => "other",
+        }
+    }
+
     /// The detail on the wire: the access needed, or the region's length.
     pub fn detail(self) -> u64 {
         match self {

@@ -288,7 +288,10 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
         let a = r.range(0, nodes as u64) as usize;
         let b = (a + 1 + r.range(0, nodes as u64 - 1) as usize) % nodes;
         for c in flap.changes(&mut r, a, b, links, SAFETY_US / 2) {
-            actions.push((c.at, if c.down { Action::LinkDown(c.a, c.b, c.link) } else { Action::LinkUp(c.a, c.b, c.link) }));
+            actions.push((
+                c.at,
+                if c.down { Action::LinkDown(c.a, c.b, c.link) } else { Action::LinkUp(c.a, c.b, c.link) },
+            ));
         }
     }
     actions.sort_by_key(|(t, a)| (*t, matches!(a, Action::Submit(_))));

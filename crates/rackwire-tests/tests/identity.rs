@@ -163,7 +163,8 @@ fn a_shared_memory_handshake_claiming_another_nodes_id_is_refused() {
     let proof = rackwire_mh::auth::prove(SECRET.as_bytes(), "rackwire-peer-initiator", &their_nonce, ctx.as_bytes());
     let mallory = Identity::generate().unwrap().0;
     let signature = mallory.sign(b"anything: the key is not the node's");
-    let answer = control(&sock, serde_json::json!({"t": "proof", "proof": to_hex(&proof), "signature": to_hex(&signature)}));
+    let answer =
+        control(&sock, serde_json::json!({"t": "proof", "proof": to_hex(&proof), "signature": to_hex(&signature)}));
     assert_eq!(answer["t"], "refused", "{answer}");
     assert!(answer["reason"].as_str().unwrap().contains("not signed"), "{answer}");
     assert!(zeros(&region, 4096), "the owner's memory is untouched");

@@ -155,10 +155,24 @@ fn a_stream_survives_links_flapping_and_all_links_down_at_once() {
         init.start_cmd(&format!("stream {h} {total} 65536 20 11"));
         // (ms after the start, link, up): every step bounded; the longest total silence 1.5 s.
         let schedule: &[(u64, usize, bool)] = &[
-            (200, 0, false), (350, 0, true), (450, 0, false), (520, 0, true), (600, 0, false), (900, 0, true),
-            (1000, 1, false), (1100, 1, true), (1200, 1, false), (1300, 1, true),
-            (1500, 0, false), (1500, 1, false), (3000, 1, true), (3200, 0, true),
-            (3600, 0, false), (3700, 1, false), (4300, 0, true), (4400, 1, true),
+            (200, 0, false),
+            (350, 0, true),
+            (450, 0, false),
+            (520, 0, true),
+            (600, 0, false),
+            (900, 0, true),
+            (1000, 1, false),
+            (1100, 1, true),
+            (1200, 1, false),
+            (1300, 1, true),
+            (1500, 0, false),
+            (1500, 1, false),
+            (3000, 1, true),
+            (3200, 0, true),
+            (3600, 0, false),
+            (3700, 1, false),
+            (4300, 0, true),
+            (4400, 1, true),
         ];
         let t0 = std::time::Instant::now();
         for &(at, k, up) in schedule {

@@ -80,6 +80,9 @@ pub struct FabricConfig {
     /// `rackwire_proto`). Frames go unsealed only when both ends turn this off, which is for
     /// measuring what sealing costs (`RACKWIRE_SEAL=off`, `seal_frames = false`).
     pub seal_frames: bool,
+    /// Serve this node's counters in the Prometheus text format at `http://ADDR/metrics`
+    /// (`metrics = "127.0.0.1:9470"`, `RACKWIRE_METRICS`). None: not served.
+    pub metrics: Option<String>,
 }
 
 /// The shortest peer timeout accepted (a few probe intervals).
@@ -122,6 +125,7 @@ struct FileConfig {
     faults: Option<String>,
     state_dir: Option<PathBuf>,
     seal_frames: Option<bool>,
+    metrics: Option<String>,
 }
 
 fn default_name() -> String {
@@ -152,6 +156,7 @@ impl FabricConfig {
             faults: None,
             state_dir: None,
             seal_frames: true,
+            metrics: None,
         }
     }
 
@@ -169,6 +174,7 @@ impl FabricConfig {
         }
         c.runtime_dir = f.runtime_dir;
         c.state_dir = f.state_dir;
+        c.metrics = f.metrics;
         if let Some(b) = f.seal_frames {
             c.seal_frames = b;
         }
@@ -245,6 +251,9 @@ impl FabricConfig {
         }
         if let Some(p) = std::env::var_os("RACKWIRE_STATE_DIR") {
             c.state_dir = Some(PathBuf::from(p));
+        }
+        if let Ok(v) = std::env::var("RACKWIRE_METRICS") {
+            c.metrics = (!v.is_empty()).then_some(v);
         }
         if let Ok(v) = std::env::var("RACKWIRE_SEAL") {
             c.seal_frames = match v.as_str() {

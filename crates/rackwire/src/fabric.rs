@@ -104,6 +104,8 @@ pub struct Fabric {
     /// The edge transport, when this node has Ethernet links.
     edge: Option<Arc<EdgeEndpoint>>,
     acceptor: Option<JoinHandle<()>>,
+    /// Serves [`Fabric::metrics`] when the configuration names an address.
+    metrics: Option<rackwire_metrics::Exporter>,
 }
 
 impl std::fmt::Debug for Fabric {
@@ -169,12 +171,34 @@ impl Fabric {
             .name("rw-accept".into())
             .spawn(move || accept_loop(weak, endpoint))
             .map_err(|e| Error::sys("starting the accepting thread", &e))?;
-        Ok(Fabric { inner, edge, acceptor: Some(acceptor) })
+        let metrics = match &inner.cfg.metrics {
+            Some(addr) => {
+                let node = Arc::downgrade(&inner);
+                let render = Arc::new(move || node.upgrade().map(|n| crate::metrics::render(&n)).unwrap_or_default());
+                Some(
+                    rackwire_metrics::Exporter::start(addr, render)
+                        .map_err(|e| Error::Config(format!("metrics address {addr}: {e}")))?,
+                )
+            }
+            None => None,
+        };
+        Ok(Fabric { inner, edge, acceptor: Some(acceptor), metrics })
     }
 
     /// This node's id.
     pub fn id(&self) -> NodeId {
         self.inner.id
+    }
+
+    /// This node's counters in the Prometheus text format: per peer and per link, the owner's
+    /// audit of refused accesses by region, peer and reason, its regions.
+    pub fn metrics(&self) -> String {
+        crate::metrics::render(&self.inner)
+    }
+
+    /// Where [`Fabric::metrics`] is served (`metrics` in the configuration), if anywhere.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(rackwire_metrics::Exporter::addr)
     }
 
     /// This node's name.

@@ -1,6 +1,7 @@
 //! The owner's side of regions: the table of this node's regions and the access rules every
 //! transport applies before it places a byte (who may do what, who holds a mapping).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -40,7 +41,13 @@ pub(crate) struct RegionInner {
 #[derive(Debug, Default)]
 pub(crate) struct RegionTable {
     regions: RwLock<OwnIdMap<RegionId, Arc<RegionInner>>>,
+    /// The owner's audit: refused accesses by region, peer and reason.
+    audit: Mutex<HashMap<(RegionId, NodeId, &'static str), u64>>,
 }
+
+/// Distinct (region, peer, reason) entries the audit keeps; refusals past that are counted
+/// under region 0, peer 0.
+pub(crate) const AUDIT_ENTRIES_MAX: usize = 4096;
 
 impl RegionTable {
     /// Add a region under its id, unless the table is full.
@@ -63,10 +70,43 @@ impl RegionTable {
         write(&self.regions).remove(&id);
     }
 
+    /// Count a refused access of `peer` to `region`.
+    pub(crate) fn refused(&self, peer: NodeId, region: RegionId, why: Refusal) {
+        let mut a = lock(&self.audit);
+        let key = if a.len() < AUDIT_ENTRIES_MAX || a.contains_key(&(region, peer, why.name())) {
+            (region, peer, why.name())
+        } else {
+            (0, 0, why.name())
+        };
+        *a.entry(key).or_insert(0) += 1;
+    }
+
+    /// The audit: refused accesses by region, peer and reason.
+    pub(crate) fn audit(&self) -> Vec<((RegionId, NodeId, &'static str), u64)> {
+        let mut v: Vec<_> = lock(&self.audit).iter().map(|(k, n)| (*k, *n)).collect();
+        v.sort();
+        v
+    }
+
     /// Apply the access rules and, while they cannot change, run `then` with the region and the
     /// peer's grant. The shared-memory transport sends the descriptor inside `then`, so no
     /// revocation can slip between the decision and the hand-over.
     pub(crate) fn with_grant<T>(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        key: u128,
+        need: Access,
+        then: impl FnOnce(&RegionInner, Access) -> T,
+    ) -> Result<T, Refusal> {
+        let decided = self.decide(peer, region, key, need, then);
+        if let Err(why) = decided {
+            self.refused(peer, region, why);
+        }
+        decided
+    }
+
+    fn decide<T>(
         &self,
         peer: NodeId,
         region: RegionId,

@@ -44,6 +44,7 @@ mod fabric;
 mod grants;
 mod handle;
 mod id;
+mod metrics;
 mod node;
 mod op;
 mod pin;
@@ -55,7 +56,8 @@ mod transport;
 pub use access::{Access, ParseAccessError};
 pub use bytes::Bytes;
 pub use config::{
-    FabricConfig, TransportChoice, BUSY_POLL_DEFAULT, LINK_MTU_DEFAULT, LINK_MTU_MIN, PEER_TIMEOUT_MAX, PEER_TIMEOUT_MIN,
+    FabricConfig, TransportChoice, BUSY_POLL_DEFAULT, LINK_MTU_DEFAULT, LINK_MTU_MIN, PEER_TIMEOUT_MAX,
+    PEER_TIMEOUT_MIN,
 };
 pub use conn::Conn;
 pub use error::{Error, MhErrorText};

@@ -88,6 +88,10 @@ pub(crate) trait PeerTransport: Send + Sync + 'static {
     fn cut_off(&self);
     /// Counters.
     fn stats(&self) -> ConnStats;
+    /// Counters of each link (the edge transport; none for shared memory).
+    fn link_stats(&self) -> Vec<rackwire_proto::LinkStats> {
+        Vec::new()
+    }
 }
 
 /// Counters of one connection.

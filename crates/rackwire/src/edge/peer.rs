@@ -299,6 +299,17 @@ impl PeerTransport for EdgePeer {
             ..ConnStats::default()
         }
     }
+
+    fn link_stats(&self) -> Vec<proto::LinkStats> {
+        self.links()
+    }
+}
+
+impl EdgePeer {
+    pub(super) fn links(&self) -> Vec<proto::LinkStats> {
+        let st = lock(&self.ep.state);
+        st.conns.get(self.local).map(|s| s.conn.stats().links).unwrap_or_default()
+    }
 }
 
 impl Drop for EdgePeer {

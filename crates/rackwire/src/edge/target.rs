@@ -20,7 +20,12 @@ impl FabricTarget<'_> {
         f: impl FnOnce(&crate::grants::RegionInner) -> Result<T, proto::Refusal>,
     ) -> Result<T, proto::Refusal> {
         let fab = self.fabric.upgrade().ok_or(proto::Refusal::UnknownRegion)?;
-        fab.regions.with_grant(peer, region, key, need, |r, _| f(r))?
+        let placed = fab.regions.with_grant(peer, region, key, need, |r, _| f(r))?;
+        // Refusals past the grant (bounds, alignment) go in the owner's audit too.
+        if let Err(why) = placed {
+            fab.regions.refused(peer, region, why);
+        }
+        placed
     }
 }
 
