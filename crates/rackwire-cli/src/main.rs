@@ -83,9 +83,17 @@ enum Cmd {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:7700")]
         listen: String,
-        /// Folder for the persistent state (created if missing).
-        #[arg(long)]
-        state: PathBuf,
+        /// Folder for the persistent state (created if missing); not with --etcd.
+        #[arg(long, required_unless_present = "etcd", conflicts_with = "etcd")]
+        state: Option<PathBuf>,
+        /// Keep the state in etcd instead (endpoints, comma-separated): several management
+        /// hosts on one etcd elect one to lead, the others stand by (give nodes every host's
+        /// address, comma-separated) and take over within seconds when it dies.
+        #[arg(long, value_name = "ENDPOINTS")]
+        etcd: Option<String>,
+        /// With --etcd: the fabric's name (its keys live under /rackwire/NAME).
+        #[arg(long, default_value = "default")]
+        fabric: String,
         /// File holding the fabric's shared secret [env: RACKWIRE_SECRET_FILE, or RACKWIRE_SECRET]
         #[arg(long)]
         secret_file: Option<PathBuf>,
@@ -319,10 +327,20 @@ impl BenchArgs {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Mh { listen, state, secret_file, metrics } => {
+        Cmd::Mh { listen, state, etcd, fabric, secret_file, metrics } => {
             init_logging(tracing::Level::INFO);
             let secret = read_secret(&secret_file)?;
-            let h = rackwire::ManagementHost::start(&listen, Some(&state), &secret)?;
+            let (h, kept) = match (&etcd, &state) {
+                (Some(endpoints), _) => {
+                    let cfg = rackwire_mh::etcd::EtcdConfig::new(endpoints, &fabric)?;
+                    let kept = format!("etcd {endpoints} under {}; leads when elected", cfg.prefix);
+                    (rackwire::ManagementHost::start_led(&listen, cfg, &secret)?, kept)
+                }
+                (None, Some(dir)) => {
+                    (rackwire::ManagementHost::start(&listen, Some(dir), &secret)?, dir.display().to_string())
+                }
+                (None, None) => bail!("give --state DIR or --etcd ENDPOINTS"),
+            };
             let _exporter = match &metrics {
                 Some(addr) => Some(
                     rackwire_metrics::Exporter::start(addr, std::sync::Arc::new(h.metrics_source()))
@@ -330,7 +348,7 @@ fn run(cli: Cli) -> Result<()> {
                 ),
                 None => None,
             };
-            eprintln!("management host on {} (state in {})", h.addr(), state.display());
+            eprintln!("management host on {} (state in {kept})", h.addr());
             if let Some(e) = &_exporter {
                 eprintln!("metrics on http://{}/metrics", e.addr());
             }

@@ -46,7 +46,7 @@ pub(crate) fn admission_message(server_nonce: &[u8], name: &str, key: &[u8]) -> 
 /// Where the management host is and how to prove we belong.
 #[derive(Clone)]
 pub struct MhConfig {
-    /// `host:port`.
+    /// `host:port`, or several separated by commas (management hosts sharing one etcd).
     pub addr: String,
     /// The fabric's shared secret.
     pub secret: Vec<u8>,
@@ -116,11 +116,12 @@ fn recv<T: serde::de::DeserializeOwned>(r: &mut BufReader<TcpStream>) -> Result<
 
 /// Open a session and pass admission. Returns the session and our node id.
 fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
-    let addrs: Vec<_> = cfg
-        .addr
-        .to_socket_addrs()
-        .map_err(|e| MhError::Config(format!("management host address {:?}: {e}", cfg.addr)))?
-        .collect();
+    // Several management hosts (one leads, the others stand by and do not listen): the first
+    // that accepts is the one that leads.
+    let mut addrs = Vec::new();
+    for a in cfg.addr.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        addrs.extend(a.to_socket_addrs().map_err(|e| MhError::Config(format!("management host address {a:?}: {e}")))?);
+    }
     let mut last = None;
     let stream = addrs
         .iter()

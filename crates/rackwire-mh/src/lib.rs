@@ -15,7 +15,9 @@
 pub mod auth;
 pub use rackwire_wire::identity;
 mod client;
+pub mod etcd;
 pub mod jobs;
+mod lead;
 mod metrics;
 pub mod proto;
 mod server;

@@ -24,7 +24,7 @@ use crate::{
 /// How long a client has to complete admission.
 const ADMISSION_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the accept loop looks for a stop request.
-const ACCEPT_POLL: Duration = Duration::from_millis(20);
+pub(crate) const ACCEPT_POLL: Duration = Duration::from_millis(20);
 
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
@@ -64,7 +64,29 @@ pub(crate) struct Shared {
     pub(crate) live: Mutex<HashMap<NodeId, Live>>,
     pub(crate) sessions: Mutex<HashMap<u64, TcpStream>>,
     next_session: AtomicU64,
-    stopping: AtomicBool,
+    pub(crate) stopping: AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn new(secret: &[u8], store: Store) -> Arc<Shared> {
+        Arc::new(Shared {
+            secret: secret.to_vec(),
+            admissions: Mutex::new(Default::default()),
+            jobs: Mutex::new(Jobs::default()),
+            store: Mutex::new(store),
+            live: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+            next_session: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    /// Close every session (their nodes reconnect, to whichever host leads then).
+    pub(crate) fn close_sessions(&self) {
+        for s in lock(&self.sessions).values() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 /// The management host. Start it with [`ManagementHost::start`]; it runs until the handle is
@@ -74,9 +96,10 @@ pub struct ManagementHost;
 
 /// A running management host.
 pub struct MhHandle {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    accept: Option<JoinHandle<()>>,
+    pub(crate) addr: SocketAddr,
+    pub(crate) shared: Arc<Shared>,
+    /// The accepting thread (with etcd: the thread that campaigns, then accepts while leading).
+    pub(crate) accept: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for MhHandle {
@@ -96,16 +119,7 @@ impl ManagementHost {
         let listener = TcpListener::bind(listen).map_err(|e| MhError::Config(format!("listen on {listen}: {e}")))?;
         let addr = listener.local_addr().map_err(|e| MhError::Config(e.to_string()))?;
         listener.set_nonblocking(true).map_err(|e| MhError::Config(e.to_string()))?;
-        let shared = Arc::new(Shared {
-            secret: secret.to_vec(),
-            admissions: Mutex::new(Default::default()),
-            jobs: Mutex::new(Jobs::default()),
-            store: Mutex::new(store),
-            live: Mutex::new(HashMap::new()),
-            sessions: Mutex::new(HashMap::new()),
-            next_session: AtomicU64::new(1),
-            stopping: AtomicBool::new(false),
-        });
+        let shared = Shared::new(secret, store);
         let s = shared.clone();
         let accept = std::thread::Builder::new()
             .name("rw-mh-accept".into())
@@ -148,9 +162,7 @@ impl MhHandle {
 
     fn shutdown(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
-        for s in lock(&self.shared.sessions).values() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
+        self.shared.close_sessions();
         if let Some(h) = self.accept.take() {
             let _ = h.join();
         }
@@ -163,35 +175,43 @@ impl Drop for MhHandle {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     while !shared.stopping.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                let s = shared.clone();
-                let _ = stream.set_nonblocking(false);
-                let id = s.next_session.fetch_add(1, Ordering::Relaxed);
-                if let Ok(clone) = stream.try_clone() {
-                    lock(&s.sessions).insert(id, clone);
-                }
-                let spawned = std::thread::Builder::new().name("rw-mh-session".into()).spawn(move || {
-                    if let Err(e) = session(&s, stream, id) {
-                        debug!(%peer, "session ended: {e}");
-                    }
-                    lock(&s.sessions).remove(&id);
-                });
-                if spawned.is_err() {
-                    warn!("could not start a session thread");
-                }
+        if !accept_one(&listener, &shared) {
+            std::thread::sleep(ACCEPT_POLL);
+        }
+    }
+}
+
+/// Take one waiting client, if any, and start its session; false when none was waiting.
+pub(crate) fn accept_one(listener: &TcpListener, shared: &Arc<Shared>) -> bool {
+    match listener.accept() {
+        Ok((stream, peer)) => {
+            let s = shared.clone();
+            let _ = stream.set_nonblocking(false);
+            let id = s.next_session.fetch_add(1, Ordering::Relaxed);
+            if let Ok(clone) = stream.try_clone() {
+                lock(&s.sessions).insert(id, clone);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
-            Err(e) => {
-                warn!("accept: {e}");
-                std::thread::sleep(ACCEPT_POLL);
+            let spawned = std::thread::Builder::new().name("rw-mh-session".into()).spawn(move || {
+                if let Err(e) = session(&s, stream, id) {
+                    debug!(%peer, "session ended: {e}");
+                }
+                lock(&s.sessions).remove(&id);
+            });
+            if spawned.is_err() {
+                warn!("could not start a session thread");
             }
+            true
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(e) => {
+            warn!("accept: {e}");
+            false
         }
     }
 }

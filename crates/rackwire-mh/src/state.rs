@@ -10,6 +10,8 @@ use crate::proto::{GrantEntry, NodeId, NodeInfo, RegionEntry};
 use crate::MhError;
 
 const STATE_FILE: &str = "state.json";
+/// The state's key under the fabric's etcd prefix.
+const STATE_KEY: &str = "state";
 
 /// Everything the management host must not forget.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -21,11 +23,23 @@ pub(crate) struct State {
     pub grants: Vec<GrantEntry>,
 }
 
-/// The state and where it lives.
+/// The state and where it lives: a file, memory only, or etcd while this host leads.
 #[derive(Debug)]
 pub(crate) struct Store {
     dir: Option<PathBuf>,
+    /// The etcd term this host leads in, when its state lives in etcd.
+    pub term: Option<Term>,
     pub state: State,
+}
+
+/// Leading in etcd: the client, who this host is (its leader key's value) and its lease.
+#[derive(Debug)]
+pub(crate) struct Term {
+    pub etcd: crate::etcd::Etcd,
+    pub me: String,
+    pub lease: i64,
+    /// Set when a write found another host leading.
+    pub deposed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Store {
@@ -45,12 +59,31 @@ impl Store {
                 Err(e) => return Err(MhError::Config(format!("state file {}: {e}", path.display()))),
             }
         }
-        Ok(Store { dir: dir.map(Path::to_owned), state })
+        Ok(Store { dir: dir.map(Path::to_owned), term: None, state })
+    }
+
+    /// The state kept in etcd (empty if there is none yet), for a host that now leads.
+    pub fn from_etcd(term: Term) -> Result<Self, MhError> {
+        let mut state = State { next_id: 1, ..State::default() };
+        if let Some(bytes) = term.etcd.get(STATE_KEY)? {
+            state = serde_json::from_slice(&bytes)
+                .map_err(|e| MhError::Config(format!("the state in etcd is damaged: {e}")))?;
+            state.next_id = state.next_id.max(1);
+        }
+        Ok(Store { dir: None, term: Some(term), state })
     }
 
     /// Write the state: to a temporary file, synced, then renamed over the old one, so a
     /// crash leaves either the old or the new state, never a torn one.
     pub fn save(&self) -> Result<(), MhError> {
+        if let Some(t) = &self.term {
+            let bytes = serde_json::to_vec(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
+            if t.etcd.put_if_leader(&t.me, t.lease, STATE_KEY, &bytes)? {
+                return Ok(());
+            }
+            t.deposed.store(true, std::sync::atomic::Ordering::SeqCst);
+            return Err(MhError::Unavailable("this management host no longer leads".into()));
+        }
         let Some(dir) = &self.dir else { return Ok(()) };
         let tmp = dir.join(format!("{STATE_FILE}.tmp"));
         let bytes = serde_json::to_vec_pretty(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
