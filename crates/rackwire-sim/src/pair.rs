@@ -54,8 +54,8 @@ pub fn pump(
     a_to_b
 }
 
-/// Two established connections sharing `secret`, with a region (`region`, `key`, `len` bytes)
-/// at `b` granted to `a`. Panics if the handshake does not complete.
+/// Two established connections sharing `secret` (frames unsealed), with a region (`region`,
+/// `key`, `len` bytes) at `b` granted to `a`. Panics if the handshake does not complete.
 pub fn established(
     cfg: Config,
     secret: &[u8],
@@ -63,7 +63,20 @@ pub fn established(
     key: u128,
     len: usize,
 ) -> (Connection, Connection, MemTarget, MemTarget, Time) {
-    let (mut a, mut b) = connecting(cfg, secret, secret);
+    let (a, b) = (keys::unsealed(A_NODE, secret), keys::unsealed(B_NODE, secret));
+    established_as(cfg, &a, &b, region, key, len)
+}
+
+/// [`established`] with the given credentials (sealed frames with [`keys::credentials`]).
+pub fn established_as(
+    cfg: Config,
+    ca: &Credentials,
+    cb: &Credentials,
+    region: u32,
+    key: u128,
+    len: usize,
+) -> (Connection, Connection, MemTarget, MemTarget, Time) {
+    let (mut a, mut b) = connecting_as(cfg, ca, cb);
     let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
     tb.add_region(region, key, len, &[A_NODE]);
     pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
