@@ -27,14 +27,18 @@ pub enum TransportChoice {
 /// A node's configuration.
 ///
 /// Sources, later ones overriding earlier: a TOML file (`RACKWIRE_CONFIG` or
-/// [`FabricConfig::from_file`]), then the environment (`RACKWIRE_MH`, `RACKWIRE_SECRET`,
-/// `RACKWIRE_SECRET_FILE`, `RACKWIRE_NAME`), then the command line (the binary's flags).
+/// [`FabricConfig::from_file`]), then the environment (`RACKWIRE_MH` — one address, or several
+/// comma-separated for management hosts on etcd — `RACKWIRE_SECRET`, `RACKWIRE_SECRET_FILE`,
+/// `RACKWIRE_NAME`, `RACKWIRE_STATE_DIR`, `RACKWIRE_METRICS`, ...), then the command line.
 ///
 /// ```toml
 /// mh = "127.0.0.1:7700"
 /// secret_file = "/etc/rackwire/secret"   # or: secret = "..."
 /// name = "node-a"
 /// copy_channels = 2
+/// state_dir = "/var/lib/rackwire"   # this node's key pair, kept across restarts
+/// peer_timeout_ms = 10000           # edge transport: silence on every link before a peer is gone
+/// metrics = "127.0.0.1:9470"        # serve Prometheus metrics at /metrics
 /// ```
 #[derive(Clone)]
 pub struct FabricConfig {
