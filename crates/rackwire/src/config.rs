@@ -353,7 +353,8 @@ fn current_uid() -> u32 {
 mod tests {
     use super::*;
 
-    // Checks the file format: known keys are read, a secret file's trailing newline is
+    // Checks the file format: known keys are read (the key pair's place follows state_dir and
+    // the name; a peer timeout out of range is refused), a secret file's trailing newline is
     // dropped, and an unknown key is an error naming the file.
     #[test]
     fn reads_toml_and_refuses_unknown_keys() {
@@ -363,14 +364,25 @@ mod tests {
         let good = dir.join("good.toml");
         std::fs::write(
             &good,
-            format!("mh = \"127.0.0.1:1\"\nname = \"n1\"\nsecret_file = {:?}\ncopy_channels = 3\n", dir.join("secret")),
+            format!(
+                "mh = \"127.0.0.1:1\"\nname = \"n1\"\nsecret_file = {:?}\ncopy_channels = 3\nstate_dir = \"/s\"\n\
+                 seal_frames = false\npeer_timeout_ms = 2500\nmetrics = \"127.0.0.1:9\"\n",
+                dir.join("secret")
+            ),
         )
         .unwrap();
         let c = FabricConfig::from_file(&good).unwrap();
         assert_eq!(c.secret, b"s3cret-value");
         assert_eq!(c.copy_channels, 3);
         assert_eq!(c.name, "n1");
+        assert_eq!(c.key_path(), PathBuf::from("/s/keys/n1.key"));
+        assert!(!c.seal_frames);
+        assert_eq!(c.peer_timeout, Duration::from_millis(2500));
+        assert_eq!(c.metrics.as_deref(), Some("127.0.0.1:9"));
         c.validate().unwrap();
+        let mut short = c.clone();
+        short.peer_timeout = Duration::from_millis(1);
+        assert!(short.validate().unwrap_err().to_string().contains("peer_timeout"));
         let bad = dir.join("bad.toml");
         std::fs::write(&bad, "mh = \"x\"\nsecrett = \"typo\"\n").unwrap();
         assert!(matches!(FabricConfig::from_file(&bad), Err(Error::Config(m)) if m.contains("bad.toml")));
