@@ -44,8 +44,13 @@ pub struct Config {
     pub idle_timeout_us: Time,
     /// Fail an operation not completed within this long.
     pub op_timeout_us: Time,
-    /// Retransmit handshake frames this often.
+    /// Retransmit handshake frames this often (the initiator's; an acceptor answers each
+    /// first frame it gets once, and sends nothing on its own, so a spoofed first frame gets
+    /// at most one frame of its size back).
     pub handshake_retry_us: Time,
+    /// Close a connection whose handshake has not completed and that heard nothing for this
+    /// long (an acceptor keeps state for a spoofed first frame no longer than this).
+    pub handshake_timeout_us: Time,
 }
 
 impl Config {
@@ -70,6 +75,7 @@ impl Config {
             idle_timeout_us: 10_000_000,
             op_timeout_us: 10_000_000,
             handshake_retry_us: 20_000,
+            handshake_timeout_us: 5_000_000,
         }
     }
 
@@ -95,6 +101,9 @@ impl Config {
         }
         if self.ack_every_frames == 0 || self.probes_missed_max == 0 {
             return Err("ack_every_frames and probes_missed_max must be at least 1".into());
+        }
+        if self.handshake_retry_us == 0 || self.handshake_timeout_us <= self.handshake_retry_us {
+            return Err("handshake timeouts must satisfy 0 < retry < timeout".into());
         }
         Ok(())
     }

@@ -159,3 +159,31 @@ fn frames_are_sealed_unless_both_ends_turn_it_off() {
         assert_eq!(public_key(A_NODE), identity(A_NODE).public());
     }
 }
+
+// Checks what a spoofed first frame buys (a reflector must not amplify): an acceptor that gets
+// one Hello, and never hears from the caller again, sends back at most 3x the Hello's bytes
+// (one Challenge of the same size) over 15 s of timers, and drops the connection once its
+// handshake timeout (5 s) passes.
+#[test]
+fn a_spoofed_first_frame_is_not_amplified() {
+    let (mut a, mut b) = connecting_as(Config::new(2, MTU), &credentials(A_NODE, SECRET), &credentials(B_NODE, SECRET));
+    let (l, hello) = drain(&mut a, 0).remove(0);
+    let mut tb = MemTarget::default();
+    b.handle_frame(0, l, &hello, &mut tb);
+    let (mut back, mut buf) = (0, vec![0u8; 65536]);
+    let mut closed_at = None;
+    for now in (0..15_000_000u64).step_by(1_000) {
+        if b.poll_timeout().is_some_and(|t| t <= now) {
+            b.handle_timeout(now, &mut tb);
+        }
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            back += t.len;
+        }
+        if closed_at.is_none() && matches!(b.state(), State::Closed(_)) {
+            closed_at = Some(now);
+        }
+    }
+    assert!(back > 0 && back <= 3 * hello.len(), "{back} bytes back for a {}-byte first frame", hello.len());
+    let closed_at = closed_at.expect("the acceptor gives the handshake up");
+    assert!((5_000_000..5_100_000).contains(&closed_at), "closed at {closed_at} µs");
+}

@@ -301,7 +301,9 @@ impl Connection {
         };
         let link = self.hs_rr % self.links.len();
         self.hs_rr += 1;
-        if step == HandshakeStep::Done {
+        // The initiator repeats its steps until answered; the acceptor's are answers, sent once
+        // per step of the initiator's that arrives (no amplification of a spoofed first frame).
+        if step == HandshakeStep::Done || self.role == Role::Acceptor {
             self.hs_send = None;
         } else {
             self.hs_last = Some(now);

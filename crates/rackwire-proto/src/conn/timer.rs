@@ -15,7 +15,8 @@ use crate::{OpError, Target, Time};
 /// Where a connection's deadlines come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Timer {
-    /// Nothing heard from the peer on any link for the idle timeout: the connection closes.
+    /// Nothing heard from the peer on any link for the idle timeout (the handshake timeout
+    /// while handshaking): the connection closes.
     Idle,
     /// The oldest operation ran out of time: it fails with [`OpError::Timeout`].
     OpExpiry,
@@ -52,6 +53,9 @@ impl Connection {
     pub(super) fn deadline(&self, t: Timer) -> Option<Time> {
         let established = self.state == State::Established;
         match t {
+            Timer::Idle if self.state == State::Handshaking => {
+                Some(self.last_heard + self.cfg.idle_timeout_us.min(self.cfg.handshake_timeout_us))
+            }
             Timer::Idle => Some(self.last_heard + self.cfg.idle_timeout_us),
             Timer::OpExpiry => self.ops.next_deadline(),
             Timer::HandshakeRetry if self.state == State::Handshaking => {
