@@ -63,11 +63,7 @@ impl FabricArgs {
             cfg.mh = m.clone();
         }
         if let Some(p) = &self.secret_file {
-            cfg.secret = std::fs::read_to_string(p)
-                .with_context(|| format!("secret file {}", p.display()))?
-                .trim_end()
-                .as_bytes()
-                .to_vec();
+            cfg.secret = rackwire::read_secret_file(p)?;
         }
         if std::env::var_os("RACKWIRE_NAME").is_none() {
             cfg.name = name.into();
@@ -259,11 +255,7 @@ fn init_logging(default: tracing::Level) {
 
 pub(crate) fn read_secret(file: &Option<PathBuf>) -> Result<Vec<u8>> {
     if let Some(p) = file {
-        return Ok(std::fs::read_to_string(p)
-            .with_context(|| format!("secret file {}", p.display()))?
-            .trim_end()
-            .as_bytes()
-            .to_vec());
+        return Ok(rackwire::read_secret_file(p)?);
     }
     if let Some(p) = std::env::var_os("RACKWIRE_SECRET_FILE") {
         return read_secret(&Some(PathBuf::from(p)));

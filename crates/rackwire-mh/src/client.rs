@@ -496,7 +496,8 @@ mod tests {
     }
 
     // Checks that state survives a restart: a published region and a node's registration are
-    // there after the management host is stopped and started on the same state directory.
+    // there after the management host is stopped and started on the same state directory; the
+    // state file is readable by its owner only.
     #[test]
     fn state_survives_restart() {
         let dir = std::env::temp_dir().join(format!("rw-mh-state-{}", std::process::id()));
@@ -510,6 +511,9 @@ mod tests {
             drop(c);
             mh.stop();
         }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join("state.json")).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the state (every region's key) is readable by its owner only");
         let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
         let o =
             MhClient::join(MhConfig { role: Role::Observer, ..cfg(&mh.addr().to_string(), b"correct-secret", "obs") })

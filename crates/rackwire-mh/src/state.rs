@@ -87,11 +87,17 @@ impl Store {
         let Some(dir) = &self.dir else { return Ok(()) };
         let tmp = dir.join(format!("{STATE_FILE}.tmp"));
         let bytes = serde_json::to_vec_pretty(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
+        // Readable by the management host's user only: it holds every region's key. The folder
+        // is synced after the rename, so the new name survives a crash too.
         let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
+            use std::os::unix::fs::OpenOptionsExt;
+            use std::os::unix::fs::PermissionsExt;
+            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
             f.write_all(&bytes)?;
             f.sync_all()?;
-            std::fs::rename(&tmp, dir.join(STATE_FILE))
+            std::fs::rename(&tmp, dir.join(STATE_FILE))?;
+            std::fs::File::open(dir)?.sync_all()
         };
         write().map_err(|e| MhError::Unavailable(format!("saving state: {e}")))
     }

@@ -280,7 +280,18 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
     std::fs::create_dir_all(&dir).map_err(|e| RackError::Io(format!("{}: {e}", dir.display())))?;
     let secret_file = dir.join("secret");
     let secret = format!("{:032x}", rackwire_mh::auth::random_u128());
-    std::fs::write(&secret_file, &secret).map_err(|e| RackError::Io(format!("{}: {e}", secret_file.display())))?;
+    // Readable by its owner only: nodes refuse a secret file others may read.
+    let written = {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&secret_file)
+            .and_then(|mut f| f.write_all(secret.as_bytes()))
+    };
+    written.map_err(|e| RackError::Io(format!("{}: {e}", secret_file.display())))?;
 
     // Switches.
     let sw = ns_name(rack, "sw");

@@ -136,7 +136,18 @@ fn default_name() -> String {
     format!("node-{}", std::process::id())
 }
 
-fn read_secret_file(p: &Path) -> Result<Vec<u8>, Error> {
+/// The fabric secret in the file `p`: its bytes less a trailing line end. A file that anyone
+/// but its owner may read or write is refused (as ssh refuses such a key): `chmod 600` it.
+pub fn read_secret_file(p: &Path) -> Result<Vec<u8>, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(p).map_err(|e| Error::Config(format!("secret file {}: {e}", p.display())))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(Error::Config(format!(
+            "secret file {} is open to others (mode {mode:o}); make it readable by its owner only (chmod 600)",
+            p.display()
+        )));
+    }
     let s = std::fs::read_to_string(p).map_err(|e| Error::Config(format!("secret file {}: {e}", p.display())))?;
     Ok(s.trim_end_matches(['\n', '\r']).as_bytes().to_vec())
 }
@@ -352,15 +363,29 @@ fn current_uid() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     // Checks the file format: known keys are read (the key pair's place follows state_dir and
     // the name; a peer timeout out of range is refused), a secret file's trailing newline is
-    // dropped, and an unknown key is an error naming the file.
+    // dropped, a secret file others may read (0644) is refused, and an unknown key is an error
+    // naming the file.
     #[test]
     fn reads_toml_and_refuses_unknown_keys() {
         let dir = std::env::temp_dir().join(format!("rw-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("secret"), "s3cret-value\n").unwrap();
+        let chmod = |mode| std::fs::set_permissions(dir.join("secret"), PermissionsExt::from_mode(mode)).unwrap();
+        chmod(0o644);
+        let open = FabricConfig::from_file(&{
+            let p = dir.join("open.toml");
+            std::fs::write(&p, format!("mh = \"h:1\"\nsecret_file = {:?}\n", dir.join("secret"))).unwrap();
+            p
+        });
+        assert!(
+            matches!(open, Err(Error::Config(m)) if m.contains("chmod 600")),
+            "a secret file others may read is refused"
+        );
+        chmod(0o600);
         let good = dir.join("good.toml");
         std::fs::write(
             &good,

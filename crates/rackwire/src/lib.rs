@@ -56,8 +56,8 @@ mod transport;
 pub use access::{Access, ParseAccessError};
 pub use bytes::Bytes;
 pub use config::{
-    FabricConfig, TransportChoice, BUSY_POLL_DEFAULT, LINK_MTU_DEFAULT, LINK_MTU_MIN, PEER_TIMEOUT_MAX,
-    PEER_TIMEOUT_MIN,
+    read_secret_file, FabricConfig, TransportChoice, BUSY_POLL_DEFAULT, LINK_MTU_DEFAULT, LINK_MTU_MIN,
+    PEER_TIMEOUT_MAX, PEER_TIMEOUT_MIN,
 };
 pub use conn::Conn;
 pub use error::{Error, MhErrorText};
