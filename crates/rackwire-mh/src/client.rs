@@ -473,6 +473,30 @@ mod tests {
         assert_eq!(seen.key, to_hex(&key("a").public()), "the node's own key, not what it registered");
     }
 
+    // Checks how a node's departure is recorded: a node that closes its session (it left, or
+    // its process ended) is listed down and `ended`, which its peers may take as gone; once it
+    // joins again it is up and no longer `ended`.
+    #[test]
+    fn a_closed_session_is_recorded_as_ended() {
+        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let addr = mh.addr().to_string();
+        let obs = MhClient::join(MhConfig { role: Role::Observer, ..cfg(&addr, b"correct-secret", "obs") }).unwrap();
+        let a = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
+        let id = a.node_id();
+        let status = |id| obs.nodes().unwrap().into_iter().find(|n| n.info.id == id).unwrap();
+        assert!(status(id).up && !status(id).ended);
+        drop(a);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while status(id).up {
+            assert!(std::time::Instant::now() < deadline, "the closed session was not noticed");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(status(id).ended, "a closed session ends the node");
+        let back = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
+        assert_eq!(back.node_id(), id);
+        assert!(status(id).up && !status(id).ended);
+    }
+
     // Checks that a node may publish, unpublish and record grants only for its own regions:
     // each such request about another node's region is refused, and the other node's
     // publication stays.

@@ -36,6 +36,10 @@ pub struct NodeStatus {
     pub up: bool,
     /// When it was last heard from (milliseconds since the Unix epoch; 0: never since start).
     pub last_seen_ms: u64,
+    /// Down because its side closed its session (it left, or its process ended), not because
+    /// it went silent (which a partition also causes): its peers may take it as gone.
+    #[serde(default)]
+    pub ended: bool,
 }
 
 /// A published region: a name for a remote-region handle.

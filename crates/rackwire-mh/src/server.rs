@@ -62,6 +62,8 @@ pub(crate) struct Shared {
     pub(crate) jobs: Mutex<Jobs>,
     pub(crate) store: Mutex<Store>,
     pub(crate) live: Mutex<HashMap<NodeId, Live>>,
+    /// Nodes whose last session their side closed (see [`NodeStatus::ended`]).
+    pub(crate) ended: Mutex<std::collections::HashSet<NodeId>>,
     pub(crate) sessions: Mutex<HashMap<u64, TcpStream>>,
     next_session: AtomicU64,
     pub(crate) stopping: AtomicBool,
@@ -75,6 +77,7 @@ impl Shared {
             jobs: Mutex::new(Jobs::default()),
             store: Mutex::new(store),
             live: Mutex::new(HashMap::new()),
+            ended: Mutex::new(Default::default()),
             sessions: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
@@ -310,6 +313,7 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
                 }
             };
             live.insert(id, Live { session, last_seen_ms: now_ms() });
+            lock(&shared.ended).remove(&id);
             id
         }
         other => return deny(w, &format!("unknown role {other:?}")),
@@ -333,7 +337,7 @@ fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhErr
         match read_line(&mut r, &mut line) {
             Ok(Some(())) => {}
             Ok(None) => break Ok(()),
-            Err(e) => break Err(io_err(e)),
+            Err(e) => break Err(e),
         }
         let reply = match parse::<Request>(&line) {
             Ok(req) => handle(shared, id, req).unwrap_or_else(|e| error_reply(&e)),
@@ -345,17 +349,27 @@ fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhErr
             }
         }
         if let Err(e) = write_json(&mut w, &reply) {
-            break Err(io_err(e));
+            break Err(e);
         }
+    };
+    // The node's side closed the session (it left, or its process ended and the kernel closed
+    // its socket), or it went silent (a partition, a dead host): only the first says the node
+    // is gone; the second may pass.
+    let ended = match &result {
+        Ok(()) => true,
+        Err(e) => matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe),
     };
     if id != 0 {
         let mut live = lock(&shared.live);
         if live.get(&id).is_some_and(|l| l.session == session) {
             live.remove(&id);
-            info!(%name, id, "node down");
+            if ended && !shared.stopping.load(Ordering::SeqCst) {
+                lock(&shared.ended).insert(id);
+            }
+            info!(%name, id, ended, "node down");
         }
     }
-    result
+    result.map_err(io_err)
 }
 
 fn error_reply(e: &MhError) -> Reply {
@@ -417,6 +431,7 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
         }
         Request::Nodes => {
             let live = lock(&shared.live);
+            let ended = lock(&shared.ended);
             let nodes = st
                 .nodes
                 .values()
@@ -424,6 +439,7 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
                     info: info.clone(),
                     up: live.contains_key(&info.id),
                     last_seen_ms: live.get(&info.id).map_or(0, |l| l.last_seen_ms),
+                    ended: !live.contains_key(&info.id) && ended.contains(&info.id),
                 })
                 .collect();
             return Ok(Reply::Nodes { nodes });

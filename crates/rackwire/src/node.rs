@@ -69,6 +69,10 @@ pub(crate) struct Node {
     peer_keys: Mutex<HashMap<NodeId, PublicKey>>,
     /// Peers whose keys are being looked up.
     key_fetches: Mutex<HashSet<NodeId>>,
+    /// Peers being asked about, and those the management host says are gone (down, or no
+    /// longer at the addresses a connection reaches them by): the transports drop them.
+    gone_checks: Mutex<HashSet<NodeId>>,
+    gone: Mutex<HashSet<NodeId>>,
     /// Which memory this node shares: nodes with the same string reach each other over
     /// shared memory.
     pub host: String,
@@ -108,6 +112,8 @@ impl Node {
             identity,
             peer_keys: Mutex::new(HashMap::new()),
             key_fetches: Mutex::new(HashSet::new()),
+            gone_checks: Mutex::new(HashSet::new()),
+            gone: Mutex::new(HashSet::new()),
             host,
             regions: Arc::new(RegionTable::default()),
             next_region: AtomicU32::new(1),
@@ -165,6 +171,46 @@ impl Node {
             lock(&self.key_fetches).remove(&peer);
         }
         None
+    }
+
+    /// Ask the management host in the background whether `peer`, unreachable over every link,
+    /// is gone: its session ended from its side, or it is registered at other addresses than
+    /// `addrs` (it restarted). If it says so, [`Node::reported_gone`] tells the transport; if
+    /// it cannot say (unreachable too, or the peer only went silent), nothing changes and the
+    /// connection's peer timeout decides.
+    pub(crate) fn check_peer(&self, peer: NodeId, addrs: Vec<String>) {
+        {
+            let mut c = lock(&self.gone_checks);
+            if c.len() >= KEY_FETCHES_MAX || !c.insert(peer) {
+                return;
+            }
+        }
+        let weak = self.weak.clone();
+        let spawned = std::thread::Builder::new().name("rw-peer-check".into()).spawn(move || {
+            let Some(node) = weak.upgrade() else { return };
+            if let Ok(nodes) = node.mh.nodes() {
+                // Gone: its side closed its session (it left, or its process ended), or it is up
+                // again at other addresses (it restarted). Down because silent says nothing:
+                // the outage that cut us off may have cut it off from the management host too.
+                let gone = nodes.iter().find(|n| n.info.id == peer).is_some_and(|n| {
+                    n.ended || (n.up && !addrs.is_empty() && !n.info.links.iter().any(|a| addrs.contains(a)))
+                });
+                if gone {
+                    tracing::debug!(peer, "the management host says the peer is gone");
+                    lock(&node.gone).insert(peer);
+                }
+            }
+            lock(&node.gone_checks).remove(&peer);
+        });
+        if spawned.is_err() {
+            lock(&self.gone_checks).remove(&peer);
+        }
+    }
+
+    /// Whether the management host said `peer` is gone (the word is taken: asked once).
+    pub(crate) fn reported_gone(&self, peer: NodeId) -> bool {
+        let mut g = lock(&self.gone);
+        !g.is_empty() && g.remove(&peer)
     }
 
     /// The next position for a poller that rotates over the peers.

@@ -422,6 +422,12 @@ impl Connection {
         self.links.get(l).is_some_and(|k| k.up)
     }
 
+    /// Whether some link answers (false once every link went down: the peer is unreachable
+    /// for now, which is not yet gone; see [`Config::idle_timeout_us`]).
+    pub fn reachable(&self) -> bool {
+        self.links.iter().any(|l| l.up)
+    }
+
     /// Frames in flight.
     pub fn in_flight(&self) -> usize {
         self.inflight.len()

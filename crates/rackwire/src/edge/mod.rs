@@ -46,6 +46,8 @@ use crate::{
 
 /// Frames taken from one socket before the others get a turn.
 const RECV_BURST: usize = 64;
+/// How often the management host is asked whether a peer unreachable over every link is gone.
+const PEER_CHECK_EVERY_US: proto::Time = 500_000;
 /// The retransmission timer's floor on real links (µs).
 const RTO_MIN_US: proto::Time = 5_000;
 /// An application thread that pumped this recently (µs) is taken to be polling still, unless
@@ -107,6 +109,8 @@ struct Slot {
     closed: bool,
     /// An [`EdgePeer`] for it is registered with the fabric.
     registered: bool,
+    /// When the management host was last asked whether the peer, unreachable, is gone.
+    gone_asked: Option<proto::Time>,
 }
 
 impl proto::Slot for Slot {
@@ -126,7 +130,8 @@ impl proto::Slot for Slot {
 impl Slot {
     fn new(mut conn: Connection, peer: NodeId, addrs: Vec<Option<SocketAddr>>, registered: bool) -> Slot {
         let delivery = proto::Delivery::new(&mut conn, MESSAGES_QUEUED_BYTES, NOTES_QUEUED_MAX);
-        Slot { conn, peer, addrs, pending: Default::default(), delivery, connected: false, closed: false, registered }
+        let pending = Default::default();
+        Slot { conn, peer, addrs, pending, delivery, connected: false, closed: false, registered, gone_asked: None }
     }
 
     /// The oldest message not yet read.

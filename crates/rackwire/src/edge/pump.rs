@@ -105,6 +105,7 @@ impl EdgeEndpoint {
         let mut fired = false;
         let mut due = None;
         if look {
+            let node = self.fabric.upgrade();
             for s in st.conns.slots_mut() {
                 match s.conn.poll_timeout() {
                     Some(t) if t <= now => {
@@ -112,6 +113,9 @@ impl EdgeEndpoint {
                         fired = true;
                     }
                     t => due = earliest(due, t),
+                }
+                if let Some(n) = node.as_ref().filter(|_| s.connected && !s.closed && !s.conn.reachable()) {
+                    fired |= self.unreachable(n, s, now);
                 }
             }
             if fired {
@@ -252,6 +256,23 @@ impl EdgeEndpoint {
             proto::Routed::Dropped => return false,
         };
         st.conns.get(local).is_some_and(|s| s.conn.has_events())
+    }
+
+    /// A connection whose every link is down: the peer is unreachable, which is not gone. The
+    /// management host is asked now and then whether it is gone; when it says so, the
+    /// connection closes at once (its operations fail with `PeerGone`) instead of waiting out
+    /// the peer timeout. True when it closed.
+    fn unreachable(&self, node: &Node, s: &mut Slot, now: proto::Time) -> bool {
+        if node.reported_gone(s.peer) {
+            debug!(peer = s.peer, "edge connection closed: the management host says its peer is gone");
+            s.conn.close(now);
+            return true;
+        }
+        if s.gone_asked.is_none_or(|t| now >= t + PEER_CHECK_EVERY_US) {
+            s.gone_asked = Some(now);
+            node.check_peer(s.peer, s.addrs.iter().flatten().map(ToString::to_string).collect());
+        }
+        false
     }
 
     /// Turn connection events into completed handles, messages and notifications, and ring
