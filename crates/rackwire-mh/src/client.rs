@@ -497,6 +497,41 @@ mod tests {
         assert!(status(id).up && !status(id).ended);
     }
 
+    // Checks the bounds before admission: with 2000 connections that never say anything, a
+    // node still joins at once, and the host keeps at most PRE_ADMISSION_MAX connections
+    // waiting (its metrics say how many); then a connection that trickles a byte every 200 ms
+    // is shut once its ADMISSION_TIMEOUT in all is over, however steadily it sends.
+    #[test]
+    fn slow_connections_cannot_crowd_out_joins() {
+        use crate::sessions::{ADMISSION_TIMEOUT, PRE_ADMISSION_MAX};
+        use std::io::Write;
+        use std::time::{Duration, Instant};
+        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let addr = mh.addr();
+        let idle: Vec<TcpStream> = (0..2000).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let t = Instant::now();
+        let a = MhClient::join(cfg(&addr.to_string(), b"correct-secret", "a")).expect("a node joins");
+        assert!(t.elapsed() < Duration::from_secs(2), "joined after {:?}", t.elapsed());
+        assert!(a.node_id() >= 1);
+        let waiting = mh
+            .metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix("rackwire_mh_sessions_waiting ")?.parse::<usize>().ok())
+            .unwrap();
+        assert!(waiting <= PRE_ADMISSION_MAX, "{waiting} connections waiting");
+        drop(idle);
+        let opened = Instant::now();
+        let mut trickler = TcpStream::connect(addr).unwrap();
+        let shut = loop {
+            if trickler.write_all(b"{").is_err() {
+                break opened.elapsed();
+            }
+            assert!(opened.elapsed() < ADMISSION_TIMEOUT * 3, "the trickler was never shut");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert!(shut >= ADMISSION_TIMEOUT && shut < ADMISSION_TIMEOUT + Duration::from_secs(1), "shut after {shut:?}");
+    }
+
     // Checks that a node may publish, unpublish and record grants only for its own regions:
     // each such request about another node's region is refused, and the other node's
     // publication stays.

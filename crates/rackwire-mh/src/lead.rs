@@ -16,7 +16,7 @@ use std::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::etcd::{Etcd, EtcdConfig, CAMPAIGN_EVERY, KEEPALIVE_EVERY, LEASE_TTL};
-use crate::server::{accept_one, lock, MhHandle, Shared, ACCEPT_POLL};
+use crate::server::{accept_one, listen_on, lock, reap_slow, MhHandle, Shared, ACCEPT_POLL};
 use crate::state::{Store, Term};
 use crate::{auth, ManagementHost, MhError};
 
@@ -81,7 +81,7 @@ fn lead_loop(addr: SocketAddr, etcd: Etcd, shared: Arc<Shared>) {
         let term = Term { etcd: etcd.clone(), me: me.clone(), lease, deposed: deposed.clone() };
         let listener = Store::from_etcd(term).and_then(|store| {
             *lock(&shared.store) = store;
-            let l = TcpListener::bind(addr).map_err(|e| MhError::Config(format!("listen on {addr}: {e}")))?;
+            let l = listen_on(&addr.to_string())?;
             l.set_nonblocking(true).map_err(|e| MhError::Config(e.to_string()))?;
             Ok(l)
         });
@@ -108,11 +108,12 @@ fn lead_loop(addr: SocketAddr, etcd: Etcd, shared: Arc<Shared>) {
 
 /// Accept and serve while the lease holds.
 fn serve(listener: &TcpListener, etcd: &Etcd, lease: i64, deposed: &AtomicBool, shared: &Arc<Shared>) {
-    let (mut renewed, mut confirmed) = (Instant::now(), Instant::now());
+    let (mut renewed, mut confirmed, mut reaped) = (Instant::now(), Instant::now(), Instant::now());
     while !shared.stopping.load(Ordering::SeqCst) && !deposed.load(Ordering::SeqCst) {
         if !accept_one(listener, shared) {
             std::thread::sleep(ACCEPT_POLL);
         }
+        reap_slow(shared, &mut reaped);
         if renewed.elapsed() >= KEEPALIVE_EVERY {
             renewed = Instant::now();
             match etcd.keepalive(lease) {

@@ -21,6 +21,7 @@ mod lead;
 mod metrics;
 pub mod proto;
 mod server;
+pub mod sessions;
 mod state;
 
 pub use client::{MhClient, MhConfig, Role};

@@ -29,6 +29,12 @@ pub(crate) fn render(s: &Shared) -> String {
         "Open sessions (nodes and observers).",
         lock(&s.sessions).len() as f64,
     );
+    t.single(
+        "rackwire_mh_sessions_waiting",
+        Kind::Gauge,
+        "Connections not admitted yet (bounded; the oldest is shut for a new one).",
+        lock(&s.sessions).waiting() as f64,
+    );
     t.single("rackwire_mh_jobs", Kind::Gauge, "Jobs with a bootstrap under way or done.", lock(&s.jobs).len() as f64);
     t.family(
         "rackwire_mh_admissions_total",

@@ -15,6 +15,7 @@ use crate::auth::{self, from_hex, to_hex};
 use crate::identity;
 use crate::jobs::{Jobs, Post};
 use crate::proto::*;
+use crate::sessions::{Sessions, ADMISSION_LINE_BYTES_MAX, ADMISSION_TIMEOUT};
 use crate::state::Store;
 use crate::{
     check_name, MhError, GRANTS_MAX, HEARTBEATS_MISSED_MAX, HEARTBEAT_INTERVAL, MH_LINE_BYTES_MAX, NODES_MAX,
@@ -22,7 +23,28 @@ use crate::{
 };
 
 /// How long a client has to complete admission.
-const ADMISSION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections the kernel queues for the accepting thread.
+const LISTEN_BACKLOG: i32 = 1024;
+
+/// A listening socket on `listen` with a backlog of [`LISTEN_BACKLOG`] (a burst of
+/// connections, such as a rack's nodes starting together, is queued rather than dropped).
+pub(crate) fn listen_on(listen: &str) -> Result<TcpListener, MhError> {
+    use std::net::ToSocketAddrs;
+    let fail = |e: std::io::Error| MhError::Config(format!("listen on {listen}: {e}"));
+    let addr = listen
+        .to_socket_addrs()
+        .map_err(fail)?
+        .next()
+        .ok_or_else(|| MhError::Config(format!("listen on {listen}: no address")))?;
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None).map_err(fail)?;
+    s.set_reuse_address(true).map_err(fail)?;
+    s.bind(&addr.into()).map_err(fail)?;
+    s.listen(LISTEN_BACKLOG).map_err(fail)?;
+    Ok(s.into())
+}
+
+/// How often connections late for admission are looked for.
+const REAP_EVERY: Duration = Duration::from_millis(100);
 /// How often the accept loop looks for a stop request.
 pub(crate) const ACCEPT_POLL: Duration = Duration::from_millis(20);
 
@@ -32,12 +54,17 @@ pub(crate) fn now_ms() -> u64 {
 
 /// Read one line of at most [`MH_LINE_BYTES_MAX`] bytes. `Ok(None)` at end of stream.
 pub(crate) fn read_line(r: &mut impl BufRead, buf: &mut String) -> std::io::Result<Option<()>> {
+    read_line_max(r, buf, MH_LINE_BYTES_MAX)
+}
+
+/// One line of at most `max` bytes.
+pub(crate) fn read_line_max(r: &mut impl BufRead, buf: &mut String, max: usize) -> std::io::Result<Option<()>> {
     buf.clear();
-    let n = std::io::Read::take(r, MH_LINE_BYTES_MAX as u64 + 1).read_line(buf)?;
+    let n = std::io::Read::take(r, max as u64 + 1).read_line(buf)?;
     if n == 0 {
         return Ok(None);
     }
-    if n > MH_LINE_BYTES_MAX {
+    if n > max {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "line too long"));
     }
     Ok(Some(()))
@@ -64,7 +91,7 @@ pub(crate) struct Shared {
     pub(crate) live: Mutex<HashMap<NodeId, Live>>,
     /// Nodes whose last session their side closed (see [`NodeStatus::ended`]).
     pub(crate) ended: Mutex<std::collections::HashSet<NodeId>>,
-    pub(crate) sessions: Mutex<HashMap<u64, TcpStream>>,
+    pub(crate) sessions: Mutex<Sessions>,
     next_session: AtomicU64,
     pub(crate) stopping: AtomicBool,
 }
@@ -78,7 +105,7 @@ impl Shared {
             store: Mutex::new(store),
             live: Mutex::new(HashMap::new()),
             ended: Mutex::new(Default::default()),
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(Sessions::default()),
             next_session: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
         })
@@ -86,9 +113,7 @@ impl Shared {
 
     /// Close every session (their nodes reconnect, to whichever host leads then).
     pub(crate) fn close_sessions(&self) {
-        for s in lock(&self.sessions).values() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
+        lock(&self.sessions).shut_all();
     }
 }
 
@@ -119,7 +144,7 @@ impl ManagementHost {
             return Err(MhError::Config(format!("the secret must be at least {} bytes", auth::SECRET_BYTES_MIN)));
         }
         let store = Store::open(state_dir)?;
-        let listener = TcpListener::bind(listen).map_err(|e| MhError::Config(format!("listen on {listen}: {e}")))?;
+        let listener = listen_on(listen)?;
         let addr = listener.local_addr().map_err(|e| MhError::Config(e.to_string()))?;
         listener.set_nonblocking(true).map_err(|e| MhError::Config(e.to_string()))?;
         let shared = Shared::new(secret, store);
@@ -183,10 +208,20 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut reaped = std::time::Instant::now();
     while !shared.stopping.load(Ordering::SeqCst) {
         if !accept_one(&listener, &shared) {
             std::thread::sleep(ACCEPT_POLL);
         }
+        reap_slow(&shared, &mut reaped);
+    }
+}
+
+/// Now and then, shut the connections that did not pass admission in time.
+pub(crate) fn reap_slow(shared: &Shared, last: &mut std::time::Instant) {
+    if last.elapsed() >= REAP_EVERY {
+        *last = std::time::Instant::now();
+        lock(&shared.sessions).reap_slow();
     }
 }
 
@@ -197,14 +232,14 @@ pub(crate) fn accept_one(listener: &TcpListener, shared: &Arc<Shared>) -> bool {
             let s = shared.clone();
             let _ = stream.set_nonblocking(false);
             let id = s.next_session.fetch_add(1, Ordering::Relaxed);
-            if let Ok(clone) = stream.try_clone() {
-                lock(&s.sessions).insert(id, clone);
-            }
+            // A session the table cannot shut (no handle) is not taken.
+            let Ok(clone) = stream.try_clone() else { return true };
+            lock(&s.sessions).open(id, clone);
             let spawned = std::thread::Builder::new().name("rw-mh-session".into()).spawn(move || {
                 if let Err(e) = session(&s, stream, id) {
                     debug!(%peer, "session ended: {e}");
                 }
-                lock(&s.sessions).remove(&id);
+                lock(&s.sessions).close(id);
             });
             if spawned.is_err() {
                 warn!("could not start a session thread");
@@ -230,6 +265,7 @@ fn io_err(e: std::io::Error) -> MhError {
 /// Admission: hello → challenge (with our proof) → client proof → welcome / denied.
 fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64) -> Result<(NodeId, String), MhError> {
     let mut line = String::new();
+    let read_line = |r: &mut _, line: &mut String| read_line_max(r, line, ADMISSION_LINE_BYTES_MAX);
     read_line(r, &mut line).map_err(io_err)?.ok_or_else(|| MhError::Protocol("closed before hello".into()))?;
     let hello: Hello = parse(&line)?;
     let client_nonce = from_hex(&hello.nonce)
@@ -330,6 +366,7 @@ fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhErr
     let mut w = stream.try_clone().map_err(io_err)?;
     let mut r = BufReader::new(stream);
     let (id, name) = admit(shared, &mut r, &mut w, session)?;
+    lock(&shared.sessions).admitted(session);
     // A node that misses this many heartbeats is down; its session is closed.
     r.get_ref().set_read_timeout(Some(HEARTBEAT_INTERVAL * HEARTBEATS_MISSED_MAX)).map_err(io_err)?;
     let mut line = String::new();
