@@ -532,6 +532,71 @@ mod tests {
         assert!(shut >= ADMISSION_TIMEOUT && shut < ADMISSION_TIMEOUT + Duration::from_secs(1), "shut after {shut:?}");
     }
 
+    // Checks recovery from a damaged state file: after three changes (a registration, a
+    // publication, a grant record) the state file is overwritten with garbage; the management
+    // host starts from the last good copy beside it (the state before the last change: the
+    // node and its region are there). With both damaged it refuses to start, naming the file.
+    #[test]
+    fn a_damaged_state_file_gives_way_to_the_last_good_copy() {
+        let dir = std::env::temp_dir().join(format!("rw-mh-damaged-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        {
+            let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
+            let c = MhClient::join(cfg(&mh.addr().to_string(), b"correct-secret", "n1")).unwrap();
+            c.register(NodeInfo { host: "h".into(), ..NodeInfo::default() }).unwrap();
+            let key = "00".repeat(16);
+            c.publish(RegionEntry { name: "r1".into(), node: c.node_id(), region: 7, key, len: 64 }).unwrap();
+            c.record_grant(GrantEntry { node: c.node_id(), region: 7, peer: 9, access: 1 });
+            drop(c);
+            mh.stop();
+        }
+        std::fs::write(dir.join("state.json"), b"{ not json").unwrap();
+        {
+            let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").expect("starts from the copy");
+            let o = MhClient::join(MhConfig {
+                role: Role::Observer,
+                ..cfg(&mh.addr().to_string(), b"correct-secret", "o")
+            })
+            .unwrap();
+            assert_eq!(o.lookup("r1").unwrap().region, 7);
+            assert_eq!(o.nodes().unwrap()[0].info.host, "h");
+            mh.stop();
+        }
+        std::fs::write(dir.join("state.json"), b"{ not json").unwrap();
+        std::fs::write(dir.join("state.json.prev"), b"nor this").unwrap();
+        match ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret") {
+            Err(MhError::Config(m)) => assert!(m.contains("state.json") && m.contains("damaged"), "{m}"),
+            other => panic!("started on two damaged files: {other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // Checks that a failed save leaves nothing behind in memory: with the state folder gone
+    // (a file in its place), a publication is refused and the name is not served afterwards;
+    // and registrations out of bounds (a link that is no ip:port, a huge host name) and a
+    // publication without a proper key are refused.
+    #[test]
+    fn refused_changes_leave_no_trace() {
+        let dir = std::env::temp_dir().join(format!("rw-mh-nosave-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
+        let c = MhClient::join(cfg(&mh.addr().to_string(), b"correct-secret", "n1")).unwrap();
+        let bad_link = NodeInfo { links: vec!["not-an-address".into()], ..NodeInfo::default() };
+        assert!(matches!(c.register(bad_link), Err(MhError::Refused(_))));
+        assert!(matches!(
+            c.register(NodeInfo { host: "h".repeat(5000), ..NodeInfo::default() }),
+            Err(MhError::Refused(_))
+        ));
+        let entry = RegionEntry { name: "r1".into(), node: c.node_id(), region: 7, key: "xyz".into(), len: 64 };
+        assert!(matches!(c.publish(entry.clone()), Err(MhError::Refused(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(&dir, b"a file where the folder was").unwrap();
+        let entry = RegionEntry { key: "00".repeat(16), ..entry };
+        assert!(c.publish(entry).is_err(), "the save failed, so did the request");
+        assert!(matches!(c.lookup("r1"), Err(MhError::NotFound(_))), "and the name is not served");
+        let _ = std::fs::remove_file(&dir);
+    }
+
     // Checks that a node may publish, unpublish and record grants only for its own regions:
     // each such request about another node's region is refused, and the other node's
     // publication stays.

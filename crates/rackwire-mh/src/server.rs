@@ -330,7 +330,10 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
                         if let Some(n) = store.state.nodes.get_mut(&id) {
                             n.key = key_hex;
                         }
-                        store.save()?;
+                        if let Err(e) = store.save() {
+                            store.restore();
+                            return Err(e);
+                        }
                     }
                     id
                 }
@@ -344,7 +347,10 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
                     store.state.next_id += 1;
                     let info = NodeInfo { id, name: hello.name.clone(), key: key_hex, ..NodeInfo::default() };
                     store.state.nodes.insert(id, info);
-                    store.save()?;
+                    if let Err(e) = store.save() {
+                        store.restore();
+                        return Err(e);
+                    }
                     id
                 }
             };
@@ -409,6 +415,28 @@ fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhErr
     result.map_err(io_err)
 }
 
+/// Links a node may register, at most.
+const LINKS_MAX: usize = 64;
+/// The longest host identity and shared-memory path a node may register.
+const HOST_BYTES_MAX: usize = 256;
+const PATH_BYTES_MAX: usize = 4096;
+
+/// What a node registers is within bounds: a handful of links, each an `ip:port`; a host
+/// identity and a path of sane length.
+fn check_registration(info: &NodeInfo) -> Result<(), MhError> {
+    let refuse = |why: String| Err(MhError::Refused(why));
+    if info.links.len() > LINKS_MAX {
+        return refuse(format!("at most {LINKS_MAX} links"));
+    }
+    if let Some(bad) = info.links.iter().find(|l| l.parse::<SocketAddr>().is_err()) {
+        return refuse(format!("link {:?} is not an ip:port", bad.chars().take(64).collect::<String>()));
+    }
+    if info.host.len() > HOST_BYTES_MAX || info.shm_path.as_ref().is_some_and(|p| p.len() > PATH_BYTES_MAX) {
+        return refuse(format!("host at most {HOST_BYTES_MAX} bytes, path at most {PATH_BYTES_MAX}"));
+    }
+    Ok(())
+}
+
 fn error_reply(e: &MhError) -> Reply {
     let kind = match e {
         MhError::NotFound(_) => "not_found",
@@ -457,9 +485,7 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             info.id = me;
             info.name = known.name.clone();
             info.key = known.key.clone();
-            if info.links.len() > 64 {
-                return Err(MhError::Refused("too many links".into()));
-            }
+            check_registration(&info)?;
             if st.nodes.get(&me) == Some(&info) {
                 return Ok(Reply::Ok);
             }
@@ -504,6 +530,9 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
         Request::Publish { entry } => {
             need_node()?;
             check_name(&entry.name).map_err(|e| MhError::Refused(e.to_string()))?;
+            if entry.key.len() != 32 || from_hex(&entry.key).is_none() || entry.len == 0 {
+                return Err(MhError::Refused("a region entry needs a 32-hex-digit key and a length".into()));
+            }
             if entry.node != me {
                 return Err(MhError::Refused("a node may publish only its own regions".into()));
             }
@@ -563,6 +592,10 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
         }
         Request::JobPost { .. } | Request::JobRound { .. } => unreachable!("jobs are answered above"),
     };
-    store.save()?;
+    if let Err(e) = store.save() {
+        // Nothing the caller was refused may stay in memory.
+        store.restore();
+        return Err(e);
+    }
     Ok(reply)
 }

@@ -10,6 +10,22 @@ use crate::proto::{GrantEntry, NodeId, NodeInfo, RegionEntry};
 use crate::MhError;
 
 const STATE_FILE: &str = "state.json";
+/// The state before the last change: what a damaged state file gives way to.
+const STATE_PREVIOUS: &str = "state.json.prev";
+
+/// The state in `path`: None when there is no file, an error naming it when it is damaged.
+fn read_state(path: &Path) -> Result<Option<State>, MhError> {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let mut state: State = serde_json::from_slice(&bytes)
+                .map_err(|e| MhError::Config(format!("state file {} is damaged: {e}", path.display())))?;
+            state.next_id = state.next_id.max(1);
+            Ok(Some(state))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(MhError::Config(format!("state file {}: {e}", path.display()))),
+    }
+}
 /// The state's key under the fabric's etcd prefix.
 const STATE_KEY: &str = "state";
 
@@ -30,6 +46,8 @@ pub(crate) struct Store {
     /// The etcd term this host leads in, when its state lives in etcd.
     pub term: Option<Term>,
     pub state: State,
+    /// The state as last kept (read or saved), to go back to when a save fails.
+    saved: Vec<u8>,
 }
 
 /// Leading in etcd: the client, who this host is (its leader key's value) and its lease.
@@ -43,23 +61,35 @@ pub(crate) struct Term {
 }
 
 impl Store {
-    /// Open the state in `dir` (created if missing); `None` keeps it in memory only.
+    /// Open the state in `dir` (created if missing); `None` keeps it in memory only. A damaged
+    /// state file gives way to the last good copy beside it (the state before the last
+    /// change), with a warning; only when both are damaged is it an error.
     pub fn open(dir: Option<&Path>) -> Result<Self, MhError> {
         let mut state = State { next_id: 1, ..State::default() };
         if let Some(dir) = dir {
             std::fs::create_dir_all(dir).map_err(|e| MhError::Config(format!("state dir {}: {e}", dir.display())))?;
-            let path = dir.join(STATE_FILE);
-            match std::fs::read(&path) {
-                Ok(bytes) => {
-                    state = serde_json::from_slice(&bytes)
-                        .map_err(|e| MhError::Config(format!("state file {} is damaged: {e}", path.display())))?;
-                    state.next_id = state.next_id.max(1);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(MhError::Config(format!("state file {}: {e}", path.display()))),
+            match read_state(&dir.join(STATE_FILE)) {
+                Ok(Some(s)) => state = s,
+                Ok(None) => {}
+                Err(damaged) => match read_state(&dir.join(STATE_PREVIOUS)) {
+                    Ok(Some(s)) => {
+                        tracing::warn!("{damaged}; starting from the last good copy {STATE_PREVIOUS}");
+                        state = s;
+                    }
+                    _ => return Err(damaged),
+                },
             }
         }
-        Ok(Store { dir: dir.map(Path::to_owned), term: None, state })
+        let saved = serde_json::to_vec(&state).map_err(|e| MhError::Protocol(e.to_string()))?;
+        Ok(Store { dir: dir.map(Path::to_owned), term: None, state, saved })
+    }
+
+    /// Back to what was last saved (after a save failed: memory must not run ahead of what
+    /// is kept).
+    pub fn restore(&mut self) {
+        if let Ok(s) = serde_json::from_slice::<State>(&self.saved) {
+            self.state = s;
+        }
     }
 
     /// The state kept in etcd (empty if there is none yet), for a host that now leads.
@@ -70,15 +100,22 @@ impl Store {
                 .map_err(|e| MhError::Config(format!("the state in etcd is damaged: {e}")))?;
             state.next_id = state.next_id.max(1);
         }
-        Ok(Store { dir: None, term: Some(term), state })
+        let saved = serde_json::to_vec(&state).map_err(|e| MhError::Protocol(e.to_string()))?;
+        Ok(Store { dir: None, term: Some(term), state, saved })
     }
 
     /// Write the state: to a temporary file, synced, then renamed over the old one, so a
     /// crash leaves either the old or the new state, never a torn one.
-    pub fn save(&self) -> Result<(), MhError> {
+    pub fn save(&mut self) -> Result<(), MhError> {
+        let bytes = serde_json::to_vec_pretty(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
+        self.keep(&bytes)?;
+        self.saved = bytes;
+        Ok(())
+    }
+
+    fn keep(&self, bytes: &[u8]) -> Result<(), MhError> {
         if let Some(t) = &self.term {
-            let bytes = serde_json::to_vec(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
-            if t.etcd.put_if_leader(&t.me, t.lease, STATE_KEY, &bytes)? {
+            if t.etcd.put_if_leader(&t.me, t.lease, STATE_KEY, bytes)? {
                 return Ok(());
             }
             t.deposed.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -86,7 +123,6 @@ impl Store {
         }
         let Some(dir) = &self.dir else { return Ok(()) };
         let tmp = dir.join(format!("{STATE_FILE}.tmp"));
-        let bytes = serde_json::to_vec_pretty(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
         // Readable by the management host's user only: it holds every region's key. The folder
         // is synced after the rename, so the new name survives a crash too.
         let write = || -> std::io::Result<()> {
@@ -94,9 +130,15 @@ impl Store {
             use std::os::unix::fs::PermissionsExt;
             let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
             f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-            f.write_all(&bytes)?;
+            f.write_all(bytes)?;
             f.sync_all()?;
-            std::fs::rename(&tmp, dir.join(STATE_FILE))?;
+            // The state file now on disk becomes the last good copy.
+            let (current, previous) = (dir.join(STATE_FILE), dir.join(STATE_PREVIOUS));
+            if current.exists() {
+                let _ = std::fs::remove_file(&previous);
+                std::fs::hard_link(&current, &previous)?;
+            }
+            std::fs::rename(&tmp, current)?;
             std::fs::File::open(dir)?.sync_all()
         };
         write().map_err(|e| MhError::Unavailable(format!("saving state: {e}")))
