@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use tracing::{info, warn};
 
 use crate::auth::{self, from_hex, to_hex};
+use crate::channel::{Channel, Ephemeral};
 use crate::identity::Identity;
 use crate::proto::*;
 use crate::server::{read_line, write_json};
@@ -38,9 +39,21 @@ impl Role {
     }
 }
 
-/// What a node signs to prove to the management host that it holds its key.
-pub(crate) fn admission_message(server_nonce: &[u8], name: &str, key: &[u8]) -> Vec<u8> {
-    [b"rackwire-mh-node\0", server_nonce, &(name.len() as u32).to_le_bytes(), name.as_bytes(), key].concat()
+/// What a node signs to prove to the management host that it holds its key, and that the
+/// session's ephemeral keys are the ones it and the host sent.
+pub(crate) fn admission_message(server_nonce: &[u8], name: &str, key: &[u8], ephemerals: [&str; 2]) -> Vec<u8> {
+    let [client, server] = ephemerals;
+    [
+        b"rackwire-mh-node\0",
+        server_nonce,
+        &(name.len() as u32).to_le_bytes(),
+        name.as_bytes(),
+        key,
+        client.as_bytes(),
+        b"\0",
+        server.as_bytes(),
+    ]
+    .concat()
 }
 
 /// Where the management host is and how to prove we belong.
@@ -69,6 +82,8 @@ impl std::fmt::Debug for MhConfig {
 struct Session {
     w: TcpStream,
     r: BufReader<TcpStream>,
+    /// Every request and reply after admission is authenticated.
+    channel: Channel,
 }
 
 #[derive(Default)]
@@ -136,8 +151,10 @@ fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
         Role::Node(id) => ("node", Some(to_hex(&id.public()))),
         Role::Observer => ("observer", None),
     };
-    write_json(&mut w, &Hello { name: cfg.name.clone(), role: role.into(), nonce: to_hex(&nonce), key })
-        .map_err(unavailable)?;
+    let eph = Ephemeral::generate();
+    let hello =
+        Hello { name: cfg.name.clone(), role: role.into(), nonce: to_hex(&nonce), key, ephemeral: eph.public.clone() };
+    write_json(&mut w, &hello).map_err(unavailable)?;
     let ch: Challenge = recv(&mut r)?;
     let ctx = cfg.name.as_bytes();
     let server_ok =
@@ -149,19 +166,29 @@ fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
     let server_nonce = from_hex(&ch.nonce).ok_or_else(|| MhError::Protocol("bad server nonce".into()))?;
     let proof = auth::prove(&cfg.secret, "rackwire-mh-client", &server_nonce, ctx);
     let signature = match &cfg.role {
-        Role::Node(id) => Some(to_hex(&id.sign(&admission_message(&server_nonce, &cfg.name, &id.public())))),
+        Role::Node(id) => {
+            let msg = admission_message(&server_nonce, &cfg.name, &id.public(), [&eph.public, &ch.ephemeral]);
+            Some(to_hex(&id.sign(&msg)))
+        }
         Role::Observer => None,
     };
+    let channel = eph.channel(&ch.ephemeral, &cfg.secret, &nonce, &server_nonce, true)?;
     write_json(&mut w, &Proof { proof: to_hex(&proof), signature }).map_err(unavailable)?;
     match recv::<Admission>(&mut r)? {
-        Admission::Welcome { node_id } => Ok((Session { w, r }, node_id)),
+        Admission::Welcome { node_id } => Ok((Session { w, r, channel }, node_id)),
         Admission::Denied { reason } => Err(MhError::Denied(reason)),
     }
 }
 
 fn exchange(s: &mut Session, req: &Request) -> Result<Reply, MhError> {
-    write_json(&mut s.w, req).map_err(unavailable)?;
-    recv(&mut s.r)
+    let text = serde_json::to_string(req).map_err(|e| MhError::Protocol(e.to_string()))?;
+    let line = s.channel.seal(&text) + "\n";
+    std::io::Write::write_all(&mut s.w, line.as_bytes()).map_err(unavailable)?;
+    let mut line = String::new();
+    read_line(&mut s.r, &mut line)
+        .map_err(unavailable)?
+        .ok_or_else(|| unavailable("management host closed the session"))?;
+    serde_json::from_str(s.channel.open(&line)?).map_err(|e| MhError::Protocol(e.to_string()))
 }
 
 fn check(reply: Reply) -> Result<Reply, MhError> {
@@ -607,6 +634,42 @@ mod tests {
         assert!(c.publish(entry).is_err(), "the save failed, so did the request");
         assert!(matches!(c.lookup("r1"), Err(MhError::NotFound(_))), "and the name is not served");
         let _ = std::fs::remove_file(&dir);
+    }
+
+    // Checks that requests after admission must be authenticated: a client that passed
+    // admission (here by hand, as an observer) gets an answer to a request sealed under its
+    // session's key, and the session is closed, unanswered, at a request without it (as an
+    // injected one would be).
+    #[test]
+    fn unauthenticated_requests_end_the_session() {
+        use std::io::{BufRead, Write};
+        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let stream = TcpStream::connect(mh.addr()).unwrap();
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let (mut w, mut r) = (stream.try_clone().unwrap(), BufReader::new(stream));
+        let (nonce, eph) = (auth::nonce(), Ephemeral::generate());
+        let hello = Hello {
+            name: "o".into(),
+            role: "observer".into(),
+            nonce: to_hex(&nonce),
+            key: None,
+            ephemeral: eph.public.clone(),
+        };
+        write_json(&mut w, &hello).unwrap();
+        let ch: Challenge = recv(&mut r).unwrap();
+        let server_nonce = from_hex(&ch.nonce).unwrap();
+        let proof = auth::prove(b"correct-secret", "rackwire-mh-client", &server_nonce, b"o");
+        let mut channel = eph.channel(&ch.ephemeral, b"correct-secret", &nonce, &server_nonce, true).unwrap();
+        write_json(&mut w, &Proof { proof: to_hex(&proof), signature: None }).unwrap();
+        assert!(matches!(recv::<Admission>(&mut r).unwrap(), Admission::Welcome { .. }));
+        let sealed = channel.seal(r#"{"op":"nodes"}"#);
+        w.write_all(format!("{sealed}\n").as_bytes()).unwrap();
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(channel.open(&line).unwrap().contains("nodes"), "{line}");
+        w.write_all(b"{\"op\":\"nodes\"}\n").unwrap();
+        line.clear();
+        assert_eq!(r.read_line(&mut line).unwrap_or(0), 0, "answered an unauthenticated request: {line}");
     }
 
     // Checks that a node may publish, unpublish and record grants only for its own regions:

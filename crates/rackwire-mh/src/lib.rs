@@ -13,6 +13,7 @@
 #![deny(unsafe_code)]
 
 pub mod auth;
+mod channel;
 pub use rackwire_wire::identity;
 mod client;
 pub mod etcd;

@@ -102,6 +102,8 @@ pub struct Hello {
     /// A node's public key, hex (observers: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// The client's ephemeral X25519 key for the session's authenticated lines, hex.
+    pub ephemeral: String,
 }
 
 /// The server's answer to [`Hello`].
@@ -111,6 +113,8 @@ pub struct Challenge {
     pub nonce: String,
     /// The server's proof over the client nonce, hex.
     pub proof: String,
+    /// The server's ephemeral X25519 key, hex.
+    pub ephemeral: String,
 }
 
 /// The client's proof over the server nonce, hex.

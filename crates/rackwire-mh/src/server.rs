@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tracing::{debug, info, warn};
 
 use crate::auth::{self, from_hex, to_hex};
+use crate::channel::{Channel, Ephemeral};
 use crate::identity;
 use crate::jobs::{Jobs, Post};
 use crate::proto::*;
@@ -263,7 +264,12 @@ fn io_err(e: std::io::Error) -> MhError {
 }
 
 /// Admission: hello → challenge (with our proof) → client proof → welcome / denied.
-fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64) -> Result<(NodeId, String), MhError> {
+fn admit(
+    shared: &Shared,
+    r: &mut impl BufRead,
+    w: &mut TcpStream,
+    session: u64,
+) -> Result<(NodeId, String, Channel), MhError> {
     let mut line = String::new();
     let read_line = |r: &mut _, line: &mut String| read_line_max(r, line, ADMISSION_LINE_BYTES_MAX);
     read_line(r, &mut line).map_err(io_err)?.ok_or_else(|| MhError::Protocol("closed before hello".into()))?;
@@ -274,7 +280,10 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
     let server_nonce = auth::nonce();
     let ctx = hello.name.as_bytes();
     let proof = auth::prove(&shared.secret, "rackwire-mh-server", &client_nonce, ctx);
-    write_json(w, &Challenge { nonce: to_hex(&server_nonce), proof: to_hex(&proof) }).map_err(io_err)?;
+    let eph = Ephemeral::generate();
+    let ephemerals = [hello.ephemeral.clone(), eph.public.clone()];
+    let challenge = Challenge { nonce: to_hex(&server_nonce), proof: to_hex(&proof), ephemeral: eph.public.clone() };
+    write_json(w, &challenge).map_err(io_err)?;
     read_line(r, &mut line).map_err(io_err)?.ok_or_else(|| MhError::Protocol("closed before proof".into()))?;
     let client_proof: Proof = parse(&line)?;
     let ok = from_hex(&client_proof.proof)
@@ -289,6 +298,9 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
         warn!(name = %hello.name, "admission refused: wrong secret");
         return deny(w, "wrong secret");
     }
+    let Ok(channel) = eph.channel(&hello.ephemeral, &shared.secret, &client_nonce, &server_nonce, false) else {
+        return deny(w, "a bad ephemeral key");
+    };
     let id = match hello.role.as_str() {
         "observer" => 0,
         "node" => {
@@ -300,7 +312,12 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
                 return deny(w, "a node must name its public key");
             };
             let signed = client_proof.signature.as_deref().and_then(from_hex).is_some_and(|sig| {
-                identity::verify(&key, &crate::client::admission_message(&server_nonce, &hello.name, &key), &sig)
+                let [c, s] = &ephemerals;
+                identity::verify(
+                    &key,
+                    &crate::client::admission_message(&server_nonce, &hello.name, &key, [c, s]),
+                    &sig,
+                )
             });
             if !signed {
                 warn!(name = %hello.name, "admission refused: the key's signature does not hold");
@@ -363,7 +380,7 @@ fn admit(shared: &Shared, r: &mut impl BufRead, w: &mut TcpStream, session: u64)
     write_json(w, &Admission::Welcome { node_id: id }).map_err(io_err)?;
     count("admitted");
     info!(name = %hello.name, id, "admitted");
-    Ok((id, hello.name))
+    Ok((id, hello.name, channel))
 }
 
 fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhError> {
@@ -371,7 +388,7 @@ fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhErr
     let _ = stream.set_nodelay(true);
     let mut w = stream.try_clone().map_err(io_err)?;
     let mut r = BufReader::new(stream);
-    let (id, name) = admit(shared, &mut r, &mut w, session)?;
+    let (id, name, mut channel) = admit(shared, &mut r, &mut w, session)?;
     lock(&shared.sessions).admitted(session);
     // A node that misses this many heartbeats is down; its session is closed.
     r.get_ref().set_read_timeout(Some(HEARTBEAT_INTERVAL * HEARTBEATS_MISSED_MAX)).map_err(io_err)?;
@@ -382,7 +399,13 @@ fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhErr
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         }
-        let reply = match parse::<Request>(&line) {
+        // A line whose authentication does not hold was not sent by the admitted client (or
+        // was altered, replayed or reordered on the way): the session ends.
+        let Ok(text) = channel.open(&line) else {
+            warn!(%name, id, "a request's authentication does not hold; closing the session");
+            break Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "unauthenticated request"));
+        };
+        let reply = match parse::<Request>(text) {
             Ok(req) => handle(shared, id, req).unwrap_or_else(|e| error_reply(&e)),
             Err(e) => error_reply(&e),
         };
@@ -391,7 +414,8 @@ fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhErr
                 l.last_seen_ms = now_ms();
             }
         }
-        if let Err(e) = write_json(&mut w, &reply) {
+        let text = serde_json::to_string(&reply).map_err(std::io::Error::other);
+        if let Err(e) = text.and_then(|t| w.write_all((channel.seal(&t) + "\n").as_bytes())) {
             break Err(e);
         }
     };
