@@ -207,7 +207,8 @@ fn build_c(dir: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
-fn median_spread(v: &mut [f64]) -> (f64, f64, f64) {
+/// The median, smallest and largest of `v` (sorted in place).
+pub(crate) fn median_spread(v: &mut [f64]) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }

@@ -7,6 +7,8 @@
 use anyhow::{bail, Result};
 use rackwire_bench::{BenchTransport, Pattern, Row, ShmBench};
 
+use crate::lang_bench::median_spread;
+
 /// Frames of an Ethernet link (1500-byte MTU less IPv4 and UDP headers).
 pub(crate) const MTU_DEFAULT: usize = 1472;
 /// Repeats at most.
@@ -37,12 +39,6 @@ fn measure(sealed: bool, mtu: usize, scale: f64) -> Result<(f64, f64)> {
     }
 }
 
-fn median_spread(v: &[f64]) -> (f64, f64, f64) {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[0], v[v.len() - 1])
-}
-
 /// `rackwire bench seal`.
 pub(crate) fn run(mtu: usize, repeat: usize, scale: f64, json: bool) -> Result<()> {
     if !(1..=REPEAT_MAX).contains(&repeat) {
@@ -61,13 +57,13 @@ pub(crate) fn run(mtu: usize, repeat: usize, scale: f64, json: bool) -> Result<(
         let (s, u) = if first_sealed { (a, b) } else { (b, a) };
         runs.push((s.0, u.0, s.1, u.1));
     }
-    let col = |f: fn(&(f64, f64, f64, f64)) -> f64| runs.iter().map(f).collect::<Vec<_>>();
-    let lat_sealed = median_spread(&col(|r| r.0));
-    let lat_plain = median_spread(&col(|r| r.1));
-    let lat_cost = median_spread(&col(|r| r.0 - r.1));
-    let bw_sealed = median_spread(&col(|r| r.2));
-    let bw_plain = median_spread(&col(|r| r.3));
-    let bw_cost = median_spread(&col(|r| 100.0 * (1.0 - r.2 / r.3)));
+    let col = |f: fn(&(f64, f64, f64, f64)) -> f64| median_spread(&mut runs.iter().map(f).collect::<Vec<_>>());
+    let lat_sealed = col(|r| r.0);
+    let lat_plain = col(|r| r.1);
+    let lat_cost = col(|r| r.0 - r.1);
+    let bw_sealed = col(|r| r.2);
+    let bw_plain = col(|r| r.3);
+    let bw_cost = col(|r| 100.0 * (1.0 - r.2 / r.3));
     if json {
         let triple = |t: (f64, f64, f64)| serde_json::json!({ "median": t.0, "lo": t.1, "hi": t.2 });
         let doc = serde_json::json!({

@@ -5,9 +5,7 @@
 //! session and its text. Someone who can send on the management host's network — even holding
 //! the fabric secret — cannot inject, alter, replay or reorder a request or a reply.
 
-use ring::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey, X25519};
-use ring::rand::SystemRandom;
-use ring::{hkdf, hmac};
+use ring::hmac;
 
 use crate::auth::{from_hex, to_hex};
 use crate::MhError;
@@ -17,53 +15,37 @@ const MAC_HEX: usize = 64;
 
 /// This side's ephemeral key for one admission.
 pub(crate) struct Ephemeral {
-    private: EphemeralPrivateKey,
+    key: rackwire_wire::kx::Ephemeral,
     /// Its public half, hex (sent in the hello or the challenge).
     pub public: String,
 }
 
 impl Ephemeral {
     pub fn generate() -> Ephemeral {
-        let private =
-            EphemeralPrivateKey::generate(&X25519, &SystemRandom::new()).expect("the system random source works");
-        let public = to_hex(private.compute_public_key().expect("an X25519 key has a public half").as_ref());
-        Ephemeral { private, public }
+        let key = rackwire_wire::kx::Ephemeral::generate();
+        let public = to_hex(&key.public);
+        Ephemeral { key, public }
     }
 
     /// The session's keys with the other side's public key (hex): `client` says which side
     /// this is. An error for a malformed key.
     pub fn channel(
-        self,
+        mut self,
         theirs: &str,
         secret: &[u8],
         client_nonce: &[u8],
         server_nonce: &[u8],
         client: bool,
     ) -> Result<Channel, MhError> {
-        let theirs =
-            from_hex(theirs).filter(|k| k.len() == 32).ok_or_else(|| MhError::Protocol("bad ephemeral key".into()))?;
-        let peer = UnparsedPublicKey::new(&X25519, theirs);
-        let okm = agreement::agree_ephemeral(self.private, &peer, |dh| {
-            let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, secret).extract(dh);
-            let mut out = [0u8; 64];
-            prk.expand(&[b"rackwire-mh-session", client_nonce, server_nonce], Len64).ok()?.fill(&mut out).ok()?;
-            Some(out)
-        })
-        .ok()
-        .flatten()
-        .ok_or_else(|| MhError::Protocol("key agreement failed".into()))?;
+        let theirs = from_hex(theirs).ok_or_else(|| MhError::Protocol("bad ephemeral key".into()))?;
+        let mut okm = [0u8; 64];
+        if !self.key.agree(&theirs, secret, &[b"rackwire-mh-session", client_nonce, server_nonce], &mut okm) {
+            return Err(MhError::Protocol("key agreement failed (a bad ephemeral key)".into()));
+        }
         let (c2s, s2c) = okm.split_at(32);
         let key = |k: &[u8]| hmac::Key::new(hmac::HMAC_SHA256, k);
         let (tx, rx) = if client { (key(c2s), key(s2c)) } else { (key(s2c), key(c2s)) };
         Ok(Channel { tx, rx, sent: 0, received: 0 })
-    }
-}
-
-struct Len64;
-
-impl hkdf::KeyType for Len64 {
-    fn len(&self) -> usize {
-        64
     }
 }
 
@@ -75,17 +57,15 @@ pub(crate) struct Channel {
     received: u64,
 }
 
-fn mac(key: &hmac::Key, n: u64, text: &str) -> hmac::Tag {
-    let mut c = hmac::Context::with_key(key);
-    c.update(&n.to_le_bytes());
-    c.update(text.as_bytes());
-    c.sign()
+/// What a line's MAC covers: its position in the session, then its text.
+fn message(n: u64, text: &str) -> Vec<u8> {
+    [&n.to_le_bytes()[..], text.as_bytes()].concat()
 }
 
 impl Channel {
     /// `text` (one line's JSON) as it goes on the wire: its MAC, a space, the text.
     pub fn seal(&mut self, text: &str) -> String {
-        let tag = mac(&self.tx, self.sent, text);
+        let tag = hmac::sign(&self.tx, &message(self.sent, text));
         self.sent += 1;
         format!("{} {text}", to_hex(tag.as_ref()))
     }
@@ -97,9 +77,7 @@ impl Channel {
         let (tag, text) = line.split_at_checked(MAC_HEX).ok_or_else(refused)?;
         let text = text.strip_prefix(' ').ok_or_else(refused)?;
         let tag = from_hex(tag).ok_or_else(refused)?;
-        let mut m = self.received.to_le_bytes().to_vec();
-        m.extend_from_slice(text.as_bytes());
-        hmac::verify(&self.rx, &m, &tag).map_err(|_| refused())?;
+        hmac::verify(&self.rx, &message(self.received, text), &tag).map_err(|_| refused())?;
         self.received += 1;
         Ok(text)
     }

@@ -225,8 +225,8 @@ mod tests {
     // refused; the prefix carries the fabric's name.
     #[test]
     fn endpoints_parse() {
-        let c = EtcdConfig::new("http://127.0.0.1:2379/, 10.0.0.2:2379,", "f1").unwrap();
-        assert_eq!(c.endpoints, vec!["127.0.0.1:2379", "10.0.0.2:2379"]);
+        let c = EtcdConfig::new("http://127.0.0.1:2379/, 198.18.0.2:2379,", "f1").unwrap();
+        assert_eq!(c.endpoints, vec!["127.0.0.1:2379", "198.18.0.2:2379"]);
         assert_eq!(c.prefix, "/rackwire/f1");
         assert!(EtcdConfig::new(" , ", "f1").is_err());
     }

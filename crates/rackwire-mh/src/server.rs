@@ -347,10 +347,7 @@ fn admit(
                         if let Some(n) = store.state.nodes.get_mut(&id) {
                             n.key = key_hex;
                         }
-                        if let Err(e) = store.save() {
-                            store.restore();
-                            return Err(e);
-                        }
+                        store.save()?;
                     }
                     id
                 }
@@ -364,10 +361,7 @@ fn admit(
                     store.state.next_id += 1;
                     let info = NodeInfo { id, name: hello.name.clone(), key: key_hex, ..NodeInfo::default() };
                     store.state.nodes.insert(id, info);
-                    if let Err(e) = store.save() {
-                        store.restore();
-                        return Err(e);
-                    }
+                    store.save()?;
                     id
                 }
             };
@@ -616,10 +610,6 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
         }
         Request::JobPost { .. } | Request::JobRound { .. } => unreachable!("jobs are answered above"),
     };
-    if let Err(e) = store.save() {
-        // Nothing the caller was refused may stay in memory.
-        store.restore();
-        return Err(e);
-    }
+    store.save()?;
     Ok(reply)
 }

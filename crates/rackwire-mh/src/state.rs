@@ -80,13 +80,11 @@ impl Store {
                 },
             }
         }
-        let saved = serde_json::to_vec(&state).map_err(|e| MhError::Protocol(e.to_string()))?;
-        Ok(Store { dir: dir.map(Path::to_owned), term: None, state, saved })
+        Store::with(dir.map(Path::to_owned), None, state)
     }
 
-    /// Back to what was last saved (after a save failed: memory must not run ahead of what
-    /// is kept).
-    pub fn restore(&mut self) {
+    /// Back to what was last kept.
+    fn restore(&mut self) {
         if let Ok(s) = serde_json::from_slice::<State>(&self.saved) {
             self.state = s;
         }
@@ -100,17 +98,30 @@ impl Store {
                 .map_err(|e| MhError::Config(format!("the state in etcd is damaged: {e}")))?;
             state.next_id = state.next_id.max(1);
         }
-        let saved = serde_json::to_vec(&state).map_err(|e| MhError::Protocol(e.to_string()))?;
-        Ok(Store { dir: None, term: Some(term), state, saved })
+        Store::with(None, Some(term), state)
     }
 
-    /// Write the state: to a temporary file, synced, then renamed over the old one, so a
-    /// crash leaves either the old or the new state, never a torn one.
+    fn with(dir: Option<PathBuf>, term: Option<Term>, state: State) -> Result<Self, MhError> {
+        let saved = serde_json::to_vec(&state).map_err(|e| MhError::Protocol(e.to_string()))?;
+        Ok(Store { dir, term, state, saved })
+    }
+
+    /// Keep the state (in etcd while leading; in a file: a temporary one, synced, then renamed
+    /// over the old one, so a crash leaves either the old or the new state, never a torn one).
+    /// When it cannot be kept, the change is undone in memory too.
     pub fn save(&mut self) -> Result<(), MhError> {
         let bytes = serde_json::to_vec_pretty(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
-        self.keep(&bytes)?;
-        self.saved = bytes;
-        Ok(())
+        match self.keep(&bytes) {
+            Ok(()) => {
+                self.saved = bytes;
+                Ok(())
+            }
+            Err(e) => {
+                // Memory must not run ahead of what is kept: a change not kept is undone.
+                self.restore();
+                Err(e)
+            }
+        }
     }
 
     fn keep(&self, bytes: &[u8]) -> Result<(), MhError> {

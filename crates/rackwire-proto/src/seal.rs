@@ -22,11 +22,9 @@
 //!   [`crate::WINDOW_FRAMES_MAX`] frames in flight, half the window, so reordering across links
 //!   never looks like a replay.
 
+use rackwire_wire::kx::Ephemeral;
 use rackwire_wire::{Frame, HEADER_LEN};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, NONCE_LEN};
-use ring::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey, X25519};
-use ring::hkdf;
-use ring::rand::SystemRandom;
 
 /// Bytes after a sealed frame's payload: the counter, then the tag.
 pub const TRAILER_LEN: usize = COUNTER_LEN + TAG_LEN;
@@ -38,61 +36,25 @@ pub const REPLAY_WINDOW: u64 = 8192;
 const WORDS: usize = (REPLAY_WINDOW / 64) as usize;
 const _: () = assert!(REPLAY_WINDOW >= 2 * crate::WINDOW_FRAMES_MAX as u64);
 
-/// An ephemeral X25519 key for one handshake.
-pub(crate) struct Ephemeral {
-    private: Option<EphemeralPrivateKey>,
-    /// Its public half, sent in the handshake.
-    pub public: [u8; 32],
-}
-
-impl Ephemeral {
-    pub(crate) fn generate() -> Ephemeral {
-        let private =
-            EphemeralPrivateKey::generate(&X25519, &SystemRandom::new()).expect("the system random source works");
-        let mut public = [0u8; 32];
-        public.copy_from_slice(private.compute_public_key().expect("an X25519 key has a public half").as_ref());
-        Ephemeral { private: Some(private), public }
+/// The two directions' keys from the handshake's ephemeral keys: the Diffie-Hellman secret
+/// with the peer's `their_public`, through HKDF salted with `secret` (the fabric's) and bound
+/// to `transcript`. `None` if the key was used already or the peer's key is not a valid X25519
+/// point.
+pub(crate) fn keys(
+    eph: &mut Ephemeral,
+    their_public: &[u8; 32],
+    secret: &[u8],
+    transcript: &[u8],
+    initiator: bool,
+) -> Option<Keys> {
+    let mut okm = [0u8; 32];
+    if !eph.agree(their_public, secret, &[b"rackwire-edge-frame-keys", transcript], &mut okm) {
+        return None;
     }
-
-    /// The two directions' keys: the Diffie-Hellman secret with the peer's `their_public`,
-    /// through HKDF salted with `secret` (the fabric's) and bound to `transcript`. `None` if
-    /// the key was used already or the peer's key is not a valid X25519 point.
-    pub(crate) fn keys(
-        &mut self,
-        their_public: &[u8; 32],
-        secret: &[u8],
-        transcript: &[u8],
-        initiator: bool,
-    ) -> Option<Keys> {
-        let private = self.private.take()?;
-        let peer = UnparsedPublicKey::new(&X25519, their_public);
-        let okm = agreement::agree_ephemeral(private, &peer, |dh| {
-            let salt = hkdf::Salt::new(hkdf::HKDF_SHA256, secret);
-            let prk = salt.extract(dh);
-            let mut out = [0u8; 32];
-            prk.expand(&[b"rackwire-edge-frame-keys", transcript], Len32).ok()?.fill(&mut out).ok()?;
-            Some(out)
-        })
-        .ok()??;
-        let (i_to_a, a_to_i) = okm.split_at(16);
-        let (tx, rx) = if initiator { (i_to_a, a_to_i) } else { (a_to_i, i_to_a) };
-        let key = |k: &[u8]| LessSafeKey::new(UnboundKey::new(&AES_128_GCM, k).expect("16 bytes is an AES-128 key"));
-        Some(Keys { tx: key(tx), rx: key(rx), next: 0, window: ReplayWindow::default() })
-    }
-}
-
-impl std::fmt::Debug for Ephemeral {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ephemeral").field("used", &self.private.is_none()).finish()
-    }
-}
-
-struct Len32;
-
-impl hkdf::KeyType for Len32 {
-    fn len(&self) -> usize {
-        32
-    }
+    let (i_to_a, a_to_i) = okm.split_at(16);
+    let (tx, rx) = if initiator { (i_to_a, a_to_i) } else { (a_to_i, i_to_a) };
+    let key = |k: &[u8]| LessSafeKey::new(UnboundKey::new(&AES_128_GCM, k).expect("16 bytes is an AES-128 key"));
+    Some(Keys { tx: key(tx), rx: key(rx), next: 0, window: ReplayWindow::default() })
 }
 
 /// Why a sealed frame was not taken.
@@ -248,7 +210,7 @@ mod tests {
         let mut a = Ephemeral::generate();
         let mut b = Ephemeral::generate();
         let (pa, pb) = (a.public, b.public);
-        (a.keys(&pb, b"secret", b"t", true).unwrap(), b.keys(&pa, b"secret", b"t", false).unwrap())
+        (keys(&mut a, &pb, b"secret", b"t", true).unwrap(), keys(&mut b, &pa, b"secret", b"t", false).unwrap())
     }
 
     fn frame(payload: &[u8]) -> Vec<u8> {
@@ -374,8 +336,8 @@ mod tests {
             let mut a = Ephemeral::generate();
             let mut b = Ephemeral::generate();
             let (pa, pb) = (a.public, b.public);
-            let mut ka = a.keys(&pb, b"secret", b"t", true).unwrap();
-            let mut kb = b.keys(&pa, secret_b, transcript_b, false).unwrap();
+            let mut ka = keys(&mut a, &pb, b"secret", b"t", true).unwrap();
+            let mut kb = keys(&mut b, &pa, secret_b, transcript_b, false).unwrap();
             let mut buf = frame(b"x");
             let l = buf.len() - TRAILER_LEN;
             ka.seal(&mut buf, l);

@@ -16,6 +16,7 @@ pub mod crc;
 mod error;
 pub mod frame;
 pub mod identity;
+pub mod kx;
 pub mod payload;
 
 pub use error::WireError;

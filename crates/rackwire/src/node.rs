@@ -24,8 +24,9 @@ use crate::{Error, FabricConfig, NodeId, PEERS_MAX};
 /// How long a blocked receiver sleeps at most before it looks again (covers peers that
 /// joined after it went to sleep).
 const DOORBELL_SLICE: Duration = Duration::from_millis(10);
-/// Lookups of unknown peers' node keys under way at once (each on a thread of its own).
-const KEY_FETCHES_MAX: usize = 16;
+/// Questions to the management host of one kind (peers' keys, whether peers are gone) under
+/// way at once, each on a thread of its own.
+const MH_LOOKUPS_MAX: usize = 16;
 /// How long a freed region's peers have to confirm they unmapped it.
 const FREE_UNMAP_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -150,26 +151,17 @@ impl Node {
         if let Some(k) = lock(&self.peer_keys).get(&peer) {
             return Some(*k);
         }
-        {
-            let mut f = lock(&self.key_fetches);
-            if f.len() >= KEY_FETCHES_MAX || !f.insert(peer) {
-                return None;
-            }
-        }
-        let weak = self.weak.clone();
-        let spawned = std::thread::Builder::new().name("rw-peer-key".into()).spawn(move || {
-            let Some(node) = weak.upgrade() else { return };
-            match node.mh.resolve(peer) {
+        self.in_background(
+            |n| &n.key_fetches,
+            peer,
+            "rw-peer-key",
+            move |node| match node.mh.resolve(peer) {
                 Ok(info) => {
                     let _ = node.peer_key(&info);
                 }
                 Err(e) => tracing::debug!(peer, "looking up a peer's node key: {e}"),
-            }
-            lock(&node.key_fetches).remove(&peer);
-        });
-        if spawned.is_err() {
-            lock(&self.key_fetches).remove(&peer);
-        }
+            },
+        );
         None
     }
 
@@ -179,19 +171,15 @@ impl Node {
     /// it cannot say (unreachable too, or the peer only went silent), nothing changes and the
     /// connection's peer timeout decides.
     pub(crate) fn check_peer(&self, peer: NodeId, addrs: Vec<String>) {
-        {
-            let mut c = lock(&self.gone_checks);
-            if c.len() >= KEY_FETCHES_MAX || !c.insert(peer) {
-                return;
-            }
-        }
-        let weak = self.weak.clone();
-        let spawned = std::thread::Builder::new().name("rw-peer-check".into()).spawn(move || {
-            let Some(node) = weak.upgrade() else { return };
-            if let Ok(nodes) = node.mh.nodes() {
+        self.in_background(
+            |n| &n.gone_checks,
+            peer,
+            "rw-peer-check",
+            move |node| {
+                let Ok(nodes) = node.mh.nodes() else { return };
                 // Gone: its side closed its session (it left, or its process ended), or it is up
-                // again at other addresses (it restarted). Down because silent says nothing:
-                // the outage that cut us off may have cut it off from the management host too.
+                // again at other addresses (it restarted). Down because silent says nothing: the
+                // outage that cut us off may have cut it off from the management host too.
                 let gone = nodes.iter().find(|n| n.info.id == peer).is_some_and(|n| {
                     n.ended || (n.up && !addrs.is_empty() && !n.info.links.iter().any(|a| addrs.contains(a)))
                 });
@@ -199,11 +187,34 @@ impl Node {
                     tracing::debug!(peer, "the management host says the peer is gone");
                     lock(&node.gone).insert(peer);
                 }
+            },
+        );
+    }
+
+    /// Run `ask` (a question to the management host about `peer`) on a thread of its own,
+    /// unless one about `peer` is under way in the set `pending` picks, or
+    /// [`MH_LOOKUPS_MAX`] are.
+    fn in_background(
+        &self,
+        pending: fn(&Node) -> &Mutex<HashSet<NodeId>>,
+        peer: NodeId,
+        thread: &str,
+        ask: impl FnOnce(&Node) + Send + 'static,
+    ) {
+        {
+            let mut p = lock(pending(self));
+            if p.len() >= MH_LOOKUPS_MAX || !p.insert(peer) {
+                return;
             }
-            lock(&node.gone_checks).remove(&peer);
+        }
+        let weak = self.weak.clone();
+        let spawned = std::thread::Builder::new().name(thread.into()).spawn(move || {
+            let Some(node) = weak.upgrade() else { return };
+            ask(&node);
+            lock(pending(&node)).remove(&peer);
         });
         if spawned.is_err() {
-            lock(&self.gone_checks).remove(&peer);
+            lock(pending(self)).remove(&peer);
         }
     }
 

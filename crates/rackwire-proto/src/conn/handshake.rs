@@ -60,7 +60,7 @@ pub(super) struct Handshake {
     pub(super) creds: Credentials,
     /// The key the caller knows for the peer's node.
     pub(super) peer_key: PublicKey,
-    pub(super) ephemeral: crate::seal::Ephemeral,
+    pub(super) ephemeral: rackwire_wire::kx::Ephemeral,
     pub(super) their_ephemeral: [u8; 32],
     pub(super) their_seal: bool,
     /// This end's signature, once made (sent again with a repeated step).
@@ -118,7 +118,7 @@ impl Connection {
         if self.hs.creds.seal || self.hs.their_seal {
             let initiator = self.role == Role::Initiator;
             let their = self.hs.their_ephemeral;
-            match self.hs.ephemeral.keys(&their, &self.hs.creds.secret, &t, initiator) {
+            match crate::seal::keys(&mut self.hs.ephemeral, &their, &self.hs.creds.secret, &t, initiator) {
                 Some(k) => self.keys = Some(Box::new(k)),
                 None => return false,
             }

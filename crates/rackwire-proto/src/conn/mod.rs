@@ -323,7 +323,7 @@ impl Connection {
             hs: Handshake {
                 creds: creds.clone(),
                 peer_key,
-                ephemeral: crate::seal::Ephemeral::generate(),
+                ephemeral: rackwire_wire::kx::Ephemeral::generate(),
                 their_ephemeral: [0; 32],
                 their_seal: false,
                 signature: None,

@@ -105,7 +105,6 @@ impl EdgeEndpoint {
         let mut fired = false;
         let mut due = None;
         if look {
-            let node = self.fabric.upgrade();
             for s in st.conns.slots_mut() {
                 match s.conn.poll_timeout() {
                     Some(t) if t <= now => {
@@ -114,8 +113,10 @@ impl EdgeEndpoint {
                     }
                     t => due = earliest(due, t),
                 }
-                if let Some(n) = node.as_ref().filter(|_| s.connected && !s.closed && !s.conn.reachable()) {
-                    fired |= self.unreachable(n, s, now);
+                if s.connected && !s.closed && !s.conn.reachable() {
+                    if let Some(n) = self.fabric.upgrade() {
+                        fired |= self.unreachable(&n, s, now);
+                    }
                 }
             }
             if fired {
