@@ -205,6 +205,12 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
         world.set_delivery_room(r.range(20_000, 200_000) as usize, r.range(1, 16) as usize);
         Reading { slow: r.chance(0.5), looks: 0 }
     });
+    // A third of the worlds hold answers after a delivery, as a driver does for the reply
+    // its application is likely to send (drawn apart, so the other choices of a seed stay).
+    let mut hold = Rng::new(seed ^ 0x401d_a115);
+    if hold.chance(0.33) {
+        world.set_answer_hold(hold.range(50, 2_000));
+    }
     // Regions: data and counter regions granted to every other node, one granted to nobody.
     let mut keys = Vec::new();
     for n in 0..nodes {
@@ -450,17 +456,16 @@ impl Checker<'_> {
         if let Kind::Write { slot, data } = &o.kind {
             world.targets[o.to].track(DATA_REGION, *slot, data.len() as u64);
         }
-        let c = world.conn(o.from, o.to);
-        let r = match &o.kind {
+        if let Kind::Msg { .. } = &o.kind {
+            self.msgs.entry((o.from, o.to)).or_default().push_back(i);
+        }
+        let r = world.submit(o.from, o.to, |c| match &o.kind {
             Kind::Write { slot, data } => c.write(now, data_ref, *slot, data, o.flags),
             Kind::Read { slot, expect } => c.read(now, data_ref, *slot, expect.len() as u64, o.flags),
             Kind::Fadd => {
                 c.atomic(now, RegionRef { region: COUNTER_REGION, key: k2 }, 0, AtomicOp::FetchAdd(1), o.flags)
             }
-            Kind::Msg { data } => {
-                self.msgs.entry((o.from, o.to)).or_default().push_back(i);
-                c.send(now, data, o.flags)
-            }
+            Kind::Msg { data } => c.send(now, data, o.flags),
             Kind::Refused { why, region } => {
                 let (target, offset) = match why {
                     Refusal::BadKey => (RegionRef { region: DATA_REGION, key: k1 ^ 2 }, 0),
@@ -469,7 +474,7 @@ impl Checker<'_> {
                 };
                 c.write(now, target, offset, &[0xee; 100], o.flags)
             }
-        };
+        });
         let id = r.map_err(|e| fail(self.seed, format!("submitting op {i}: {e}")))?;
         o.submitted = now;
         self.ids.insert((o.from, o.to, id), i);

@@ -1,12 +1,15 @@
 //! The simulated world: nodes, their connections, the links between them, a virtual clock.
 //!
-//! Each node has an [`Endpoint`]: every frame that arrives is routed by it, as a driver of
-//! the edge transport routes frames, so the simulator runs the endpoint's routing and
-//! accepting too. The acceptor's end of each pair is opened by the initiator's first
-//! handshake frame, handed over at the start; its later copies travel the (faulty) links like
-//! any frame, and the endpoint must find the connection they belong to.
+//! Each node has an [`Endpoint`], as a driver of the edge transport has: every frame that
+//! arrives is routed by it, operations are submitted through it and handed back by it when
+//! they complete, what connections deliver waits in its bounded queues (when the world has
+//! them), and answers may be held for a reply as a driver holds them. So the simulator runs
+//! the endpoint's routing, accepting, pending operations, delivery room and answer holding
+//! too. The acceptor's end of each pair is opened by the initiator's first handshake frame,
+//! handed over at the start; its later copies travel the (faulty) links like any frame, and
+//! the endpoint must find the connection they belong to.
 
-use rackwire_proto::{Config, Connection, Delivery, Endpoint, Event, Incoming, Routed, Slot, Time};
+use rackwire_proto::{Config, Connection, Endpoint, Event, Happened, Incoming, OpError, OpId, Routed, Time};
 
 use crate::net::{Flight, LinkParams, Wire};
 use crate::{keys, MemTarget, Rng};
@@ -21,41 +24,25 @@ pub const STEPS_AT_ONE_INSTANT_MAX: u64 = 100_000;
 /// Largest frame any simulated link carries.
 const BUF_BYTES: usize = 65536;
 
-/// A connection as a node's endpoint keeps it: the peer (a node index) and, per link, the
-/// address it was heard from (the peer's index).
-#[derive(Debug)]
-pub struct SimConn {
-    /// The connection.
-    pub conn: Connection,
-    /// The peer's node index.
-    pub peer: usize,
-    addrs: Vec<Option<usize>>,
-    /// What it delivered and the application has not taken, when the world bounds it (see
-    /// [`World::set_delivery_room`]); unbounded, every message and notification is an event.
-    delivery: Option<Delivery>,
+/// A node's endpoint: links are addressed by node index, and an operation in flight is kept
+/// as its id (which its completion then carries, as the connection's own event would).
+pub type SimEndpoint = Endpoint<usize, OpId>;
+
+/// The index of node `id`.
+pub fn node_index(id: u32) -> usize {
+    id as usize - 1
 }
 
-impl SimConn {
-    /// A connection to node index `peer`, which is at `addrs[link]` on each link it is known on.
-    pub fn new(conn: Connection, peer: usize, addrs: Vec<Option<usize>>) -> SimConn {
-        SimConn { conn, peer, addrs, delivery: None }
-    }
-
-    /// Where the peer was last heard on `link`.
-    pub fn addr(&self, link: usize) -> Option<usize> {
-        self.addrs.get(link).copied().flatten()
-    }
-}
-
-impl Slot for SimConn {
-    type Addr = usize;
-    fn conn(&mut self) -> &mut Connection {
-        &mut self.conn
-    }
-    fn heard_from(&mut self, link: usize, addr: usize) {
-        if let Some(a) = self.addrs.get_mut(link) {
-            *a = Some(addr);
-        }
+/// What an endpoint handed over, as the connection's own event (a completion carries the
+/// operation's id).
+fn as_event(peer: u32, h: Happened<OpId>) -> Event {
+    match h {
+        Happened::Connected { .. } => Event::Connected { peer },
+        Happened::Completed { op, result } => Event::Completed { op, result },
+        Happened::Delivered(e) => e,
+        Happened::LinkDown(l) => Event::LinkDown(l),
+        Happened::LinkUp(l) => Event::LinkUp(l),
+        Happened::Closed(why) => Event::Closed(why),
     }
 }
 
@@ -73,7 +60,10 @@ pub struct World {
     /// Frames on their way.
     pub flight: Flight,
     /// Each node's endpoint.
-    eps: Vec<Endpoint<SimConn>>,
+    eps: Vec<SimEndpoint>,
+    /// Connections that delivered a message or notification hold their answers this long
+    /// (µs), or until the next step, as a driver holds them for the application's reply.
+    answer_hold: Option<Time>,
     /// `index[node][peer]`: the local id of `node`'s connection to `peer`.
     index: Vec<Vec<Option<u32>>>,
     /// `cfgs[node][peer]`: the configuration of a connection between them.
@@ -128,7 +118,7 @@ impl World {
                 }
             }
         }
-        let mut eps: Vec<Endpoint<SimConn>> = (0..nodes).map(|i| Endpoint::new(node_id(i), links)).collect();
+        let mut eps: Vec<SimEndpoint> = (0..nodes).map(|i| Endpoint::new(node_id(i), links)).collect();
         let creds: Vec<_> = (0..nodes).map(|i| keys::credentials(node_id(i), SIM_SECRET)).collect();
         let mut index: Vec<Vec<Option<u32>>> = vec![vec![None; nodes]; nodes];
         let mut cfgs: Vec<Vec<Option<Config>>> = vec![vec![None; nodes]; nodes];
@@ -140,8 +130,8 @@ impl World {
                 cfgs[i][j] = Some(c.clone());
                 cfgs[j][i] = Some(c.clone());
                 let nonce = rng.bytes32();
-                let local = eps[i].open(|local| SimConn {
-                    conn: Connection::connect(
+                let local = eps[i].open(node_id(j), vec![Some(j); links], |local| {
+                    Connection::connect(
                         c,
                         node_id(i),
                         node_id(j),
@@ -150,10 +140,7 @@ impl World {
                         nonce,
                         local,
                         0,
-                    ),
-                    peer: j,
-                    addrs: vec![Some(j); links],
-                    delivery: None,
+                    )
                 });
                 index[i][j] = local;
             }
@@ -167,6 +154,7 @@ impl World {
             wires,
             flight: Flight::default(),
             eps,
+            answer_hold: None,
             index,
             cfgs,
             targets,
@@ -189,7 +177,7 @@ impl World {
             for j in (i + 1)..self.nodes {
                 let Some(local) = self.index[i][j] else { continue };
                 let Some(s) = self.eps[i].get_mut(local) else { continue };
-                let Some(t) = s.conn.poll_transmit(0, &mut self.buf) else { continue };
+                let Some(t) = s.conn_mut().poll_transmit(0, &mut self.buf) else { continue };
                 let frame = self.buf[..t.len].to_vec();
                 self.deliver(j, i, t.link, &frame);
             }
@@ -202,10 +190,9 @@ impl World {
         self.targets[to].now = now;
         let (rng, cfgs, creds) = (&mut self.rng, &self.cfgs, &self.creds);
         let accept = |local, inc: Incoming| {
-            let peer = inc.peer as usize - 1;
-            let cfg = cfgs[to][peer].clone().expect("a configuration for every pair");
+            let cfg = cfgs[to][node_index(inc.peer)].clone().expect("a configuration for every pair");
             let creds = &creds[to];
-            let conn = Connection::accept(
+            Some(Connection::accept(
                 cfg,
                 node_id(to),
                 creds,
@@ -214,11 +201,10 @@ impl World {
                 rng.bytes32(),
                 local,
                 now,
-            );
-            Some(SimConn { conn, peer, addrs: vec![None; inc.links], delivery: None })
+            ))
         };
         if let Routed::Accepted(local) = self.eps[to].handle(now, link, from, frame, &mut self.targets[to], accept) {
-            let peer = self.eps[to].get(local).map(|s| s.peer).expect("just opened");
+            let peer = self.eps[to].get(local).map(|s| node_index(s.peer())).expect("just opened");
             assert!(self.index[to][peer].is_none(), "a second connection from one peer");
             self.index[to][peer] = Some(local);
         }
@@ -242,33 +228,36 @@ impl World {
         self.wires.iter().enumerate().map(move |(i, w)| (i / (n * m), (i / m) % n, i % m, w))
     }
 
-    /// Send everything every connection has to send now.
+    /// Send everything every connection has to send now, and take what they did.
     pub fn flush(&mut self) {
         let now = self.now;
+        let hold = self.answer_hold.map(|h| now + h);
         for i in 0..self.nodes {
-            for (_, s) in self.eps[i].iter_mut() {
-                let j = s.peer;
-                while let Some(t) = s.conn.poll_transmit(now, &mut self.buf) {
+            for s in self.eps[i].sessions_mut() {
+                let j = node_index(s.peer());
+                while let Some(t) = s.conn_mut().poll_transmit(now, &mut self.buf) {
                     let bytes = self.buf[..t.len].to_vec();
                     let idx = wire_index(self.nodes, self.links, i, j, t.link);
                     self.wires[idx].send(now, &mut self.rng, &mut self.flight, i, j, t.link, bytes);
                 }
-                while let Some(e) = s.conn.poll_event() {
-                    // Messages and notifications wait in the bounded queues, if there are any,
-                    // until the application takes them.
-                    let e = match s.delivery.as_mut() {
-                        Some(d) => d.keep(e),
-                        None => Some(e),
-                    };
-                    if let Some(e) = e {
-                        self.events.push((now, i, j, e));
-                    }
-                }
-                if let Some(d) = &s.delivery {
-                    d.refresh(&mut s.conn);
-                }
             }
+            // Messages and notifications wait in the bounded queues, if there are any, until
+            // the application takes them.
+            let events = &mut self.events;
+            self.eps[i].poll(hold, |_, peer, h| events.push((now, i, node_index(peer), as_event(peer, h))));
         }
+    }
+
+    /// Submit an operation from `node` to `peer` with `go`, through `node`'s endpoint, which
+    /// hands it back (as its id) when it completes.
+    pub fn submit(
+        &mut self,
+        node: usize,
+        peer: usize,
+        go: impl FnOnce(&mut Connection) -> Result<OpId, OpError>,
+    ) -> Result<OpId, OpError> {
+        let local = self.index[node][peer].expect("nodes are connected pairwise");
+        self.eps[node].submit(local, |id| id, go)
     }
 
     /// Bound what every connection may deliver and the application has not taken: at most
@@ -277,30 +266,34 @@ impl World {
     /// [`World::take_delivered`].
     pub fn set_delivery_room(&mut self, msg_bytes: usize, notes: usize) {
         for ep in &mut self.eps {
-            for (_, s) in ep.iter_mut() {
-                s.delivery = Some(Delivery::new(&mut s.conn, msg_bytes, notes));
-            }
+            ep.set_delivery_room(msg_bytes, notes);
         }
+    }
+
+    /// Connections that deliver a message or notification hold their answers for `us` (or
+    /// until the next step), as a driver holds them for the application's likely reply.
+    pub fn set_answer_hold(&mut self, us: Time) {
+        self.answer_hold = Some(us);
     }
 
     /// Take what node `node`'s connections delivered (with bounded queues), as events by
     /// peer: each connection's messages in order, then its notifications in order.
     pub fn take_delivered(&mut self, node: usize) -> Vec<(usize, Event)> {
         let mut out = Vec::new();
-        for (_, s) in self.eps[node].iter_mut() {
-            let Some(d) = s.delivery.as_mut() else { continue };
-            while let Some(data) = d.next_message(&mut s.conn) {
-                out.push((s.peer, Event::Message { data }));
+        for s in self.eps[node].sessions_mut() {
+            let peer = node_index(s.peer());
+            while let Some(data) = s.next_message() {
+                out.push((peer, Event::Message { data }));
             }
-            while let Some(n) = d.next_note(&mut s.conn) {
-                out.push((s.peer, Event::Notification { region: n.region, offset: n.offset, len: n.len, imm: n.imm }));
+            while let Some(n) = s.next_note() {
+                out.push((peer, Event::Notification { region: n.region, offset: n.offset, len: n.len, imm: n.imm }));
             }
         }
         out
     }
 
     fn next_event(&self) -> Option<Time> {
-        let timers = self.eps.iter().flat_map(|e| e.slots()).filter_map(|s| s.conn.poll_timeout());
+        let timers = self.eps.iter().filter_map(SimEndpoint::next_timeout);
         timers.chain(self.flight.next_at()).min()
     }
 
@@ -326,16 +319,16 @@ impl World {
         }
         self.now = next;
         let now = self.now;
+        // Whatever happens next ends every hold: the reply did not come first.
+        for ep in &mut self.eps {
+            ep.release_holds();
+        }
         while let Some(a) = self.flight.pop_due(now) {
             self.deliver(a.to, a.from, a.link, &a.bytes);
         }
         for i in 0..self.nodes {
             self.targets[i].now = now;
-            for s in self.eps[i].slots_mut() {
-                if s.conn.poll_timeout().is_some_and(|t| t <= now) {
-                    s.conn.handle_timeout(now, &mut self.targets[i]);
-                }
-            }
+            self.eps[i].handle_timeouts(now, &mut self.targets[i]);
         }
         self.flush();
         true
@@ -374,11 +367,11 @@ impl World {
     /// The connection from `node` to `peer`.
     pub fn conn(&mut self, node: usize, peer: usize) -> &mut Connection {
         let local = self.index[node][peer].expect("nodes are connected pairwise");
-        &mut self.eps[node].get_mut(local).expect("an open connection").conn
+        self.eps[node].get_mut(local).expect("an open connection").conn_mut()
     }
 
     /// The connection from `node` to `peer`, to look at.
     pub fn conn_ref(&self, node: usize, peer: usize) -> Option<&Connection> {
-        self.eps[node].get(self.index[node][peer]?).map(|s| &s.conn)
+        self.eps[node].get(self.index[node][peer]?).map(|s| s.conn())
     }
 }

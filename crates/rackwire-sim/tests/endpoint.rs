@@ -1,9 +1,10 @@
 //! The endpoint: frames routed to their connection by the id in their header, and a
 //! connection opened once per peer's first handshake frame.
 
-use rackwire_proto::{Config, Connection, Endpoint, Event, Incoming, OpFlags, RegionRef, Routed, State, Time};
-use rackwire_sim::pair::events;
-use rackwire_sim::world::SimConn;
+use rackwire_proto::{
+    Completion, Config, Connection, Endpoint, Happened, Incoming, OpError, OpFlags, RegionRef, Routed, State, Time,
+};
+use rackwire_sim::world::SimEndpoint;
 use rackwire_sim::{keys, MemTarget};
 
 const MTU: usize = 1472;
@@ -12,7 +13,7 @@ const SECRET: &[u8] = b"endpoint-test-secret";
 /// A node: its endpoint and its memory.
 struct Node {
     id: u32,
-    ep: Endpoint<SimConn>,
+    ep: SimEndpoint,
     mem: MemTarget,
 }
 
@@ -21,10 +22,10 @@ impl Node {
         Node { id, ep: Endpoint::new(id, links), mem: MemTarget::default() }
     }
 
-    fn accept(id: u32) -> impl FnOnce(u32, Incoming) -> Option<SimConn> {
+    fn accept(id: u32) -> impl FnOnce(u32, Incoming) -> Option<Connection> {
         move |local, i| {
             let creds = keys::credentials(id, SECRET);
-            let conn = Connection::accept(
+            Some(Connection::accept(
                 Config::new(i.links, MTU),
                 id,
                 &creds,
@@ -33,9 +34,26 @@ impl Node {
                 [9; 32],
                 local,
                 0,
-            );
-            Some(SimConn::new(conn, i.peer as usize, vec![None; i.links]))
+            ))
         }
+    }
+
+    /// Open a connection to node `to`, at address `to` on each of `links` links.
+    fn open(&mut self, to: u32, links: usize) -> u32 {
+        let creds = keys::credentials(self.id, SECRET);
+        let me = self.id;
+        self.ep
+            .open(to, vec![Some(to as usize); links], |local| {
+                Connection::connect(Config::new(links, MTU), me, to, &creds, keys::public_key(to), [1; 32], local, 0)
+            })
+            .unwrap()
+    }
+
+    /// What the endpoint hands over now, with each connection's local id.
+    fn happened(&mut self) -> Vec<(u32, Happened<u32>)> {
+        let mut out = Vec::new();
+        self.ep.poll(None, |local, _, h| out.push((local, h)));
+        out
     }
 
     /// Hand a frame to this node; where it went.
@@ -47,8 +65,8 @@ impl Node {
     fn out(&mut self, now: Time) -> Vec<(u32, usize, Vec<u8>)> {
         let mut buf = vec![0u8; 65536];
         let mut out = Vec::new();
-        for s in self.ep.slots_mut() {
-            while let Some(t) = s.conn.poll_transmit(now, &mut buf) {
+        for s in self.ep.sessions_mut() {
+            while let Some(t) = s.conn_mut().poll_transmit(now, &mut buf) {
                 if let Some(to) = s.addr(t.link) {
                     out.push((to as u32, t.link, buf[..t.len].to_vec()));
                 }
@@ -88,25 +106,7 @@ fn run(nodes: &mut [Node], now: &mut Time) -> Vec<Routed> {
 fn a_first_handshake_opens_one_connection_and_frames_find_it() {
     let mut nodes = [Node::new(1, 2), Node::new(2, 2)];
     nodes[1].mem.add_region(5, 55, 4096, &[1]);
-    let local = nodes[0]
-        .ep
-        .open(|local| {
-            SimConn::new(
-                Connection::connect(
-                    Config::new(2, MTU),
-                    1,
-                    2,
-                    &keys::credentials(1, SECRET),
-                    keys::public_key(2),
-                    [1; 32],
-                    local,
-                    0,
-                ),
-                2,
-                vec![Some(2); 2],
-            )
-        })
-        .unwrap();
+    let local = nodes[0].open(2, 2);
     // The first frame, kept to be sent again later.
     let first = nodes[0].out(0);
     assert_eq!(first.len(), 1, "one hello");
@@ -117,15 +117,105 @@ fn a_first_handshake_opens_one_connection_and_frames_find_it() {
     let mut now = 30;
     run(&mut nodes, &mut now);
     assert_eq!(nodes[1].ep.len(), 1, "one connection at the acceptor");
-    assert_eq!(nodes[0].ep.get_mut(local).unwrap().conn.state(), State::Established);
-    assert_eq!(nodes[1].ep.get_mut(theirs).unwrap().conn.state(), State::Established);
-    let c = &mut nodes[0].ep.get_mut(local).unwrap().conn;
-    c.write(now, RegionRef { region: 5, key: 55 }, 100, b"routed", OpFlags::default()).unwrap();
+    assert_eq!(nodes[0].ep.get(local).unwrap().conn().state(), State::Established);
+    assert_eq!(nodes[1].ep.get(theirs).unwrap().conn().state(), State::Established);
+    let target = RegionRef { region: 5, key: 55 };
+    let id = nodes[0].ep.submit(local, |id| id + 1000, |c| c.write(now, target, 100, b"routed", OpFlags::default()));
+    let id = id.unwrap();
+    assert_eq!(nodes[0].ep.get(local).unwrap().pending(), 1);
     let routed = run(&mut nodes, &mut now);
     assert!(routed.iter().all(|r| matches!(r, Routed::Conn(_))), "established traffic is routed: {routed:?}");
     assert_eq!(&nodes[1].mem.regions[&5].data[100..106], b"routed");
-    let done = events(&mut nodes[0].ep.get_mut(local).unwrap().conn);
-    assert!(done.iter().any(|e| matches!(e, Event::Completed { result: Ok(_), .. })), "{done:?}");
+    // The completion comes back once, with what was kept for the operation.
+    let done: Vec<_> =
+        nodes[0].happened().into_iter().filter(|(_, h)| matches!(h, Happened::Completed { .. })).collect();
+    assert_eq!(done, vec![(local, Happened::Completed { op: id + 1000, result: Ok(Completion::Done) })]);
+    assert_eq!(nodes[0].ep.get(local).unwrap().pending(), 0);
+}
+
+/// Two nodes connected through their endpoints, node 2 with a region node 1 may write.
+fn connected() -> ([Node; 2], u32, Time) {
+    let mut nodes = [Node::new(1, 1), Node::new(2, 1)];
+    nodes[1].mem.add_region(5, 55, 4096, &[1]);
+    let local = nodes[0].open(2, 1);
+    let mut now = 0;
+    run(&mut nodes, &mut now);
+    assert_eq!(nodes[0].ep.get(local).unwrap().conn().state(), State::Established);
+    for n in &mut nodes {
+        n.happened();
+    }
+    (nodes, local, now)
+}
+
+// Checks the endpoint's pending operations when a connection ends: operations still in flight
+// are handed back exactly once, failed with `Closed`, before the connection's own `Closed`;
+// the endpoint refuses later submissions on it; the peer is told.
+#[test]
+fn a_closed_connection_hands_back_its_pending_operations_once() {
+    let (mut nodes, local, mut now) = connected();
+    let target = RegionRef { region: 5, key: 55 };
+    for k in 0..3u32 {
+        nodes[0].ep.submit(local, |_| k, |c| c.write(now, target, 0, &[7; 64], OpFlags::default())).unwrap();
+    }
+    nodes[0].ep.get_mut(local).unwrap().conn_mut().close(now);
+    let got = nodes[0].happened();
+    let mut failed: Vec<u32> = got
+        .iter()
+        .filter_map(|(_, h)| match h {
+            Happened::Completed { op, result: Err(OpError::Closed) } => Some(*op),
+            _ => None,
+        })
+        .collect();
+    failed.sort_unstable();
+    assert_eq!(failed, vec![0, 1, 2], "{got:?}");
+    assert!(matches!(got.last(), Some((_, Happened::Closed(_)))), "closed comes last: {got:?}");
+    assert!(nodes[0].ep.get(local).unwrap().is_closed() && nodes[0].ep.get(local).unwrap().pending() == 0);
+    let again = nodes[0].ep.submit(local, |_| 9, |c| c.write(now, target, 0, &[1], OpFlags::default()));
+    assert_eq!(again, Err(OpError::Closed));
+    assert_eq!(
+        nodes[0].ep.submit(777, |_| 9, |c| c.write(now, target, 0, &[1], OpFlags::default())),
+        Err(OpError::Closed)
+    );
+    run(&mut nodes, &mut now);
+    assert!(nodes[1].happened().iter().any(|(_, h)| matches!(h, Happened::Closed(_))), "the peer is told");
+}
+
+// Checks delivery room and answer holding through the endpoint: with bounds, a message waits
+// in the connection's queue (not handed over as it comes) until taken; a connection that
+// delivered while a hold was asked for sends nothing (its acknowledgement waits for a reply to
+// ride with) until the hold is released, and then answers.
+#[test]
+fn delivered_messages_wait_in_bounds_and_answers_are_held_until_released() {
+    let (mut nodes, local, mut now) = connected();
+    nodes[1].ep.set_delivery_room(4096, 4);
+    nodes[0].ep.submit(local, |_| 1, |c| c.send(now, b"ping", OpFlags::default())).unwrap();
+    for (to, link, frame) in nodes[0].out(now) {
+        assert_eq!(to, 2);
+        nodes[1].take(now + 5, link, 1, &frame);
+    }
+    now += 10;
+    let mut handed = Vec::new();
+    let delivered = nodes[1].ep.poll(Some(now + 1_000), |_, _, h| handed.push(h));
+    assert!(delivered && handed.is_empty(), "bounded: the message waits in its queue: {handed:?}");
+    assert!(nodes[1].out(now).is_empty(), "held: no lone acknowledgement goes back");
+    assert!(nodes[1].ep.release_holds(), "a hold was on");
+    assert!(!nodes[1].ep.release_holds(), "released once");
+    let theirs = nodes[1].ep.sessions().next().map(|s| s.conn().state());
+    assert_eq!(theirs, Some(State::Established));
+    let s = nodes[1].ep.sessions_mut().next().unwrap();
+    assert_eq!(s.next_message().as_deref(), Some(&b"ping"[..]));
+    assert!(s.nothing_to_take());
+    // Released: the acknowledgement goes now or at its timer (a delayed ack).
+    let mut acked = !nodes[1].out(now).is_empty();
+    for _ in 0..100 {
+        if acked {
+            break;
+        }
+        now = nodes[1].ep.next_timeout().unwrap_or(now + 1_000).max(now + 1);
+        nodes[1].ep.handle_timeouts(now, &mut MemTarget::default());
+        acked = !nodes[1].out(now).is_empty();
+    }
+    assert!(acked, "the answer goes once the hold is released");
 }
 
 // Checks what the endpoint drops without opening anything: a hello addressed to another
@@ -135,22 +225,7 @@ fn a_first_handshake_opens_one_connection_and_frames_find_it() {
 fn frames_for_no_connection_of_this_node_are_dropped() {
     let mut three = Node::new(3, 2);
     let mut one = Node::new(1, 2);
-    one.ep.open(|local| {
-        SimConn::new(
-            Connection::connect(
-                Config::new(1, MTU),
-                1,
-                2,
-                &keys::credentials(1, SECRET),
-                keys::public_key(2),
-                [1; 32],
-                local,
-                0,
-            ),
-            2,
-            vec![Some(2)],
-        )
-    });
+    one.open(2, 1);
     let (_, link, hello_to_2) = one.out(0).remove(0);
     assert_eq!(three.take(10, link, 1, &hello_to_2), Routed::Dropped, "a hello for node 2");
     // Node 2 has two links, the sender one: a hello on link 1 is refused.

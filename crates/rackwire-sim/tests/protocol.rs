@@ -397,7 +397,7 @@ fn run_op(
     submit: impl FnOnce(&mut Connection, Time) -> Result<u32, OpError>,
 ) -> Result<Completion, OpError> {
     let now = w.now;
-    let op = submit(w.conn(0, 1), now)?;
+    let op = w.submit(0, 1, |c| submit(c, now))?;
     w.flush();
     let mut out = None;
     w.run_while(w.now + 1_000_000, |w| {
@@ -468,7 +468,8 @@ fn close_tells_the_peer_and_fails_pending_operations() {
     let mut w = two(4096);
     assert!(w.run_while(1_000_000, |w| w.conn(1, 0).state() == State::Established));
     let now = w.now;
-    let op = w.conn(0, 1).write(now, RegionRef { region: 1, key: 77 }, 0, &[1; 100], OpFlags::default()).unwrap();
+    let op =
+        w.submit(0, 1, |c| c.write(now, RegionRef { region: 1, key: 77 }, 0, &[1; 100], OpFlags::default())).unwrap();
     w.conn(0, 1).close(now);
     w.flush();
     w.run_until(w.now + 10_000);
@@ -480,8 +481,9 @@ fn close_tells_the_peer_and_fails_pending_operations() {
     );
     let now = w.now;
     assert_eq!(
-        w.conn(1, 0).write(now, RegionRef { region: 1, key: 1 }, 0, &[1], OpFlags::default()),
-        Err(OpError::Closed)
+        w.submit(1, 0, |c| c.write(now, RegionRef { region: 1, key: 1 }, 0, &[1], OpFlags::default())),
+        Err(OpError::Closed),
+        "the endpoint refuses operations on a closed connection"
     );
 }
 

@@ -37,7 +37,7 @@ fn transfer(
     let target = RegionRef { region: REGION, key: KEY };
     let mut pending = 0;
     for (i, c) in data.chunks(chunk).enumerate() {
-        w.conn(0, 1).write(start, target, (i * chunk) as u64, c, OpFlags::default()).unwrap();
+        w.submit(0, 1, |conn| conn.write(start, target, (i * chunk) as u64, c, OpFlags::default())).unwrap();
         pending += 1;
     }
     w.flush();
@@ -105,8 +105,9 @@ fn all_links_down_fails_operations_after_timeout() {
         w.set_link(0, 1, l, |p| p.down = true);
     }
     let t0 = w.now;
-    let op =
-        w.conn(0, 1).write(t0, RegionRef { region: REGION, key: KEY }, 0, &[1u8; 1000], OpFlags::default()).unwrap();
+    let op = w
+        .submit(0, 1, |c| c.write(t0, RegionRef { region: REGION, key: KEY }, 0, &[1u8; 1000], OpFlags::default()))
+        .unwrap();
     w.flush();
     let mut failed_at = None;
     let mut closed_at = None;

@@ -41,20 +41,25 @@ fn out_frame<'a>(
     OutFrame { head: &heads[*at..*at + *len], body: body.as_deref().unwrap_or(&[]), to: *addr }
 }
 
+/// An [`EdgePeer`] stands for the connection: it was opened here, or accepted and connected.
+pub(super) fn registered(s: &proto::Session<SocketAddr, Pending>) -> bool {
+    !s.accepted() || s.handshake_completed()
+}
+
 impl EdgeEndpoint {
     /// Send what every connection has to send, batched per link (a batch goes out once it
     /// holds [`SEND_BATCH_MAX`] frames or [`TX_FLUSH_BYTES`]), through the fault injector where one is configured.
     pub(super) fn transmit(&self, st: &mut State, now: proto::Time, io: &mut Io) -> usize {
         let mut sent = 0;
         let State { conns, faults, .. } = st;
-        for s in conns.slots_mut() {
-            while let Some(t) = s.conn.poll_transmit_split(now, &mut io.out) {
-                let Some(Some(addr)) = s.addrs.get(t.link) else { continue };
+        for s in conns.sessions_mut() {
+            while let Some(t) = s.conn_mut().poll_transmit_split(now, &mut io.out) {
+                let Some(addr) = s.addr(t.link) else { continue };
                 let Some(q) = io.tx.get_mut(t.link) else { continue };
                 let at = q.heads.len();
                 q.heads.extend_from_slice(&io.out[..t.head_len]);
                 q.bytes += t.head_len + t.body.as_ref().map_or(0, Bytes::len);
-                q.frames.push((at, t.head_len, t.body, *addr));
+                q.frames.push((at, t.head_len, t.body, addr));
                 if q.frames.len() >= SEND_BATCH_MAX || q.bytes >= TX_FLUSH_BYTES {
                     sent += self.flush(t.link, q, faults);
                 }
@@ -67,9 +72,11 @@ impl EdgeEndpoint {
         }
         for local in std::mem::take(&mut st.closing) {
             // Keep queued messages readable: drop the slot once drained by the reader (a peer's
-            // new first frame opens a new connection either way).
-            if st.conns.get(local).is_some_and(|s| s.delivery.is_empty() && !s.registered) {
+            // new first frame opens a new connection either way). A connection with an
+            // `EdgePeer` (opened here, or accepted and connected) goes with its last handle.
+            if st.conns.get(local).is_some_and(|s| s.nothing_to_take() && !registered(s)) {
                 st.conns.remove(local);
+                st.gone_asked.remove(&local);
             } else {
                 st.conns.forget_accepted(local);
             }

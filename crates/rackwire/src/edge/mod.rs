@@ -24,14 +24,14 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rackwire_proto::{self as proto, Bytes, Connection, Event, OpError};
+use rackwire_proto::{self as proto, Bytes, Connection, OpError};
 use rackwire_udp::{FaultInjector, LinkSocket, OutFrame, RecvBufs, Waker, SEND_BATCH_MAX};
 use tracing::{debug, warn};
 
 use io::Io;
 use peer::completion;
 pub(crate) use peer::EdgePeer;
-use pump::earliest;
+use proto::earliest;
 use target::FabricTarget;
 
 use crate::config::LINK_MTU_MIN;
@@ -97,64 +97,21 @@ struct Pending {
     need: Access,
 }
 
-/// One connection as the endpoint keeps it.
-struct Slot {
-    conn: Connection,
-    peer: NodeId,
-    addrs: Vec<Option<SocketAddr>>,
-    pending: proto::OwnIdMap<proto::OpId, Pending>,
-    /// Messages and notifications not yet taken, within the room the connection is told of.
-    delivery: proto::Delivery,
-    connected: bool,
-    closed: bool,
-    /// An [`EdgePeer`] for it is registered with the fabric.
-    registered: bool,
-    /// When the management host was last asked whether the peer, unreachable, is gone.
-    gone_asked: Option<proto::Time>,
-}
+/// The connections as the endpoint keeps them.
+type Conns = proto::Endpoint<SocketAddr, Pending>;
 
-impl proto::Slot for Slot {
-    type Addr = SocketAddr;
-
-    fn conn(&mut self) -> &mut Connection {
-        &mut self.conn
-    }
-
-    fn heard_from(&mut self, link: usize, addr: SocketAddr) {
-        if let Some(a) = self.addrs.get_mut(link) {
-            *a = Some(addr);
-        }
-    }
-}
-
-impl Slot {
-    fn new(mut conn: Connection, peer: NodeId, addrs: Vec<Option<SocketAddr>>, registered: bool) -> Slot {
-        let delivery = proto::Delivery::new(&mut conn, MESSAGES_QUEUED_BYTES, NOTES_QUEUED_MAX);
-        let pending = Default::default();
-        Slot { conn, peer, addrs, pending, delivery, connected: false, closed: false, registered, gone_asked: None }
-    }
-
-    /// The oldest message not yet read.
-    fn next_message(&mut self) -> Option<Vec<u8>> {
-        self.delivery.next_message(&mut self.conn)
-    }
-
-    /// The oldest notification not yet taken.
-    fn next_note(&mut self) -> Option<Notification> {
-        let n = self.delivery.next_note(&mut self.conn)?;
-        Some(Notification { from: self.peer, region: n.region, offset: n.offset, len: n.len, imm: n.imm })
-    }
+/// A notification as the API hands it over.
+fn notification(peer: NodeId, n: proto::Note) -> Notification {
+    Notification { from: peer, region: n.region, offset: n.offset, len: n.len, imm: n.imm }
 }
 
 struct State {
     /// The connections, by local connection id (chosen here), and how frames find them.
-    conns: proto::Endpoint<Slot>,
+    conns: Conns,
     faults: Vec<Option<FaultInjector>>,
     /// The last round ended early, right after handing an application thread what it waited
     /// for (the next one does not).
     shortcut: bool,
-    /// Some connection holds its answers (until the next round).
-    holding: bool,
     /// An application thread queued operations it left unsent (to share frames): the next
     /// round sends them.
     unsent: bool,
@@ -168,13 +125,16 @@ struct State {
     /// Connections that closed, removed (or kept for their undelivered messages) after the
     /// next sending, which carries their close.
     closing: Vec<u32>,
+    /// When the management host was last asked whether the peer of a connection that cannot
+    /// reach it is gone, by connection.
+    gone_asked: proto::OwnIdMap<u32, proto::Time>,
 }
 
 impl State {
     /// The earliest deadline of any connection.
     fn next_due(&mut self) -> Option<proto::Time> {
         if self.stale {
-            self.due = self.conns.slots().filter_map(|s| s.conn.poll_timeout()).min();
+            self.due = self.conns.next_timeout();
             self.stale = false;
         }
         self.due
@@ -236,7 +196,8 @@ impl EdgeEndpoint {
         let faults =
             (0..socks.len()).map(|l| cfg.faults.filter(|s| !s.is_clean()).map(|s| FaultInjector::new(s, l))).collect();
         let waker = Waker::new().map_err(|e| Error::sys("creating the edge transport's waker", &e))?;
-        let conns = proto::Endpoint::new(f.id, socks.len());
+        let mut conns = Conns::new(f.id, socks.len());
+        conns.set_delivery_room(MESSAGES_QUEUED_BYTES, NOTES_QUEUED_MAX);
         let ep = Arc::new_cyclic(|this| EdgeEndpoint {
             this: this.clone(),
             socks,
@@ -245,12 +206,12 @@ impl EdgeEndpoint {
                 conns,
                 faults,
                 shortcut: false,
-                holding: false,
                 unsent: false,
                 quiet: true,
                 due: None,
                 stale: true,
                 closing: Vec::new(),
+                gone_asked: Default::default(),
             }),
             fabric: f.weak.clone(),
             start: Instant::now(),
@@ -317,8 +278,8 @@ impl EdgeEndpoint {
         {
             let mut st = lock(&self.state);
             let now = self.now();
-            for s in st.conns.slots_mut() {
-                s.conn.close(now);
+            for s in st.conns.sessions_mut() {
+                s.conn_mut().close(now);
             }
             st.stale = true;
         }
@@ -348,10 +309,12 @@ impl EdgeEndpoint {
             let open = |local| {
                 let cfg = self.proto_config(links);
                 let nonce = rackwire_mh::auth::nonce();
-                let conn = Connection::connect(cfg, self.me, info.id, &self.creds, key, nonce, local, now);
-                Slot::new(conn, info.id, addrs.iter().take(links).map(|a| Some(*a)).collect(), true)
+                Connection::connect(cfg, self.me, info.id, &self.creds, key, nonce, local, now)
             };
-            st.conns.open(open).ok_or_else(|| Error::Limit(format!("{} edge connections", proto::CONNECTIONS_MAX)))?
+            let at = addrs.iter().take(links).map(|a| Some(*a)).collect();
+            st.conns
+                .open(info.id, at, open)
+                .ok_or_else(|| Error::Limit(format!("{} edge connections", proto::CONNECTIONS_MAX)))?
         };
         self.waker.wake();
         let deadline = Instant::now() + CONNECT_TIMEOUT;
@@ -359,10 +322,10 @@ impl EdgeEndpoint {
             {
                 let mut st = lock(&self.state);
                 let s = st.conns.get(local).ok_or(Error::PeerGone(info.id))?;
-                if s.connected {
+                if s.is_connected() {
                     break;
                 }
-                if s.closed || Instant::now() > deadline {
+                if s.is_closed() || Instant::now() > deadline {
                     st.conns.remove(local);
                     return Err(Error::Unreachable {
                         node: info.id,

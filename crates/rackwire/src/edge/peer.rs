@@ -55,13 +55,9 @@ impl EdgePeer {
         {
             let mut st = lock(&self.ep.state);
             let now = self.ep.now();
-            let Some(s) = st.conns.get_mut(self.local).filter(|s| !s.closed) else {
-                return Op::ready(Err(Error::PeerGone(self.peer)));
-            };
-            match go(&mut s.conn, now) {
-                Ok(id) => {
-                    s.pending.insert(id, Pending { cell: cell.clone(), region, offset, len, need });
-                }
+            let p = Pending { cell: cell.clone(), region, offset, len, need };
+            match st.conns.submit(self.local, |_| p, |c| go(c, now)) {
+                Ok(_) => {}
                 Err(OpError::Limit) => return Op::ready(Err(Error::Limit("edge operation limit or size".into()))),
                 Err(_) => return Op::ready(Err(Error::PeerGone(self.peer))),
             }
@@ -73,7 +69,7 @@ impl EdgePeer {
             // likely this one, waiting for its operations; one that stops to sleep hands over
             // to the network thread at once), or the network thread when it is at work. A
             // network thread that sleeps, or only looks in now and then, gets it sent inline.
-            let gather = st.conns.get(self.local).is_some_and(|s| s.conn.worth_gathering())
+            let gather = st.conns.get(self.local).is_some_and(|s| s.conn().worth_gathering())
                 && (self.ep.polled_lately(now)
                     || (self.ep.parked_until_us.load(Ordering::SeqCst) == AWAKE
                         && !self.ep.watching.load(Ordering::SeqCst)));
@@ -85,7 +81,7 @@ impl EdgePeer {
             }
             // Wake the network thread only if this connection now needs it before it would
             // wake anyway (a timer armed by the new frames, or frames the windows held back).
-            let due = st.conns.get(self.local).and_then(|s| s.conn.poll_timeout());
+            let due = st.conns.get(self.local).and_then(|s| s.conn().poll_timeout());
             // Only this connection changed: its deadline keeps `due` a lower bound.
             st.due = earliest(st.due, due);
             let parked = self.ep.parked_until_us.load(Ordering::SeqCst);
@@ -112,7 +108,7 @@ impl EdgePeer {
     /// without another round (which would also send the answers held for the reply).
     /// Nor when some thread drove it within the last microsecond: a receiver looking at many
     /// peers of one endpoint drives it once per look, not once per peer.
-    fn take<T>(&self, mut f: impl FnMut(&mut Slot) -> Option<T>) -> Option<T> {
+    fn take<T>(&self, mut f: impl FnMut(&mut proto::Session<SocketAddr, Pending>) -> Option<T>) -> Option<T> {
         let mut st = lock(&self.ep.state);
         if let Some(v) = st.conns.get_mut(self.local).and_then(&mut f) {
             return Some(v);
@@ -143,7 +139,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn is_alive(&self) -> bool {
-        lock(&self.ep.state).conns.get(self.local).is_some_and(|s| !s.closed)
+        lock(&self.ep.state).conns.get(self.local).is_some_and(|s| !s.is_closed())
     }
 
     fn write(&self, t: &RemoteRegion, offset: u64, data: &[u8], f: OpFlags) -> Op {
@@ -240,7 +236,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
-        match self.take(Slot::next_message) {
+        match self.take(proto::Session::next_message) {
             Some(m) => {
                 *out = m;
                 Ok(true)
@@ -250,7 +246,7 @@ impl PeerTransport for EdgePeer {
     }
 
     fn try_notification(&self) -> Result<Option<Notification>, Error> {
-        Ok(self.take(Slot::next_note))
+        Ok(self.take(proto::Session::next_note).map(|n| notification(self.peer, n)))
     }
 
     fn unmap(&self, _region: RegionId, _timeout: Duration) -> bool {
@@ -263,7 +259,7 @@ impl PeerTransport for EdgePeer {
             let mut st = lock(&self.ep.state);
             let now = self.ep.now();
             if let Some(s) = st.conns.get_mut(self.local) {
-                s.conn.close(now);
+                s.conn_mut().close(now);
             }
             st.stale = true;
         }
@@ -273,7 +269,7 @@ impl PeerTransport for EdgePeer {
     fn stats(&self) -> ConnStats {
         let st = lock(&self.ep.state);
         let Some(s) = st.conns.get(self.local) else { return ConnStats::default() };
-        let p = s.conn.stats();
+        let p = s.conn().stats();
         ConnStats {
             refused: p.refused,
             bytes_written: p.bytes_written,
@@ -291,8 +287,8 @@ impl PeerTransport for EdgePeer {
             loss_timeouts: p.links.iter().map(|l| l.timeouts).sum(),
             window_cuts: p.links.iter().map(|l| l.cuts).sum(),
             cuts_undone: p.links.iter().map(|l| l.undone_cuts).sum(),
-            frame_max: s.conn.frame_max() as u64,
-            sealed: s.conn.sealed(),
+            frame_max: s.conn().frame_max() as u64,
+            sealed: s.conn().sealed(),
             forged: p.forged,
             replayed: p.replayed,
             unsealed: p.unsealed,
@@ -308,7 +304,7 @@ impl PeerTransport for EdgePeer {
 impl EdgePeer {
     pub(super) fn links(&self) -> Vec<proto::LinkStats> {
         let st = lock(&self.ep.state);
-        st.conns.get(self.local).map(|s| s.conn.stats().links).unwrap_or_default()
+        st.conns.get(self.local).map(|s| s.conn().stats().links).unwrap_or_default()
     }
 }
 
@@ -317,8 +313,9 @@ impl Drop for EdgePeer {
         // The fabric's table holds the other reference of a registered peer; once the last
         // handle of a closed connection goes, forget its slot.
         if let Ok(mut st) = self.ep.state.try_lock() {
-            if st.conns.get(self.local).is_some_and(|s| s.closed) {
+            if st.conns.get(self.local).is_some_and(|s| s.is_closed()) {
                 st.conns.remove(self.local);
+                st.gone_asked.remove(&self.local);
             }
         }
     }

@@ -4,14 +4,6 @@
 
 use super::*;
 
-/// The earlier of two deadlines (none is never).
-pub(super) fn earliest(a: Option<proto::Time>, b: Option<proto::Time>) -> Option<proto::Time> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 impl EdgeEndpoint {
     /// One round of work: drain the sockets, fire due timers, dispatch events, send. `app`:
     /// an application thread runs it (polling while it waits), and answers to what it hands
@@ -26,12 +18,7 @@ impl EdgeEndpoint {
         app: bool,
     ) -> (usize, usize) {
         // A hold lasts until the next round: whoever runs it, the reply did not come first.
-        let released = std::mem::take(&mut st.holding);
-        if released {
-            for s in st.conns.slots_mut() {
-                s.conn.hold_answers(0);
-            }
-        }
+        let released = st.conns.release_holds();
         let mut got = 0;
         let mut more = false;
         // After a round that found every socket empty, a frame that gives a connection
@@ -95,7 +82,6 @@ impl EdgeEndpoint {
         // the held answers); timers and sending wait for the next round, which follows at
         // once, as this shortcut is never taken twice in a row.
         let handed = self.dispatch(st, app.then_some(now + ANSWER_HOLD_US));
-        st.holding = app && handed;
         let shortcut = app && handed && !st.shortcut;
         st.shortcut = shortcut;
         if shortcut {
@@ -105,18 +91,13 @@ impl EdgeEndpoint {
         let mut fired = false;
         let mut due = None;
         if look {
-            for s in st.conns.slots_mut() {
-                match s.conn.poll_timeout() {
-                    Some(t) if t <= now => {
-                        s.conn.handle_timeout(now, target);
-                        fired = true;
-                    }
-                    t => due = earliest(due, t),
-                }
-                if s.connected && !s.closed && !s.conn.reachable() {
-                    if let Some(n) = self.fabric.upgrade() {
-                        fired |= self.unreachable(&n, s, now);
-                    }
+            let (timers, next) = st.conns.handle_timeouts(now, target);
+            fired = timers;
+            due = next;
+            if let Some(n) = self.fabric.upgrade() {
+                let State { conns, gone_asked, .. } = st;
+                for (local, s) in conns.iter_mut().filter(|(_, s)| s.is_unreachable()) {
+                    fired |= self.unreachable(&n, local, s, gone_asked, now);
                 }
             }
             if fired {
@@ -249,29 +230,36 @@ impl EdgeEndpoint {
             let key = self.fabric.upgrade()?.known_peer_key(i.peer)?;
             let cfg = self.proto_config(i.links);
             let nonce = rackwire_mh::auth::nonce();
-            let conn = Connection::accept(cfg, self.me, &self.creds, i.peer, key, nonce, local, now);
-            Some(Slot::new(conn, i.peer, vec![None; i.links], false))
+            Some(Connection::accept(cfg, self.me, &self.creds, i.peer, key, nonce, local, now))
         };
         let local = match st.conns.handle(now, l, from, frame, target, accept) {
             proto::Routed::Conn(local) | proto::Routed::Accepted(local) => local,
             proto::Routed::Dropped => return false,
         };
-        st.conns.get(local).is_some_and(|s| s.conn.has_events())
+        st.conns.get(local).is_some_and(|s| s.conn().has_events())
     }
 
     /// A connection whose every link is down: the peer is unreachable, which is not gone. The
     /// management host is asked now and then whether it is gone; when it says so, the
     /// connection closes at once (its operations fail with `PeerGone`) instead of waiting out
     /// the peer timeout. True when it closed.
-    fn unreachable(&self, node: &Node, s: &mut Slot, now: proto::Time) -> bool {
-        if node.reported_gone(s.peer) {
-            debug!(peer = s.peer, "edge connection closed: the management host says its peer is gone");
-            s.conn.close(now);
+    fn unreachable(
+        &self,
+        node: &Node,
+        local: u32,
+        s: &mut proto::Session<SocketAddr, Pending>,
+        asked: &mut proto::OwnIdMap<u32, proto::Time>,
+        now: proto::Time,
+    ) -> bool {
+        if node.reported_gone(s.peer()) {
+            debug!(peer = s.peer(), "edge connection closed: the management host says its peer is gone");
+            s.conn_mut().close(now);
             return true;
         }
-        if s.gone_asked.is_none_or(|t| now >= t + PEER_CHECK_EVERY_US) {
-            s.gone_asked = Some(now);
-            node.check_peer(s.peer, s.addrs.iter().flatten().map(ToString::to_string).collect());
+        let last = asked.entry(local).or_insert(0);
+        if *last == 0 || now >= *last + PEER_CHECK_EVERY_US {
+            *last = now.max(1);
+            node.check_peer(s.peer(), s.addrs().map(|a| a.to_string()).collect());
         }
         false
     }
@@ -280,50 +268,25 @@ impl EdgeEndpoint {
     /// this node's doorbell for a message or notification. True when there was one. With
     /// `hold`, a connection that delivered one holds its answers until then.
     pub(super) fn dispatch(&self, st: &mut State, hold: Option<proto::Time>) -> bool {
-        let mut woke = false;
         let mut register = Vec::new();
         let mut gone = Vec::new();
-        for (local, s) in st.conns.iter_mut() {
-            let mut handed = false;
-            while let Some(e) = s.conn.poll_event() {
-                match e {
-                    Event::Connected { peer } => {
-                        s.connected = true;
-                        s.peer = peer;
-                        if !s.registered {
-                            s.registered = true;
-                            register.push((local, peer));
-                        }
-                    }
-                    Event::Completed { op, result } => {
-                        if let Some(p) = s.pending.remove(&op) {
-                            p.cell.complete(completion(s.peer, &p, result));
-                        }
-                    }
-                    e @ (Event::Message { .. } | Event::Notification { .. }) => {
-                        s.delivery.keep(e);
-                        handed = true;
-                    }
-                    Event::LinkDown(l) => warn!(peer = s.peer, link = l, "edge link down"),
-                    Event::LinkUp(l) => debug!(peer = s.peer, link = l, "edge link up"),
-                    Event::Closed(why) => {
-                        debug!(peer = s.peer, ?why, "edge connection closed");
-                        s.closed = true;
-                        for (_, p) in s.pending.drain() {
-                            p.cell.complete(Err(Error::PeerGone(s.peer)));
-                        }
-                        gone.push(local);
-                    }
+        let woke = st.conns.poll(hold, |local, peer, h| match h {
+            proto::Happened::Connected { accepted } => {
+                // A connection opened here is registered by whoever opened it.
+                if accepted {
+                    register.push((local, peer));
                 }
             }
-            if handed {
-                s.delivery.refresh(&mut s.conn);
-                woke = true;
-                if let Some(t) = hold {
-                    s.conn.hold_answers(t);
-                }
+            proto::Happened::Completed { op, result } => op.cell.complete(completion(peer, &op, result)),
+            // Every connection has delivery bounds: messages and notifications wait in them.
+            proto::Happened::Delivered(_) => {}
+            proto::Happened::LinkDown(l) => warn!(peer, link = l, "edge link down"),
+            proto::Happened::LinkUp(l) => debug!(peer, link = l, "edge link up"),
+            proto::Happened::Closed(why) => {
+                debug!(peer, ?why, "edge connection closed");
+                gone.push(local);
             }
-        }
+        });
         // Closed connections go once their last frames (a close) are sent: see `transmit`.
         st.closing.extend(gone);
         let up = || Some((self.fabric.upgrade()?, self.this.upgrade()?));

@@ -1,0 +1,358 @@
+//! One node's connections: frames routed by the connection id in each frame's header, the
+//! operations in flight on each, what they delivered, and the answers they hold.
+//!
+//! Like quinn-proto's `Endpoint`, it holds no sockets, threads or clock: a driver hands it
+//! each arriving frame with the link and the address it came from, and it finds the frame's
+//! connection (by the id this end chose, which the peer puts in every frame), or, for a first
+//! handshake frame addressed to this node, opens one — once: a repeated first frame (the
+//! peer sends it again until answered) finds the connection it opened. Frames for no
+//! connection of this node, handshakes meant for another node, and first frames on a link the
+//! peer does not have are dropped.
+//!
+//! Operations are submitted through it ([`Endpoint::submit`]) with what the driver needs to
+//! finish each one's handle (`P`), given back exactly once when the operation completes or its
+//! connection ends ([`Endpoint::poll`]). Messages and notifications wait in bounded queues
+//! ([`Endpoint::set_delivery_room`]) until the application takes them; a connection that
+//! handed one over may hold its answers for the reply the application is likely to send
+//! (one frame then carries both), until the driver's next round ([`Endpoint::release_holds`]).
+
+mod session;
+
+use std::collections::HashMap;
+
+use rackwire_wire::{Frame, FrameKind, HandshakeRepr, HEADER_LEN};
+
+pub use session::Session;
+
+use crate::{CloseReason, Completion, Connection, Event, OpError, OpId, OwnIdMap, Target, Time};
+
+/// The most connections one endpoint keeps (each is a peer on the edge transport).
+pub const CONNECTIONS_MAX: usize = 4096;
+
+/// What a connection did, as [`Endpoint::poll`] hands it to the driver.
+#[derive(Debug, PartialEq)]
+pub enum Happened<P> {
+    /// The handshake completed; `accepted`: the peer opened the connection.
+    Connected {
+        /// Opened by the peer's first frame.
+        accepted: bool,
+    },
+    /// An operation completed (or its connection ended: `Err(OpError::Closed)`), once.
+    Completed {
+        /// What the driver kept for it.
+        op: P,
+        /// Its outcome.
+        result: Result<Completion, OpError>,
+    },
+    /// A message or notification of a connection without delivery bounds (with them, it
+    /// waits in the connection's queues: [`Session::next_message`], [`Session::next_note`]).
+    Delivered(Event),
+    /// A link stopped answering.
+    LinkDown(usize),
+    /// A link answers again.
+    LinkUp(usize),
+    /// The connection ended (after every operation pending on it completed).
+    Closed(CloseReason),
+}
+
+/// A first handshake frame that opens a connection: who from, their id for it, and how many
+/// links it may use (the fewer of the two ends').
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Incoming {
+    /// The peer's node id.
+    pub peer: u32,
+    /// The peer's id for the connection.
+    pub peer_conn: u32,
+    /// Links both ends have.
+    pub links: usize,
+}
+
+/// Where a frame went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routed {
+    /// To the connection with this (local) id.
+    Conn(u32),
+    /// To a connection it opened, with this id.
+    Accepted(u32),
+    /// Nowhere: not for this node, or for no connection of it.
+    Dropped,
+}
+
+/// The earlier of two deadlines (none is never).
+pub fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// One node's connections (see the module documentation): `A` is a link address, `P` what
+/// the driver keeps per operation in flight.
+#[derive(Debug)]
+pub struct Endpoint<A, P> {
+    me: u32,
+    links: usize,
+    sessions: OwnIdMap<u32, Session<A, P>>,
+    /// Connections opened by a first handshake frame, by (peer, the peer's id for it).
+    accepted: HashMap<(u32, u32), u32>,
+    next_local: u32,
+    /// Bounds of every connection's delivery queues (bytes of messages, notifications).
+    room: Option<(usize, usize)>,
+    /// Some connection holds its answers.
+    holding: bool,
+}
+
+impl<A: Copy, P> Endpoint<A, P> {
+    /// An endpoint of node `me` with `links` links.
+    pub fn new(me: u32, links: usize) -> Self {
+        Endpoint {
+            me,
+            links,
+            sessions: OwnIdMap::default(),
+            accepted: HashMap::new(),
+            next_local: 1,
+            room: None,
+            holding: false,
+        }
+    }
+
+    /// Bound what each connection, now and later, delivers and the application has not taken:
+    /// `bytes` of messages and `notes` notifications (past them, the sender is held back).
+    /// Without bounds every message and notification is handed over as it comes.
+    pub fn set_delivery_room(&mut self, bytes: usize, notes: usize) {
+        self.room = Some((bytes, notes));
+        for s in self.sessions.values_mut() {
+            s.set_room(bytes, notes);
+        }
+    }
+
+    /// Add a connection this node opens to node `peer`, at `addrs[link]` on each link: `make`
+    /// builds it from the local id it gets (the id goes into [`Connection::connect`]). None
+    /// when [`CONNECTIONS_MAX`] are open.
+    pub fn open(&mut self, peer: u32, addrs: Vec<Option<A>>, make: impl FnOnce(u32) -> Connection) -> Option<u32> {
+        if self.sessions.len() >= CONNECTIONS_MAX {
+            return None;
+        }
+        let local = self.next_id();
+        self.sessions.insert(local, Session::new(make(local), peer, addrs, self.room, false));
+        Some(local)
+    }
+
+    fn next_id(&mut self) -> u32 {
+        loop {
+            let id = self.next_local;
+            self.next_local = self.next_local.checked_add(1).unwrap_or(1);
+            // 0 is "no connection yet" on the wire; an id in use is skipped after a wrap.
+            if id != 0 && !self.sessions.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// A frame arrived on `link` from `from`: route it (opening a connection with `accept`
+    /// for a new peer's first handshake frame: it gets the local id and what the frame said,
+    /// and gives `None` to leave the frame unanswered, for a peer whose node key it does not
+    /// know yet) and feed it to its connection.
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle(
+        &mut self,
+        now: Time,
+        link: usize,
+        from: A,
+        frame: &[u8],
+        target: &mut dyn Target,
+        accept: impl FnOnce(u32, Incoming) -> Option<Connection>,
+    ) -> Routed {
+        let Some((local, opened)) = self.route(link, frame, accept) else { return Routed::Dropped };
+        let Some(s) = self.sessions.get_mut(&local) else { return Routed::Dropped };
+        s.heard_from(link, from);
+        s.conn_mut().handle_frame(now, link, frame, target);
+        if opened {
+            Routed::Accepted(local)
+        } else {
+            Routed::Conn(local)
+        }
+    }
+
+    /// The local id of a frame's connection, and whether it was just opened.
+    fn route(
+        &mut self,
+        link: usize,
+        frame: &[u8],
+        accept: impl FnOnce(u32, Incoming) -> Option<Connection>,
+    ) -> Option<(u32, bool)> {
+        // Only the connection id and the kind are read here, unchecked: the connection checks
+        // the whole frame (checksums included) once, and drops it if damaged.
+        if frame.len() < HEADER_LEN {
+            return None;
+        }
+        let f = Frame::new_unchecked(frame);
+        if f.conn() != 0 || f.kind() != FrameKind::Handshake {
+            return Some((f.conn(), false));
+        }
+        // A first handshake frame: whose, and how many links.
+        let h = HandshakeRepr::parse(&frame[HEADER_LEN..]).ok()?;
+        if h.to != self.me {
+            return None;
+        }
+        if let Some(&local) = self.accepted.get(&(h.from, h.conn)) {
+            return Some((local, false));
+        }
+        let links = (h.links as usize).min(self.links);
+        if link >= links || self.sessions.len() >= CONNECTIONS_MAX {
+            return None;
+        }
+        let local = self.next_id();
+        let conn = accept(local, Incoming { peer: h.from, peer_conn: h.conn, links })?;
+        self.sessions.insert(local, Session::new(conn, h.from, vec![None; links], self.room, true));
+        self.accepted.insert((h.from, h.conn), local);
+        Some((local, true))
+    }
+
+    /// Submit an operation on connection `local` with `go`, keeping what `keep` makes of its
+    /// id to hand back when it completes. `Err(OpError::Closed)` when there is no such
+    /// connection or it ended.
+    pub fn submit(
+        &mut self,
+        local: u32,
+        keep: impl FnOnce(OpId) -> P,
+        go: impl FnOnce(&mut Connection) -> Result<OpId, OpError>,
+    ) -> Result<OpId, OpError> {
+        self.sessions.get_mut(&local).ok_or(OpError::Closed)?.submit(keep, go)
+    }
+
+    /// Hand over what the connections did (see [`Happened`]) to `on`, with each connection's
+    /// local id and peer. With `hold`, a connection that delivered a message or notification
+    /// holds its answers until then, or until [`Endpoint::release_holds`]. True when some
+    /// connection delivered one.
+    pub fn poll(&mut self, hold: Option<Time>, mut on: impl FnMut(u32, u32, Happened<P>)) -> bool {
+        let mut delivered = false;
+        for (&local, s) in self.sessions.iter_mut() {
+            let mut handed = false;
+            while let Some(e) = s.conn_mut().poll_event() {
+                let peer = s.peer();
+                match e {
+                    Event::Connected { peer } => {
+                        s.set_connected(peer);
+                        on(local, peer, Happened::Connected { accepted: s.accepted() });
+                    }
+                    Event::Completed { op, result } => {
+                        if let Some(p) = s.complete(op) {
+                            on(local, peer, Happened::Completed { op: p, result });
+                        }
+                    }
+                    e @ (Event::Message { .. } | Event::Notification { .. }) => {
+                        handed = true;
+                        if let Some(e) = match s.delivery_mut() {
+                            Some(d) => d.keep(e),
+                            None => Some(e),
+                        } {
+                            on(local, peer, Happened::Delivered(e));
+                        }
+                    }
+                    Event::LinkDown(l) => on(local, peer, Happened::LinkDown(l)),
+                    Event::LinkUp(l) => on(local, peer, Happened::LinkUp(l)),
+                    Event::Closed(why) => {
+                        for p in s.close() {
+                            on(local, peer, Happened::Completed { op: p, result: Err(OpError::Closed) });
+                        }
+                        on(local, peer, Happened::Closed(why));
+                    }
+                }
+            }
+            // The connection lowers its room as frames arrive by what they may hand over; what
+            // they did (a refused write asks for no notification) is known from the queues.
+            // Told after every look, a room lowered for nothing never holds a sender back.
+            s.refresh_room();
+            if handed {
+                delivered = true;
+                if let Some(t) = hold {
+                    s.hold(t);
+                    self.holding = true;
+                }
+            }
+        }
+        delivered
+    }
+
+    /// End every hold (the driver's next round: the reply did not come first). True when
+    /// some connection held its answers.
+    pub fn release_holds(&mut self) -> bool {
+        if !std::mem::take(&mut self.holding) {
+            return false;
+        }
+        for s in self.sessions.values_mut().filter(|s| s.is_holding()) {
+            s.hold(0);
+        }
+        true
+    }
+
+    /// Fire every timer due at `now`. Returns whether one fired, and the earliest deadline
+    /// of the connections whose timers did not.
+    pub fn handle_timeouts(&mut self, now: Time, target: &mut dyn Target) -> (bool, Option<Time>) {
+        let mut fired = false;
+        let mut due = None;
+        for s in self.sessions.values_mut() {
+            match s.conn().poll_timeout() {
+                Some(t) if t <= now => {
+                    s.conn_mut().handle_timeout(now, target);
+                    fired = true;
+                }
+                t => due = earliest(due, t),
+            }
+        }
+        (fired, due)
+    }
+
+    /// The earliest deadline of any connection.
+    pub fn next_timeout(&self) -> Option<Time> {
+        self.sessions.values().filter_map(|s| s.conn().poll_timeout()).min()
+    }
+
+    /// The connection `local`.
+    pub fn get(&self, local: u32) -> Option<&Session<A, P>> {
+        self.sessions.get(&local)
+    }
+
+    /// The connection `local`, to change.
+    pub fn get_mut(&mut self, local: u32) -> Option<&mut Session<A, P>> {
+        self.sessions.get_mut(&local)
+    }
+
+    /// Forget connection `local` (a first frame from its peer would open a new one).
+    pub fn remove(&mut self, local: u32) -> Option<Session<A, P>> {
+        self.accepted.retain(|_, l| *l != local);
+        self.sessions.remove(&local)
+    }
+
+    /// Forget that connection `local` was opened by a peer's first frame: a repeated first
+    /// frame now opens a new one (for a connection that closed).
+    pub fn forget_accepted(&mut self, local: u32) {
+        self.accepted.retain(|_, l| *l != local);
+    }
+
+    /// Every connection.
+    pub fn sessions(&self) -> impl Iterator<Item = &Session<A, P>> {
+        self.sessions.values()
+    }
+
+    /// Every connection, to change.
+    pub fn sessions_mut(&mut self) -> impl Iterator<Item = &mut Session<A, P>> {
+        self.sessions.values_mut()
+    }
+
+    /// Every connection with its local id, to change.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut Session<A, P>)> {
+        self.sessions.iter_mut().map(|(&l, s)| (l, s))
+    }
+
+    /// Connections open.
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// No connection is open.
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+}
