@@ -157,6 +157,51 @@ impl<L: SendLink> SendLink for Faulty<'_, L> {
     }
 }
 
+/// Where a link's frames come in: its socket, or a wrapper around it that changes what
+/// arrives (fault injection, tracing, capture), as [`SendLink`] is for what goes out.
+pub trait RecvLink {
+    /// Receive the frames waiting and hand each to `each` with its sender, as
+    /// [`LinkSocket::recv_batch`] does (same contract); how many were taken from the link.
+    fn recv_batch<F: FnMut(&[u8], SocketAddr) -> ControlFlow<()>>(
+        &mut self,
+        bufs: &mut RecvBufs,
+        each: F,
+    ) -> io::Result<usize>;
+}
+
+impl RecvLink for &LinkSocket {
+    fn recv_batch<F: FnMut(&[u8], SocketAddr) -> ControlFlow<()>>(
+        &mut self,
+        bufs: &mut RecvBufs,
+        each: F,
+    ) -> io::Result<usize> {
+        LinkSocket::recv_batch(self, bufs, each)
+    }
+}
+
+/// Faults applied to what arrives: every frame taken from the link is handed over as the
+/// injector makes it (dropped, duplicated, held back, damaged). A test path, not a fast one.
+impl<L: RecvLink> RecvLink for Faulty<'_, L> {
+    fn recv_batch<F: FnMut(&[u8], SocketAddr) -> ControlFlow<()>>(
+        &mut self,
+        bufs: &mut RecvBufs,
+        mut each: F,
+    ) -> io::Result<usize> {
+        let faults = &mut *self.faults;
+        let mut made = Vec::new();
+        self.inner.recv_batch(bufs, |frame, from| {
+            faults.apply(frame, &mut made);
+            let mut flow = ControlFlow::Continue(());
+            for m in made.drain(..) {
+                if each(&m, from).is_break() {
+                    flow = ControlFlow::Break(());
+                }
+            }
+            flow
+        })
+    }
+}
+
 /// One link: a UDP socket bound to the link's local address.
 #[derive(Debug)]
 pub struct LinkSocket {
@@ -529,6 +574,46 @@ mod tests {
         let mut fi = FaultInjector::new(spec(0.0, 1.0), 0);
         assert_eq!(Faulty { inner: &mut kept, faults: &mut fi }.send_batch(&frames).unwrap(), 2);
         assert!(kept.0.is_empty());
+    }
+
+    /// A link that hands over the frames it was given.
+    struct Given(Vec<Vec<u8>>);
+
+    impl RecvLink for Given {
+        fn recv_batch<F: FnMut(&[u8], SocketAddr) -> ControlFlow<()>>(
+            &mut self,
+            _bufs: &mut RecvBufs,
+            mut each: F,
+        ) -> io::Result<usize> {
+            let n = self.0.len();
+            for f in self.0.drain(..) {
+                let _ = each(&f, "127.0.0.1:9".parse().unwrap());
+            }
+            Ok(n)
+        }
+    }
+
+    // Checks the fault wrapper on the receiving side: with every frame duplicated, each frame
+    // taken from the link is handed over twice, in order; with every frame dropped, none is,
+    // though the link still counts what it took.
+    #[test]
+    fn faults_wrap_a_receiving_link() {
+        let spec = |dup: f64, drop: f64| FaultSpec { drop, dup, reorder: 0.0, corrupt: 0.0, seed: 1, down: None };
+        let mut bufs = RecvBufs::default();
+        for (dup, drop, want) in
+            [(1.0, 0.0, vec![b"ab".to_vec(), b"ab".to_vec(), b"c".to_vec(), b"c".to_vec()]), (0.0, 1.0, vec![])]
+        {
+            let mut fi = FaultInjector::new(spec(dup, drop), 0);
+            let mut link = Faulty { inner: Given(vec![b"ab".to_vec(), b"c".to_vec()]), faults: &mut fi };
+            let mut got = Vec::new();
+            let n = link
+                .recv_batch(&mut bufs, |f, _| {
+                    got.push(f.to_vec());
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+            assert_eq!((n, got), (2, want));
+        }
     }
 
     // Checks batched sending and draining receives on loopback, with coalescing receives (small

@@ -2,6 +2,8 @@
 //! connection events into completed operations, messages and notifications; the network
 //! thread runs rounds when no application thread does, and sleeps when nothing is due.
 
+use rackwire_udp::RecvLink;
+
 use super::*;
 
 impl EdgeEndpoint {
@@ -40,7 +42,8 @@ impl EdgeEndpoint {
                         ControlFlow::Continue(())
                     }
                 };
-                match sock.recv_batch(&mut io.rx, each) {
+                // Through the link trait, so a wrapper (faults, tracing, capture) may sit here.
+                match RecvLink::recv_batch(&mut &*sock, &mut io.rx, each) {
                     Ok(n) => {
                         taken += n;
                         if hand && !io.rx.drained() {
