@@ -6,7 +6,39 @@ use std::ffi::c_void;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
+use pyo3::types::PyBytes;
+
 use crate::errors::bad;
+
+/// The bytes of any object that exports a buffer, to read: a `bytes` object's own (no buffer
+/// export, no allocation: small writes from `bytes` are the common case), else the exported
+/// buffer, held until dropped.
+pub(crate) enum ReadBuf<'py> {
+    Bytes(Bound<'py, PyBytes>),
+    Held(RawBuffer),
+}
+
+impl<'py> ReadBuf<'py> {
+    pub(crate) fn get(obj: &Bound<'py, PyAny>) -> PyResult<ReadBuf<'py>> {
+        match obj.downcast_exact::<PyBytes>() {
+            Ok(b) => Ok(ReadBuf::Bytes(b.clone())),
+            Err(_) => Ok(ReadBuf::Held(RawBuffer::get(obj, false)?)),
+        }
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Its bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            ReadBuf::Bytes(b) => b.as_bytes(),
+            ReadBuf::Held(h) => h.as_slice(),
+        }
+    }
+}
 
 /// A buffer held from a Python object, released when dropped. It is made with the GIL held
 /// and cannot leave the thread (its raw pointers make it neither Send nor Sync), so it is also

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use rackwire::{Completion, OpFlags};
 
-use crate::buffer::RawBuffer;
+use crate::buffer::ReadBuf;
 use crate::errors::{bad, to_py};
 use crate::fabric::{timeout, RemoteRegion};
 
@@ -50,7 +50,7 @@ impl Conn {
         data: &Bound<'_, PyAny>,
         f: OpFlags,
     ) -> PyResult<rackwire::Op> {
-        let buf = RawBuffer::get(data, false)?;
+        let buf = ReadBuf::get(data)?;
         Ok(self.inner.write(&target.inner, offset, buf.as_slice(), f))
     }
 }
@@ -117,8 +117,8 @@ impl Conn {
         pieces: Vec<(u64, Bound<'_, PyAny>)>,
         notify: Option<u64>,
     ) -> PyResult<Op> {
-        let bufs: Vec<(u64, RawBuffer)> =
-            pieces.iter().map(|(o, d)| Ok((*o, RawBuffer::get(d, false)?))).collect::<PyResult<_>>()?;
+        let bufs: Vec<(u64, ReadBuf<'_>)> =
+            pieces.iter().map(|(o, d)| Ok((*o, ReadBuf::get(d)?))).collect::<PyResult<_>>()?;
         let entries: Vec<(u64, &[u8])> = bufs.iter().map(|(o, b)| (*o, b.as_slice())).collect();
         let f = flags(notify, false, false);
         Ok(op(self.inner.write_batch(&target.inner, &entries, f)))
@@ -154,7 +154,7 @@ impl Conn {
 
     /// Send a message (any buffer) to the peer and wait until it is placed.
     fn send(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let buf = RawBuffer::get(data, false)?;
+        let buf = ReadBuf::get(data)?;
         let data = buf.as_slice();
         py.allow_threads(|| self.inner.send(data).wait()).map(drop).map_err(to_py)
     }

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rackwire::{Access, FabricConfig, RevokeOutcome};
 
-use crate::buffer::{export, RawBuffer};
+use crate::buffer::{export, ReadBuf};
 use crate::conn::Conn;
 use crate::errors::{bad, to_py};
 
@@ -181,7 +181,7 @@ impl Region {
 
     /// Copy `data` (any buffer) to `offset`.
     fn write(&self, offset: u64, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let b = RawBuffer::get(data, false)?;
+        let b = ReadBuf::get(data)?;
         self.inner.write_at(offset, b.as_slice()).map_err(to_py)
     }
 
@@ -222,7 +222,7 @@ impl RemoteRegion {
     /// A handle from its bytes.
     #[staticmethod]
     fn from_bytes(b: &Bound<'_, PyAny>) -> PyResult<RemoteRegion> {
-        let buf = RawBuffer::get(b, false)?;
+        let buf = ReadBuf::get(b)?;
         rackwire::RemoteRegion::from_bytes(buf.as_slice()).map(|h| RemoteRegion { inner: h }).map_err(to_py)
     }
 

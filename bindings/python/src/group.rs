@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rackwire_coll::ReduceOp;
 
-use crate::buffer::RawBuffer;
+use crate::buffer::{RawBuffer, ReadBuf};
 use crate::errors::{bad, coll_to_py};
 
 /// N processes that are ranks 0..N-1 of one job. `Group()` finds its place from the
@@ -89,7 +89,7 @@ impl Group {
 
     /// Every rank's `data` (the same length at every rank), by rank, as one bytes object.
     fn allgather<'py>(&mut self, py: Python<'py>, data: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
-        let b = RawBuffer::get(data, false)?;
+        let b = ReadBuf::get(data)?;
         let g = self.g()?;
         let mut out = vec![0u8; b.len() * g.size()];
         g.allgather(b.as_slice(), &mut out).map_err(coll_to_py)?;
@@ -99,7 +99,7 @@ impl Group {
     /// Block j of `send` (size divided by the ranks) to rank j; block j of the result from
     /// rank j.
     fn alltoall<'py>(&mut self, py: Python<'py>, send: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
-        let b = RawBuffer::get(send, false)?;
+        let b = ReadBuf::get(send)?;
         let g = self.g()?;
         if b.len() % g.size() != 0 {
             return Err(bad(format!("{} bytes do not split into {} blocks", b.len(), g.size())));
