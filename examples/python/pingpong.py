@@ -11,8 +11,6 @@ Both need RACKWIRE_MH, RACKWIRE_SECRET (or _FILE) and a RACKWIRE_NAME of their o
 import sys
 import time
 
-import numpy as np
-
 import rackwire
 
 BW_BYTES = 1 << 20
@@ -39,12 +37,12 @@ def pingpong(fabric, server, iters):
     t0 = time.perf_counter()
     for i in range(iters):
         if not server:
-            conn.write_wait(peer, 0, i.to_bytes(8, "little"), notify=i)
+            conn.put_u64(peer, 0, i, notify=i)
         n = fabric.wait_notification(30.0)
         if n.imm != i or view[0] != i:
             sys.exit(f"round {i}: notified {n.imm}, found {view[0]}")
         if server:
-            conn.write_wait(peer, 0, i.to_bytes(8, "little"), notify=i)
+            conn.put_u64(peer, 0, i, notify=i)
     t1 = time.perf_counter()
     if not server:
         print(f"pingpong {iters} rounds, one-way latency {(t1 - t0) / iters / 2 * 1e6:.3f} us")
@@ -63,6 +61,10 @@ def bandwidth(fabric, server, iters):
         conn.send(b"granted")
         assert fabric.recv(60.0)[1] == b"done"
         return
+    # numpy only here: importing it starts OpenBLAS's worker threads, which spin for a while
+    # and take a core from the ping-pong on a small machine.
+    import numpy as np
+
     target = lookup(fabric, "lang-bw/server")
     conn = fabric.connect(target.node)
     conn.send(b"hello")

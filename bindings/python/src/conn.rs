@@ -108,6 +108,23 @@ impl Conn {
         wait_op(py, o).map(drop).map_err(to_py)
     }
 
+    /// Put one 64-bit integer (`value`, little-endian) at `offset` of `target` and wait until
+    /// it is in place, as OpenSHMEM's `shmem_uint64_p`: a word needs no buffer built for it.
+    /// `notify`: the immediate to notify the target with. An 8-byte aligned word is placed in
+    /// one store.
+    #[pyo3(signature = (target, offset, value, notify=None))]
+    fn put_u64(
+        &self,
+        py: Python<'_>,
+        target: &RemoteRegion,
+        offset: u64,
+        value: u64,
+        notify: Option<u64>,
+    ) -> PyResult<()> {
+        let o = self.inner.write(&target.inner, offset, &value.to_le_bytes(), flags(notify, false, false));
+        wait_op(py, o).map(drop).map_err(to_py)
+    }
+
     /// Write several (offset, data) pieces into `target`, all or nothing; the notification,
     /// if any, once all are in place.
     #[pyo3(signature = (target, pieces, notify=None))]

@@ -69,6 +69,13 @@ def test_write_notify_atomics_batch(pair):
     assert owner.wait_notification(5.0).imm == 43 and region.read(72, 5) == b"again"
     with pytest.raises(rackwire.OutOfBoundsError):
         conn.write_wait(h, 4095, b"xy")
+    # One word, no buffer: placed little-endian, notified with its immediate; past the end
+    # refused with the region unchanged.
+    conn.put_u64(h, 80, 0x0102030405060708, notify=44)
+    assert owner.wait_notification(5.0).imm == 44 and region.read(80, 8) == bytes([8, 7, 6, 5, 4, 3, 2, 1])
+    with pytest.raises(rackwire.OutOfBoundsError):
+        conn.put_u64(h, 4092, 1)
+    assert region.read(4088, 8) == bytes(8)
     assert conn.fetch_add(h, 0, 5).wait() == 0
     assert conn.compare_swap(h, 0, 5, 9).wait() == 5
     assert conn.compare_swap(h, 0, 5, 1).wait() == 9  # failed swap: the value it found

@@ -163,8 +163,15 @@ fn pair(lang: &Lang, mh: &str, secret: &str, roles: (&str, &str), iters: u64, ta
     let server = server.wait_with_output()?;
     let out = String::from_utf8_lossy(&client.stdout).into_owned();
     if !client.status.success() || !server.status.success() {
+        // The C library and the Python package are built apart from this executable: one
+        // built from older sources may not speak to this build's management host.
+        let stale = match lang.name() {
+            "c" => "\n(is the C library current? `cargo build --release -p rackwire-ffi`)",
+            "python" => "\n(is the Python package current? `pip install ./bindings/python`)",
+            _ => "",
+        };
         bail!(
-            "the {} pair failed:\n{out}{}{}",
+            "the {} pair failed:\n{out}{}{}{stale}",
             lang.name(),
             String::from_utf8_lossy(&client.stderr),
             String::from_utf8_lossy(&server.stderr)

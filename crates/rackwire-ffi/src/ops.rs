@@ -47,6 +47,7 @@ pub extern "C" fn rw_write(
 }
 
 /// The write `rw_write` and `rw_write_wait` start.
+#[inline]
 fn write_op(
     c: *const RwConn,
     target: *const RwRemoteRegion,

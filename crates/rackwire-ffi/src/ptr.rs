@@ -8,6 +8,7 @@ use crate::status::{arg, Fail};
 use crate::types::{RwOpFlags, RwRemoteRegion, RW_ACCESS_ATOMIC, RW_ACCESS_READ, RW_ACCESS_WRITE};
 
 /// The object behind a handle.
+#[inline]
 pub(crate) fn obj<'a, T>(p: *const T, what: &str) -> Result<&'a T, Fail> {
     // SAFETY: a non-null handle is one this library handed out (a Box it leaked) and the
     // caller has not freed yet, as the header's contract says.
@@ -15,6 +16,7 @@ pub(crate) fn obj<'a, T>(p: *const T, what: &str) -> Result<&'a T, Fail> {
 }
 
 /// Store `v` where `out` points.
+#[inline]
 pub(crate) fn put<T>(out: *mut T, v: T, what: &str) -> Result<(), Fail> {
     if out.is_null() {
         return Err(arg(what));
@@ -25,6 +27,7 @@ pub(crate) fn put<T>(out: *mut T, v: T, what: &str) -> Result<(), Fail> {
 }
 
 /// The bytes at `p`, `len` long.
+#[inline]
 pub(crate) fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Fail> {
     if len == 0 {
         return Ok(&[]);
@@ -56,10 +59,12 @@ pub(crate) fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
     unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Fail::Arg(format!("{what} is not UTF-8")))
 }
 
+#[inline]
 pub(crate) fn remote(h: *const RwRemoteRegion) -> Result<RemoteRegion, Fail> {
     Ok(RemoteRegion::from_bytes(&obj(h, "region handle")?.bytes)?)
 }
 
+#[inline]
 pub(crate) fn flags(f: RwOpFlags) -> OpFlags {
     let mut o = OpFlags::NONE;
     if f.notify {

@@ -141,23 +141,34 @@ pub(crate) fn set_last_error(msg: &str) {
 }
 
 /// Run `f`, turning its error or panic into a status (and this thread's last error).
+#[inline]
 pub(crate) fn guard(f: impl FnOnce() -> Result<(), Fail>) -> RwStatus {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => RwStatus::Ok,
-        Ok(Err(e)) => {
-            set_last_error(&e.message());
-            e.status()
-        }
-        Err(p) => {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            set_last_error(&format!("internal error in rackwire: {what}"));
-            RwStatus::Internal
-        }
+        Ok(Err(e)) => failed(e),
+        Err(p) => panicked(p),
     }
+}
+
+/// An error's status, its message kept as this thread's last error.
+#[cold]
+#[inline(never)]
+fn failed(e: Fail) -> RwStatus {
+    set_last_error(&e.message());
+    e.status()
+}
+
+/// A panic caught at the boundary: an internal error.
+#[cold]
+#[inline(never)]
+fn panicked(p: Box<dyn std::any::Any + Send>) -> RwStatus {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    set_last_error(&format!("internal error in rackwire: {what}"));
+    RwStatus::Internal
 }
 
 pub(crate) fn arg(what: &str) -> Fail {
