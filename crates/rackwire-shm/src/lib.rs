@@ -34,3 +34,12 @@ pub use mem::{MapAccess, SharedMem, ShmError, SHM_REGION_BYTES_MAX};
 pub use memcpy::copy_bytes;
 pub use owned::OwnedWindow;
 pub use socket::{ControlSocket, Endpoint, CONTROL_FDS_MAX, CONTROL_MSG_BYTES_MAX};
+
+/// Close this process's descriptors (and so its windows' memory) to other processes of the
+/// same user: a process that is not dumpable has its `/proc/<pid>/fd` (and `mem`, `maps`, ...)
+/// open only to itself and to processes allowed to trace any process (root). It also writes
+/// no core dump and cannot be attached to by a debugger of the same user.
+pub fn keep_descriptors_private() -> Result<(), ShmError> {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(ShmError::sys("prctl(PR_SET_DUMPABLE)"))
+}

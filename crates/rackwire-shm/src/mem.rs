@@ -98,6 +98,11 @@ fn new_memfd(name: &str, len: u64) -> Result<OwnedFd, ShmError> {
     let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
         .map_err(ShmError::sys("memfd_create"))?;
     rustix::fs::ftruncate(&fd, len).map_err(ShmError::sys("ftruncate"))?;
+    // Owner read-only (a memfd starts 0777): this descriptor stays writable, but no one
+    // without the power to override file modes opens the memory for writing again, not even
+    // through `/proc/.../fd` with a read-only descriptor a peer was given (see
+    // [`SharedMem::readonly_fd`]).
+    rustix::fs::fchmod(&fd, rustix::fs::Mode::RUSR).map_err(ShmError::sys("fchmod"))?;
     rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
         .map_err(ShmError::sys("seal"))?;
     Ok(fd)
@@ -134,7 +139,9 @@ impl SharedMem {
     }
 
     /// A new read-only descriptor of the same memory, to pass to a peer that may only read:
-    /// the kernel then refuses any writable mapping of it.
+    /// the kernel then refuses any writable mapping of it, and reopening it for writing
+    /// (through `/proc/self/fd`) is refused by the file's mode, which gives its owner read
+    /// access only.
     pub fn readonly_fd(&self) -> Result<OwnedFd, ShmError> {
         let path = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
         rustix::fs::open(path.as_str(), OFlags::RDONLY | OFlags::CLOEXEC, rustix::fs::Mode::empty())

@@ -84,6 +84,12 @@ pub struct FabricConfig {
     /// `rackwire_proto`). Frames go unsealed only when both ends turn this off, which is for
     /// measuring what sealing costs (`RACKWIRE_SEAL=off`, `seal_frames = false`).
     pub seal_frames: bool,
+    /// Close this process's descriptors, and so the memory of its regions, to other processes
+    /// of the same user (the process is made non-dumpable: its `/proc/<pid>/fd` opens to
+    /// itself and root only). It then writes no core dump and a debugger of the same user
+    /// cannot attach: turn off to debug (`private_memory = false`,
+    /// `RACKWIRE_PRIVATE_MEMORY=off`).
+    pub private_memory: bool,
     /// Serve this node's counters in the Prometheus text format at `http://ADDR/metrics`
     /// (`metrics = "127.0.0.1:9470"`, `RACKWIRE_METRICS`). None: not served.
     pub metrics: Option<String>,
@@ -129,7 +135,17 @@ struct FileConfig {
     faults: Option<String>,
     state_dir: Option<PathBuf>,
     seal_frames: Option<bool>,
+    private_memory: Option<bool>,
     metrics: Option<String>,
+}
+
+/// A switch given in the environment: on or off.
+fn on_off(var: &str, v: &str) -> Result<bool, Error> {
+    match v {
+        "on" | "1" | "true" => Ok(true),
+        "off" | "0" | "false" => Ok(false),
+        other => Err(Error::Config(format!("{var}={other:?}: use on or off"))),
+    }
 }
 
 fn default_name() -> String {
@@ -171,6 +187,7 @@ impl FabricConfig {
             faults: None,
             state_dir: None,
             seal_frames: true,
+            private_memory: true,
             metrics: None,
         }
     }
@@ -192,6 +209,9 @@ impl FabricConfig {
         c.metrics = f.metrics;
         if let Some(b) = f.seal_frames {
             c.seal_frames = b;
+        }
+        if let Some(b) = f.private_memory {
+            c.private_memory = b;
         }
         if let Some(n) = f.copy_channels {
             c.copy_channels = n;
@@ -271,11 +291,10 @@ impl FabricConfig {
             c.metrics = (!v.is_empty()).then_some(v);
         }
         if let Ok(v) = std::env::var("RACKWIRE_SEAL") {
-            c.seal_frames = match v.as_str() {
-                "on" | "1" | "true" => true,
-                "off" | "0" | "false" => false,
-                other => return Err(Error::Config(format!("RACKWIRE_SEAL={other:?}: use on or off"))),
-            };
+            c.seal_frames = on_off("RACKWIRE_SEAL", &v)?;
+        }
+        if let Ok(v) = std::env::var("RACKWIRE_PRIVATE_MEMORY") {
+            c.private_memory = on_off("RACKWIRE_PRIVATE_MEMORY", &v)?;
         }
         if let Ok(v) = std::env::var("RACKWIRE_FAULTS") {
             c.faults = Some(v.parse().map_err(|e| Error::Config(format!("RACKWIRE_FAULTS: {e}")))?);
@@ -391,7 +410,7 @@ mod tests {
             &good,
             format!(
                 "mh = \"127.0.0.1:1\"\nname = \"n1\"\nsecret_file = {:?}\ncopy_channels = 3\nstate_dir = \"/s\"\n\
-                 seal_frames = false\npeer_timeout_ms = 2500\nmetrics = \"127.0.0.1:9\"\n",
+                 seal_frames = false\nprivate_memory = false\npeer_timeout_ms = 2500\nmetrics = \"127.0.0.1:9\"\n",
                 dir.join("secret")
             ),
         )
@@ -402,6 +421,7 @@ mod tests {
         assert_eq!(c.name, "n1");
         assert_eq!(c.key_path(), PathBuf::from("/s/keys/n1.key"));
         assert!(!c.seal_frames);
+        assert!(!c.private_memory);
         assert_eq!(c.peer_timeout, Duration::from_millis(2500));
         assert_eq!(c.metrics.as_deref(), Some("127.0.0.1:9"));
         c.validate().unwrap();

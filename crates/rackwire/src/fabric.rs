@@ -131,6 +131,9 @@ impl Fabric {
             role: Role::Node(identity.clone()),
         })?;
         let id = mh.node_id();
+        if cfg.private_memory {
+            rackwire_shm::keep_descriptors_private()?;
+        }
         let dir = cfg.runtime_dir();
         std::fs::DirBuilder::new()
             .recursive(true)
