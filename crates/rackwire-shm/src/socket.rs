@@ -108,7 +108,10 @@ impl ControlSocket {
         Ok((ControlSocket { fd: a }, ControlSocket { fd: b }))
     }
 
-    /// Send one message with up to [`CONTROL_FDS_MAX`] descriptors attached.
+    /// Send one message with up to [`CONTROL_FDS_MAX`] descriptors attached, without waiting:
+    /// a peer that does not read its socket fills it, and then every send fails at once
+    /// (`ErrorKind::WouldBlock`) instead of holding the sender (and whatever it holds) for as
+    /// long as the peer likes.
     pub fn send(&self, data: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
         if data.len() > CONTROL_MSG_BYTES_MAX || fds.len() > CONTROL_FDS_MAX || data.is_empty() {
             return Err(std::io::Error::new(
@@ -122,7 +125,8 @@ impl ControlSocket {
             return Err(std::io::Error::other("descriptors do not fit the control buffer"));
         }
         loop {
-            match rustix::net::sendmsg(&self.fd, &[IoSlice::new(data)], &mut control, SendFlags::NOSIGNAL) {
+            let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+            match rustix::net::sendmsg(&self.fd, &[IoSlice::new(data)], &mut control, flags) {
                 Ok(n) if n == data.len() => return Ok(()),
                 Ok(_) => return Err(std::io::Error::other("control message sent in part")),
                 Err(rustix::io::Errno::INTR) => continue,
@@ -211,6 +215,28 @@ mod tests {
     }
 
     // Checks that stop() wakes a blocked accept, which then reports no connection.
+    // Checks that a peer that never reads cannot hold a sender: sends into its socket fill it
+    // and then fail at once with WouldBlock (bounded by a count and a time); once the peer
+    // reads one message, sending works again.
+    #[test]
+    fn a_peer_that_does_not_read_makes_sends_fail_not_wait() {
+        let (a, b) = ControlSocket::pair().unwrap();
+        let t0 = std::time::Instant::now();
+        let mut sent = 0;
+        let err = loop {
+            match a.send(&[7u8; 512], &[]) {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+            assert!(sent < 1_000_000, "the socket never filled");
+        };
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "{err}");
+        assert!(sent > 0 && t0.elapsed() < std::time::Duration::from_secs(5), "{sent} sent in {:?}", t0.elapsed());
+        let mut buf = [0u8; 1024];
+        assert_eq!(b.recv(&mut buf).unwrap().0, 512);
+        a.send(&[8u8; 512], &[]).unwrap();
+    }
+
     #[test]
     fn stop_wakes_accept() {
         let dir = std::env::temp_dir().join(format!("rw-ep-{}", std::process::id()));

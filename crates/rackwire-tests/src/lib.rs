@@ -319,3 +319,11 @@ pub fn pattern(seed: u64, off: u64, len: usize) -> Vec<u8> {
 pub fn hex(b: &[u8]) -> String {
     rackwire_mh::auth::to_hex(b)
 }
+
+/// This process runs as root (tests of namespaces, and of what only root may do, need it).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}

@@ -158,3 +158,45 @@ fn unresponsive_peer_is_cut_off() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+// Checks that revocation does not take the peer's word for it: a peer that kept a duplicate
+// of the region's descriptor (as a dishonest peer would) still answers the unmap request, so
+// `revoke` returns `unmapped`; from then on what it writes through its duplicate never reaches
+// the owner's region, and what the owner writes afterwards is not visible through it. A third
+// node granted the region goes on writing it meanwhile and after (none of its writes lost).
+// The stand-in for the duplicate reopens the peer's descriptor for writing, which only root
+// may (the memory's file is owner-read-only).
+#[test]
+fn a_peer_that_kept_a_duplicate_reaches_nothing_after_revoke() {
+    if rackwire_tests::Transport::from_env() == rackwire_tests::Transport::Edge {
+        eprintln!("skipped: a shared-memory matter; the edge transport maps nothing and checks every frame");
+        return;
+    }
+    if !rackwire_tests::is_root() {
+        eprintln!("skipped: standing in for a kept duplicate needs root (the memory's file is owner-read-only)");
+        return;
+    }
+    let mh = TestMh::start("dup");
+    let mut owner = Node::spawn(&mh.addr, "dup-owner");
+    let mut cheat = Node::spawn(&mh.addr, "dup-cheat");
+    let mut other = Node::spawn(&mh.addr, "dup-other");
+    let a = owner.ok("alloc 65536 rwa");
+    let (rid, h) = a.split_once(' ').unwrap();
+    owner.ok(&format!("grant {rid} {} rw", cheat.id));
+    owner.ok(&format!("grant {rid} {} rw", other.id));
+    cheat.ok(&format!("write {h} 0 {}", hex(b"mapped")));
+    other.ok(&format!("write {h} 100 {}", hex(b"other-1")));
+    cheat.ok(&format!("keep-dup {rid}"));
+    // Before the revocation the duplicate reaches the region: the stand-in works.
+    cheat.ok(&format!("dup-write {rid} 8 {}", hex(b"dup-ok")));
+    assert_eq!(owner.ok(&format!("local-read {rid} 8 6")), hex(b"dup-ok"));
+    assert_eq!(owner.ok(&format!("revoke {rid} {}", cheat.id)), "unmapped");
+    cheat.ok(&format!("dup-write {rid} 0 {}", hex(b"EVIL!!")));
+    assert_eq!(owner.ok(&format!("local-read {rid} 0 6")), hex(b"mapped"), "a kept duplicate wrote after revoke");
+    other.ok(&format!("write {h} 200 {}", hex(b"other-2")));
+    owner.ok(&format!("grant {rid} {} rw", owner.id));
+    owner.ok(&format!("write {h} 300 {}", hex(b"secret")));
+    assert_ne!(cheat.ok(&format!("dup-read {rid} 300 6")), hex(b"secret"), "a kept duplicate read after revoke");
+    assert_eq!(owner.ok(&format!("local-read {rid} 100 7")), hex(b"other-1"));
+    assert_eq!(owner.ok(&format!("local-read {rid} 200 7")), hex(b"other-2"));
+}

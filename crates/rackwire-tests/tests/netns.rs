@@ -6,14 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use rackwire_tests::{hex, Node};
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
-        .unwrap_or(false)
-}
+use rackwire_tests::{hex, is_root, Node};
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("run ip");

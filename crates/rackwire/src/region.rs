@@ -16,7 +16,8 @@ use crate::{Access, Error, NodeId, RegionId, RemoteRegion, REVOKE_ACK_TIMEOUT};
 pub enum RevokeOutcome {
     /// The peer held no mapping; nothing to undo.
     NotMapped,
-    /// The peer confirmed it unmapped the region.
+    /// The peer confirmed it unmapped the region, and the region moved to fresh memory all the
+    /// same (a peer's word proves nothing: it may have kept a duplicate of the descriptor).
     Unmapped,
     /// The peer did not answer in time: its connection was torn down and the region moved
     /// to fresh memory, so its old mapping no longer reaches it.
@@ -96,8 +97,12 @@ impl Region {
     }
 
     /// Take back `peer`'s grant. Returns once the peer has unmapped the region, or has been
-    /// cut off because it did not answer within [`REVOKE_ACK_TIMEOUT`]. From then on its
-    /// accesses fail with [`Error::Revoked`].
+    /// cut off because it did not answer within [`REVOKE_ACK_TIMEOUT`], and, if it ever mapped
+    /// the region, once the region has moved to fresh memory: whatever the peer kept of the
+    /// old memory (a duplicate of its descriptor, a mapping) reaches it no longer. From then
+    /// on its accesses fail with [`Error::Revoked`]. Peers still granted map the new memory on
+    /// their next access; the move copies the region, so revoking a mapped peer costs about
+    /// one copy of it.
     pub fn revoke(&self, peer: NodeId) -> Result<RevokeOutcome, Error> {
         let was_mapped = {
             let mut acl = lock(&self.inner.acl);
@@ -121,8 +126,10 @@ impl Region {
                 cut = true;
             }
         }
+        // The peer's word is not enough: a peer that kept a duplicate of the descriptor would
+        // still reach the memory. Fresh memory is what cuts it off for sure.
+        migrate(&self.fabric, &self.inner);
         if cut {
-            migrate(&self.fabric, &self.inner);
             RevokeOutcome::CutOff
         } else {
             RevokeOutcome::Unmapped

@@ -17,6 +17,25 @@ use rackwire_tests::error_kind;
 struct Node {
     fabric: Fabric,
     regions: HashMap<u32, Region>,
+    /// Peers' region memory this node kept behind the fabric's back (`keep-dup`), as a
+    /// dishonest peer would: by the owner's region id.
+    kept: HashMap<u32, rackwire_shm::SharedMem>,
+}
+
+/// Open again, for writing, a descriptor this process holds of peer region `rid`'s memory
+/// (as a dishonest peer keeps a duplicate), and map it. Needs the power to override file
+/// modes (root): the memory's file is owner-read-only.
+fn keep_duplicate(rid: u32) -> Result<rackwire_shm::SharedMem, String> {
+    let name = format!("/memfd:rackwire-region-{rid} ");
+    for e in std::fs::read_dir("/proc/self/fd").map_err(|e| e.to_string())?.flatten() {
+        let Ok(link) = std::fs::read_link(e.path()) else { continue };
+        if link.to_string_lossy().starts_with(&name) {
+            let file = std::fs::OpenOptions::new().read(true).write(true).open(e.path()).map_err(|e| e.to_string())?;
+            return rackwire_shm::SharedMem::from_fd(file.into(), rackwire_shm::MapAccess::ReadWrite)
+                .map_err(|e| e.to_string());
+        }
+    }
+    Err(format!("no descriptor of region {rid} here"))
 }
 
 fn arg<'a>(a: &[&'a str], i: usize) -> Result<&'a str, String> {
@@ -228,6 +247,35 @@ impl Node {
                 let node = num(a, 1)?;
                 show(f.connect(node).map(|c| c.transport().to_string()))
             }
+            "keep-dup" => {
+                // keep-dup RID: keep region RID's memory behind the fabric's back.
+                let rid = num(a, 1)?;
+                match keep_duplicate(rid) {
+                    Ok(m) => {
+                        self.kept.insert(rid, m);
+                        "ok".into()
+                    }
+                    Err(e) => format!("err kept {e}"),
+                }
+            }
+            "dup-write" => {
+                let m = self.kept.get(&num(a, 1)?).ok_or("nothing kept")?;
+                let data = from_hex(arg(a, 3)?).ok_or("bad hex")?;
+                if m.write_at(num(a, 2)?, &data) {
+                    "ok".into()
+                } else {
+                    "err bounds".into()
+                }
+            }
+            "dup-read" => {
+                let m = self.kept.get(&num(a, 1)?).ok_or("nothing kept")?;
+                let mut buf = vec![0u8; num(a, 3)?];
+                if m.read_at(num(a, 2)?, &mut buf) {
+                    format!("ok {}", to_hex(&buf))
+                } else {
+                    "err bounds".into()
+                }
+            }
             "stats" => {
                 let c = f.connect(num(a, 1)?).map_err(|e| e.to_string())?;
                 format!("ok {}", serde_json::to_string(&c.stats()).map_err(|e| e.to_string())?)
@@ -308,7 +356,7 @@ fn main() {
         }
     };
     println!("ready {}", fabric.id());
-    let mut node = Node { fabric, regions: HashMap::new() };
+    let mut node = Node { fabric, regions: HashMap::new(), kept: HashMap::new() };
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
     for line in stdin.lock().lines() {
