@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rackwire_tests::TempDir;
 
-const SECRET: &str = "cli-test-secret";
+const SECRET: &str = "cli-test-secret-0123456789";
 
 fn rackwire(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rackwire"))
@@ -139,7 +139,7 @@ fn mh_nodes_and_regions_from_the_command_line() {
 
     let o = Command::new(env!("CARGO_BIN_EXE_rackwire"))
         .args(["nodes", "--mh", &addr])
-        .env("RACKWIRE_SECRET", "wrong-secret!")
+        .env("RACKWIRE_SECRET", "wrong-secret-0123456789")
         .output()
         .unwrap();
     assert!(!o.status.success());

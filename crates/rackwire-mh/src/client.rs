@@ -152,19 +152,29 @@ fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
         Role::Observer => ("observer", None),
     };
     let eph = Ephemeral::generate();
-    let hello =
-        Hello { name: cfg.name.clone(), role: role.into(), nonce: to_hex(&nonce), key, ephemeral: eph.public.clone() };
+    let (pake, my_pake) = auth::Pake::start(&cfg.secret, true, &crate::proto::admission_context(&cfg.name));
+    let hello = Hello {
+        name: cfg.name.clone(),
+        role: role.into(),
+        nonce: to_hex(&nonce),
+        key,
+        ephemeral: eph.public.clone(),
+        pake: to_hex(&my_pake),
+    };
     write_json(&mut w, &hello).map_err(unavailable)?;
     let ch: Challenge = recv(&mut r)?;
-    let ctx = cfg.name.as_bytes();
-    let server_ok =
-        from_hex(&ch.proof).is_some_and(|p| auth::verify(&cfg.secret, "rackwire-mh-server", &nonce, ctx, &p));
-    if !server_ok {
+    let transcript = crate::proto::admission_transcript(&hello, &ch);
+    let key = from_hex(&ch.pake).and_then(|m| pake.finish(&m));
+    let server_ok = key
+        .as_ref()
+        .zip(from_hex(&ch.proof))
+        .is_some_and(|(k, p)| k.check(crate::proto::CONFIRM_SERVER, &transcript, &p));
+    let Some(key) = key.filter(|_| server_ok) else {
         // Either the server does not hold our secret or we hold the wrong one; say so plainly.
         return Err(MhError::Denied("wrong secret (the management host's proof does not match ours)".into()));
-    }
+    };
     let server_nonce = from_hex(&ch.nonce).ok_or_else(|| MhError::Protocol("bad server nonce".into()))?;
-    let proof = auth::prove(&cfg.secret, "rackwire-mh-client", &server_nonce, ctx);
+    let proof = key.confirm(crate::proto::CONFIRM_CLIENT, &transcript);
     let signature = match &cfg.role {
         Role::Node(id) => {
             let msg = admission_message(&server_nonce, &cfg.name, &id.public(), [&eph.public, &ch.ephemeral]);
@@ -438,6 +448,9 @@ impl Drop for MhClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fabric secret of these tests.
+    const SECRET: &[u8] = b"correct-secret-0123456789";
     use crate::ManagementHost;
 
     /// A node key per name, the same every time.
@@ -455,18 +468,18 @@ mod tests {
     // leaving, a live name cannot be taken twice, and a wrong secret is refused with Denied.
     #[test]
     fn admission_by_secret_and_stable_ids() {
-        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
         let addr = mh.addr().to_string();
-        let a = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
+        let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
         let id = a.node_id();
         assert!(id >= 1);
-        assert!(matches!(MhClient::join(cfg(&addr, b"correct-secret", "a")), Err(MhError::Denied(_))));
-        assert!(matches!(MhClient::join(cfg(&addr, b"wrong-secret!", "b")), Err(MhError::Denied(_))));
+        assert!(matches!(MhClient::join(cfg(&addr, SECRET, "a")), Err(MhError::Denied(_))));
+        assert!(matches!(MhClient::join(cfg(&addr, b"wrong-secret-0123456789", "b")), Err(MhError::Denied(_))));
         drop(a);
         // The session close is seen by the server's session thread shortly after.
         let again = (0..100).find_map(|_| {
             std::thread::sleep(std::time::Duration::from_millis(20));
-            MhClient::join(cfg(&addr, b"correct-secret", "a")).ok()
+            MhClient::join(cfg(&addr, SECRET, "a")).ok()
         });
         assert_eq!(again.unwrap().node_id(), id);
     }
@@ -477,21 +490,21 @@ mod tests {
     // a name of its own. The bound key is what others see for the node.
     #[test]
     fn a_name_is_bound_to_its_first_key() {
-        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
         let addr = mh.addr().to_string();
-        let a = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
+        let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
         let id = a.node_id();
         a.register(NodeInfo { host: "h".into(), key: "ff".repeat(32), ..NodeInfo::default() }).unwrap();
         drop(a);
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let impostor = MhConfig { role: Role::Node(key("not-a")), ..cfg(&addr, b"correct-secret", "a") };
+        let impostor = MhConfig { role: Role::Node(key("not-a")), ..cfg(&addr, SECRET, "a") };
         match MhClient::join(impostor.clone()) {
             Err(MhError::Denied(why)) => assert!(why.contains("bound to another"), "{why}"),
             other => panic!("an impostor got in: {other:?}"),
         }
         let back = (0..100).find_map(|_| {
             std::thread::sleep(std::time::Duration::from_millis(20));
-            MhClient::join(cfg(&addr, b"correct-secret", "a")).ok()
+            MhClient::join(cfg(&addr, SECRET, "a")).ok()
         });
         assert_eq!(back.unwrap().node_id(), id, "the node with its key keeps its id");
         let other = MhClient::join(MhConfig { name: "b".into(), ..impostor }).unwrap();
@@ -505,10 +518,10 @@ mod tests {
     // joins again it is up and no longer `ended`.
     #[test]
     fn a_closed_session_is_recorded_as_ended() {
-        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
         let addr = mh.addr().to_string();
-        let obs = MhClient::join(MhConfig { role: Role::Observer, ..cfg(&addr, b"correct-secret", "obs") }).unwrap();
-        let a = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
+        let obs = MhClient::join(MhConfig { role: Role::Observer, ..cfg(&addr, SECRET, "obs") }).unwrap();
+        let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
         let id = a.node_id();
         let status = |id| obs.nodes().unwrap().into_iter().find(|n| n.info.id == id).unwrap();
         assert!(status(id).up && !status(id).ended);
@@ -519,7 +532,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert!(status(id).ended, "a closed session ends the node");
-        let back = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
+        let back = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
         assert_eq!(back.node_id(), id);
         assert!(status(id).up && !status(id).ended);
     }
@@ -533,7 +546,7 @@ mod tests {
         use crate::sessions::{ADMISSION_TIMEOUT, PRE_ADMISSION_MAX};
         use std::io::Write;
         use std::time::{Duration, Instant};
-        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
         let addr = mh.addr();
         // 2000 held open (fewer only where this process may not open that many files: said).
         let mut idle = Vec::with_capacity(2000);
@@ -549,7 +562,7 @@ mod tests {
         }
         assert!(idle.len() > 2 * PRE_ADMISSION_MAX, "{} connections", idle.len());
         let t = Instant::now();
-        let a = MhClient::join(cfg(&addr.to_string(), b"correct-secret", "a")).expect("a node joins");
+        let a = MhClient::join(cfg(&addr.to_string(), SECRET, "a")).expect("a node joins");
         assert!(t.elapsed() < Duration::from_secs(2), "joined after {:?}", t.elapsed());
         assert!(a.node_id() >= 1);
         let waiting = mh
@@ -580,8 +593,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rw-mh-damaged-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         {
-            let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
-            let c = MhClient::join(cfg(&mh.addr().to_string(), b"correct-secret", "n1")).unwrap();
+            let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+            let c = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "n1")).unwrap();
             c.register(NodeInfo { host: "h".into(), ..NodeInfo::default() }).unwrap();
             let key = "00".repeat(16);
             c.publish(RegionEntry { name: "r1".into(), node: c.node_id(), region: 7, key, len: 64 }).unwrap();
@@ -591,19 +604,16 @@ mod tests {
         }
         std::fs::write(dir.join("state.json"), b"{ not json").unwrap();
         {
-            let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").expect("starts from the copy");
-            let o = MhClient::join(MhConfig {
-                role: Role::Observer,
-                ..cfg(&mh.addr().to_string(), b"correct-secret", "o")
-            })
-            .unwrap();
+            let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).expect("starts from the copy");
+            let o =
+                MhClient::join(MhConfig { role: Role::Observer, ..cfg(&mh.addr().to_string(), SECRET, "o") }).unwrap();
             assert_eq!(o.lookup("r1").unwrap().region, 7);
             assert_eq!(o.nodes().unwrap()[0].info.host, "h");
             mh.stop();
         }
         std::fs::write(dir.join("state.json"), b"{ not json").unwrap();
         std::fs::write(dir.join("state.json.prev"), b"nor this").unwrap();
-        match ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret") {
+        match ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET) {
             Err(MhError::Config(m)) => assert!(m.contains("state.json") && m.contains("damaged"), "{m}"),
             other => panic!("started on two damaged files: {other:?}"),
         }
@@ -618,8 +628,8 @@ mod tests {
     fn refused_changes_leave_no_trace() {
         let dir = std::env::temp_dir().join(format!("rw-mh-nosave-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
-        let c = MhClient::join(cfg(&mh.addr().to_string(), b"correct-secret", "n1")).unwrap();
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+        let c = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "n1")).unwrap();
         let bad_link = NodeInfo { links: vec!["not-an-address".into()], ..NodeInfo::default() };
         assert!(matches!(c.register(bad_link), Err(MhError::Refused(_))));
         assert!(matches!(
@@ -643,23 +653,26 @@ mod tests {
     #[test]
     fn unauthenticated_requests_end_the_session() {
         use std::io::{BufRead, Write};
-        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
         let stream = TcpStream::connect(mh.addr()).unwrap();
         stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
         let (mut w, mut r) = (stream.try_clone().unwrap(), BufReader::new(stream));
         let (nonce, eph) = (auth::nonce(), Ephemeral::generate());
+        let (pake, msg) = auth::Pake::start(SECRET, true, &crate::proto::admission_context("o"));
         let hello = Hello {
             name: "o".into(),
             role: "observer".into(),
             nonce: to_hex(&nonce),
             key: None,
             ephemeral: eph.public.clone(),
+            pake: to_hex(&msg),
         };
         write_json(&mut w, &hello).unwrap();
         let ch: Challenge = recv(&mut r).unwrap();
         let server_nonce = from_hex(&ch.nonce).unwrap();
-        let proof = auth::prove(b"correct-secret", "rackwire-mh-client", &server_nonce, b"o");
-        let mut channel = eph.channel(&ch.ephemeral, b"correct-secret", &nonce, &server_nonce, true).unwrap();
+        let key = pake.finish(&from_hex(&ch.pake).unwrap()).unwrap();
+        let proof = key.confirm(crate::proto::CONFIRM_CLIENT, &crate::proto::admission_transcript(&hello, &ch));
+        let mut channel = eph.channel(&ch.ephemeral, SECRET, &nonce, &server_nonce, true).unwrap();
         write_json(&mut w, &Proof { proof: to_hex(&proof), signature: None }).unwrap();
         assert!(matches!(recv::<Admission>(&mut r).unwrap(), Admission::Welcome { .. }));
         let sealed = channel.seal(r#"{"op":"nodes"}"#);
@@ -672,15 +685,55 @@ mod tests {
         assert_eq!(r.read_line(&mut line).unwrap_or(0), 0, "answered an unauthenticated request: {line}");
     }
 
+    // Checks that admission gives a caller without the secret nothing to test guesses of it
+    // offline: a caller that speaks with a wrong secret gets the management host's challenge,
+    // but neither a secret-keyed HMAC of what it saw (what the host sent before) nor a fresh
+    // exchange with the right secret checks against the host's proof, so even a guess that
+    // happens to be right cannot be told from a wrong one. An eavesdropper sees less.
+    #[test]
+    fn admission_gives_no_offline_test_of_a_guessed_secret() {
+        let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+        let stream = TcpStream::connect(mh.addr()).unwrap();
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let (mut w, mut r) = (stream.try_clone().unwrap(), BufReader::new(stream));
+        let ctx = crate::proto::admission_context("guesser");
+        let (_, msg) = auth::Pake::start(b"a-wrong-guess-0123456789", true, &ctx);
+        let nonce = auth::nonce();
+        let hello = Hello {
+            name: "guesser".into(),
+            role: "observer".into(),
+            nonce: to_hex(&nonce),
+            key: None,
+            ephemeral: Ephemeral::generate().public.clone(),
+            pake: to_hex(&msg),
+        };
+        write_json(&mut w, &hello).unwrap();
+        let ch: Challenge = recv(&mut r).unwrap();
+        let proof = from_hex(&ch.proof).unwrap();
+        let transcript = crate::proto::admission_transcript(&hello, &ch);
+        // The right secret as an offline guess: an HMAC keyed by it, over anything seen...
+        let keyed = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET);
+        for seen in [&nonce[..], &transcript, ctx.as_slice()] {
+            for label in [crate::proto::CONFIRM_SERVER, "rackwire-mh-server"] {
+                let tag = ring::hmac::sign(&keyed, &[label.as_bytes(), &[0], seen].concat());
+                assert_ne!(tag.as_ref(), &proof[..]);
+            }
+        }
+        // ... or a whole exchange run again with it.
+        let (again, _) = auth::Pake::start(SECRET, true, &ctx);
+        let key = again.finish(&from_hex(&ch.pake).unwrap()).unwrap();
+        assert!(!key.check(crate::proto::CONFIRM_SERVER, &transcript, &proof), "a right guess checked offline");
+    }
+
     // Checks that a node may publish, unpublish and record grants only for its own regions:
     // each such request about another node's region is refused, and the other node's
     // publication stays.
     #[test]
     fn a_node_cannot_speak_for_another_nodes_regions() {
-        let mh = ManagementHost::start("127.0.0.1:0", None, b"correct-secret").unwrap();
+        let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
         let addr = mh.addr().to_string();
-        let a = MhClient::join(cfg(&addr, b"correct-secret", "a")).unwrap();
-        let b = MhClient::join(cfg(&addr, b"correct-secret", "b")).unwrap();
+        let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
+        let b = MhClient::join(cfg(&addr, SECRET, "b")).unwrap();
         let entry = RegionEntry { name: "ra".into(), node: a.node_id(), region: 1, key: "00".repeat(16), len: 64 };
         a.publish(entry.clone()).unwrap();
         assert!(matches!(b.publish(RegionEntry { name: "rb".into(), ..entry.clone() }), Err(MhError::Refused(_))));
@@ -703,8 +756,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let entry = RegionEntry { name: "r1".into(), node: 0, region: 7, key: "00".repeat(16), len: 4096 };
         {
-            let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
-            let c = MhClient::join(cfg(&mh.addr().to_string(), b"correct-secret", "n1")).unwrap();
+            let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+            let c = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "n1")).unwrap();
             c.register(NodeInfo { host: "h".into(), pid: 1, ..NodeInfo::default() }).unwrap();
             c.publish(RegionEntry { node: c.node_id(), ..entry.clone() }).unwrap();
             drop(c);
@@ -713,10 +766,9 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.join("state.json")).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "the state (every region's key) is readable by its owner only");
-        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), b"correct-secret").unwrap();
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
         let o =
-            MhClient::join(MhConfig { role: Role::Observer, ..cfg(&mh.addr().to_string(), b"correct-secret", "obs") })
-                .unwrap();
+            MhClient::join(MhConfig { role: Role::Observer, ..cfg(&mh.addr().to_string(), SECRET, "obs") }).unwrap();
         let found = o.lookup("r1").unwrap();
         assert_eq!(found.region, 7);
         let nodes = o.nodes().unwrap();

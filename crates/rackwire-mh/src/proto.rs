@@ -104,6 +104,9 @@ pub struct Hello {
     pub key: Option<String>,
     /// The client's ephemeral X25519 key for the session's authenticated lines, hex.
     pub ephemeral: String,
+    /// The client's message of the exchange over the fabric secret
+    /// ([`crate::auth::Pake`], the client speaking first), hex.
+    pub pake: String,
 }
 
 /// The server's answer to [`Hello`].
@@ -111,16 +114,50 @@ pub struct Hello {
 pub struct Challenge {
     /// Server nonce, hex.
     pub nonce: String,
-    /// The server's proof over the client nonce, hex.
+    /// The server's confirmation of the exchange's key over [`admission_transcript`], hex.
     pub proof: String,
     /// The server's ephemeral X25519 key, hex.
     pub ephemeral: String,
+    /// The server's message of the exchange over the fabric secret, hex.
+    pub pake: String,
 }
 
-/// The client's proof over the server nonce, hex.
+/// What names an admission's exchange over the secret (both ends give the same).
+pub fn admission_context(name: &str) -> Vec<u8> {
+    format!("rackwire-mh admission {name}").into_bytes()
+}
+
+/// Labels of the server's and the client's confirmations.
+pub const CONFIRM_SERVER: &str = "rackwire-mh-server";
+/// See [`CONFIRM_SERVER`].
+pub const CONFIRM_CLIENT: &str = "rackwire-mh-client";
+
+/// What both ends of an admission confirm under the key of their exchange: everything either
+/// said before the confirmations (names, nonces, keys, exchange messages).
+pub fn admission_transcript(hello: &Hello, ch: &Challenge) -> Vec<u8> {
+    let fields = [
+        hello.name.as_str(),
+        &hello.role,
+        &hello.nonce,
+        hello.key.as_deref().unwrap_or(""),
+        &hello.ephemeral,
+        &hello.pake,
+        &ch.nonce,
+        &ch.ephemeral,
+        &ch.pake,
+    ];
+    let mut t = b"rackwire-mh-admission-v2".to_vec();
+    for f in fields {
+        t.extend_from_slice(&(f.len() as u32).to_be_bytes());
+        t.extend_from_slice(f.as_bytes());
+    }
+    t
+}
+
+/// The client's confirmation of the exchange's key, hex.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Proof {
-    /// Hex proof.
+    /// Hex confirmation over [`admission_transcript`].
     pub proof: String,
     /// A node's signature, hex, with the key it named, of the server nonce, its name and key
     /// (observers: none).

@@ -15,6 +15,7 @@ use crate::auth::{self, from_hex, to_hex};
 use crate::channel::{Channel, Ephemeral};
 use crate::identity;
 use crate::jobs::{Jobs, Post};
+use crate::proto;
 use crate::proto::*;
 use crate::sessions::{Sessions, ADMISSION_LINE_BYTES_MAX, ADMISSION_TIMEOUT};
 use crate::state::Store;
@@ -278,16 +279,26 @@ fn admit(
         .filter(|n| n.len() == auth::NONCE_BYTES)
         .ok_or_else(|| MhError::Protocol("bad nonce".into()))?;
     let server_nonce = auth::nonce();
-    let ctx = hello.name.as_bytes();
-    let proof = auth::prove(&shared.secret, "rackwire-mh-server", &client_nonce, ctx);
+    // The exchange over the secret: this side proves nothing anyone could test a guess of the
+    // secret against (see `auth::Pake`).
+    let (pake, server_pake) = auth::Pake::start(&shared.secret, false, &proto::admission_context(&hello.name));
+    let key = from_hex(&hello.pake)
+        .and_then(|m| pake.finish(&m))
+        .ok_or_else(|| MhError::Protocol("a malformed exchange message".into()))?;
     let eph = Ephemeral::generate();
     let ephemerals = [hello.ephemeral.clone(), eph.public.clone()];
-    let challenge = Challenge { nonce: to_hex(&server_nonce), proof: to_hex(&proof), ephemeral: eph.public.clone() };
+    let mut challenge = Challenge {
+        nonce: to_hex(&server_nonce),
+        proof: String::new(),
+        ephemeral: eph.public.clone(),
+        pake: to_hex(&server_pake),
+    };
+    let transcript = proto::admission_transcript(&hello, &challenge);
+    challenge.proof = to_hex(&key.confirm(proto::CONFIRM_SERVER, &transcript));
     write_json(w, &challenge).map_err(io_err)?;
     read_line(r, &mut line).map_err(io_err)?.ok_or_else(|| MhError::Protocol("closed before proof".into()))?;
     let client_proof: Proof = parse(&line)?;
-    let ok = from_hex(&client_proof.proof)
-        .is_some_and(|p| auth::verify(&shared.secret, "rackwire-mh-client", &server_nonce, ctx, &p));
+    let ok = from_hex(&client_proof.proof).is_some_and(|p| key.check(proto::CONFIRM_CLIENT, &transcript, &p));
     let count = |outcome: &'static str| *lock(&shared.admissions).entry(outcome).or_insert(0) += 1;
     let deny = |w: &mut TcpStream, reason: &str| {
         count("refused");

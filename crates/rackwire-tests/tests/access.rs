@@ -90,7 +90,7 @@ fn refused_accesses_have_distinct_errors_and_touch_nothing() {
 #[test]
 fn wrong_secret_cannot_join() {
     let mh = TestMh::start("secret");
-    let mut intruder = Node::spawn_with_secret(&mh.addr, "intruder", "not-the-secret");
+    let mut intruder = Node::spawn_with_secret(&mh.addr, "intruder", "not-the-secret-0123456789");
     let line = intruder.line();
     assert!(line.starts_with("join-failed denied"), "{line}");
     assert_eq!(intruder.wait().code(), Some(2));

@@ -155,12 +155,29 @@ fn a_shared_memory_handshake_claiming_another_nodes_id_is_refused() {
     let info = record(&mh.addr, owner.id());
     let sock = rackwire_shm::ControlSocket::connect(Path::new(info.shm_path.as_deref().unwrap())).unwrap();
     let (from, to) = (bee.id(), owner.id());
-    let challenge =
-        control(&sock, serde_json::json!({"t": "hello", "from": from, "to": to, "nonce": to_hex(&[3u8; 32])}));
+    // The exchange over the secret, done right (this process holds the secret).
+    let ctx = format!("rackwire-shm {from}->{to}");
+    let (pake, my_pake) = rackwire_mh::auth::Pake::start(SECRET.as_bytes(), true, ctx.as_bytes());
+    let my_nonce = [3u8; 32];
+    let hello =
+        serde_json::json!({"t": "hello", "from": from, "to": to, "nonce": to_hex(&my_nonce), "pake": to_hex(&my_pake)});
+    let challenge = control(&sock, hello);
     assert_eq!(challenge["t"], "challenge", "{challenge}");
     let their_nonce = from_hex(challenge["nonce"].as_str().unwrap()).unwrap();
-    let ctx = format!("rackwire-shm {from}->{to}");
-    let proof = rackwire_mh::auth::prove(SECRET.as_bytes(), "rackwire-peer-initiator", &their_nonce, ctx.as_bytes());
+    let their_pake = from_hex(challenge["pake"].as_str().unwrap()).unwrap();
+    let key = pake.finish(&their_pake).expect("the owner's exchange message");
+    // The transcript as the shared-memory handshake lays it out (labelled for the initiator).
+    let transcript = [
+        &b"rackwire-shm-initiator\0rackwire-shm-handshake-v2"[..],
+        &from.to_be_bytes(),
+        &to.to_be_bytes(),
+        &my_nonce,
+        &their_nonce,
+        &my_pake,
+        &their_pake,
+    ]
+    .concat();
+    let proof = key.confirm("rackwire-peer-initiator", &transcript);
     let mallory = Identity::generate().unwrap().0;
     let signature = mallory.sign(b"anything: the key is not the node's");
     let answer =

@@ -1,40 +1,84 @@
-//! Mutual authentication by a shared secret, without sending the secret.
+//! Mutual authentication by a shared secret, without sending the secret and without giving
+//! anyone a way to test guesses of it offline.
 //!
-//! Each side sends a fresh random nonce; each proves it holds the secret by returning
-//! HMAC-SHA256(secret, label ‖ the other side's nonce ‖ context). Labels differ by direction,
-//! so a proof cannot be reflected back, and nonces are fresh per connection, so a recorded
-//! proof cannot be replayed.
+//! Both sides run SPAKE2 ([`Pake`]), a password-authenticated key exchange, over the secret:
+//! each sends one message and both end with the same key if, and only if, both used the same
+//! secret. Neither what crosses the wire nor a failed exchange with an impostor tells anything
+//! that would check a guess of the secret: an impostor gets one guess per exchange, online,
+//! where it is seen and counted. Each side then proves it holds the key by an HMAC-SHA256 of
+//! the exchange's transcript under it ([`SharedKey::confirm`]); labels differ by direction, so
+//! a proof cannot be reflected back, and every exchange is fresh, so none can be replayed.
 
 use ring::hmac;
+use spake2::{Ed25519Group, Identity, Password, Spake2};
 
 /// Bytes in a nonce.
 pub const NONCE_BYTES: usize = 32;
-/// Bytes in a proof.
-pub const PROOF_BYTES: usize = 32;
-/// The shortest secret accepted.
-pub const SECRET_BYTES_MIN: usize = 8;
+/// The shortest secret accepted: 16 bytes. Guessing is online only (one guess per exchange,
+/// see [`Pake`]), and a secret of 16 random bytes is out of reach even of offline guessing;
+/// `rackwire rack` and the examples make secrets of 32 random bytes.
+pub const SECRET_BYTES_MIN: usize = 16;
+/// Bytes of one side's message of the key exchange.
+pub const PAKE_MSG_BYTES: usize = 33;
+/// Bytes of a key confirmation.
+pub const CONFIRM_BYTES: usize = 32;
 
-fn message(label: &str, nonce: &[u8], context: &[u8]) -> Vec<u8> {
-    let mut m = Vec::with_capacity(label.len() + 1 + nonce.len() + 4 + context.len());
-    m.extend_from_slice(label.as_bytes());
-    m.push(0);
-    m.extend_from_slice(nonce);
-    m.extend_from_slice(&(context.len() as u32).to_le_bytes());
-    m.extend_from_slice(context);
-    m
+/// One side of a SPAKE2 exchange over the fabric secret (see the module documentation).
+pub struct Pake {
+    inner: Spake2<Ed25519Group>,
 }
 
-/// The proof that we hold `secret`, answering the peer's `nonce`.
-pub fn prove(secret: &[u8], label: &str, nonce: &[u8], context: &[u8]) -> [u8; PROOF_BYTES] {
-    let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, secret), &message(label, nonce, context));
-    let mut out = [0u8; PROOF_BYTES];
-    out.copy_from_slice(tag.as_ref());
-    out
+impl std::fmt::Debug for Pake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pake")
+    }
 }
 
-/// Check a peer's proof in constant time.
-pub fn verify(secret: &[u8], label: &str, nonce: &[u8], context: &[u8], proof: &[u8]) -> bool {
-    hmac::verify(&hmac::Key::new(hmac::HMAC_SHA256, secret), &message(label, nonce, context), proof).is_ok()
+impl Pake {
+    /// Start an exchange over `secret`, as the side that speaks `first` or the other; both
+    /// sides name the exchange with the same `context` (what it is for, and between whom).
+    /// Returns the state to finish with and the message to send.
+    pub fn start(secret: &[u8], first: bool, context: &[u8]) -> (Pake, [u8; PAKE_MSG_BYTES]) {
+        let a = Identity::new(&[b"rackwire-first\0", context].concat());
+        let b = Identity::new(&[b"rackwire-second\0", context].concat());
+        let pw = Password::new(secret);
+        let (inner, msg) = if first { Spake2::start_a(&pw, &a, &b) } else { Spake2::start_b(&pw, &a, &b) };
+        let mut out = [0u8; PAKE_MSG_BYTES];
+        out.copy_from_slice(&msg);
+        (Pake { inner }, out)
+    }
+
+    /// The key of the exchange, from the other side's message: the same on both sides when
+    /// both used the same secret, unrelated keys otherwise (the confirmations then fail).
+    /// None for a malformed message (or one from the same side).
+    pub fn finish(self, theirs: &[u8]) -> Option<SharedKey> {
+        let k = self.inner.finish(theirs).ok()?;
+        Some(SharedKey(hmac::Key::new(hmac::HMAC_SHA256, &k)))
+    }
+}
+
+/// The key both sides of a [`Pake`] exchange hold, to prove it and to derive from.
+pub struct SharedKey(hmac::Key);
+
+impl std::fmt::Debug for SharedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedKey")
+    }
+}
+
+impl SharedKey {
+    /// This side's proof that it holds the key: HMAC-SHA256(key, label ‖ 0 ‖ transcript).
+    pub fn confirm(&self, label: &str, transcript: &[u8]) -> [u8; CONFIRM_BYTES] {
+        let tag = hmac::sign(&self.0, &[label.as_bytes(), &[0], transcript].concat());
+        let mut out = [0u8; CONFIRM_BYTES];
+        out.copy_from_slice(tag.as_ref());
+        out
+    }
+
+    /// Check the other side's proof, in constant time.
+    pub fn check(&self, label: &str, transcript: &[u8], proof: &[u8]) -> bool {
+        hmac::verify(&self.0, &[label.as_bytes(), &[0], transcript].concat(), proof).is_ok()
+    }
 }
 
 /// Lower-case hex.
@@ -54,27 +98,38 @@ pub fn from_hex(s: &str) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
-    // Checks that a proof verifies only with the same secret, label, nonce and context: a
-    // wrong secret, a reflected label, or a replay against a new nonce all fail.
+    // Checks the key exchange: two sides with the same secret and context end with the same
+    // key (each side's confirmation checks on the other); a different secret, a different
+    // context, or two sides both speaking first end with keys whose confirmations fail; a
+    // malformed message finishes nothing. Messages differ from run to run (fresh randomness).
     #[test]
-    fn proofs_bind_secret_label_and_nonce() {
-        let n1 = [1u8; NONCE_BYTES];
-        let n2 = [2u8; NONCE_BYTES];
-        let p = prove(b"secret-1", "client", &n1, b"ctx");
-        assert!(verify(b"secret-1", "client", &n1, b"ctx", &p));
-        assert!(!verify(b"secret-2", "client", &n1, b"ctx", &p));
-        assert!(!verify(b"secret-1", "server", &n1, b"ctx", &p));
-        assert!(!verify(b"secret-1", "client", &n2, b"ctx", &p));
-        assert!(!verify(b"secret-1", "client", &n1, b"other", &p));
-    }
-
-    // Checks the proof is RFC 2104 HMAC-SHA256 over the documented message: the value for a
-    // fixed input equals one computed independently (Python's hmac module, same bytes).
-    #[test]
-    fn proof_is_hmac_sha256_of_the_documented_message() {
-        let p = prove(b"key", "L", b"n", b"c");
-        // hmac.new(b"key", b"L\x00n\x01\x00\x00\x00c", hashlib.sha256).hexdigest()
-        assert_eq!(to_hex(&p), "32aab971bbb93aa95b9ee6b49a1382171b04f8a647f31e702e429bcd79880187");
+    fn pake_agrees_only_on_the_same_secret_and_context() {
+        let run = |s1: &[u8], s2: &[u8], c1: &[u8], c2: &[u8], second_first: bool| {
+            let (a, ma) = Pake::start(s1, true, c1);
+            let (b, mb) = Pake::start(s2, second_first, c2);
+            let (ka, kb) = (a.finish(&mb), b.finish(&ma));
+            match (ka, kb) {
+                (Some(ka), Some(kb)) => kb.check("first", b"t", &ka.confirm("first", b"t")),
+                _ => false,
+            }
+        };
+        let s = b"0123456789abcdef-secret";
+        assert!(run(s, s, b"ctx", b"ctx", false));
+        assert!(!run(s, b"0123456789abcdef-wrong!", b"ctx", b"ctx", false));
+        assert!(!run(s, s, b"ctx", b"other", false));
+        assert!(!run(s, s, b"ctx", b"ctx", true), "two first sides never agree");
+        let (a, _) = Pake::start(s, true, b"ctx");
+        assert!(a.finish(&[0u8; 5]).is_none());
+        let (_, m1) = Pake::start(s, true, b"ctx");
+        let (_, m2) = Pake::start(s, true, b"ctx");
+        assert_ne!(m1, m2);
+        // A proof is bound to its label and transcript.
+        let (a, ma) = Pake::start(s, true, b"ctx");
+        let (b, mb) = Pake::start(s, false, b"ctx");
+        let (ka, kb) = (a.finish(&mb).unwrap(), b.finish(&ma).unwrap());
+        let p = ka.confirm("first", b"t");
+        assert!(kb.check("first", b"t", &p));
+        assert!(!kb.check("second", b"t", &p) && !kb.check("first", b"u", &p));
     }
 
     // Checks hex round trip and rejection of bad input.

@@ -392,7 +392,7 @@ mod tests {
     fn reads_toml_and_refuses_unknown_keys() {
         let dir = std::env::temp_dir().join(format!("rw-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("secret"), "s3cret-value\n").unwrap();
+        std::fs::write(dir.join("secret"), "s3cret-value-0123456789\n").unwrap();
         let chmod = |mode| std::fs::set_permissions(dir.join("secret"), PermissionsExt::from_mode(mode)).unwrap();
         chmod(0o644);
         let open = FabricConfig::from_file(&{
@@ -416,7 +416,7 @@ mod tests {
         )
         .unwrap();
         let c = FabricConfig::from_file(&good).unwrap();
-        assert_eq!(c.secret, b"s3cret-value");
+        assert_eq!(c.secret, b"s3cret-value-0123456789");
         assert_eq!(c.copy_channels, 3);
         assert_eq!(c.name, "n1");
         assert_eq!(c.key_path(), PathBuf::from("/s/keys/n1.key"));

@@ -1,19 +1,22 @@
-//! The handshake: each end proves it holds the fabric secret (an HMAC over the other's nonce)
-//! and that it is the node it claims to be (its node key's signature of the transcript,
-//! checked against the key the caller knows for that node), the two agree on a frame size
-//! both can take, and, from ephemeral X25519 keys in the first two steps, on the keys that
-//! seal every later frame (see [`crate::seal`]).
+//! The handshake: each end proves it holds the fabric secret (a SPAKE2 exchange over it, then
+//! an HMAC of the transcript under the key it gave: see [`rackwire_wire::auth`], which is why
+//! neither an eavesdropper nor an impostor can test guesses of the secret offline) and that it
+//! is the node it claims to be (its node key's signature of the transcript, checked against
+//! the key the caller knows for that node), the two agree on a frame size both can take, and,
+//! from ephemeral X25519 keys in the first two steps, on the keys that seal every later frame
+//! (see [`crate::seal`]).
 //!
 //! ```text
 //! initiator                                   acceptor
-//!   Hello     nonce_i, eph_i, seal_i   ──▶
-//!             ◀──   Challenge  nonce_a, eph_a, seal_a, hmac(nonce_i), sig_a(transcript)
-//!   Proof     hmac(nonce_a), sig_i(transcript)   ──▶
+//!   Hello     nonce_i, eph_i, seal_i, pake_i   ──▶
+//!         ◀──   Challenge  nonce_a, eph_a, seal_a, pake_a, confirm_a(transcript), sig_a(transcript)
+//!   Proof     confirm_i(transcript), sig_i(transcript)   ──▶
 //!             ◀──   Done
 //! ```
 //!
-//! The transcript holds both node ids, both connection ids, both nonces, both ephemeral keys
-//! and both seal wishes, so nothing in it can be swapped by someone in the middle.
+//! The transcript holds both node ids, both connection ids, both nonces, both ephemeral keys,
+//! both exchange messages and both seal wishes, so nothing in it can be swapped by someone in
+//! the middle.
 
 use std::sync::Arc;
 
@@ -63,8 +66,47 @@ pub(super) struct Handshake {
     pub(super) ephemeral: rackwire_wire::kx::Ephemeral,
     pub(super) their_ephemeral: [u8; 32],
     pub(super) their_seal: bool,
+    /// This end's side of the exchange over the secret, until the peer's message finishes it,
+    /// and this end's message (sent again with a repeated step).
+    pake: Option<auth::Pake>,
+    my_pake: [u8; auth::PAKE_MSG_BYTES],
+    their_pake: [u8; auth::PAKE_MSG_BYTES],
+    /// The key the exchange gave.
+    key: Option<auth::SharedKey>,
     /// This end's signature, once made (sent again with a repeated step).
     pub(super) signature: Option<[u8; 64]>,
+}
+
+impl Handshake {
+    pub(super) fn new(creds: &Credentials, peer_key: PublicKey, role: Role, me: u32, peer: u32) -> Handshake {
+        let (initiator, acceptor) = if role == Role::Initiator { (me, peer) } else { (peer, me) };
+        let (pake, my_pake) = auth::Pake::start(&creds.secret, role == Role::Initiator, &context(initiator, acceptor));
+        Handshake {
+            creds: creds.clone(),
+            peer_key,
+            ephemeral: rackwire_wire::kx::Ephemeral::generate(),
+            their_ephemeral: [0; 32],
+            their_seal: false,
+            pake: Some(pake),
+            my_pake,
+            their_pake: [0; auth::PAKE_MSG_BYTES],
+            key: None,
+            signature: None,
+        }
+    }
+
+    /// Finish the exchange with the peer's message. False when it is malformed (or the
+    /// exchange was finished already).
+    fn finish(&mut self, theirs: [u8; auth::PAKE_MSG_BYTES]) -> bool {
+        self.their_pake = theirs;
+        self.key = self.pake.take().and_then(|p| p.finish(&theirs));
+        self.key.is_some()
+    }
+
+    /// Whether `proof` is the peer's confirmation, under `label`, of `transcript`.
+    fn confirmed(&self, label: &str, transcript: &[u8], proof: &[u8]) -> bool {
+        self.key.as_ref().is_some_and(|k| k.check(label, transcript, proof))
+    }
 }
 
 impl Connection {
@@ -96,14 +138,20 @@ impl Connection {
                 self.hs.creds.seal,
             ),
         };
+        let (i_pake, a_pake) = match self.role {
+            Role::Initiator => (&self.hs.my_pake, &self.hs.their_pake),
+            Role::Acceptor => (&self.hs.their_pake, &self.hs.my_pake),
+        };
         let mut t = Vec::with_capacity(200);
-        t.extend_from_slice(b"rackwire-edge-handshake-v2");
+        t.extend_from_slice(b"rackwire-edge-handshake-v3");
         for v in [i, a, i_conn, a_conn] {
             t.extend_from_slice(&v.to_be_bytes());
         }
         for b in [i_nonce, a_nonce, i_eph, a_eph] {
             t.extend_from_slice(b);
         }
+        t.extend_from_slice(i_pake);
+        t.extend_from_slice(a_pake);
         t.extend_from_slice(&[i_seal as u8, a_seal as u8]);
         t
     }
@@ -157,7 +205,7 @@ impl Connection {
                 self.their_nonce = h.nonce;
                 self.hs.their_ephemeral = h.ephemeral;
                 self.hs.their_seal = h.seal;
-                if !self.agree_keys() {
+                if !self.hs.finish(h.pake) || !self.agree_keys() {
                     self.auth_failed();
                     return;
                 }
@@ -172,10 +220,7 @@ impl Connection {
                     self.handshake_next(HandshakeStep::Done);
                     return;
                 }
-                let ctx = context(self.peer, self.me);
-                if auth::verify(&self.hs.creds.secret, LABEL_INITIATOR, &self.my_nonce, &ctx, &h.proof)
-                    && self.peer_signed(&h.signature)
-                {
+                if self.hs.confirmed(LABEL_INITIATOR, &self.transcript(), &h.proof) && self.peer_signed(&h.signature) {
                     self.established(now);
                     self.handshake_next(HandshakeStep::Done);
                 } else {
@@ -193,16 +238,15 @@ impl Connection {
                     }
                     return;
                 }
-                let ctx = context(self.me, self.peer);
-                if !auth::verify(&self.hs.creds.secret, LABEL_ACCEPTOR, &self.my_nonce, &ctx, &h.proof) {
-                    self.auth_failed();
-                    return;
-                }
                 self.peer_conn = h.conn;
                 self.their_nonce = h.nonce;
                 self.hs.their_ephemeral = h.ephemeral;
                 self.hs.their_seal = h.seal;
-                if !self.peer_signed(&h.signature) || !self.agree_keys() {
+                if !self.hs.finish(h.pake)
+                    || !self.hs.confirmed(LABEL_ACCEPTOR, &self.transcript(), &h.proof)
+                    || !self.peer_signed(&h.signature)
+                    || !self.agree_keys()
+                {
                     self.auth_failed();
                     return;
                 }
@@ -271,16 +315,12 @@ impl Connection {
                 return None;
             }
         }
-        let secret = &self.hs.creds.secret;
-        let (proof, nonce) = match step {
-            HandshakeStep::Hello => ([0u8; 32], self.my_nonce),
-            HandshakeStep::Challenge => {
-                (auth::prove(secret, LABEL_ACCEPTOR, &self.their_nonce, &context(self.peer, self.me)), self.my_nonce)
-            }
-            HandshakeStep::Proof => {
-                (auth::prove(secret, LABEL_INITIATOR, &self.their_nonce, &context(self.me, self.peer)), [0u8; 32])
-            }
-            HandshakeStep::Done => ([0u8; 32], [0u8; 32]),
+        let confirm = |label| self.hs.key.as_ref().map_or([0u8; 32], |k| k.confirm(label, &self.transcript()));
+        let (proof, nonce, pake) = match step {
+            HandshakeStep::Hello => ([0u8; 32], self.my_nonce, self.hs.my_pake),
+            HandshakeStep::Challenge => (confirm(LABEL_ACCEPTOR), self.my_nonce, self.hs.my_pake),
+            HandshakeStep::Proof => (confirm(LABEL_INITIATOR), [0u8; 32], [0u8; auth::PAKE_MSG_BYTES]),
+            HandshakeStep::Done => ([0u8; 32], [0u8; 32], [0u8; auth::PAKE_MSG_BYTES]),
         };
         let signature = match step {
             HandshakeStep::Challenge | HandshakeStep::Proof => self.hs.signature.unwrap_or([0; 64]),
@@ -298,6 +338,7 @@ impl Connection {
             ephemeral: self.hs.ephemeral.public,
             signature,
             seal: self.hs.creds.seal,
+            pake,
         };
         let link = self.hs_rr % self.links.len();
         self.hs_rr += 1;

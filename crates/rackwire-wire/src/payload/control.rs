@@ -41,10 +41,13 @@ pub struct HandshakeRepr {
     pub signature: [u8; 64],
     /// The sender wants frames sealed (frames are sealed when either end wants it).
     pub seal: bool,
+    /// The sender's message of the password-authenticated key exchange over the fabric
+    /// secret (Hello, Challenge; see [`crate::auth::Pake`]).
+    pub pake: [u8; crate::auth::PAKE_MSG_BYTES],
 }
 
 /// Bytes of a handshake payload.
-pub const HANDSHAKE_LEN: usize = 180;
+pub const HANDSHAKE_LEN: usize = 212;
 
 /// The smallest frame a link may carry: a header, a full segment header, 64 bytes of body
 /// and a sealed frame's trailer. A handshake announcing less is refused.
@@ -64,7 +67,8 @@ mod handshake_field {
     pub const EPHEMERAL: Range<usize> = 80..112;
     pub const SIGNATURE: Range<usize> = 112..176;
     pub const SEAL: usize = 176;
-    pub const RESERVED: Range<usize> = 177..180;
+    pub const PAKE: Range<usize> = 177..210;
+    pub const RESERVED: Range<usize> = 210..212;
 }
 const _: () = assert!(handshake_field::RESERVED.end == HANDSHAKE_LEN);
 
@@ -102,6 +106,8 @@ impl HandshakeRepr {
             return Err(WireError::BadValue { field: "handshake seal" });
         }
         zero(&b[f::RESERVED], "handshake reserved")?;
+        let mut pake = [0u8; crate::auth::PAKE_MSG_BYTES];
+        pake.copy_from_slice(&b[f::PAKE]);
         Ok(HandshakeRepr {
             step,
             links: b[f::LINKS],
@@ -114,6 +120,7 @@ impl HandshakeRepr {
             ephemeral,
             signature,
             seal: b[f::SEAL] == 1,
+            pake,
         })
     }
     /// Write it into [`HANDSHAKE_LEN`] bytes.
@@ -135,6 +142,7 @@ impl HandshakeRepr {
         b[f::EPHEMERAL].copy_from_slice(&self.ephemeral);
         b[f::SIGNATURE].copy_from_slice(&self.signature);
         b[f::SEAL] = self.seal as u8;
+        b[f::PAKE].copy_from_slice(&self.pake);
         b[f::RESERVED].fill(0);
     }
 }

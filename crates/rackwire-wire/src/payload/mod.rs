@@ -215,7 +215,10 @@ mod tests {
                 let mut signature = [0u8; 64];
                 signature[..32].copy_from_slice(&sig_half);
                 signature[32..].copy_from_slice(&nonce);
-                let h = HandshakeRepr { step, links, mtu, from, to, conn, nonce, proof, ephemeral, signature, seal };
+                let mut pake = [0u8; crate::auth::PAKE_MSG_BYTES];
+                pake[..32].copy_from_slice(&proof);
+                pake[32] = links;
+                let h = HandshakeRepr { step, links, mtu, from, to, conn, nonce, proof, ephemeral, signature, seal, pake };
                 let mut b = [0u8; HANDSHAKE_LEN];
                 h.emit(&mut b);
                 prop_assert_eq!(HandshakeRepr::parse(&b).unwrap(), h);

@@ -14,18 +14,32 @@ pub(super) const NOTIFY_RECORD_BYTES: usize = 48;
 const _: () = assert!(rackwire_shm::ring::record_bytes(NOTIFY_RECORD_BYTES as u64) == 64);
 
 /// What each end of a shared-memory handshake signs with its node key (labelled by its
-/// role): both node ids and both nonces.
-pub(super) fn transcript(label: &str, initiator: NodeId, acceptor: NodeId, i_nonce: &[u8], a_nonce: &[u8]) -> Vec<u8> {
-    [
-        label.as_bytes(),
-        &[0],
-        b"rackwire-shm-handshake",
-        &initiator.to_be_bytes(),
-        &acceptor.to_be_bytes(),
-        i_nonce,
-        a_nonce,
-    ]
-    .concat()
+/// role), and confirms with the key of the exchange over the secret: both node ids, both
+/// nonces and both exchange messages.
+pub(super) struct Transcript<'a> {
+    pub(super) initiator: NodeId,
+    pub(super) acceptor: NodeId,
+    pub(super) i_nonce: &'a [u8],
+    pub(super) a_nonce: &'a [u8],
+    pub(super) i_pake: &'a [u8],
+    pub(super) a_pake: &'a [u8],
+}
+
+impl Transcript<'_> {
+    pub(super) fn bytes(&self, label: &str) -> Vec<u8> {
+        [
+            label.as_bytes(),
+            &[0],
+            b"rackwire-shm-handshake-v2",
+            &self.initiator.to_be_bytes(),
+            &self.acceptor.to_be_bytes(),
+            self.i_nonce,
+            self.a_nonce,
+            self.i_pake,
+            self.a_pake,
+        ]
+        .concat()
+    }
 }
 
 /// Whether `signature` (hex) is `key`'s signature of `msg`.
@@ -37,19 +51,23 @@ pub(super) fn signed_by(key: &rackwire_mh::identity::PublicKey, msg: &[u8], sign
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub(super) enum PeerMsg {
+    /// The initiator's nonce and its message of the exchange over the fabric secret
+    /// ([`rackwire_mh::auth::Pake`]).
     Hello {
         from: NodeId,
         to: NodeId,
         nonce: String,
+        pake: String,
     },
-    /// The acceptor's nonce, its proof of the fabric secret over the initiator's nonce, and
-    /// its node key's signature of [`transcript`].
+    /// The acceptor's nonce, its message of the exchange, its confirmation of the exchange's
+    /// key over the [`Transcript`], and its node key's signature of it.
     Challenge {
         nonce: String,
+        pake: String,
         proof: String,
         signature: String,
     },
-    /// The initiator's proof over the acceptor's nonce and its node key's signature.
+    /// The initiator's confirmation and its node key's signature.
     Proof {
         proof: String,
         signature: String,
@@ -145,6 +163,11 @@ impl RemoteRings {
     }
 }
 
+/// What names the exchange over the secret between `initiator` and `acceptor`.
 pub(super) fn context(initiator: NodeId, acceptor: NodeId) -> Vec<u8> {
     format!("rackwire-shm {initiator}->{acceptor}").into_bytes()
 }
+
+/// The labels of the two ends' confirmations.
+pub(super) const CONFIRM_ACCEPTOR: &str = "rackwire-peer-acceptor";
+pub(super) const CONFIRM_INITIATOR: &str = "rackwire-peer-initiator";

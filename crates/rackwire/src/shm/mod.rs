@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
 use control::{
-    context, recv, send, signed_by, transcript, LocalRings, PeerMsg, RemoteRings, KIND_MESSAGE, KIND_NOTIFY,
-    NOTIFY_RECORD_BYTES,
+    context, recv, send, signed_by, LocalRings, PeerMsg, RemoteRings, Transcript, CONFIRM_ACCEPTOR, CONFIRM_INITIATOR,
+    KIND_MESSAGE, KIND_NOTIFY, NOTIFY_RECORD_BYTES,
 };
 
 use crate::error::RefusedOp;
@@ -151,34 +151,55 @@ impl ShmPeer {
         })?;
         sock.set_recv_timeout(Some(CONNECT_TIMEOUT)).map_err(|e| Error::sys("setting a receive timeout", &e))?;
         let mut buf = vec![0u8; CONTROL_MSG_BYTES_MAX];
-        let ctx = context(f.id, info.id);
         let key = f.peer_key(info)?;
         let nonce = auth::nonce();
-        send(&sock, &PeerMsg::Hello { from: f.id, to: info.id, nonce: to_hex(&nonce) }, &[])?;
-        let their_nonce = match recv(&sock, &mut buf)?.0 {
-            PeerMsg::Challenge { nonce: n, proof, signature } => {
-                let ok = from_hex(&proof)
-                    .is_some_and(|p| auth::verify(&f.cfg.secret, "rackwire-peer-acceptor", &nonce, &ctx, &p));
-                if !ok {
+        let (pake, my_pake) = auth::Pake::start(&f.cfg.secret, true, &context(f.id, info.id));
+        let hello = PeerMsg::Hello { from: f.id, to: info.id, nonce: to_hex(&nonce), pake: to_hex(&my_pake) };
+        send(&sock, &hello, &[])?;
+        let (their_nonce, their_pake, shared) = match recv(&sock, &mut buf)?.0 {
+            PeerMsg::Challenge { nonce: n, pake: theirs, proof, signature } => {
+                let n = from_hex(&n).ok_or_else(|| Error::Protocol("bad nonce".into()))?;
+                let theirs = from_hex(&theirs).ok_or_else(|| Error::Protocol("bad exchange message".into()))?;
+                let t = Transcript {
+                    initiator: f.id,
+                    acceptor: info.id,
+                    i_nonce: &nonce,
+                    a_nonce: &n,
+                    i_pake: &my_pake,
+                    a_pake: &theirs,
+                };
+                let shared = pake.finish(&theirs);
+                let ok = shared
+                    .as_ref()
+                    .zip(from_hex(&proof))
+                    .is_some_and(|(k, p)| k.check(CONFIRM_ACCEPTOR, &t.bytes(LABEL_ACCEPTOR), &p));
+                let Some(shared) = shared.filter(|_| ok) else {
                     return Err(Error::Protocol(format!(
                         "node {} could not prove it holds the fabric secret",
                         info.id
                     )));
-                }
-                let n = from_hex(&n).ok_or_else(|| Error::Protocol("bad nonce".into()))?;
-                if !signed_by(&key, &transcript(LABEL_ACCEPTOR, f.id, info.id, &nonce, &n), &signature) {
+                };
+                if !signed_by(&key, &t.bytes(LABEL_ACCEPTOR), &signature) {
                     return Err(Error::Protocol(format!(
                         "node {} could not prove it is that node (its signature is not by the key on record)",
                         info.id
                     )));
                 }
-                n
+                (n, theirs, shared)
             }
             PeerMsg::Refused { reason } => return Err(Error::Protocol(format!("node {} refused: {reason}", info.id))),
             other => return Err(Error::Protocol(format!("expected a challenge, got {other:?}"))),
         };
-        let proof = auth::prove(&f.cfg.secret, "rackwire-peer-initiator", &their_nonce, &ctx);
-        let signature = f.identity.sign(&transcript(LABEL_INITIATOR, f.id, info.id, &nonce, &their_nonce));
+        let t = Transcript {
+            initiator: f.id,
+            acceptor: info.id,
+            i_nonce: &nonce,
+            a_nonce: &their_nonce,
+            i_pake: &my_pake,
+            a_pake: &their_pake,
+        };
+        let proof = shared.confirm(CONFIRM_INITIATOR, &t.bytes(LABEL_INITIATOR));
+        let signature = f.identity.sign(&t.bytes(LABEL_INITIATOR));
         send(&sock, &PeerMsg::Proof { proof: to_hex(&proof), signature: to_hex(&signature) }, &[])?;
         let local = LocalRings::new()?;
         local.offer(&sock, f)?;
@@ -216,12 +237,17 @@ impl ShmPeer {
             let _ = send(sock, &PeerMsg::Refused { reason: reason.clone() }, &[]);
             Err(Error::Protocol(reason))
         };
-        let (from, their_nonce) = match recv(&sock, buf)?.0 {
-            PeerMsg::Hello { from, to, nonce } => {
+        let (from, their_nonce, their_pake) = match recv(&sock, buf)?.0 {
+            PeerMsg::Hello { from, to, nonce, pake } => {
                 if to != f.id {
                     return refuse(&sock, format!("this is node {}, not node {to}", f.id));
                 }
-                (from, from_hex(&nonce).ok_or_else(|| Error::Protocol("bad nonce".into()))?)
+                let bad = |what: &str| Error::Protocol(format!("bad {what}"));
+                (
+                    from,
+                    from_hex(&nonce).ok_or_else(|| bad("nonce"))?,
+                    from_hex(&pake).ok_or_else(|| bad("exchange message"))?,
+                )
             }
             other => return Err(Error::Protocol(format!("expected hello, got {other:?}"))),
         };
@@ -232,21 +258,36 @@ impl ShmPeer {
             }
             Err(e) => return Err(e.into()),
         };
-        let ctx = context(from, f.id);
         let my_nonce = auth::nonce();
-        let proof = auth::prove(&f.cfg.secret, "rackwire-peer-acceptor", &their_nonce, &ctx);
-        let signature = f.identity.sign(&transcript(LABEL_ACCEPTOR, from, f.id, &their_nonce, &my_nonce));
-        let challenge =
-            PeerMsg::Challenge { nonce: to_hex(&my_nonce), proof: to_hex(&proof), signature: to_hex(&signature) };
+        let (pake, my_pake) = auth::Pake::start(&f.cfg.secret, false, &context(from, f.id));
+        let Some(shared) = pake.finish(&their_pake) else {
+            return refuse(&sock, "malformed exchange message".into());
+        };
+        let t = Transcript {
+            initiator: from,
+            acceptor: f.id,
+            i_nonce: &their_nonce,
+            a_nonce: &my_nonce,
+            i_pake: &their_pake,
+            a_pake: &my_pake,
+        };
+        let proof = shared.confirm(CONFIRM_ACCEPTOR, &t.bytes(LABEL_ACCEPTOR));
+        let signature = f.identity.sign(&t.bytes(LABEL_ACCEPTOR));
+        let challenge = PeerMsg::Challenge {
+            nonce: to_hex(&my_nonce),
+            pake: to_hex(&my_pake),
+            proof: to_hex(&proof),
+            signature: to_hex(&signature),
+        };
         send(&sock, &challenge, &[])?;
         match recv(&sock, buf)?.0 {
             PeerMsg::Proof { proof, signature } => {
-                let secret_ok = from_hex(&proof)
-                    .is_some_and(|p| auth::verify(&f.cfg.secret, "rackwire-peer-initiator", &my_nonce, &ctx, &p));
+                let secret_ok =
+                    from_hex(&proof).is_some_and(|p| shared.check(CONFIRM_INITIATOR, &t.bytes(LABEL_INITIATOR), &p));
                 if !secret_ok {
                     return refuse(&sock, "wrong secret".into());
                 }
-                if !signed_by(&key, &transcript(LABEL_INITIATOR, from, f.id, &their_nonce, &my_nonce), &signature) {
+                if !signed_by(&key, &t.bytes(LABEL_INITIATOR), &signature) {
                     warn!(peer = from, "a peer's signature is not by the key on record for the node it claims to be");
                     return refuse(&sock, format!("not signed by node {from}'s key"));
                 }
