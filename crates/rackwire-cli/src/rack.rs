@@ -199,12 +199,18 @@ fn rw0_metrics(c: &rackwire_vnic::VnicCounters) -> String {
         "Packets that are not well-formed IPv4.",
         c.malformed as f64,
     );
-    t.single(
-        "rackwire_rw0_rx_unrouted_total",
-        Kind::Counter,
-        "Packets from nodes not routed (yet).",
-        c.rx_unrouted as f64,
-    );
+    for (name, help, v) in [
+        ("rackwire_rw0_rx_unrouted_total", "Packets from nodes not routed (yet).", c.rx_unrouted),
+        ("rackwire_rw0_rx_spoofed_total", "Packets from a peer not from its own address (dropped).", c.rx_spoofed),
+        (
+            "rackwire_rw0_rx_bad_offload_total",
+            "Packets with an offload header out of bounds (dropped).",
+            c.rx_bad_offload,
+        ),
+        ("rackwire_rw0_addr_refused_total", "Addresses peers registered that are not routed.", c.addr_refused),
+    ] {
+        t.single(name, Kind::Counter, help, v as f64);
+    }
     t.finish()
 }
 
@@ -231,7 +237,7 @@ pub(crate) fn agent(a: AgentArgs, fabric_args: &crate::FabricArgs) -> Result<()>
     } else {
         let links: Vec<String> =
             fabric.nodes()?.into_iter().find(|n| n.info.id == fabric.id()).map(|n| n.info.links).unwrap_or_default();
-        Some(rackwire_vnic::Vnic::start(fabric.clone(), if links.is_empty() { &cfg.links } else { &links })?)
+        Some(rackwire_vnic::Vnic::start(fabric.clone(), if links.is_empty() { &cfg.links } else { &links }, &cfg.mh)?)
     };
     let vnic = vnic.map(Arc::new);
     let _exporter = match &a.metrics {

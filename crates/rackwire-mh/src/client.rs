@@ -725,6 +725,31 @@ mod tests {
         assert!(!key.check(crate::proto::CONFIRM_SERVER, &transcript, &proof), "a right guess checked offline");
     }
 
+    // Checks that a node cannot register another live node's link as its own (virtual NICs
+    // would route that node's traffic to it): refused with the owner named, while its own
+    // distinct link is taken; once the owner has left, the link is free.
+    #[test]
+    fn a_node_cannot_register_another_live_nodes_link() {
+        let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+        let addr = mh.addr().to_string();
+        let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
+        let b = MhClient::join(cfg(&addr, SECRET, "b")).unwrap();
+        let links = |l: &[&str]| NodeInfo { links: l.iter().map(|s| s.to_string()).collect(), ..Default::default() };
+        a.register(links(&["198.18.0.1:7000"])).unwrap();
+        let refused = b.register(links(&["198.18.0.2:7000", "198.18.0.1:7000"]));
+        assert!(
+            matches!(&refused, Err(MhError::Refused(m)) if m.contains("198.18.0.1:7000") && m.contains('a')),
+            "{refused:?}"
+        );
+        b.register(links(&["198.18.0.2:7000"])).unwrap();
+        drop(a);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while b.register(links(&["198.18.0.1:7000"])).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the link stayed taken after its node left");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     // Checks that a node may publish, unpublish and record grants only for its own regions:
     // each such request about another node's region is refused, and the other node's
     // publication stays.

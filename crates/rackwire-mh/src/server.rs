@@ -515,6 +515,19 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             info.name = known.name.clone();
             info.key = known.key.clone();
             check_registration(&info)?;
+            // A link is one socket: a live node that names another live node's link is lying
+            // (about where it is, or to take that node's traffic, e.g. on virtual NICs).
+            let live = lock(&shared.live);
+            let taken = st
+                .nodes
+                .values()
+                .filter(|n| n.id != me && live.contains_key(&n.id))
+                .find_map(|n| info.links.iter().find(|l| n.links.contains(l)).map(|l| (l.clone(), n.name.clone())));
+            drop(live);
+            if let Some((link, owner)) = taken {
+                warn!(node = me, %link, "registration refused: the link is another live node's");
+                return Err(MhError::Refused(format!("link {link} is node {owner}'s")));
+            }
             if st.nodes.get(&me) == Some(&info) {
                 return Ok(Reply::Ok);
             }

@@ -17,6 +17,7 @@
 
 #![deny(unsafe_code)]
 
+mod check;
 // The TUN ioctl is the one place that needs `unsafe`.
 #[allow(unsafe_code)]
 mod tun;
@@ -33,6 +34,7 @@ use rackwire::{Access, Conn, Fabric, NodeId, Op, Region};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
+pub use check::{check_from_peer, ipv4_of, routable, RxRefusal};
 pub use tun::{Tun, IFNAME_MAX, VNET_HDR_LEN};
 
 /// The virtual NIC's interface name.
@@ -117,6 +119,16 @@ pub struct VnicCounters {
     pub malformed: u64,
     /// Packets delivered from fabric nodes this side has not routed (yet).
     pub rx_unrouted: u64,
+    /// Packets from a peer whose source is not one of its own addresses (dropped).
+    #[serde(default)]
+    pub rx_spoofed: u64,
+    /// Packets from a peer with an offload header out of bounds (dropped).
+    #[serde(default)]
+    pub rx_bad_offload: u64,
+    /// Addresses peers registered that are not routed: this node's own, the management
+    /// host's, special ones, or another peer's.
+    #[serde(default)]
+    pub addr_refused: u64,
 }
 
 #[derive(Default)]
@@ -130,6 +142,7 @@ struct Counts {
 
 struct Peer {
     name: String,
+    /// Its addresses that are routed through `rw0`, and from which it may send.
     addrs: Vec<Ipv4Addr>,
     conn: Conn,
     counts: Arc<Counts>,
@@ -149,11 +162,16 @@ struct Shared {
     fabric: Arc<Fabric>,
     tun: Tun,
     my_addrs: Vec<Ipv4Addr>,
+    /// The management host's addresses (never routed to a peer).
+    mh_addrs: Vec<Ipv4Addr>,
     table: RwLock<Table>,
     stop: AtomicBool,
     no_route: AtomicU64,
     malformed: AtomicU64,
     rx_unrouted: AtomicU64,
+    rx_spoofed: AtomicU64,
+    rx_bad_offload: AtomicU64,
+    addr_refused: AtomicU64,
 }
 
 /// A running virtual NIC. Stopping it (or dropping it) removes its routes and `rw0`.
@@ -209,7 +227,9 @@ pub fn ipv4_destination(packet: &[u8]) -> Option<Ipv4Addr> {
 impl Vnic {
     /// Create `rw0` in this network namespace and start carrying packets for `fabric`. This
     /// node's addresses are those of its links; it publishes `vnic/<name>` so peers route to it.
-    pub fn start(fabric: Arc<Fabric>, links: &[String]) -> Result<Vnic, VnicError> {
+    /// `mh`: the management host's addresses (`ip:port`, comma-separated), never routed to a
+    /// peer whatever it registers.
+    pub fn start(fabric: Arc<Fabric>, links: &[String], mh: &str) -> Result<Vnic, VnicError> {
         let my_addrs = link_addrs(links);
         if my_addrs.is_empty() {
             return Err(VnicError::NoAddress);
@@ -222,7 +242,8 @@ impl Vnic {
             tun.set_offload(false).map_err(|err| VnicError::Tun { name: VNIC_NAME.into(), err })?;
         }
         // Packets from peers come in on rw0 with the peer's Ethernet address as source; accept
-        // them before the route back is in place.
+        // them before the route back is in place. The source is checked here instead: only a
+        // peer's own addresses (see `check_from_peer`).
         let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{VNIC_NAME}/rp_filter"), "0");
         let marker = fabric.alloc(64, Access::READ)?;
         marker.publish(&format!("{VNIC_REGION_PREFIX}{}", fabric.name()))?;
@@ -230,11 +251,15 @@ impl Vnic {
             fabric,
             tun,
             my_addrs,
+            mh_addrs: ipv4_of(mh),
             table: RwLock::new(Table::default()),
             stop: AtomicBool::new(false),
             no_route: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
             rx_unrouted: AtomicU64::new(0),
+            rx_spoofed: AtomicU64::new(0),
+            rx_bad_offload: AtomicU64::new(0),
+            addr_refused: AtomicU64::new(0),
         });
         shared.refresh();
         let mut threads = Vec::new();
@@ -364,16 +389,26 @@ impl Shared {
     }
 
     fn deliver(&self, from: NodeId, data: &[u8]) {
-        if data.get(VNET_HDR_LEN..).and_then(ipv4_destination).is_none() {
-            self.malformed.fetch_add(1, Ordering::Relaxed);
+        // Every sender is an admitted, authenticated fabric node, and speaks only for its own
+        // addresses. One this side has not routed yet (it saw us first) is checked against the
+        // addresses the management host has for it, and counted apart.
+        let (checked, counts) = {
+            let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+            match table.peers.get(&from) {
+                Some(p) => (check_from_peer(data, &p.addrs), Some(p.counts.clone())),
+                None => (check_from_peer(data, &self.addrs_of(from)), None),
+            }
+        };
+        let refused = match checked {
+            Ok(()) => None,
+            Err(RxRefusal::Malformed) => Some(&self.malformed),
+            Err(RxRefusal::Spoofed) => Some(&self.rx_spoofed),
+            Err(RxRefusal::BadOffload) => Some(&self.rx_bad_offload),
+        };
+        if let Some(counter) = refused {
+            counter.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        // Every sender is an admitted, authenticated fabric node; one this side has not
-        // routed yet (it saw us first) is delivered too, and counted apart.
-        let counts = {
-            let table = self.table.read().unwrap_or_else(|e| e.into_inner());
-            table.peers.get(&from).map(|p| p.counts.clone())
-        };
         match self.tun.write(data) {
             Ok(()) => match counts {
                 Some(c) => {
@@ -386,6 +421,13 @@ impl Shared {
             },
             Err(e) => debug!("writing {VNIC_NAME}: {e}"),
         }
+    }
+
+    /// The addresses node `node` may send from, as the management host knows them (none when
+    /// it does not know the node).
+    fn addrs_of(&self, node: NodeId) -> Vec<Ipv4Addr> {
+        let links = self.fabric.node(node).map(|info| info.links).unwrap_or_default();
+        link_addrs(&links).into_iter().filter(|a| routable(*a, &self.my_addrs, &self.mh_addrs)).collect()
     }
 
     fn refresh_loop(&self) {
@@ -419,8 +461,8 @@ impl Shared {
             if self.fabric.lookup(&format!("{VNIC_REGION_PREFIX}{}", n.info.name)).is_err() {
                 continue; // no virtual NIC there: its traffic stays on Ethernet
             }
-            let addrs = link_addrs(&n.info.links);
-            if addrs.is_empty() {
+            let registered = link_addrs(&n.info.links);
+            if registered.is_empty() {
                 continue;
             }
             let conn = match self.fabric.connect(n.info.id) {
@@ -433,6 +475,21 @@ impl Shared {
             let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
             if table.peers.len() >= PEERS_MAX {
                 warn!("virtual NIC peer limit ({PEERS_MAX}) reached; {} stays on Ethernet", n.info.name);
+                continue;
+            }
+            // Only addresses a peer may own, and no other peer's: a node that registers this
+            // node's, the management host's or another peer's address gets no route to it.
+            let addrs: Vec<Ipv4Addr> = registered
+                .iter()
+                .copied()
+                .filter(|a| routable(*a, &self.my_addrs, &self.mh_addrs) && !table.by_addr.contains_key(a))
+                .collect();
+            let refused = registered.len() - addrs.len();
+            if refused > 0 {
+                self.addr_refused.fetch_add(refused as u64, Ordering::Relaxed);
+                warn!(peer = %n.info.name, registered = ?registered, "{refused} of the peer's addresses are not routed");
+            }
+            if addrs.is_empty() {
                 continue;
             }
             let mut peer = Peer { name: n.info.name.clone(), addrs, conn, counts: Arc::default(), routed: false };
@@ -486,6 +543,9 @@ impl Shared {
             no_route: self.no_route.load(Ordering::Relaxed),
             malformed: self.malformed.load(Ordering::Relaxed),
             rx_unrouted: self.rx_unrouted.load(Ordering::Relaxed),
+            rx_spoofed: self.rx_spoofed.load(Ordering::Relaxed),
+            rx_bad_offload: self.rx_bad_offload.load(Ordering::Relaxed),
+            addr_refused: self.addr_refused.load(Ordering::Relaxed),
         }
     }
 }
