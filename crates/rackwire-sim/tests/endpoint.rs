@@ -40,11 +40,15 @@ impl Node {
 
     /// Open a connection to node `to`, at address `to` on each of `links` links.
     fn open(&mut self, to: u32, links: usize) -> u32 {
+        self.open_with_nonce(to, links, [1; 32])
+    }
+
+    fn open_with_nonce(&mut self, to: u32, links: usize, nonce: [u8; 32]) -> u32 {
         let creds = keys::credentials(self.id, SECRET);
         let me = self.id;
         self.ep
             .open(to, vec![Some(to as usize); links], |local| {
-                Connection::connect(Config::new(links, MTU), me, to, &creds, keys::public_key(to), [1; 32], local, 0)
+                Connection::connect(Config::new(links, MTU), me, to, &creds, keys::public_key(to), nonce, local, 0)
             })
             .unwrap()
     }
@@ -246,4 +250,27 @@ fn frames_for_no_connection_of_this_node_are_dropped() {
     assert_eq!(nodes[1].take(now, 0, 1, &forged), Routed::Dropped, "an unknown connection id");
     assert_eq!(nodes[1].take(now, 0, 1, &[0u8; 5]), Routed::Dropped, "too short for a frame");
     assert_eq!(nodes[1].ep.len(), 1);
+}
+
+// Checks that a peer that restarted and chose the same connection id is not mistaken for a
+// repeat: its first frame carries a new nonce, so the acceptor opens a new connection (which
+// gets established and carries a write) instead of routing it to the old one.
+#[test]
+fn a_restarted_peer_with_the_same_connection_id_gets_a_new_connection() {
+    let (mut nodes, _, mut now) = connected();
+    let old = nodes[1].ep.sessions().next().map(|s| s.conn().peer_nonce()).unwrap();
+    // Node 1 restarts: a new endpoint, whose first connection gets the same id.
+    nodes[0] = Node::new(1, 1);
+    let local = nodes[0].open_with_nonce(2, 1, [7; 32]);
+    let hello = nodes[0].out(now).remove(0);
+    let r = nodes[1].take(now, hello.1, 1, &hello.2);
+    assert!(matches!(r, Routed::Accepted(_)), "a new incarnation opens a connection: {r:?}");
+    assert_eq!(nodes[1].ep.len(), 2);
+    run(&mut nodes, &mut now);
+    assert_eq!(nodes[0].ep.get(local).unwrap().conn().state(), State::Established);
+    assert_ne!(old, [7; 32]);
+    let target = RegionRef { region: 5, key: 55 };
+    nodes[0].ep.submit(local, |_| 1, |c| c.write(now, target, 0, b"again", OpFlags::default())).unwrap();
+    run(&mut nodes, &mut now);
+    assert_eq!(&nodes[1].mem.regions[&5].data[0..5], b"again");
 }

@@ -117,3 +117,29 @@ fn nodes_with_different_link_mtus_use_the_smaller() {
     owner.ok(&format!("send-len {} 50000", init.id));
     assert_eq!(init.ok("recv 10000"), format!("{} {}", owner.id, hex(&[7u8; 50000])));
 }
+
+// Checks that a node that crashed and comes straight back (same name, same key, so the same
+// id) reaches its peer over the edge transport at once: its first handshake frame must open a
+// new connection at the peer, not find the peer's connection to its dead predecessor (which
+// lingers until that is found gone). Bounded: the write after the restart must succeed within
+// a second of the new node joining.
+#[test]
+fn a_node_that_restarts_at_once_reconnects_at_once() {
+    let mh = TestMh::start("restart");
+    let edge = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0")];
+    let mut owner = Node::spawn_env(&mh.addr, "restart-owner", &edge);
+    let a = owner.ok("alloc 4096 rw");
+    let (rid, h) = a.split_once(' ').unwrap();
+    let mut bee = Node::spawn_env(&mh.addr, "restart-bee", &edge);
+    owner.ok(&format!("grant {rid} {} rw", bee.id));
+    bee.ok(&format!("write {h} 0 {}", hex(b"before")));
+    let id = bee.id;
+    bee.kill();
+    let mut bee = Node::spawn_env(&mh.addr, "restart-bee", &edge);
+    assert_eq!(bee.id, id, "the same key keeps its id");
+    let t0 = Instant::now();
+    bee.ok(&format!("write {h} 0 {}", hex(b"after!")));
+    let took = t0.elapsed();
+    assert_eq!(owner.ok(&format!("local-read {rid} 0 6")), hex(b"after!"));
+    assert!(took < Duration::from_secs(1), "the restarted node took {took:?} to reach its peer");
+}

@@ -421,6 +421,12 @@ impl Connection {
         self.links.iter().any(|l| l.up)
     }
 
+    /// The nonce the peer opened the handshake with (zero until it is known): a first frame
+    /// with another nonce is from a new incarnation of the peer, not a repeat.
+    pub fn peer_nonce(&self) -> [u8; 32] {
+        self.their_nonce
+    }
+
     /// Frames in flight.
     pub fn in_flight(&self) -> usize {
         self.inflight.len()

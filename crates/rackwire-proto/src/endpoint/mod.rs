@@ -116,6 +116,13 @@ impl<A: Copy, P> Endpoint<A, P> {
         }
     }
 
+    /// Give this endpoint's connections ids from `first` on (0 is skipped): a driver starts
+    /// them at a random point, so that a node that restarts does not reuse its predecessor's
+    /// ids while its peers may still remember them.
+    pub fn start_ids_at(&mut self, first: u32) {
+        self.next_local = first.max(1);
+    }
+
     /// Bound what each connection, now and later, delivers and the application has not taken:
     /// `bytes` of messages and `notes` notifications (past them, the sender is held back).
     /// Without bounds every message and notification is handed over as it comes.
@@ -196,7 +203,13 @@ impl<A: Copy, P> Endpoint<A, P> {
             return None;
         }
         if let Some(&local) = self.accepted.get(&(h.from, h.conn)) {
-            return Some((local, false));
+            if self.sessions.get(&local).is_some_and(|s| s.conn().peer_nonce() == h.nonce) {
+                return Some((local, false));
+            }
+            // Another nonce: the peer restarted (and chose the same id for its connection).
+            // Its new first frame opens a new connection; the old one, to a peer that is no
+            // more, is found gone in its own time.
+            self.accepted.remove(&(h.from, h.conn));
         }
         let links = (h.links as usize).min(self.links);
         if link >= links || self.sessions.len() >= CONNECTIONS_MAX {

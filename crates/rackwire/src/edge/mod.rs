@@ -198,6 +198,7 @@ impl EdgeEndpoint {
         let waker = Waker::new().map_err(|e| Error::sys("creating the edge transport's waker", &e))?;
         let mut conns = Conns::new(f.id, socks.len());
         conns.set_delivery_room(MESSAGES_QUEUED_BYTES, NOTES_QUEUED_MAX);
+        conns.start_ids_at(rackwire_mh::auth::random_u128() as u32);
         let ep = Arc::new_cyclic(|this| EdgeEndpoint {
             this: this.clone(),
             socks,
