@@ -750,6 +750,25 @@ mod tests {
         }
     }
 
+    // Checks that a management host that lost its state does not hand a live node's id to a
+    // newcomer: a node joins, the host's state folder is lost and the host restarts empty, and
+    // a new node gets another id (ids of a fresh state start at a random point).
+    #[test]
+    fn a_lost_state_does_not_hand_out_a_live_nodes_id_again() {
+        let dir = std::env::temp_dir().join(format!("rw-mh-lost-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+        let old = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "old")).unwrap();
+        let old_id = old.node_id();
+        drop(mh);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+        let new = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "new")).unwrap();
+        assert_ne!(new.node_id(), old_id, "a lost state handed out a live node's id again");
+        assert!(crate::state::FIRST_ID_RANGE.contains(&new.node_id()), "the first id is drawn from the range");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     // Checks that a node may publish, unpublish and record grants only for its own regions:
     // each such request about another node's region is refused, and the other node's
     // publication stays.

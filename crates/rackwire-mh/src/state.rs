@@ -60,12 +60,26 @@ pub(crate) struct Term {
     pub deposed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// Where a fresh state's node ids start: somewhere in this range, at random.
+pub(crate) const FIRST_ID_RANGE: std::ops::Range<u32> = 1 << 20..1 << 30;
+
+impl State {
+    /// An empty state. Its node ids start at a random point (of [`FIRST_ID_RANGE`]): a
+    /// management host that lost its state then gives new nodes ids that the nodes still
+    /// running from before do not hold (their peers remember their ids, keys and grants).
+    fn fresh() -> State {
+        let span = FIRST_ID_RANGE.end - FIRST_ID_RANGE.start;
+        let first = FIRST_ID_RANGE.start + (crate::auth::random_u128() % u128::from(span)) as u32;
+        State { next_id: first, ..State::default() }
+    }
+}
+
 impl Store {
     /// Open the state in `dir` (created if missing); `None` keeps it in memory only. A damaged
     /// state file gives way to the last good copy beside it (the state before the last
     /// change), with a warning; only when both are damaged is it an error.
     pub fn open(dir: Option<&Path>) -> Result<Self, MhError> {
-        let mut state = State { next_id: 1, ..State::default() };
+        let mut state = State::fresh();
         if let Some(dir) = dir {
             std::fs::create_dir_all(dir).map_err(|e| MhError::Config(format!("state dir {}: {e}", dir.display())))?;
             match read_state(&dir.join(STATE_FILE)) {
@@ -92,7 +106,7 @@ impl Store {
 
     /// The state kept in etcd (empty if there is none yet), for a host that now leads.
     pub fn from_etcd(term: Term) -> Result<Self, MhError> {
-        let mut state = State { next_id: 1, ..State::default() };
+        let mut state = State::fresh();
         if let Some(bytes) = term.etcd.get(STATE_KEY)? {
             state = serde_json::from_slice(&bytes)
                 .map_err(|e| MhError::Config(format!("the state in etcd is damaged: {e}")))?;
