@@ -96,6 +96,10 @@ enum Cmd {
         /// Serve counters in the Prometheus text format at http://ADDR/metrics.
         #[arg(long, value_name = "ADDR")]
         metrics: Option<String>,
+        /// Forget a node down this many seconds: its record, its name (free for another key
+        /// then), its regions' names and the grants to and from it [default: a week].
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+        forget_after: Option<u64>,
     },
     /// List the nodes the management host knows.
     Nodes {
@@ -319,7 +323,7 @@ impl BenchArgs {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Mh { listen, state, etcd, fabric, secret_file, metrics } => {
+        Cmd::Mh { listen, state, etcd, fabric, secret_file, metrics, forget_after } => {
             init_logging(tracing::Level::INFO);
             let secret = read_secret(&secret_file)?;
             let (h, kept) = match (&etcd, &state) {
@@ -333,6 +337,9 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 (None, None) => bail!("give --state DIR or --etcd ENDPOINTS"),
             };
+            if let Some(s) = forget_after {
+                h.set_forget_after(std::time::Duration::from_secs(s));
+            }
             let _exporter = match &metrics {
                 Some(addr) => Some(
                     rackwire_metrics::Exporter::start(addr, std::sync::Arc::new(h.metrics_source()))

@@ -80,7 +80,7 @@ fn lead_loop(addr: SocketAddr, etcd: Etcd, shared: Arc<Shared>) {
         let deposed = Arc::new(AtomicBool::new(false));
         let term = Term { etcd: etcd.clone(), me: me.clone(), lease, deposed: deposed.clone() };
         let listener = Store::from_etcd(term).and_then(|store| {
-            *lock(&shared.store) = store;
+            shared.took_over(store);
             let l = listen_on(&addr.to_string())?;
             l.set_nonblocking(true).map_err(|e| MhError::Config(e.to_string()))?;
             Ok(l)

@@ -16,6 +16,7 @@ pub mod auth;
 mod channel;
 pub use rackwire_wire::identity;
 mod client;
+mod departed;
 pub mod etcd;
 pub mod jobs;
 mod lead;
@@ -26,6 +27,7 @@ pub mod sessions;
 mod state;
 
 pub use client::{MhClient, MhConfig, Role};
+pub use departed::{EVICT_AFTER_MIN, FORGET_AFTER_DEFAULT};
 pub use proto::{GrantEntry, JobMember, JobRound, NodeId, NodeInfo, NodeStatus, RegionEntry};
 pub use server::{ManagementHost, MhHandle};
 

@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 
 use crate::auth::{self, from_hex, to_hex};
 use crate::channel::{Channel, Ephemeral};
+use crate::departed::Departed;
 use crate::identity;
 use crate::jobs::{Jobs, Post};
 use crate::proto;
@@ -94,12 +95,15 @@ pub(crate) struct Shared {
     /// Nodes whose last session their side closed (see [`NodeStatus::ended`]).
     pub(crate) ended: Mutex<std::collections::HashSet<NodeId>>,
     pub(crate) sessions: Mutex<Sessions>,
+    /// Since when nodes are down, to forget those gone for good.
+    pub(crate) departed: Mutex<Departed>,
     next_session: AtomicU64,
     pub(crate) stopping: AtomicBool,
 }
 
 impl Shared {
     pub(crate) fn new(secret: &[u8], store: Store) -> Arc<Shared> {
+        let departed = Departed::new(store.state.nodes.keys().copied());
         Arc::new(Shared {
             secret: secret.to_vec(),
             admissions: Mutex::new(Default::default()),
@@ -108,9 +112,18 @@ impl Shared {
             live: Mutex::new(HashMap::new()),
             ended: Mutex::new(Default::default()),
             sessions: Mutex::new(Sessions::default()),
+            departed: Mutex::new(departed),
             next_session: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
         })
+    }
+
+    /// Lead with `store` (read from where the leader before kept it): its nodes count as down
+    /// from now.
+    pub(crate) fn took_over(&self, store: Store) {
+        let known = store.state.nodes.keys().copied();
+        lock(&self.departed).restart(known);
+        *lock(&self.store) = store;
     }
 
     /// Close every session (their nodes reconnect, to whichever host leads then).
@@ -178,6 +191,12 @@ impl MhHandle {
         move || shared.upgrade().map(|s| crate::metrics::render(&s)).unwrap_or_default()
     }
 
+    /// Forget nodes down longer than `d` (default [`crate::FORGET_AFTER_DEFAULT`]): their
+    /// records, names, published regions and grants (see the `departed` module).
+    pub fn set_forget_after(&self, d: Duration) {
+        lock(&self.shared.departed).forget_after = d;
+    }
+
     /// Stop: close the listener and every session. State is already on disk.
     pub fn stop(mut self) {
         self.shutdown();
@@ -224,6 +243,7 @@ pub(crate) fn reap_slow(shared: &Shared, last: &mut std::time::Instant) {
     if last.elapsed() >= REAP_EVERY {
         *last = std::time::Instant::now();
         lock(&shared.sessions).reap_slow();
+        crate::departed::forget_expired(shared);
     }
 }
 
@@ -335,6 +355,10 @@ fn admit(
                 return deny(w, "the signature does not match the key named");
             }
             let key_hex = to_hex(&key);
+            // A full table makes room by forgetting the node down longest, if down long enough.
+            if lock(&shared.store).state.nodes.len() >= NODES_MAX {
+                crate::departed::make_room(shared);
+            }
             let mut store = lock(&shared.store);
             let existing = store.state.nodes.values().find(|n| n.name == hello.name).map(|n| (n.id, n.key.clone()));
             let mut live = lock(&shared.live);
@@ -378,6 +402,7 @@ fn admit(
             };
             live.insert(id, Live { session, last_seen_ms: now_ms() });
             lock(&shared.ended).remove(&id);
+            lock(&shared.departed).up(id);
             id
         }
         other => return deny(w, &format!("unknown role {other:?}")),
@@ -438,6 +463,7 @@ fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhErr
             if ended && !shared.stopping.load(Ordering::SeqCst) {
                 lock(&shared.ended).insert(id);
             }
+            lock(&shared.departed).down(id);
             info!(%name, id, ended, "node down");
         }
     }

@@ -1,0 +1,407 @@
+//! The management host and its client together: admission, sessions, state.
+
+use super::*;
+use crate::ManagementHost;
+
+/// The fabric secret of these tests.
+const SECRET: &[u8] = b"correct-secret-0123456789";
+
+/// A node key per name, the same every time.
+fn key(name: &str) -> Arc<Identity> {
+    let mut seed = [0u8; 32];
+    seed[..name.len().min(32)].copy_from_slice(&name.as_bytes()[..name.len().min(32)]);
+    Arc::new(Identity::from_seed(&seed))
+}
+
+fn cfg(addr: &str, secret: &[u8], name: &str) -> MhConfig {
+    MhConfig { addr: addr.into(), secret: secret.to_vec(), name: name.into(), role: Role::Node(key(name)) }
+}
+
+// Checks admission: the right secret gets an id, the same name gets the same id again after
+// leaving, a live name cannot be taken twice, and a wrong secret is refused with Denied.
+#[test]
+fn admission_by_secret_and_stable_ids() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let addr = mh.addr().to_string();
+    let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
+    let id = a.node_id();
+    assert!(id >= 1);
+    assert!(matches!(MhClient::join(cfg(&addr, SECRET, "a")), Err(MhError::Denied(_))));
+    assert!(matches!(MhClient::join(cfg(&addr, b"wrong-secret-0123456789", "b")), Err(MhError::Denied(_))));
+    drop(a);
+    // The session close is seen by the server's session thread shortly after.
+    let again = (0..100).find_map(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        MhClient::join(cfg(&addr, SECRET, "a")).ok()
+    });
+    assert_eq!(again.unwrap().node_id(), id);
+}
+
+// Checks that a name is bound to the key it was first admitted with: after its node left,
+// a client with the fabric secret but another key is refused under that name (and gets
+// no id), while the node with its own key gets its id back; the other key can join under
+// a name of its own. The bound key is what others see for the node.
+#[test]
+fn a_name_is_bound_to_its_first_key() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let addr = mh.addr().to_string();
+    let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
+    let id = a.node_id();
+    a.register(NodeInfo { host: "h".into(), key: "ff".repeat(32), ..NodeInfo::default() }).unwrap();
+    drop(a);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let impostor = MhConfig { role: Role::Node(key("not-a")), ..cfg(&addr, SECRET, "a") };
+    match MhClient::join(impostor.clone()) {
+        Err(MhError::Denied(why)) => assert!(why.contains("bound to another"), "{why}"),
+        other => panic!("an impostor got in: {other:?}"),
+    }
+    let back = (0..100).find_map(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        MhClient::join(cfg(&addr, SECRET, "a")).ok()
+    });
+    assert_eq!(back.unwrap().node_id(), id, "the node with its key keeps its id");
+    let other = MhClient::join(MhConfig { name: "b".into(), ..impostor }).unwrap();
+    assert_ne!(other.node_id(), id);
+    let seen = other.resolve(id).unwrap();
+    assert_eq!(seen.key, to_hex(&key("a").public()), "the node's own key, not what it registered");
+}
+
+// Checks how a node's departure is recorded: a node that closes its session (it left, or
+// its process ended) is listed down and `ended`, which its peers may take as gone; once it
+// joins again it is up and no longer `ended`.
+#[test]
+fn a_closed_session_is_recorded_as_ended() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let addr = mh.addr().to_string();
+    let obs = MhClient::join(MhConfig { role: Role::Observer, ..cfg(&addr, SECRET, "obs") }).unwrap();
+    let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
+    let id = a.node_id();
+    let status = |id| obs.nodes().unwrap().into_iter().find(|n| n.info.id == id).unwrap();
+    assert!(status(id).up && !status(id).ended);
+    drop(a);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while status(id).up {
+        assert!(std::time::Instant::now() < deadline, "the closed session was not noticed");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(status(id).ended, "a closed session ends the node");
+    let back = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
+    assert_eq!(back.node_id(), id);
+    assert!(status(id).up && !status(id).ended);
+}
+
+// Checks the bounds before admission: with 2000 connections that never say anything, a
+// node still joins at once, and the host keeps at most PRE_ADMISSION_MAX connections
+// waiting (its metrics say how many); then a connection that trickles a byte every 200 ms
+// is shut once its ADMISSION_TIMEOUT in all is over, however steadily it sends.
+#[test]
+fn slow_connections_cannot_crowd_out_joins() {
+    use crate::sessions::{ADMISSION_TIMEOUT, PRE_ADMISSION_MAX};
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let addr = mh.addr();
+    // 2000 held open (fewer only where this process may not open that many files: said).
+    let mut idle = Vec::with_capacity(2000);
+    for _ in 0..2000 {
+        match TcpStream::connect(addr) {
+            Ok(s) => idle.push(s),
+            Err(e) if e.raw_os_error() == Some(24) => {
+                eprintln!("only {} connections: this process may open no more files", idle.len());
+                break;
+            }
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+    assert!(idle.len() > 2 * PRE_ADMISSION_MAX, "{} connections", idle.len());
+    let t = Instant::now();
+    let a = MhClient::join(cfg(&addr.to_string(), SECRET, "a")).expect("a node joins");
+    assert!(t.elapsed() < Duration::from_secs(2), "joined after {:?}", t.elapsed());
+    assert!(a.node_id() >= 1);
+    let waiting = mh
+        .metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("rackwire_mh_sessions_waiting ")?.parse::<usize>().ok())
+        .unwrap();
+    assert!(waiting <= PRE_ADMISSION_MAX, "{waiting} connections waiting");
+    drop(idle);
+    let opened = Instant::now();
+    let mut trickler = TcpStream::connect(addr).unwrap();
+    let shut = loop {
+        if trickler.write_all(b"{").is_err() {
+            break opened.elapsed();
+        }
+        assert!(opened.elapsed() < ADMISSION_TIMEOUT * 3, "the trickler was never shut");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(shut >= ADMISSION_TIMEOUT && shut < ADMISSION_TIMEOUT + Duration::from_secs(1), "shut after {shut:?}");
+}
+
+// Checks recovery from a damaged state file: after three changes (a registration, a
+// publication, a grant record) the state file is overwritten with garbage; the management
+// host starts from the last good copy beside it (the state before the last change: the
+// node and its region are there). With both damaged it refuses to start, naming the file.
+#[test]
+fn a_damaged_state_file_gives_way_to_the_last_good_copy() {
+    let dir = std::env::temp_dir().join(format!("rw-mh-damaged-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+        let c = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "n1")).unwrap();
+        c.register(NodeInfo { host: "h".into(), ..NodeInfo::default() }).unwrap();
+        let key = "00".repeat(16);
+        c.publish(RegionEntry { name: "r1".into(), node: c.node_id(), region: 7, key, len: 64 }).unwrap();
+        c.record_grant(GrantEntry { node: c.node_id(), region: 7, peer: 9, access: 1 });
+        drop(c);
+        mh.stop();
+    }
+    std::fs::write(dir.join("state.json"), b"{ not json").unwrap();
+    {
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).expect("starts from the copy");
+        let o = MhClient::join(MhConfig { role: Role::Observer, ..cfg(&mh.addr().to_string(), SECRET, "o") }).unwrap();
+        assert_eq!(o.lookup("r1").unwrap().region, 7);
+        assert_eq!(o.nodes().unwrap()[0].info.host, "h");
+        mh.stop();
+    }
+    std::fs::write(dir.join("state.json"), b"{ not json").unwrap();
+    std::fs::write(dir.join("state.json.prev"), b"nor this").unwrap();
+    match ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET) {
+        Err(MhError::Config(m)) => assert!(m.contains("state.json") && m.contains("damaged"), "{m}"),
+        other => panic!("started on two damaged files: {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Checks that a failed save leaves nothing behind in memory: with the state folder gone
+// (a file in its place), a publication is refused and the name is not served afterwards;
+// and registrations out of bounds (a link that is no ip:port, a huge host name) and a
+// publication without a proper key are refused.
+#[test]
+fn refused_changes_leave_no_trace() {
+    let dir = std::env::temp_dir().join(format!("rw-mh-nosave-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+    let c = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "n1")).unwrap();
+    let bad_link = NodeInfo { links: vec!["not-an-address".into()], ..NodeInfo::default() };
+    assert!(matches!(c.register(bad_link), Err(MhError::Refused(_))));
+    assert!(matches!(c.register(NodeInfo { host: "h".repeat(5000), ..NodeInfo::default() }), Err(MhError::Refused(_))));
+    let entry = RegionEntry { name: "r1".into(), node: c.node_id(), region: 7, key: "xyz".into(), len: 64 };
+    assert!(matches!(c.publish(entry.clone()), Err(MhError::Refused(_))));
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"a file where the folder was").unwrap();
+    let entry = RegionEntry { key: "00".repeat(16), ..entry };
+    assert!(c.publish(entry).is_err(), "the save failed, so did the request");
+    assert!(matches!(c.lookup("r1"), Err(MhError::NotFound(_))), "and the name is not served");
+    let _ = std::fs::remove_file(&dir);
+}
+
+// Checks that requests after admission must be authenticated: a client that passed
+// admission (here by hand, as an observer) gets an answer to a request sealed under its
+// session's key, and the session is closed, unanswered, at a request without it (as an
+// injected one would be).
+#[test]
+fn unauthenticated_requests_end_the_session() {
+    use std::io::{BufRead, Write};
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let stream = TcpStream::connect(mh.addr()).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let (mut w, mut r) = (stream.try_clone().unwrap(), BufReader::new(stream));
+    let (nonce, eph) = (auth::nonce(), Ephemeral::generate());
+    let (pake, msg) = auth::Pake::start(SECRET, true, &crate::proto::admission_context("o"));
+    let hello = Hello {
+        name: "o".into(),
+        role: "observer".into(),
+        nonce: to_hex(&nonce),
+        key: None,
+        ephemeral: eph.public.clone(),
+        pake: to_hex(&msg),
+    };
+    write_json(&mut w, &hello).unwrap();
+    let ch: Challenge = recv(&mut r).unwrap();
+    let server_nonce = from_hex(&ch.nonce).unwrap();
+    let key = pake.finish(&from_hex(&ch.pake).unwrap()).unwrap();
+    let proof = key.confirm(crate::proto::CONFIRM_CLIENT, &crate::proto::admission_transcript(&hello, &ch));
+    let mut channel = eph.channel(&ch.ephemeral, SECRET, &nonce, &server_nonce, true).unwrap();
+    write_json(&mut w, &Proof { proof: to_hex(&proof), signature: None }).unwrap();
+    assert!(matches!(recv::<Admission>(&mut r).unwrap(), Admission::Welcome { .. }));
+    let sealed = channel.seal(r#"{"op":"nodes"}"#);
+    w.write_all(format!("{sealed}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(channel.open(&line).unwrap().contains("nodes"), "{line}");
+    w.write_all(b"{\"op\":\"nodes\"}\n").unwrap();
+    line.clear();
+    assert_eq!(r.read_line(&mut line).unwrap_or(0), 0, "answered an unauthenticated request: {line}");
+}
+
+// Checks that admission gives a caller without the secret nothing to test guesses of it
+// offline: a caller that speaks with a wrong secret gets the management host's challenge,
+// but neither a secret-keyed HMAC of what it saw (what the host sent before) nor a fresh
+// exchange with the right secret checks against the host's proof, so even a guess that
+// happens to be right cannot be told from a wrong one. An eavesdropper sees less.
+#[test]
+fn admission_gives_no_offline_test_of_a_guessed_secret() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let stream = TcpStream::connect(mh.addr()).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let (mut w, mut r) = (stream.try_clone().unwrap(), BufReader::new(stream));
+    let ctx = crate::proto::admission_context("guesser");
+    let (_, msg) = auth::Pake::start(b"a-wrong-guess-0123456789", true, &ctx);
+    let nonce = auth::nonce();
+    let hello = Hello {
+        name: "guesser".into(),
+        role: "observer".into(),
+        nonce: to_hex(&nonce),
+        key: None,
+        ephemeral: Ephemeral::generate().public.clone(),
+        pake: to_hex(&msg),
+    };
+    write_json(&mut w, &hello).unwrap();
+    let ch: Challenge = recv(&mut r).unwrap();
+    let proof = from_hex(&ch.proof).unwrap();
+    let transcript = crate::proto::admission_transcript(&hello, &ch);
+    // The right secret as an offline guess: an HMAC keyed by it, over anything seen...
+    let keyed = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET);
+    for seen in [&nonce[..], &transcript, ctx.as_slice()] {
+        for label in [crate::proto::CONFIRM_SERVER, "rackwire-mh-server"] {
+            let tag = ring::hmac::sign(&keyed, &[label.as_bytes(), &[0], seen].concat());
+            assert_ne!(tag.as_ref(), &proof[..]);
+        }
+    }
+    // ... or a whole exchange run again with it.
+    let (again, _) = auth::Pake::start(SECRET, true, &ctx);
+    let key = again.finish(&from_hex(&ch.pake).unwrap()).unwrap();
+    assert!(!key.check(crate::proto::CONFIRM_SERVER, &transcript, &proof), "a right guess checked offline");
+}
+
+// Checks that a node cannot register another live node's link as its own (virtual NICs
+// would route that node's traffic to it): refused with the owner named, while its own
+// distinct link is taken; once the owner has left, the link is free.
+#[test]
+fn a_node_cannot_register_another_live_nodes_link() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let addr = mh.addr().to_string();
+    let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
+    let b = MhClient::join(cfg(&addr, SECRET, "b")).unwrap();
+    let links = |l: &[&str]| NodeInfo { links: l.iter().map(|s| s.to_string()).collect(), ..Default::default() };
+    a.register(links(&["198.18.0.1:7000"])).unwrap();
+    let refused = b.register(links(&["198.18.0.2:7000", "198.18.0.1:7000"]));
+    assert!(
+        matches!(&refused, Err(MhError::Refused(m)) if m.contains("198.18.0.1:7000") && m.contains('a')),
+        "{refused:?}"
+    );
+    b.register(links(&["198.18.0.2:7000"])).unwrap();
+    drop(a);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while b.register(links(&["198.18.0.1:7000"])).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the link stayed taken after its node left");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+// Checks that a management host that lost its state does not hand a live node's id to a
+// newcomer: a node joins, the host's state folder is lost and the host restarts empty, and
+// a new node gets another id (ids of a fresh state start at a random point).
+#[test]
+fn a_lost_state_does_not_hand_out_a_live_nodes_id_again() {
+    let dir = std::env::temp_dir().join(format!("rw-mh-lost-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+    let old = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "old")).unwrap();
+    let old_id = old.node_id();
+    drop(mh);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+    let new = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "new")).unwrap();
+    assert_ne!(new.node_id(), old_id, "a lost state handed out a live node's id again");
+    assert!(crate::state::FIRST_ID_RANGE.contains(&new.node_id()), "the first id is drawn from the range");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Checks that a node may publish, unpublish and record grants only for its own regions:
+// each such request about another node's region is refused, and the other node's
+// publication stays.
+#[test]
+fn a_node_cannot_speak_for_another_nodes_regions() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let addr = mh.addr().to_string();
+    let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
+    let b = MhClient::join(cfg(&addr, SECRET, "b")).unwrap();
+    let entry = RegionEntry { name: "ra".into(), node: a.node_id(), region: 1, key: "00".repeat(16), len: 64 };
+    a.publish(entry.clone()).unwrap();
+    assert!(matches!(b.publish(RegionEntry { name: "rb".into(), ..entry.clone() }), Err(MhError::Refused(_))));
+    assert!(matches!(b.unpublish("ra"), Err(MhError::Refused(_))));
+    let grant = GrantEntry { node: a.node_id(), region: 1, peer: b.node_id(), access: 3 };
+    b.record_grant(grant.clone());
+    a.record_grant(GrantEntry { peer: 99, ..grant });
+    let (regions, grants) = b.regions().unwrap();
+    assert_eq!(grants.iter().map(|g| g.peer).collect::<Vec<_>>(), vec![99], "only the owner's grant is recorded");
+    assert_eq!(regions.len(), 1);
+    assert_eq!(b.lookup("ra").unwrap().node, a.node_id());
+}
+
+// Checks that state survives a restart: a published region and a node's registration are
+// there after the management host is stopped and started on the same state directory; the
+// state file is readable by its owner only.
+#[test]
+fn state_survives_restart() {
+    let dir = std::env::temp_dir().join(format!("rw-mh-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let entry = RegionEntry { name: "r1".into(), node: 0, region: 7, key: "00".repeat(16), len: 4096 };
+    {
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+        let c = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "n1")).unwrap();
+        c.register(NodeInfo { host: "h".into(), pid: 1, ..NodeInfo::default() }).unwrap();
+        c.publish(RegionEntry { node: c.node_id(), ..entry.clone() }).unwrap();
+        drop(c);
+        mh.stop();
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.join("state.json")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the state (every region's key) is readable by its owner only");
+    let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+    let o = MhClient::join(MhConfig { role: Role::Observer, ..cfg(&mh.addr().to_string(), SECRET, "obs") }).unwrap();
+    let found = o.lookup("r1").unwrap();
+    assert_eq!(found.region, 7);
+    let nodes = o.nodes().unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].info.host, "h");
+    assert!(matches!(o.lookup("nope"), Err(MhError::NotFound(_))));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Checks that nodes gone for good are forgotten: with a forget-after time of 300 ms, a node
+// that left loses its record, its published region and the grants to and from it, and its
+// name is then free for another key (which gets a new id, never the old one); a node that is
+// still up keeps everything.
+#[test]
+fn nodes_down_past_the_forget_after_time_are_forgotten() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    mh.set_forget_after(std::time::Duration::from_millis(300));
+    let addr = mh.addr().to_string();
+    let gone = MhClient::join(cfg(&addr, SECRET, "gone")).unwrap();
+    let stays = MhClient::join(cfg(&addr, SECRET, "stays")).unwrap();
+    let (gone_id, stays_id) = (gone.node_id(), stays.node_id());
+    let entry = |name: &str, node| RegionEntry { name: name.into(), node, region: 1, key: "00".repeat(16), len: 64 };
+    gone.publish(entry("r-gone", gone_id)).unwrap();
+    stays.publish(entry("r-stays", stays_id)).unwrap();
+    gone.record_grant(GrantEntry { node: gone_id, region: 1, peer: stays_id, access: 3 });
+    stays.record_grant(GrantEntry { node: stays_id, region: 1, peer: gone_id, access: 3 });
+    let (_, before) = stays.regions().unwrap();
+    assert_eq!(before.iter().filter(|g| g.node == gone_id || g.peer == gone_id).count(), 2, "{before:?}");
+    drop(gone);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stays.nodes().unwrap().iter().any(|n| n.info.id == gone_id) {
+        assert!(std::time::Instant::now() < deadline, "the departed node was never forgotten");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(matches!(stays.lookup("r-gone"), Err(MhError::NotFound(_))), "its region's name went with it");
+    assert!(stays.lookup("r-stays").is_ok(), "a live node keeps its names");
+    let (regions, grants) = stays.regions().unwrap();
+    assert!(regions.iter().all(|r| r.node != gone_id));
+    assert!(grants.iter().all(|g| g.peer != gone_id && g.node != gone_id), "grants to and from it went: {grants:?}");
+    let again = MhClient::join(MhConfig { role: Role::Node(key("someone-else")), ..cfg(&addr, SECRET, "gone") })
+        .expect("the name is free for another key");
+    assert_ne!(again.node_id(), gone_id, "a forgotten node's id is not handed out again");
+    assert!(stays.nodes().unwrap().iter().any(|n| n.info.id == stays_id));
+}

@@ -1,0 +1,104 @@
+//! Nodes that left for good: a node down longer than the forget-after time (and, when the
+//! node table is full, the one down longest, after a shorter grace) is forgotten — its record,
+//! its name (free for another key from then on), its published regions and every grant to or
+//! from it — so the limits on nodes, regions and grants cannot fill up for good. Its id is
+//! never handed out again (ids only grow), so grants an owner still holds for it reach no one.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use tracing::info;
+
+use crate::server::{lock, Shared};
+use crate::{MhError, NodeId};
+
+/// How long a node may stay down before it is forgotten, unless set otherwise
+/// (`rackwire mh --forget-after`).
+pub const FORGET_AFTER_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// When the node table is full, a node down at least this long (or the forget-after time, if
+/// shorter) makes room for a new one.
+pub const EVICT_AFTER_MIN: Duration = Duration::from_secs(600);
+/// How often nodes are looked at.
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+
+/// Since when each known node has been down (nodes known at start count from then).
+#[derive(Debug)]
+pub(crate) struct Departed {
+    since: HashMap<NodeId, Instant>,
+    pub(crate) forget_after: Duration,
+    checked: Instant,
+}
+
+impl Departed {
+    pub(crate) fn new(known: impl Iterator<Item = NodeId>) -> Departed {
+        let now = Instant::now();
+        Departed { since: known.map(|id| (id, now)).collect(), forget_after: FORGET_AFTER_DEFAULT, checked: now }
+    }
+
+    /// Count `known` as down from now, and nothing else (a host that now leads).
+    pub(crate) fn restart(&mut self, known: impl Iterator<Item = NodeId>) {
+        *self = Departed { forget_after: self.forget_after, ..Departed::new(known) };
+    }
+
+    pub(crate) fn up(&mut self, id: NodeId) {
+        self.since.remove(&id);
+    }
+
+    pub(crate) fn down(&mut self, id: NodeId) {
+        self.since.insert(id, Instant::now());
+    }
+
+    /// The node down longest, if down at least the eviction grace.
+    fn longest_down(&self) -> Option<NodeId> {
+        let grace = EVICT_AFTER_MIN.min(self.forget_after);
+        self.since.iter().filter(|(_, t)| t.elapsed() >= grace).min_by_key(|(_, t)| **t).map(|(id, _)| *id)
+    }
+}
+
+/// Forget `ids` (if still down): their records, names, regions and grants; saved once.
+fn forget(shared: &Shared, ids: &[NodeId]) -> Result<usize, MhError> {
+    let mut store = lock(&shared.store);
+    let live = lock(&shared.live);
+    let mut departed = lock(&shared.departed);
+    let ids: Vec<NodeId> = ids.iter().copied().filter(|id| !live.contains_key(id)).collect();
+    drop(live);
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let st = &mut store.state;
+    for id in &ids {
+        if let Some(n) = st.nodes.remove(id) {
+            info!(id, name = %n.name, "node forgotten: down longer than its time");
+        }
+        departed.since.remove(id);
+        lock(&shared.ended).remove(id);
+    }
+    st.regions.retain(|_, r| !ids.contains(&r.node));
+    st.grants.retain(|g| !ids.contains(&g.node) && !ids.contains(&g.peer));
+    store.save()?;
+    Ok(ids.len())
+}
+
+/// Now and then, forget the nodes down longer than the forget-after time.
+pub(crate) fn forget_expired(shared: &Shared) {
+    let expired: Vec<NodeId> = {
+        let mut d = lock(&shared.departed);
+        if d.checked.elapsed() < CHECK_EVERY.min(d.forget_after) {
+            return;
+        }
+        d.checked = Instant::now();
+        d.since.iter().filter(|(_, t)| t.elapsed() >= d.forget_after).map(|(id, _)| *id).collect()
+    };
+    if !expired.is_empty() {
+        if let Err(e) = forget(shared, &expired) {
+            tracing::warn!("could not forget departed nodes: {e}");
+        }
+    }
+}
+
+/// The node table is full: forget the node down longest, if it has been down long enough.
+/// Whether room was made.
+pub(crate) fn make_room(shared: &Shared) -> bool {
+    let Some(id) = lock(&shared.departed).longest_down() else { return false };
+    forget(shared, &[id]).is_ok_and(|n| n > 0)
+}
