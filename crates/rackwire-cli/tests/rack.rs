@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use rackwire_tests::TempDir;
 use serde_json::Value;
 
-/// How long a test waits for routes to appear or disappear.
-const ROUTE_WAIT: Duration = Duration::from_secs(10);
+/// How long a test waits for routes to appear or disappear (generous: tests run side by side
+/// on a small, loaded host).
+const ROUTE_WAIT: Duration = Duration::from_secs(20);
 
 fn is_root() -> bool {
     Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)

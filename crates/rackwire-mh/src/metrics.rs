@@ -11,9 +11,8 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The management host's page: nodes by state, names, grants, sessions, jobs, admissions.
 pub(crate) fn render(s: &Shared) -> String {
     let (nodes, up, regions, grants) = {
-        let store = lock(&s.store);
+        let st = s.view.read().unwrap_or_else(|e| e.into_inner()).clone();
         let live = lock(&s.live);
-        let st = &store.state;
         let up = st.nodes.keys().filter(|id| live.contains_key(id)).count();
         (st.nodes.len(), up, st.regions.len(), st.grants.len())
     };

@@ -20,6 +20,7 @@ use crate::proto;
 use crate::proto::*;
 use crate::sessions::{Sessions, ADMISSION_LINE_BYTES_MAX, ADMISSION_TIMEOUT};
 use crate::state::Store;
+use crate::state::View;
 use crate::{
     check_name, MhError, GRANTS_MAX, HEARTBEATS_MISSED_MAX, HEARTBEAT_INTERVAL, MH_LINE_BYTES_MAX, NODES_MAX,
     REGION_NAMES_MAX,
@@ -97,6 +98,8 @@ pub(crate) struct Shared {
     pub(crate) sessions: Mutex<Sessions>,
     /// Since when nodes are down, to forget those gone for good.
     pub(crate) departed: Mutex<Departed>,
+    /// The state as last kept, for requests that only read.
+    pub(crate) view: View,
     next_session: AtomicU64,
     pub(crate) stopping: AtomicBool,
 }
@@ -104,6 +107,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(secret: &[u8], store: Store) -> Arc<Shared> {
         let departed = Departed::new(store.state.nodes.keys().copied());
+        let view = store.view();
         Arc::new(Shared {
             secret: secret.to_vec(),
             admissions: Mutex::new(Default::default()),
@@ -113,6 +117,7 @@ impl Shared {
             ended: Mutex::new(Default::default()),
             sessions: Mutex::new(Sessions::default()),
             departed: Mutex::new(departed),
+            view,
             next_session: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
         })
@@ -120,9 +125,10 @@ impl Shared {
 
     /// Lead with `store` (read from where the leader before kept it): its nodes count as down
     /// from now.
-    pub(crate) fn took_over(&self, store: Store) {
+    pub(crate) fn took_over(&self, mut store: Store) {
         let known = store.state.nodes.keys().copied();
         lock(&self.departed).restart(known);
+        store.share_view(self.view.clone());
         *lock(&self.store) = store;
     }
 
@@ -470,6 +476,50 @@ fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhErr
     result.map_err(io_err)
 }
 
+/// Answer a request that only reads, from the state as last kept (no waiting for a change
+/// being saved).
+fn read(shared: &Shared, req: Request) -> Result<Reply, MhError> {
+    let st = shared.view.read().unwrap_or_else(|e| e.into_inner()).clone();
+    match req {
+        Request::Nodes => {
+            let live = lock(&shared.live);
+            let ended = lock(&shared.ended);
+            let nodes = st
+                .nodes
+                .values()
+                .map(|info| NodeStatus {
+                    info: info.clone(),
+                    up: live.contains_key(&info.id),
+                    last_seen_ms: live.get(&info.id).map_or(0, |l| l.last_seen_ms),
+                    ended: !live.contains_key(&info.id) && ended.contains(&info.id),
+                })
+                .collect();
+            Ok(Reply::Nodes { nodes })
+        }
+        Request::Resolve { node } => {
+            let info = st.nodes.get(&node).cloned().ok_or_else(|| MhError::NotFound(format!("node {node}")))?;
+            Ok(Reply::Node { info })
+        }
+        Request::ResolveName { name } => {
+            let info = st
+                .nodes
+                .values()
+                .find(|n| n.name == name)
+                .cloned()
+                .ok_or_else(|| MhError::NotFound(format!("node {name:?}")))?;
+            Ok(Reply::Node { info })
+        }
+        Request::Lookup { name } => {
+            let entry = st.regions.get(&name).cloned().ok_or_else(|| MhError::NotFound(format!("region {name:?}")))?;
+            Ok(Reply::Region { entry })
+        }
+        Request::Regions => {
+            Ok(Reply::Regions { regions: st.regions.values().cloned().collect(), grants: st.grants.clone() })
+        }
+        _ => Err(MhError::Protocol("not a read".into())),
+    }
+}
+
 /// Links a node may register, at most.
 const LINKS_MAX: usize = 64;
 /// The longest host identity and shared-memory path a node may register.
@@ -528,12 +578,17 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             let round = lock(&shared.jobs).round(&job, round, |n| live.contains_key(&n))?;
             return Ok(Reply::Job { round });
         }
+        Request::Heartbeat => return Ok(Reply::Ok),
+        Request::Nodes
+        | Request::Resolve { .. }
+        | Request::ResolveName { .. }
+        | Request::Lookup { .. }
+        | Request::Regions => return read(shared, req),
         _ => {}
     }
     let mut store = lock(&shared.store);
     let st = &mut store.state;
     let reply = match req {
-        Request::Heartbeat => return Ok(Reply::Ok),
         Request::Register { mut info } => {
             need_node()?;
             let known = st.nodes.get(&me).ok_or_else(|| MhError::NotFound(format!("node {me}")))?;
@@ -559,41 +614,6 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             }
             st.nodes.insert(me, info);
             Reply::Ok
-        }
-        Request::Nodes => {
-            let live = lock(&shared.live);
-            let ended = lock(&shared.ended);
-            let nodes = st
-                .nodes
-                .values()
-                .map(|info| NodeStatus {
-                    info: info.clone(),
-                    up: live.contains_key(&info.id),
-                    last_seen_ms: live.get(&info.id).map_or(0, |l| l.last_seen_ms),
-                    ended: !live.contains_key(&info.id) && ended.contains(&info.id),
-                })
-                .collect();
-            return Ok(Reply::Nodes { nodes });
-        }
-        Request::Resolve { node } => {
-            let info = st.nodes.get(&node).cloned().ok_or_else(|| MhError::NotFound(format!("node {node}")))?;
-            return Ok(Reply::Node { info });
-        }
-        Request::ResolveName { name } => {
-            let info = st
-                .nodes
-                .values()
-                .find(|n| n.name == name)
-                .cloned()
-                .ok_or_else(|| MhError::NotFound(format!("node {name:?}")))?;
-            return Ok(Reply::Node { info });
-        }
-        Request::Lookup { name } => {
-            let entry = st.regions.get(&name).cloned().ok_or_else(|| MhError::NotFound(format!("region {name:?}")))?;
-            return Ok(Reply::Region { entry });
-        }
-        Request::Regions => {
-            return Ok(Reply::Regions { regions: st.regions.values().cloned().collect(), grants: st.grants.clone() });
         }
         Request::Publish { entry } => {
             need_node()?;
@@ -658,7 +678,14 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             st.regions.retain(|_, e| !(e.node == me && e.region == region));
             Reply::Ok
         }
-        Request::JobPost { .. } | Request::JobRound { .. } => unreachable!("jobs are answered above"),
+        Request::JobPost { .. }
+        | Request::JobRound { .. }
+        | Request::Heartbeat
+        | Request::Nodes
+        | Request::Resolve { .. }
+        | Request::ResolveName { .. }
+        | Request::Lookup { .. }
+        | Request::Regions => unreachable!("answered above"),
     };
     store.save()?;
     Ok(reply)

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +31,7 @@ fn read_state(path: &Path) -> Result<Option<State>, MhError> {
 const STATE_KEY: &str = "state";
 
 /// Everything the management host must not forget.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct State {
     /// The next node id to give out (ids start at 1; 0 is "no node").
     pub next_id: NodeId,
@@ -48,7 +49,14 @@ pub(crate) struct Store {
     pub state: State,
     /// The state as last kept (read or saved), to go back to when a save fails.
     saved: Vec<u8>,
+    /// The state as last kept, for readers (see [`View`]).
+    view: View,
 }
+
+/// The state as last kept, shared with readers: requests that only read take it without
+/// waiting for a change being saved (a write and an fsync under the store's lock), and see
+/// only what is kept.
+pub(crate) type View = Arc<RwLock<Arc<State>>>;
 
 /// Leading in etcd: the client, who this host is (its leader key's value) and its lease.
 #[derive(Debug)]
@@ -117,7 +125,23 @@ impl Store {
 
     fn with(dir: Option<PathBuf>, term: Option<Term>, state: State) -> Result<Self, MhError> {
         let saved = serde_json::to_vec(&state).map_err(|e| MhError::Protocol(e.to_string()))?;
-        Ok(Store { dir, term, state, saved })
+        let view = Arc::new(RwLock::new(Arc::new(state.clone())));
+        Ok(Store { dir, term, state, saved, view })
+    }
+
+    /// Its readers' view.
+    pub(crate) fn view(&self) -> View {
+        self.view.clone()
+    }
+
+    /// Publish to `view` from now on (a host that took over keeps its readers' view).
+    pub(crate) fn share_view(&mut self, view: View) {
+        self.view = view;
+        self.publish();
+    }
+
+    fn publish(&self) {
+        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(self.state.clone());
     }
 
     /// Keep the state (in etcd while leading; in a file: a temporary one, synced, then renamed
@@ -128,6 +152,7 @@ impl Store {
         match self.keep(&bytes) {
             Ok(()) => {
                 self.saved = bytes;
+                self.publish();
                 Ok(())
             }
             Err(e) => {

@@ -405,3 +405,32 @@ fn nodes_down_past_the_forget_after_time_are_forgotten() {
     assert_ne!(again.node_id(), gone_id, "a forgotten node's id is not handed out again");
     assert!(stays.nodes().unwrap().iter().any(|n| n.info.id == stays_id));
 }
+
+// Checks that requests that only read, and heartbeats, do not wait for a change being saved:
+// with the state's lock held (as a slow disk holds it during a save's fsync), a client still
+// gets the node list, a name lookup and a node's record within a second, and the state it
+// sees is what was kept.
+#[test]
+fn reads_do_not_wait_for_a_save() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let addr = mh.addr().to_string();
+    let a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
+    let entry = RegionEntry { name: "kept".into(), node: a.node_id(), region: 1, key: "00".repeat(16), len: 64 };
+    a.publish(entry).unwrap();
+    let reader = MhClient::join(MhConfig { role: Role::Observer, ..cfg(&addr, SECRET, "reader") }).unwrap();
+    let a_id = a.node_id();
+    let saving = crate::server::lock(&mh.shared.store);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let nodes = reader.nodes().map(|n| n.len());
+        let found = reader.lookup("kept").map(|e| e.node);
+        let resolved = reader.resolve(a_id).map(|i| i.id);
+        let _ = tx.send((nodes, found, resolved));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(1));
+    drop(saving);
+    let (nodes, found, resolved) = got.expect("reads waited for the state's lock");
+    assert_eq!(nodes.unwrap(), 1, "one node on record (observers are not)");
+    assert_eq!(found.unwrap(), a_id);
+    assert_eq!(resolved.unwrap(), a_id);
+}
