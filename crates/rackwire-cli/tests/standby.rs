@@ -104,6 +104,12 @@ fn a_standby_takes_over_when_the_leader_dies() {
         }
     };
     let first = leader(None);
+    // The leader's key is in etcd a moment before it listens: wait until it answers.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(first.as_str()).is_err() {
+        assert!(Instant::now() < deadline, "the leader {first} never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let (sa, sb, sc) = (TempDir::new("sb-a"), TempDir::new("sb-b"), TempDir::new("sb-c"));
     let a = join(&list, "owner", &sa).expect("owner joins");

@@ -33,7 +33,7 @@ pub use doorbell::{Doorbell, DoorbellRemote};
 pub use mem::{MapAccess, SharedMem, ShmError, SHM_REGION_BYTES_MAX};
 pub use memcpy::copy_bytes;
 pub use owned::OwnedWindow;
-pub use socket::{ControlSocket, Endpoint, CONTROL_FDS_MAX, CONTROL_MSG_BYTES_MAX};
+pub use socket::{ControlSocket, Endpoint, CONTROL_FDS_MAX, CONTROL_MSG_BYTES_MAX, CONTROL_SEND_TIMEOUT};
 
 /// Close this process's descriptors (and so its windows' memory) to other processes of the
 /// same user: a process that is not dumpable has its `/proc/<pid>/fd` (and `mem`, `maps`, ...)

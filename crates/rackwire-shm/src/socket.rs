@@ -18,6 +18,11 @@ use rustix::net::{
 pub const CONTROL_MSG_BYTES_MAX: usize = 64 * 1024;
 /// The most descriptors one control message may carry.
 pub const CONTROL_FDS_MAX: usize = 4;
+/// The longest a control message waits for room in the peer's socket (a Unix datagram
+/// socket queues only a few messages for its reader): a peer that reads none for this long
+/// makes the send fail (`ErrorKind::TimedOut`), and its owner cuts it off, so no peer holds a
+/// sender (and whatever it holds, such as a region's lock) for longer.
+pub const CONTROL_SEND_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pending connections a listening endpoint queues.
 const LISTEN_BACKLOG: i32 = 64;
 
@@ -108,11 +113,16 @@ impl ControlSocket {
         Ok((ControlSocket { fd: a }, ControlSocket { fd: b }))
     }
 
-    /// Send one message with up to [`CONTROL_FDS_MAX`] descriptors attached, without waiting:
-    /// a peer that does not read its socket fills it, and then every send fails at once
-    /// (`ErrorKind::WouldBlock`) instead of holding the sender (and whatever it holds) for as
-    /// long as the peer likes.
+    /// Send one message with up to [`CONTROL_FDS_MAX`] descriptors attached, waiting at most
+    /// [`CONTROL_SEND_TIMEOUT`] for room in the peer's socket.
     pub fn send(&self, data: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+        self.send_within(data, fds, CONTROL_SEND_TIMEOUT)
+    }
+
+    /// [`ControlSocket::send`], waiting at most `timeout` for room: a peer that does not read
+    /// its socket makes the send fail (`ErrorKind::TimedOut`) then, instead of holding the
+    /// sender for as long as it likes.
+    pub fn send_within(&self, data: &[u8], fds: &[BorrowedFd<'_>], timeout: Duration) -> std::io::Result<()> {
         if data.len() > CONTROL_MSG_BYTES_MAX || fds.len() > CONTROL_FDS_MAX || data.is_empty() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -124,12 +134,27 @@ impl ControlSocket {
         if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
             return Err(std::io::Error::other("descriptors do not fit the control buffer"));
         }
+        let deadline = std::time::Instant::now() + timeout;
         loop {
             let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
             match rustix::net::sendmsg(&self.fd, &[IoSlice::new(data)], &mut control, flags) {
                 Ok(n) if n == data.len() => return Ok(()),
                 Ok(_) => return Err(std::io::Error::other("control message sent in part")),
                 Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::AGAIN) => {
+                    // The peer's queue is full: wait for it to read, until the deadline.
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the peer reads no control messages",
+                        ));
+                    }
+                    let ts =
+                        rustix::time::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as _ };
+                    let mut pfd = [PollFd::new(&self.fd, PollFlags::OUT)];
+                    let _ = rustix::event::poll(&mut pfd, Some(&ts));
+                }
                 Err(e) => return Err(io(e)),
             }
         }
@@ -215,26 +240,28 @@ mod tests {
     }
 
     // Checks that stop() wakes a blocked accept, which then reports no connection.
-    // Checks that a peer that never reads cannot hold a sender: sends into its socket fill it
-    // and then fail at once with WouldBlock (bounded by a count and a time); once the peer
-    // reads one message, sending works again.
+    // Checks that a peer that never reads cannot hold a sender for long: sends into its socket
+    // fill it (a few messages), and the next one fails after the given wait (TimedOut), not
+    // later (bounded by a count and a time); once the peer reads one message, sending works.
     #[test]
-    fn a_peer_that_does_not_read_makes_sends_fail_not_wait() {
+    fn a_peer_that_does_not_read_holds_a_sender_only_so_long() {
         let (a, b) = ControlSocket::pair().unwrap();
-        let t0 = std::time::Instant::now();
+        let wait = Duration::from_millis(100);
         let mut sent = 0;
+        let t0 = std::time::Instant::now();
         let err = loop {
-            match a.send(&[7u8; 512], &[]) {
+            match a.send_within(&[7u8; 512], &[], wait) {
                 Ok(()) => sent += 1,
                 Err(e) => break e,
             }
             assert!(sent < 1_000_000, "the socket never filled");
         };
-        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "{err}");
-        assert!(sent > 0 && t0.elapsed() < std::time::Duration::from_secs(5), "{sent} sent in {:?}", t0.elapsed());
+        let took = t0.elapsed();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        assert!(sent > 0 && took >= wait && took < wait * 20, "{sent} sent, gave up after {took:?}");
         let mut buf = [0u8; 1024];
         assert_eq!(b.recv(&mut buf).unwrap().0, 512);
-        a.send(&[8u8; 512], &[]).unwrap();
+        a.send_within(&[8u8; 512], &[], wait).unwrap();
     }
 
     #[test]

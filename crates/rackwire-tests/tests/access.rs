@@ -110,8 +110,9 @@ fn all_threads_stopped(pid: u32) -> bool {
 }
 
 // Checks revocation of a peer that does not answer: the peer process is stopped (SIGSTOP)
-// after it mapped the region, so it cannot confirm the unmap; revoke returns `cutoff` after the
-// acknowledgement timeout, and once resumed the peer finds its connection gone (within 5 s;
+// after it mapped the region, so it cannot confirm the unmap (nor read its control socket);
+// another granted peer meanwhile maps and writes without waiting; revoke returns `cutoff` after
+// the acknowledgement timeout, and once resumed the peer finds its connection gone (within 5 s;
 // none of its writes reach the owner meanwhile). The owner's bytes written before the
 // revocation survive the move to fresh memory.
 #[test]
@@ -123,9 +124,11 @@ fn unresponsive_peer_is_cut_off() {
     let mh = TestMh::start("cutoff");
     let mut owner = Node::spawn(&mh.addr, "cut-owner");
     let mut peer = Node::spawn(&mh.addr, "cut-peer");
+    let mut other = Node::spawn(&mh.addr, "cut-other");
     let a = owner.ok("alloc 65536 rwa");
     let (rid, h) = a.split_once(' ').unwrap();
     owner.ok(&format!("grant {rid} {} rw", peer.id));
+    owner.ok(&format!("grant {rid} {} rw", other.id));
     peer.ok(&format!("write {h} 0 {}", hex(b"before")));
     let stop = std::process::Command::new("kill").args(["-STOP", &peer.pid().to_string()]).status().unwrap();
     assert!(stop.success());
@@ -137,10 +140,17 @@ fn unresponsive_peer_is_cut_off() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     let t0 = std::time::Instant::now();
-    let outcome = owner.ok(&format!("revoke {rid} {}", peer.id));
+    // While the owner waits for the stopped peer (which reads nothing), another granted peer
+    // is not held up: it maps the region and writes at once.
+    owner.start_cmd(&format!("revoke {rid} {}", peer.id));
+    let t1 = std::time::Instant::now();
+    other.ok(&format!("write {h} 100 {}", hex(b"other")));
+    let other_took = t1.elapsed();
+    let outcome = owner.line();
     let cont = std::process::Command::new("kill").args(["-CONT", &peer.pid().to_string()]).status().unwrap();
     assert!(cont.success());
-    assert_eq!(outcome, "cutoff");
+    assert_eq!(outcome, "ok cutoff");
+    assert!(other_took < rackwire::REVOKE_ACK_TIMEOUT / 2, "another peer waited {other_took:?} on the revocation");
     assert!(t0.elapsed() >= rackwire::REVOKE_ACK_TIMEOUT, "cut off only after the acknowledgement timeout");
     assert_eq!(owner.ok(&format!("local-read {rid} 0 6")), hex(b"before"));
     // The resumed peer learns of the cut-off from its control socket, on a thread of its own

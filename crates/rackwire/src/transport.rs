@@ -161,4 +161,7 @@ pub struct ConnStats {
     pub replayed: u64,
     /// Edge transport: frames dropped because they came unsealed on a sealed connection.
     pub unsealed: u64,
+    /// Edge transport: this end's id for the connection (every frame to it carries it in its
+    /// header; chosen at random per node run).
+    pub conn_id: u32,
 }

@@ -292,6 +292,7 @@ impl PeerTransport for EdgePeer {
             forged: p.forged,
             replayed: p.replayed,
             unsealed: p.unsealed,
+            conn_id: self.local,
             ..ConnStats::default()
         }
     }

@@ -392,7 +392,11 @@ impl ShmPeer {
         });
         match decided {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(peer = self.peer, region, "could not hand over a mapping: {e}"),
+            Ok(Err(e)) => {
+                // A peer that reads nothing for the send timeout holds this node up no more.
+                warn!(peer = self.peer, region, "could not hand over a mapping ({e}); cutting the peer off");
+                self.cut_off();
+            }
             Err(reason) => {
                 self.stats.refused.fetch_add(1, Relaxed);
                 let _ =
