@@ -4,6 +4,8 @@
 
 use std::net::Ipv4Addr;
 
+use rackwire::NodeId;
+
 use crate::{ipv4_destination, VNET_HDR_LEN, VNIC_MTU};
 
 /// Why a packet from a peer is not written into `rw0`.
@@ -14,7 +16,7 @@ pub enum RxRefusal {
     /// An offload header asking for what no packet of ours needs (unknown flags or
     /// segmentation type, a checksum or header outside the packet, a segment size past the MTU).
     BadOffload,
-    /// Its source is not one of the sender's own addresses.
+    /// Its source is another node's address, this node's, or a special one.
     Spoofed,
 }
 
@@ -25,11 +27,20 @@ const F_DATA_VALID: u8 = 2;
 const GSO_TYPES: [u8; 5] = [0, 1, 3, 4, 5];
 const GSO_ECN: u8 = 0x80;
 
-/// Check a packet a peer sent (an offload header, then an IPv4 packet) before it is written
-/// into `rw0`: well-formed, with an offload header within bounds, and from one of `sender`'s
-/// own addresses (those the management host knows for it), so a node cannot speak for
-/// another host on this one.
-pub fn check_from_peer(data: &[u8], sender: &[Ipv4Addr]) -> Result<(), RxRefusal> {
+/// Check a packet node `sender` sent (an offload header, then an IPv4 packet) before it is
+/// written into `rw0`: well-formed, with an offload header within bounds, and not speaking for
+/// another: its source may be any address of the sender's own host, but not one the
+/// management host knows only as other nodes' (`owners`: the nodes that registered an
+/// address; nodes of one host share its addresses), not one of this node's own (`mine`), and
+/// no special address. (A host may own addresses it did not register, such as a
+/// management host's; an address no node registered could be sent from over Ethernet just as
+/// well.)
+pub fn check_from_peer<'a>(
+    data: &[u8],
+    sender: NodeId,
+    owners: impl Fn(Ipv4Addr) -> Option<&'a [NodeId]>,
+    mine: &[Ipv4Addr],
+) -> Result<(), RxRefusal> {
     let (hdr, packet) = data.split_at_checked(VNET_HDR_LEN).ok_or(RxRefusal::Malformed)?;
     ipv4_destination(packet).ok_or(RxRefusal::Malformed)?;
     let u16_at = |i: usize| u16::from_le_bytes([hdr[i], hdr[i + 1]]) as usize;
@@ -43,7 +54,8 @@ pub fn check_from_peer(data: &[u8], sender: &[Ipv4Addr]) -> Result<(), RxRefusal
         return Err(RxRefusal::BadOffload);
     }
     let source = Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]);
-    if !sender.contains(&source) {
+    let special = source.is_loopback() || source.is_multicast() || source.is_broadcast() || source.is_unspecified();
+    if special || mine.contains(&source) || owners(source).is_some_and(|o| !o.contains(&sender)) {
         return Err(RxRefusal::Spoofed);
     }
     Ok(())
@@ -89,35 +101,49 @@ mod tests {
         p
     }
 
-    // Checks the rules for packets from a peer: one from the sender's own address with a plain
-    // or checksum-offload header passes; a forged source, a header with unknown flags or
-    // segmentation type, a checksum position outside the packet, a segmented packet with no
-    // segment size, and a non-IPv4 packet are each refused with their reason.
+    // Checks the rules for packets from a peer (node 2, whose host also holds 198.18.0.250,
+    // an address it did not register, and runs node 12 on the same addresses): from its own addresses, or one no node registered,
+    // with a plain or checksum-offload header, a packet passes; one from another node's
+    // address (node 3's), this node's own, or loopback is refused as spoofed; a header with
+    // unknown flags or segmentation type, a checksum position outside the packet, or a
+    // segmented packet with no segment size is refused as such; a non-IPv4 packet is malformed.
     #[test]
-    fn packets_from_a_peer_must_come_from_its_own_address() {
-        let sender = [Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 1, 2)];
+    fn packets_from_a_peer_may_not_speak_for_another() {
+        // Node 2 shares its host (and addresses) with node 12.
+        let owner_of = |a: Ipv4Addr| -> Option<&'static [NodeId]> {
+            match a.octets() {
+                [198, 18, _, 2] => Some(&[12, 2]),
+                [198, 18, _, 3] => Some(&[3]),
+                [198, 18, _, 1] => Some(&[1]),
+                _ => None,
+            }
+        };
+        let mine = [Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 1, 1)];
+        let check = |src: [u8; 4], hdr| check_from_peer(&packet(src, hdr), 2, owner_of, &mine);
         let plain = [0u8; VNET_HDR_LEN];
-        assert_eq!(check_from_peer(&packet([198, 18, 1, 2], plain), &sender), Ok(()));
+        assert_eq!(check([198, 18, 1, 2], plain), Ok(()));
+        assert_eq!(check([198, 18, 0, 250], plain), Ok(()), "an address of its host no node registered");
         let mut csum = plain;
         csum[0] = F_NEEDS_CSUM;
         csum[6..8].copy_from_slice(&20u16.to_le_bytes());
         csum[8..10].copy_from_slice(&6u16.to_le_bytes());
-        assert_eq!(check_from_peer(&packet([198, 18, 0, 2], csum), &sender), Ok(()));
-        assert_eq!(check_from_peer(&packet([198, 18, 0, 3], plain), &sender), Err(RxRefusal::Spoofed));
-        assert_eq!(check_from_peer(&packet([10, 0, 0, 1], plain), &sender), Err(RxRefusal::Spoofed));
+        assert_eq!(check([198, 18, 0, 2], csum), Ok(()));
+        assert_eq!(check([198, 18, 0, 3], plain), Err(RxRefusal::Spoofed), "another node's address");
+        assert_eq!(check([198, 18, 1, 1], plain), Err(RxRefusal::Spoofed), "this node's own address");
+        assert_eq!(check([127, 0, 0, 1], plain), Err(RxRefusal::Spoofed));
         let mut flags = plain;
         flags[0] = 0x10;
-        assert_eq!(check_from_peer(&packet([198, 18, 0, 2], flags), &sender), Err(RxRefusal::BadOffload));
+        assert_eq!(check([198, 18, 0, 2], flags), Err(RxRefusal::BadOffload));
         let mut gso = plain;
         gso[1] = 9;
-        assert_eq!(check_from_peer(&packet([198, 18, 0, 2], gso), &sender), Err(RxRefusal::BadOffload));
+        assert_eq!(check([198, 18, 0, 2], gso), Err(RxRefusal::BadOffload));
         let mut far = csum;
         far[6..8].copy_from_slice(&1000u16.to_le_bytes());
-        assert_eq!(check_from_peer(&packet([198, 18, 0, 2], far), &sender), Err(RxRefusal::BadOffload));
+        assert_eq!(check([198, 18, 0, 2], far), Err(RxRefusal::BadOffload));
         let mut tcp = plain;
         tcp[1] = 1;
-        assert_eq!(check_from_peer(&packet([198, 18, 0, 2], tcp), &sender), Err(RxRefusal::BadOffload));
-        assert_eq!(check_from_peer(&[0u8; 12], &sender), Err(RxRefusal::Malformed));
+        assert_eq!(check([198, 18, 0, 2], tcp), Err(RxRefusal::BadOffload));
+        assert_eq!(check_from_peer(&[0u8; 12], 2, owner_of, &mine), Err(RxRefusal::Malformed));
     }
 
     // Checks which registered addresses may get a route through rw0: a peer's ordinary rail

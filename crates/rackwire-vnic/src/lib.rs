@@ -154,6 +154,9 @@ struct Peer {
 struct Table {
     peers: HashMap<NodeId, Peer>,
     by_addr: HashMap<Ipv4Addr, NodeId>,
+    /// Who registered each address, as the management host last listed them (to tell a
+    /// packet that speaks for another node; nodes of one host share its addresses).
+    owners: HashMap<Ipv4Addr, Vec<NodeId>>,
     /// Counters of peers that left, kept for the record.
     gone: Vec<PeerCounters>,
 }
@@ -389,15 +392,14 @@ impl Shared {
     }
 
     fn deliver(&self, from: NodeId, data: &[u8]) {
-        // Every sender is an admitted, authenticated fabric node, and speaks only for its own
-        // addresses. One this side has not routed yet (it saw us first) is checked against the
-        // addresses the management host has for it, and counted apart.
+        // Every sender is an admitted, authenticated fabric node, and speaks for no other
+        // (see `check_from_peer`). One this side has not routed yet (it saw us first) is
+        // delivered too, and counted apart.
         let (checked, counts) = {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
-            match table.peers.get(&from) {
-                Some(p) => (check_from_peer(data, &p.addrs), Some(p.counts.clone())),
-                None => (check_from_peer(data, &self.addrs_of(from)), None),
-            }
+            let owners = |a: Ipv4Addr| table.owners.get(&a).map(Vec::as_slice);
+            let checked = check_from_peer(data, from, owners, &self.my_addrs);
+            (checked, table.peers.get(&from).map(|p| p.counts.clone()))
         };
         let refused = match checked {
             Ok(()) => None,
@@ -423,13 +425,6 @@ impl Shared {
         }
     }
 
-    /// The addresses node `node` may send from, as the management host knows them (none when
-    /// it does not know the node).
-    fn addrs_of(&self, node: NodeId) -> Vec<Ipv4Addr> {
-        let links = self.fabric.node(node).map(|info| info.links).unwrap_or_default();
-        link_addrs(&links).into_iter().filter(|a| routable(*a, &self.my_addrs, &self.mh_addrs)).collect()
-    }
-
     fn refresh_loop(&self) {
         let mut last = Instant::now();
         while !self.stop.load(Ordering::Relaxed) {
@@ -451,6 +446,13 @@ impl Shared {
             }
         };
         let me = self.fabric.id();
+        let mut owners: HashMap<Ipv4Addr, Vec<NodeId>> = HashMap::new();
+        for n in &nodes {
+            for a in link_addrs(&n.info.links) {
+                owners.entry(a).or_default().push(n.info.id);
+            }
+        }
+        self.table.write().unwrap_or_else(|e| e.into_inner()).owners = owners;
         let mut live = Vec::new();
         for n in nodes.iter().filter(|n| n.up && n.info.id != me) {
             let known = self.table.read().unwrap_or_else(|e| e.into_inner()).peers.contains_key(&n.info.id);

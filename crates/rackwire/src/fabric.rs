@@ -351,12 +351,6 @@ impl Fabric {
         Ok(self.inner.mh.nodes()?)
     }
 
-    /// How node `node` is reached, as the management host recorded it (remembered once
-    /// asked).
-    pub fn node(&self, node: NodeId) -> Result<rackwire_mh::NodeInfo, Error> {
-        Ok(self.inner.mh.resolve(node)?)
-    }
-
     /// Leave the fabric now (also done on drop).
     pub fn close(mut self) {
         self.shutdown();
