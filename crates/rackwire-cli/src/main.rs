@@ -171,6 +171,22 @@ enum Cmd {
     /// (internal) A worker node of `rackwire demo`.
     #[command(name = "demo-worker", hide = true)]
     DemoWorker,
+    /// (internal) Join as node NAME, send one message (hex) to the node named --to, leave:
+    /// for tests of what the virtual NIC takes from a peer.
+    #[command(name = "send-raw", hide = true)]
+    SendRaw {
+        #[command(flatten)]
+        fabric: FabricArgs,
+        /// This node's name.
+        #[arg(long)]
+        name: String,
+        /// The receiving node's name.
+        #[arg(long)]
+        to: String,
+        /// The message, in hex.
+        #[arg(long)]
+        hex: String,
+    },
 }
 
 #[derive(Args)]
@@ -406,6 +422,15 @@ fn run(cli: Cli) -> Result<()> {
             let pp = ((20_000.0 * b.scale) as u64).max(10);
             let bw = ((2_000.0 * b.scale) as u64).max(10);
             lang_bench::run(pp, bw, b.repeat, b.json)
+        }
+        Cmd::SendRaw { fabric, name, to, hex } => {
+            init_logging(tracing::Level::WARN);
+            let bytes = rackwire_mh::auth::from_hex(&hex).context("--hex: not hex")?;
+            let mut cfg = fabric.resolve(&name)?;
+            cfg.name = name;
+            let f = rackwire::Fabric::join(cfg)?;
+            f.connect_name(&to)?.send(&bytes).wait()?;
+            Ok(())
         }
         Cmd::LangWorker { role, iters } => {
             init_logging(tracing::Level::WARN);

@@ -392,3 +392,41 @@ fn rack_benchmarks_run_end_to_end() {
     }
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
 }
+
+// Checks end to end that a peer cannot speak for another node over rw0: a node on h3 sends
+// h2's agent, as a fabric message, an IPv4 packet whose source is h1's address; h2's agent
+// drops it and counts it (`rx_spoofed` in its counters) instead of writing it into rw0.
+#[test]
+fn a_packet_speaking_for_another_node_is_dropped_and_counted() {
+    if skip("a_packet_speaking_for_another_node_is_dropped_and_counted") {
+        return;
+    }
+    let rack = Rack::up("tspoof", THREE_AND_REMOTE.replace("[[host]]\nname = \"far\"\nremote = true\n", "").as_str());
+    // h2 knows h1 and h3 (and so who registered which address).
+    rack.wait_route("h2", "198.18.0.1", "rw0");
+    rack.wait_route("h2", "198.18.0.3", "rw0");
+    let spoofed = |s: &Value| {
+        s["hosts"]
+            .as_array()
+            .and_then(|h| h.iter().find(|h| h["name"] == "h2")?.pointer("/agent/vnic/rx_spoofed")?.as_u64())
+    };
+    assert_eq!(spoofed(&rack.status()), Some(0), "nothing spoofed yet");
+    // An offload header (none), then UDP from 198.18.0.1 (h1's) to 198.18.0.2 (h2's).
+    let mut packet = vec![0u8; 10];
+    let mut ip = [0u8; 28];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&28u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&[198, 18, 0, 1]);
+    ip[16..20].copy_from_slice(&[198, 18, 0, 2]);
+    packet.extend_from_slice(&ip);
+    let hex: String = packet.iter().map(|b| format!("{b:02x}")).collect();
+    let bin = env!("CARGO_BIN_EXE_rackwire");
+    ok(&rack.exec("h3", &[bin, "send-raw", "--name", "spoofer", "--to", "h2", "--hex", &hex]));
+    let deadline = Instant::now() + ROUTE_WAIT;
+    while spoofed(&rack.status()) != Some(1) {
+        assert!(Instant::now() < deadline, "h2 never counted the spoofed packet: {:?}", spoofed(&rack.status()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
