@@ -67,15 +67,17 @@ fn forget(shared: &Shared, ids: &[NodeId]) -> Result<usize, MhError> {
     }
     let st = &mut store.state;
     for id in &ids {
-        if let Some(n) = st.nodes.remove(id) {
-            info!(id, name = %n.name, "node forgotten: down longer than its time");
-        }
-        departed.since.remove(id);
-        lock(&shared.ended).remove(id);
+        st.nodes.remove(id);
     }
     st.regions.retain(|_, r| !ids.contains(&r.node));
     st.grants.retain(|g| !ids.contains(&g.node) && !ids.contains(&g.peer));
+    // A save that fails undoes the change: the nodes stay on record, and down.
     store.save()?;
+    for id in &ids {
+        info!(id, "node forgotten: down longer than its time");
+        departed.since.remove(id);
+        lock(&shared.ended).remove(id);
+    }
     Ok(ids.len())
 }
 
