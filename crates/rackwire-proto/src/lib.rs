@@ -64,7 +64,7 @@ pub use bytes::Bytes;
 pub use config::Config;
 pub use conn::{CloseReason, Connection, Credentials, Event, SplitTransmit, State, Transmit, GATHER_IN_FLIGHT_MIN};
 pub use delivery::{Delivery, Note};
-pub use endpoint::{earliest, Endpoint, Happened, Incoming, Routed, Session, CONNECTIONS_MAX};
+pub use endpoint::{earliest, Endpoint, Happened, Incoming, Routed, Session, CONNECTIONS_MAX, HANDSHAKES_ACCEPTED_MAX};
 pub use ops::{AtomicOp, Completion, OpError, OpFlags, OpId, RegionRef};
 pub use seal::{REPLAY_WINDOW, TRAILER_LEN};
 pub use sent::SEND_SPAN_MAX;

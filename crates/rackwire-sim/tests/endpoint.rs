@@ -3,6 +3,7 @@
 
 use rackwire_proto::{
     Completion, Config, Connection, Endpoint, Happened, Incoming, OpError, OpFlags, RegionRef, Routed, State, Time,
+    HANDSHAKES_ACCEPTED_MAX,
 };
 use rackwire_sim::world::SimEndpoint;
 use rackwire_sim::{keys, MemTarget};
@@ -273,4 +274,26 @@ fn a_restarted_peer_with_the_same_connection_id_gets_a_new_connection() {
     nodes[0].ep.submit(local, |_| 1, |c| c.write(now, target, 0, b"again", OpFlags::default())).unwrap();
     run(&mut nodes, &mut now);
     assert_eq!(&nodes[1].mem.regions[&5].data[0..5], b"again");
+}
+
+// Checks that first frames alone (as from spoofed sources, each naming a node the acceptor
+// knows, never answering) hold a bounded number of slots: after twice the limit of such
+// frames from distinct callers, node 2 keeps at most HANDSHAKES_ACCEPTED_MAX connections, the
+// newest; a connection that finished its handshake is not among those that go.
+#[test]
+fn first_frames_alone_hold_a_bounded_number_of_slots() {
+    let (mut nodes, _, now) = connected();
+    assert_eq!(nodes[1].ep.len(), 1, "the established connection");
+    let callers = 2 * HANDSHAKES_ACCEPTED_MAX as u32;
+    let mut last = None;
+    for id in 100..100 + callers {
+        let mut caller = Node::new(id, 1);
+        caller.open(2, 1);
+        let (_, link, hello) = caller.out(now).remove(0);
+        last = Some(nodes[1].take(now, link, id, &hello));
+    }
+    assert!(matches!(last, Some(Routed::Accepted(_))), "the newest is taken: {last:?}");
+    assert_eq!(nodes[1].ep.len(), 1 + HANDSHAKES_ACCEPTED_MAX, "{} connections", nodes[1].ep.len());
+    let established = nodes[1].ep.sessions().filter(|s| s.conn().state() == State::Established).count();
+    assert_eq!(established, 1, "the established connection stays");
 }

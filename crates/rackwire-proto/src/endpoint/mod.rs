@@ -28,6 +28,10 @@ use crate::{CloseReason, Completion, Connection, Event, OpError, OpId, OwnIdMap,
 
 /// The most connections one endpoint keeps (each is a peer on the edge transport).
 pub const CONNECTIONS_MAX: usize = 4096;
+/// Connections a peer's first frame opened that are still in their handshake, at most: one
+/// more makes the oldest of them go (so first frames from spoofed sources, each naming a real
+/// node, hold at most this many slots, each for at most the handshake timeout).
+pub const HANDSHAKES_ACCEPTED_MAX: usize = 256;
 
 /// What a connection did, as [`Endpoint::poll`] hands it to the driver.
 #[derive(Debug, PartialEq)]
@@ -95,6 +99,9 @@ pub struct Endpoint<A, P> {
     sessions: OwnIdMap<u32, Session<A, P>>,
     /// Connections opened by a first handshake frame, by (peer, the peer's id for it).
     accepted: HashMap<(u32, u32), u32>,
+    /// Of those, the ones opened most recently, oldest first (some may have finished their
+    /// handshake or gone since: see [`HANDSHAKES_ACCEPTED_MAX`]).
+    handshaking: std::collections::VecDeque<u32>,
     next_local: u32,
     /// Bounds of every connection's delivery queues (bytes of messages, notifications).
     room: Option<(usize, usize)>,
@@ -110,6 +117,7 @@ impl<A: Copy, P> Endpoint<A, P> {
             links,
             sessions: OwnIdMap::default(),
             accepted: HashMap::new(),
+            handshaking: std::collections::VecDeque::new(),
             next_local: 1,
             room: None,
             holding: false,
@@ -212,14 +220,31 @@ impl<A: Copy, P> Endpoint<A, P> {
             self.accepted.remove(&(h.from, h.conn));
         }
         let links = (h.links as usize).min(self.links);
-        if link >= links || self.sessions.len() >= CONNECTIONS_MAX {
+        if link >= links {
+            return None;
+        }
+        self.make_room_for_a_handshake();
+        if self.sessions.len() >= CONNECTIONS_MAX {
             return None;
         }
         let local = self.next_id();
         let conn = accept(local, Incoming { peer: h.from, peer_conn: h.conn, links })?;
         self.sessions.insert(local, Session::new(conn, h.from, vec![None; links], self.room, true));
         self.accepted.insert((h.from, h.conn), local);
+        self.handshaking.push_back(local);
         Some((local, true))
+    }
+
+    /// Keep the accepted connections still in their handshake under
+    /// [`HANDSHAKES_ACCEPTED_MAX`], the newest aside: the oldest goes.
+    fn make_room_for_a_handshake(&mut self) {
+        let sessions = &self.sessions;
+        self.handshaking.retain(|l| sessions.get(l).is_some_and(|s| s.conn().state() == crate::State::Handshaking));
+        while self.handshaking.len() >= HANDSHAKES_ACCEPTED_MAX {
+            if let Some(oldest) = self.handshaking.pop_front() {
+                self.remove(oldest);
+            }
+        }
     }
 
     /// Submit an operation on connection `local` with `go`, keeping what `keep` makes of its
