@@ -54,8 +54,7 @@ pub fn check_from_peer<'a>(
         return Err(RxRefusal::BadOffload);
     }
     let source = Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]);
-    let special = source.is_loopback() || source.is_multicast() || source.is_broadcast() || source.is_unspecified();
-    if special || mine.contains(&source) || owners(source).is_some_and(|o| !o.contains(&sender)) {
+    if special(source) || mine.contains(&source) || owners(source).is_some_and(|o| !o.contains(&sender)) {
         return Err(RxRefusal::Spoofed);
     }
     Ok(())
@@ -65,24 +64,19 @@ pub fn check_from_peer<'a>(
 /// own (`mine`), not the management host's (`mh`), and an ordinary unicast address (not
 /// loopback, link-local, multicast, broadcast or unspecified).
 pub fn routable(addr: Ipv4Addr, mine: &[Ipv4Addr], mh: &[Ipv4Addr]) -> bool {
-    !(addr.is_loopback()
-        || addr.is_link_local()
-        || addr.is_multicast()
-        || addr.is_broadcast()
-        || addr.is_unspecified()
-        || mine.contains(&addr)
-        || mh.contains(&addr))
+    !(special(addr) || addr.is_link_local() || mine.contains(&addr) || mh.contains(&addr))
 }
 
 /// The IPv4 addresses in a comma-separated list of `ip:port` (the management host's).
 pub fn ipv4_of(list: &str) -> Vec<Ipv4Addr> {
-    list.split(',')
-        .filter_map(|a| a.trim().parse::<std::net::SocketAddr>().ok())
-        .filter_map(|a| match a.ip() {
-            std::net::IpAddr::V4(v4) => Some(v4),
-            _ => None,
-        })
-        .collect()
+    let addrs: Vec<String> = list.split(',').map(|a| a.trim().to_string()).collect();
+    crate::link_addrs(&addrs)
+}
+
+/// An address no host sends from or is reached at as itself: loopback, multicast, broadcast,
+/// unspecified.
+fn special(a: Ipv4Addr) -> bool {
+    a.is_loopback() || a.is_multicast() || a.is_broadcast() || a.is_unspecified()
 }
 
 #[cfg(test)]

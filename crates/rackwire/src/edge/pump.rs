@@ -91,12 +91,8 @@ impl EdgeEndpoint {
             st.stale = true;
             return (got, 0);
         }
-        let mut fired = false;
-        let mut due = None;
+        let (mut fired, due) = if look { st.conns.handle_timeouts(now, target) } else { (false, None) };
         if look {
-            let (timers, next) = st.conns.handle_timeouts(now, target);
-            fired = timers;
-            due = next;
             if let Some(n) = self.fabric.upgrade() {
                 let State { conns, gone_asked, .. } = st;
                 for (local, s) in conns.iter_mut().filter(|(_, s)| s.is_unreachable()) {
