@@ -433,4 +433,34 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+
+    // Checks that a thread asleep in a wait leaves the edge transport to its network thread
+    // even though its last look before sleeping drove the transport: with the network
+    // thread's looks an hour apart, it must not be watching while the waiter sleeps (it would
+    // leave the sockets unread until the waiter's next look, milliseconds later). Fails when
+    // the wait does not say again, after that look, that it sleeps.
+    #[test]
+    fn a_sleeping_waiter_whose_last_look_drove_the_transport_is_not_watched() {
+        let secret = "rest-test-secret-0123456789abcdef";
+        let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
+        let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, "rest-sleeper");
+        cfg.transport = TransportChoice::Edge;
+        cfg.links = vec!["127.0.0.1:0".into()];
+        cfg.busy_poll = Duration::from_micros(100);
+        let f = std::sync::Arc::new(Fabric::join(cfg).unwrap());
+        let ep = f.edge.clone().expect("an edge endpoint");
+        ep.set_watch(Duration::from_secs(3600));
+        let waiter = {
+            let f = f.clone();
+            std::thread::spawn(move || f.wait_notification(Duration::from_millis(1500)))
+        };
+        // The waiter spins 100 µs, then sleeps for the rest of its 1.5 s; looked at for 1 s.
+        std::thread::sleep(Duration::from_millis(200));
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            assert!(!ep.is_watching(), "the network thread watches a thread that sleeps");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(matches!(waiter.join().unwrap(), Err(Error::Timeout)));
+    }
 }

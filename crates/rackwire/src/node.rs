@@ -17,7 +17,7 @@ use rackwire_shm::{CopyEngine, Doorbell, Endpoint};
 
 use crate::grants::{Acl, RegionInner, RegionTable};
 use crate::op::Drive;
-use crate::sync::{lock, read, write, CLOCK_EVERY_SPINS};
+use crate::sync::{lock, read, write, CLOCK_EVERY_SPINS, YIELD_AFTER};
 use crate::transport::PeerTransport;
 use crate::{Error, FabricConfig, NodeId, PEERS_MAX};
 
@@ -359,6 +359,9 @@ pub(crate) fn poll_until<T>(
             return Err(Error::Timeout);
         }
         if now < spin_until {
+            if now >= start + YIELD_AFTER {
+                std::thread::yield_now();
+            }
             continue;
         }
         if !resting {
@@ -372,6 +375,10 @@ pub(crate) fn poll_until<T>(
             f.doorbell.disarm();
             return got.map(|v| v.expect("matched Some"));
         }
+        // That look may have driven the edge transport, which tells its network thread that
+        // this thread polls: say again that it sleeps, or the network thread leaves the
+        // sockets alone for up to `PUMP_WATCH_MAX` while nobody reads them.
+        f.rest();
         f.doorbell.wait(Some((deadline - now).min(DOORBELL_SLICE)));
         f.doorbell.disarm();
     }

@@ -259,14 +259,21 @@ impl Op {
         if let State::Pending(cell) = &self.state {
             let cell = cell.clone();
             if let Some((drive, spin)) = &cell.driver {
-                let spin_until = Instant::now() + (*spin).min(d);
+                let spin_start = Instant::now();
+                let spin_until = spin_start + (*spin).min(d);
                 // The clock is read only every so often: it costs about as much as a look.
                 let mut spins = 0u32;
                 while cell.slot.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
                     spins = spins.wrapping_add(1);
-                    if spins.is_multiple_of(crate::sync::CLOCK_EVERY_SPINS) && Instant::now() >= spin_until {
-                        drive.rest();
-                        break;
+                    if spins.is_multiple_of(crate::sync::CLOCK_EVERY_SPINS) {
+                        let now = Instant::now();
+                        if now >= spin_until {
+                            drive.rest();
+                            break;
+                        }
+                        if now >= spin_start + crate::sync::YIELD_AFTER {
+                            std::thread::yield_now();
+                        }
                     }
                     if !drive.drive() {
                         std::hint::spin_loop();
