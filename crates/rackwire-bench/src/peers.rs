@@ -222,16 +222,28 @@ pub fn iperf3_path(path: &NetPath, udp: bool, size: u64, secs: u64, transport: &
     })
 }
 
-/// sockperf UDP ping-pong at `size` over `path`: half round trips, as sockperf reports them,
-/// paced as sockperf paces them by default (10000 a second), each end sleeping in `epoll`
-/// between messages. `busy_poll` sends one message after another (`--mps=max`) and has both
-/// ends spin on non-blocking sockets (`--nonblocked`): the match for rackwire's busy-poll mode.
-pub fn sockperf_path(path: &NetPath, size: u64, secs: u64, busy_poll: bool, transport: &str) -> Result<Row, String> {
+/// sockperf UDP (or, with `tcp`, TCP) ping-pong at `size` over `path`: half round trips, as
+/// sockperf reports them, paced as sockperf paces them by default (10000 a second), each end
+/// sleeping in `epoll` between messages. `busy_poll` sends one message after another
+/// (`--mps=max`) and has both ends spin on non-blocking sockets (`--nonblocked`): the match for
+/// rackwire's busy-poll mode.
+pub fn sockperf_path(
+    path: &NetPath,
+    size: u64,
+    secs: u64,
+    busy_poll: bool,
+    tcp: bool,
+    transport: &str,
+) -> Result<Row, String> {
     let port = free_port().ok_or("no free port")?.to_string();
     let mut server = in_ns(&path.server_ns, "sockperf");
     server.args(["server", "-i", &path.addr, "-p", &port]);
     let mut client = in_ns(&path.client_ns, "sockperf");
     client.args(["ping-pong", "-i", &path.addr, "-p", &port, "-m", &size.to_string(), "-t", &secs.to_string()]);
+    if tcp {
+        server.arg("--tcp");
+        client.arg("--tcp");
+    }
     if busy_poll {
         server.arg("--nonblocked");
         client.args(["--nonblocked", "--mps=max"]);
@@ -305,7 +317,7 @@ pub(crate) fn network_rows(patterns: &[Pattern], sizes: &[u64], scale: f64, repo
                     );
                 }
                 push(
-                    sockperf_path(&NetPath::loopback(), size, secs, true, "sockperf-udp"),
+                    sockperf_path(&NetPath::loopback(), size, secs, true, false, "sockperf-udp"),
                     format!("sockperf-udp {size}"),
                     report,
                 );

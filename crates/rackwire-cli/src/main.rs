@@ -191,8 +191,8 @@ enum Cmd {
 
 #[derive(Args)]
 struct BenchArgs {
-    /// `vnic`: the virtual NIC against the veth path between the same hosts, in a virtual
-    /// rack (root). `stripe`: the edge transport striped over the shaped rails of the rack
+    /// `vnic`: the virtual NIC against the veth path between the same hosts (in one rack and
+    /// across two), in a virtual rack (root). `stripe`: the edge transport striped over the shaped rails of the rack
     /// given with --config, against one iperf3 TCP stream on one rail (root). `coll`:
     /// collectives of a job of --ranks ranks by the OSU method (with --peers, Open MPI's in the
     /// same run). Without it: the RMA micro-benchmarks.
@@ -207,8 +207,8 @@ struct BenchArgs {
     /// With `coll`: collectives (barrier, bcast, scatter, alltoallv, allreduce).
     #[arg(long, value_delimiter = ',', default_value = "barrier,bcast,scatter,alltoallv,allreduce")]
     op: Vec<String>,
-    /// With `coll`: run the whole comparison this many times (ours and the peer's alternating)
-    /// and report the median, with the spread.
+    /// With `coll`, `vnic`, `lang` and `seal`: run the whole comparison this many times (ours
+    /// and the peer's alternating) and report each ratio's median, with the spread.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
     /// With `stripe`: the rack description (e.g. examples/racks/2l-1g.toml).
@@ -383,7 +383,7 @@ fn run(cli: Cli) -> Result<()> {
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            vnic_bench::run(b.json, b.scale)
+            vnic_bench::run(b.json, b.scale, b.repeat)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("stripe") => {
             init_logging(tracing::Level::WARN);

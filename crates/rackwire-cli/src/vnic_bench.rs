@@ -1,17 +1,24 @@
-//! `rackwire bench vnic`: the virtual NIC against the Ethernet path between the same two hosts.
+//! `rackwire bench vnic`: the virtual NIC against the Ethernet path between the same hosts.
 //!
-//! Brings up a two-host rack with three rails: an unshaped veth rail (the path the virtual NIC
-//! is compared with), one shaped to 1 Gbit/s and one to 10 Gbit/s (MTU 9000), the Ethernet the
-//! papers compare with. Every host address is routed over rw0; each rail also gets a second
-//! address per host that no agent publishes, so it stays on the Ethernet route. Then, in the
-//! same run: iperf3 TCP (131072-byte writes) and UDP (large datagrams) and sockperf 64-byte
-//! ping-pong over rw0 and over the unshaped veth, and iperf3 TCP over the shaped rails.
+//! Brings up a rack of three hosts with three rails: an unshaped veth rail (the path the
+//! virtual NIC is compared with), one shaped to 1 Gbit/s and one to 10 Gbit/s (MTU 9000), the
+//! Ethernet the papers compare with. `h1` and `h2` share memory (one rack: rw0 rides shared
+//! memory between them); `h3` is in another memory domain (another rack: rw0 rides the edge
+//! transport over the rails). Every host address is routed over rw0; each rail also gets a
+//! second address per host that no agent publishes, so it stays on the Ethernet route. Then,
+//! in the same run: iperf3 TCP (131072-byte writes) and UDP (large datagrams) and sockperf
+//! 64-byte ping-pong between `h1` and `h2` over rw0 and over the unshaped veth, iperf3 TCP over
+//! the shaped rails, and sockperf 64-byte UDP and TCP ping-pong between `h1` and `h3` (across
+//! racks) over rw0 and over the veth. `--repeat N` runs the whole comparison N times and gives
+//! each ratio's median and spread.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rackwire_bench::{iperf3_path, print_table, sockperf_path, NetPath, Report, Row};
 use rackwire_rack::RackConfig;
+
+use crate::lang_bench::median_spread;
 
 /// iperf3's TCP write length in the rows.
 const TCP_WRITE: u64 = 131_072;
@@ -21,6 +28,8 @@ const UDP_DATAGRAM: u64 = 60_000;
 const PING_SIZE: u64 = 64;
 /// Rack name the benchmark uses.
 const RACK: &str = "bvnic";
+/// Most repeats of the whole comparison.
+const REPEAT_MAX: usize = 20;
 
 const CONFIG: &str = r#"
 name = "bvnic"
@@ -36,6 +45,9 @@ mtu = 9000
 name = "h1"
 [[host]]
 name = "h2"
+[[host]]
+name = "h3"
+domain = "far"
 "#;
 
 /// One measurement of the run.
@@ -52,9 +64,63 @@ fn route_dev(ns: &str, ip: &str) -> String {
     text.split_whitespace().skip_while(|w| *w != "dev").nth(1).unwrap_or("").to_string()
 }
 
-pub(crate) fn run(json: bool, scale: f64) -> Result<()> {
+/// A ratio of two rows of one repeat: `(name, what it compares, the figure of a row)`.
+struct Ratio {
+    name: &'static str,
+    ours: &'static str,
+    theirs: &'static str,
+    figure: fn(&Row) -> Option<f64>,
+}
+
+fn mb(r: &Row) -> Option<f64> {
+    r.mb_per_s
+}
+fn p50(r: &Row) -> Option<f64> {
+    r.lat_us_p50
+}
+fn mean(r: &Row) -> Option<f64> {
+    r.lat_us_avg
+}
+
+/// The comparisons the run reports, each as ours / the Ethernet's (throughput: higher is
+/// better; latency: lower is better).
+const RATIOS: &[Ratio] = &[
+    Ratio { name: "TCP over rw0 / over the unshaped veth", ours: "vnic-tcp", theirs: "veth-tcp", figure: mb },
+    Ratio {
+        name: "UDP (60000-byte datagrams) over rw0 / over the veth",
+        ours: "vnic-udp",
+        theirs: "veth-udp",
+        figure: mb,
+    },
+    Ratio { name: "64 B latency p50 over rw0 / over the veth", ours: "vnic-sockperf", theirs: "veth-sockperf", figure: p50 },
+    Ratio {
+        name: "64 B latency mean over rw0 / over the veth",
+        ours: "vnic-sockperf",
+        theirs: "veth-sockperf",
+        figure: mean,
+    },
+    Ratio {
+        name: "across racks, 64 B UDP latency p50 over rw0 / over the veth",
+        ours: "xrack-vnic-udp",
+        theirs: "xrack-veth-udp",
+        figure: p50,
+    },
+    Ratio {
+        name: "across racks, 64 B TCP latency p50 over rw0 / over the veth",
+        ours: "xrack-vnic-tcp",
+        theirs: "xrack-veth-tcp",
+        figure: p50,
+    },
+    Ratio { name: "TCP over rw0 / veth-1g-tcp", ours: "vnic-tcp", theirs: "veth-1g-tcp", figure: mb },
+    Ratio { name: "TCP over rw0 / veth-10g-tcp", ours: "vnic-tcp", theirs: "veth-10g-tcp", figure: mb },
+];
+
+pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
     if !rustix::process::geteuid().is_root() {
         bail!("`rackwire bench vnic` builds a virtual rack: it needs root");
+    }
+    if !(1..=REPEAT_MAX).contains(&repeat) {
+        bail!("--repeat must be 1..={REPEAT_MAX}");
     }
     for tool in ["iperf3", "sockperf"] {
         if std::process::Command::new(tool).arg("--version").output().is_err() {
@@ -69,8 +135,10 @@ pub(crate) fn run(json: bool, scale: f64) -> Result<()> {
     let state = rackwire_rack::up(&cfg, &exe)?;
     let up_ms = up.elapsed().as_millis();
     let _down = rackwire_rack::DownOnDrop(RACK.into());
-    let (h1, h2) = (state.host("h1")?.ns.clone(), state.host("h2")?.ns.clone());
-    for (i, ns) in [&h1, &h2].into_iter().enumerate() {
+    let hosts: Vec<String> =
+        ["h1", "h2", "h3"].iter().map(|h| state.host(h).map(|s| s.ns.clone())).collect::<Result<_, _>>()?;
+    let (h1, h2, h3) = (hosts[0].clone(), hosts[1].clone(), hosts[2].clone());
+    for (i, ns) in hosts.iter().enumerate() {
         for k in 0..cfg.rails.len() {
             rackwire_vnic::ip(&[
                 "-n",
@@ -83,59 +151,88 @@ pub(crate) fn run(json: bool, scale: f64) -> Result<()> {
             ])?;
         }
     }
-    // Both directions routed over rw0 before anything is measured.
+    // Every pair measured routed over rw0, both ways, before anything is measured.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while route_dev(&h1, "198.18.0.2") != "rw0" || route_dev(&h2, "198.18.0.1") != "rw0" {
+    let pairs = [(&h1, "198.18.0.2"), (&h2, "198.18.0.1"), (&h1, "198.18.0.3"), (&h3, "198.18.0.1")];
+    while pairs.iter().any(|(ns, ip)| route_dev(ns, ip) != "rw0") {
         if Instant::now() > deadline {
             bail!("the agents did not route each other over rw0 within 10 s");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let path = |addr: String| NetPath { server_ns: Some(h2.clone()), client_ns: Some(h1.clone()), addr };
-    let vnic = path("198.18.0.2".into());
-    let veth = path(plain_addr(1, 0));
-    let mut report = Report::default();
+    let path = |server: &str, addr: String| NetPath { server_ns: Some(server.into()), client_ns: Some(h1.clone()), addr };
+    let vnic = path(&h2, "198.18.0.2".into());
+    let veth = path(&h2, plain_addr(1, 0));
+    let far_vnic = path(&h3, "198.18.0.3".into());
+    let far_veth = path(&h3, plain_addr(2, 0));
+    let (one_g, ten_g) = (path(&h2, plain_addr(1, 1)), path(&h2, plain_addr(1, 2)));
     let runs: Vec<(&str, Measure<'_>)> = vec![
         ("vnic-tcp", Box::new(|| iperf3_path(&vnic, false, TCP_WRITE, secs, "vnic-tcp"))),
         ("veth-tcp", Box::new(|| iperf3_path(&veth, false, TCP_WRITE, secs, "veth-tcp"))),
         ("vnic-udp", Box::new(|| iperf3_path(&vnic, true, UDP_DATAGRAM, secs, "vnic-udp"))),
         ("veth-udp", Box::new(|| iperf3_path(&veth, true, UDP_DATAGRAM, secs, "veth-udp"))),
-        ("vnic-sockperf", Box::new(|| sockperf_path(&vnic, PING_SIZE, secs, false, "vnic-sockperf"))),
-        ("veth-sockperf", Box::new(|| sockperf_path(&veth, PING_SIZE, secs, false, "veth-sockperf"))),
-        ("veth-1g-tcp", Box::new(|| iperf3_path(&path(plain_addr(1, 1)), false, TCP_WRITE, secs, "veth-1g-tcp"))),
-        ("veth-10g-tcp", Box::new(|| iperf3_path(&path(plain_addr(1, 2)), false, TCP_WRITE, secs, "veth-10g-tcp"))),
+        ("vnic-sockperf", Box::new(|| sockperf_path(&vnic, PING_SIZE, secs, false, false, "vnic-sockperf"))),
+        ("veth-sockperf", Box::new(|| sockperf_path(&veth, PING_SIZE, secs, false, false, "veth-sockperf"))),
+        ("xrack-vnic-udp", Box::new(|| sockperf_path(&far_vnic, PING_SIZE, secs, false, false, "xrack-vnic-udp"))),
+        ("xrack-veth-udp", Box::new(|| sockperf_path(&far_veth, PING_SIZE, secs, false, false, "xrack-veth-udp"))),
+        ("xrack-vnic-tcp", Box::new(|| sockperf_path(&far_vnic, PING_SIZE, secs, false, true, "xrack-vnic-tcp"))),
+        ("xrack-veth-tcp", Box::new(|| sockperf_path(&far_veth, PING_SIZE, secs, false, true, "xrack-veth-tcp"))),
+        ("veth-1g-tcp", Box::new(|| iperf3_path(&one_g, false, TCP_WRITE, secs, "veth-1g-tcp"))),
+        ("veth-10g-tcp", Box::new(|| iperf3_path(&ten_g, false, TCP_WRITE, secs, "veth-10g-tcp"))),
     ];
-    for (name, f) in &runs {
-        if !json {
-            eprintln!("measuring {name} ...");
+    let mut report = Report::default();
+    // Per ratio, its value in each repeat that measured both rows.
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); RATIOS.len()];
+    for rep in 0..repeat {
+        let mut rows = Vec::new();
+        for (name, f) in &runs {
+            if !json {
+                eprintln!("measuring {name} ({} of {repeat}) ...", rep + 1);
+            }
+            match f() {
+                Ok(mut r) => {
+                    if repeat > 1 {
+                        r.variant = Some(format!("run {}", rep + 1));
+                    }
+                    rows.push(r);
+                }
+                Err(e) => report.notes.push(format!("{name} (run {}): {e}", rep + 1)),
+            }
         }
-        match f() {
-            Ok(r) => report.rows.push(r),
-            Err(e) => report.notes.push(format!("{name}: {e}")),
+        let get = |t: &str| rows.iter().find(|r| r.transport == t);
+        for (k, r) in RATIOS.iter().enumerate() {
+            let ours = get(r.ours).and_then(r.figure);
+            let theirs = get(r.theirs).and_then(r.figure);
+            if let (Some(a), Some(b)) = (ours, theirs) {
+                if b > 0.0 {
+                    ratios[k].push(a / b);
+                }
+            }
         }
+        report.rows.extend(rows);
     }
-    let get = |t: &str| report.rows.iter().find(|r| r.transport == t).cloned();
-    let mb = |t: &str| get(t).and_then(|r| r.mb_per_s);
-    let lat = |t: &str| get(t).and_then(|r| r.lat_us_p50.or(r.lat_us_avg));
-    let mut notes = Vec::new();
-    if let (Some(a), Some(b)) = (mb("vnic-tcp"), mb("veth-tcp")) {
-        notes.push(format!("TCP over rw0 / over the unshaped veth: {:.2}", a / b));
-    }
-    if let (Some(a), Some(b)) = (mb("vnic-udp"), mb("veth-udp")) {
-        notes.push(format!("UDP ({UDP_DATAGRAM}-byte datagrams) over rw0 / over the veth: {:.2}", a / b));
-    }
-    if let (Some(a), Some(b)) = (lat("vnic-sockperf"), lat("veth-sockperf")) {
-        notes.push(format!("64 B latency over rw0 / over the veth: {:.2}", a / b));
-    }
-    for shaped in ["veth-1g-tcp", "veth-10g-tcp"] {
-        if let (Some(a), Some(b)) = (mb("vnic-tcp"), mb(shaped)) {
-            notes.push(format!("TCP over rw0 / {shaped}: {:.1}x", a / b));
+    let mut summary = serde_json::Map::new();
+    for (r, mut v) in RATIOS.iter().zip(ratios) {
+        if v.is_empty() {
+            continue;
         }
+        let runs = v.clone();
+        let (m, lo, hi) = median_spread(&mut v);
+        report.notes.push(if v.len() > 1 {
+            format!("{}: {m:.2} (median of {}; {lo:.2}-{hi:.2})", r.name, v.len())
+        } else {
+            format!("{}: {m:.2}", r.name)
+        });
+        summary.insert(
+            r.name.into(),
+            serde_json::json!({ "ours": r.ours, "theirs": r.theirs, "median": m, "min": lo, "max": hi, "runs": runs }),
+        );
     }
-    notes.push(format!("rack of 2 hosts and 3 rails up in {up_ms} ms"));
-    report.notes.extend(notes);
+    report.notes.push(format!("rack of 3 hosts (h3 in another memory domain) and 3 rails up in {up_ms} ms"));
     report.meta.insert("command".into(), std::env::args().collect::<Vec<_>>().join(" ").into());
     report.meta.insert("seconds_per_run".into(), secs.into());
+    report.meta.insert("repeats".into(), repeat.into());
+    report.meta.insert("ratios".into(), summary.into());
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
