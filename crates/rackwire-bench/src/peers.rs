@@ -88,16 +88,26 @@ pub(crate) fn ucx_rows(
         report.notes.push(format!("ucx_perftest is not installed (Debian: ucx-utils); {transport} rows skipped"));
         return;
     }
+    // (pattern, ucx_perftest test, row transport): ping-pong twice, as tagged messages (the
+    // counterpart of a write with a notification) and as puts whose receiver polls its memory
+    // (`-put`, the counterpart of a pinned write with a signal word).
+    let put = format!("{transport}-put");
+    let mut tests = Vec::new();
     for &p in patterns {
-        let (test, name) = match p {
-            Pattern::Pingpong => ("tag_lat", "pingpong"),
-            Pattern::Oneway => ("ucp_put_bw", "oneway"),
-            Pattern::Rate => ("tag_bw", "rate"),
+        match p {
+            Pattern::Pingpong => {
+                tests.push((p, "tag_lat", transport));
+                tests.push((p, "ucp_put_lat", put.as_str()));
+            }
+            Pattern::Oneway => tests.push((p, "ucp_put_bw", transport)),
+            Pattern::Rate => tests.push((p, "tag_bw", transport)),
             Pattern::Twoway | Pattern::Table1 => {
                 report.notes.push(format!("ucx_perftest has no {} counterpart; no ucx-posix rows for it", p.name()));
-                continue;
             }
-        };
+        }
+    }
+    for (p, test, transport) in tests {
+        let name = p.name();
         for &size in sizes {
             let iters = match p {
                 Pattern::Pingpong => {

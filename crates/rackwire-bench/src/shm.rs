@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use rackwire::{
-    Access, BatchOptions, Bytes, Conn, Fabric, FabricConfig, ManagementHost, OpFlags, RemoteRegion, MESSAGE_BYTES_MAX,
+    Access, BatchOptions, Bytes, Cmp, Conn, Fabric, FabricConfig, ManagementHost, OpFlags, RemoteRegion, Signal,
+    MESSAGE_BYTES_MAX,
 };
 use serde::{Deserialize, Serialize};
 
@@ -104,13 +105,33 @@ impl Default for ShmBench {
 enum Cmd {
     Hello,
     Ready,
-    Pingpong { size: u64, iters: u64 },
-    Oneway { size: u64 },
-    Twoway { size: u64, iters: u64 },
-    Rate { size: u64, iters: u64 },
+    Pingpong {
+        size: u64,
+        iters: u64,
+    },
+    /// Ping-pong through pins: data, then a signal word set to `base + i` (see
+    /// [`Session::pingpong_pinned`]).
+    PingpongPinned {
+        size: u64,
+        iters: u64,
+        base: u64,
+    },
+    Oneway {
+        size: u64,
+    },
+    Twoway {
+        size: u64,
+        iters: u64,
+    },
+    Rate {
+        size: u64,
+        iters: u64,
+    },
     Done,
     Stats,
-    StatsReply { stats: NetCounters },
+    StatsReply {
+        stats: NetCounters,
+    },
     Quit,
 }
 
@@ -185,6 +206,13 @@ fn bench_config(mh: &str, secret: &str, name: &str, channels: usize, transport: 
     c
 }
 
+/// Where the pinned ping-pong puts its data and its signal word in a region of `len` bytes:
+/// at the end, clear of every other pattern's writes (at offset 0, at most half the region).
+fn pinned_layout(len: u64, size: u64) -> (u64, u64) {
+    let signal = (len - 8) & !7;
+    (signal - size, signal)
+}
+
 fn region_bytes(sizes: &[u64]) -> u64 {
     sizes.iter().copied().max().unwrap_or(0).saturating_mul(2).max(REGION_BYTES_MIN)
 }
@@ -222,6 +250,14 @@ pub fn responder_main() -> Result<()> {
                 for _ in 0..iters {
                     let n = fabric.wait_notification(STEP_TIMEOUT)?;
                     conn.write_bytes(&target, 0, buf.slice(..size as usize), OpFlags::NONE.notify(n.imm)).wait()?;
+                }
+            }
+            Cmd::PingpongPinned { size, iters, base } => {
+                let mut pin = conn.pin(&target, Access::WRITE)?;
+                let (data, signal) = pinned_layout(bytes, size);
+                for i in 1..=iters {
+                    region.wait_u64(signal, Cmp::Ge, base + i, STEP_TIMEOUT)?;
+                    pin.write_signal(data, &buf[..size as usize], Signal::set(signal, base + i))?;
                 }
             }
             Cmd::Oneway { .. } => {
@@ -282,6 +318,8 @@ struct Session {
     buf: Vec<u8>,
     channels: usize,
     transport: BenchTransport,
+    /// The next pinned ping-pong's first signal (see [`Session::pingpong_pinned`]).
+    signal_base: std::sync::atomic::AtomicU64,
     // Dropped in this order: the region is freed while the management host still runs.
     _region: rackwire::Region,
     _mh: rackwire::MhHandle,
@@ -337,6 +375,7 @@ impl Session {
             buf,
             channels: cfg.copy_channels,
             transport: cfg.transport,
+            signal_base: std::sync::atomic::AtomicU64::new(0),
             _region: region,
             _mh: mh,
         })
@@ -349,20 +388,23 @@ impl Session {
         let data = Bytes::copy_from_slice(&self.buf[..size as usize]);
         let mut lat = Latencies::new();
         let mut meter = None;
+        // One clock read per round trip (as ucx_perftest's): each round is timed from the end
+        // of the one before.
+        let mut prev = Instant::now();
         for i in 0..iters + warm {
             if i == warm {
                 meter = Some(Meter::start());
             }
-            let t0 = Instant::now();
             self.conn.write_bytes(&self.target, 0, data.clone(), OpFlags::NONE.notify(i)).wait()?;
             let n = self.fabric.wait_notification(STEP_TIMEOUT)?;
-            let rtt = t0.elapsed();
+            let now = Instant::now();
             if n.imm != i {
                 bail!("ping-pong out of step: sent {i}, got {}", n.imm);
             }
             if i >= warm {
-                lat.record(rtt.as_nanos() as u64 / 2);
+                lat.record((now - prev).as_nanos() as u64 / 2);
             }
+            prev = now;
         }
         let (wall, cpu) = meter.expect("warm-up is shorter than the run").stop();
         Ok(Row {
@@ -376,6 +418,51 @@ impl Session {
             // Payload moved both ways (the ping and the pong each carry `size` bytes), which
             // is `size` over the one-way time: the same measure as ucx_perftest's and
             // fi_pingpong's ping-pong bandwidth.
+            mb_per_s: Some((2 * size * iters) as f64 / wall.as_secs_f64() / 1e6),
+            msgs_per_s: Some((2 * iters) as f64 / wall.as_secs_f64()),
+            cpu_pct: Some(cpu),
+            ..Row::default()
+        })
+    }
+
+    /// Ping-pong through pins ([`rackwire::Conn::pin`], shared memory only): each side stores
+    /// the data and then a signal word into the other's region ([`rackwire::Pinned::write_signal`])
+    /// and waits for its own word ([`rackwire::Region::wait_u64`]) — OpenSHMEM's
+    /// `put_signal` and `signal_wait_until`, and what `ucx_perftest -t ucp_put_lat` measures.
+    /// The signal counts up across runs (`base`), so a word left from an earlier run never
+    /// satisfies a wait.
+    fn pingpong_pinned(&self, size: u64, scale: f64) -> Result<Row> {
+        let iters = iterations((2e9 * scale) as u64, size, 200, (100_000.0 * scale).max(1000.0) as u64);
+        let warm = (iters / 10).max(10);
+        let base = self.signal_base.fetch_add(iters + warm, std::sync::atomic::Ordering::Relaxed);
+        let mut pin = self.conn.pin(&self.target, Access::WRITE)?;
+        send_cmd(&self.conn, &Cmd::PingpongPinned { size, iters: iters + warm, base })?;
+        let (data, signal) = pinned_layout(self._region.len(), size);
+        let payload = &self.buf[..size as usize];
+        let mut lat = Latencies::new();
+        let mut meter = None;
+        let mut prev = Instant::now();
+        for i in 1..=iters + warm {
+            if i == warm + 1 {
+                meter = Some(Meter::start());
+            }
+            pin.write_signal(data, payload, Signal::set(signal, base + i))?;
+            self._region.wait_u64(signal, Cmp::Ge, base + i, STEP_TIMEOUT)?;
+            let now = Instant::now();
+            if i > warm {
+                lat.record((now - prev).as_nanos() as u64 / 2);
+            }
+            prev = now;
+        }
+        let (wall, cpu) = meter.expect("warm-up is shorter than the run").stop();
+        Ok(Row {
+            transport: "shm-pinned".into(),
+            pattern: "pingpong".into(),
+            size,
+            iters,
+            lat_us_p50: Some(lat.p_us(0.5)),
+            lat_us_p99: Some(lat.p_us(0.99)),
+            lat_us_avg: Some(lat.avg_us()),
             mb_per_s: Some((2 * size * iters) as f64 / wall.as_secs_f64() / 1e6),
             msgs_per_s: Some((2 * iters) as f64 / wall.as_secs_f64()),
             cpu_pct: Some(cpu),
@@ -607,7 +694,12 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
                 bar.set_message(format!("{} {}", p.name(), crate::show_size(size)));
                 let before = s.net()?;
                 let row = match p {
-                    Pattern::Pingpong => s.pingpong(size, cfg.scale)?,
+                    Pattern::Pingpong => {
+                        if s.transport == BenchTransport::Shm {
+                            report.rows.push(s.pingpong_pinned(size, cfg.scale)?);
+                        }
+                        s.pingpong(size, cfg.scale)?
+                    }
                     Pattern::Oneway => {
                         let (row, memcpy, pinned) = s.oneway(size, cfg.scale, cfg.with_limit)?;
                         report.rows.extend(pinned);

@@ -92,7 +92,12 @@ const RATIOS: &[Ratio] = &[
         theirs: "veth-udp",
         figure: mb,
     },
-    Ratio { name: "64 B latency p50 over rw0 / over the veth", ours: "vnic-sockperf", theirs: "veth-sockperf", figure: p50 },
+    Ratio {
+        name: "64 B latency p50 over rw0 / over the veth",
+        ours: "vnic-sockperf",
+        theirs: "veth-sockperf",
+        figure: p50,
+    },
     Ratio {
         name: "64 B latency mean over rw0 / over the veth",
         ours: "vnic-sockperf",
@@ -160,7 +165,8 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let path = |server: &str, addr: String| NetPath { server_ns: Some(server.into()), client_ns: Some(h1.clone()), addr };
+    let path =
+        |server: &str, addr: String| NetPath { server_ns: Some(server.into()), client_ns: Some(h1.clone()), addr };
     let vnic = path(&h2, "198.18.0.2".into());
     let veth = path(&h2, plain_addr(1, 0));
     let far_vnic = path(&h3, "198.18.0.3".into());

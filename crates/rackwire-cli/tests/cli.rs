@@ -24,8 +24,8 @@ fn stderr(o: &Output) -> String {
 // Checks every benchmark pattern end to end at tiny scale, with the limits: the JSON
 // document has a `rows` array, each pattern has a shm row per size with the keys DESIGN.md
 // asks for and positive figures, memcpy rows are there for the same sizes, a `store` row for
-// each small size and one `cacheline` ping-pong row (their figures are compared in the
-// benchmark, not here).
+// each small size, a `shm-pinned` ping-pong row and one `cacheline` ping-pong row (their
+// figures are compared in the benchmark, not here).
 #[test]
 fn bench_json_has_rows_for_every_pattern() {
     let o = rackwire(&[
@@ -67,6 +67,9 @@ fn bench_json_has_rows_for_every_pattern() {
     let store = find("store", "oneway", 8).expect("store row at 8 B");
     assert!(store["msgs_per_s"].as_f64().unwrap() > 0.0);
     assert!(find("store", "oneway", 65536).is_some(), "store row at 64 KiB");
+    // The ping-pong through pins (stores and a signal word) beside the ordinary one.
+    let pinned = find("shm-pinned", "pingpong", 8).expect("pinned ping-pong row");
+    assert!(pinned["lat_us_p50"].as_f64().unwrap() > 0.0);
     let line = find("cacheline", "pingpong", 8).expect("cacheline row");
     assert!(line["lat_us_avg"].as_f64().unwrap() > 0.0);
     let t1: Vec<_> =

@@ -385,11 +385,20 @@ fn rack_benchmarks_run_end_to_end() {
         "veth-sockperf",
         "veth-1g-tcp",
         "veth-10g-tcp",
+        "xrack-vnic-udp",
+        "xrack-veth-udp",
+        "xrack-vnic-tcp",
+        "xrack-veth-tcp",
     ] {
         let row = v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t);
         let figure = row.and_then(|r| r["mb_per_s"].as_f64().or(r["lat_us_avg"].as_f64()));
         assert!(figure.is_some_and(|f| f > 0.0), "row {t} missing or empty: {out}");
     }
+    // Each comparison's ratio is reported from the one run, with its median and spread.
+    let ratios = v["meta"]["ratios"].as_object().expect("ratios in the meta");
+    let cross = ratios.values().find(|r| r["ours"] == "xrack-vnic-tcp").expect("the cross-rack TCP ratio");
+    assert_eq!(cross["runs"].as_array().map(Vec::len), Some(1));
+    assert!(cross["median"].as_f64().is_some_and(|m| m > 0.0), "{cross}");
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
 }
 

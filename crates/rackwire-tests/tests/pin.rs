@@ -111,3 +111,57 @@ fn pinning_needs_shared_memory() {
     let e = conn.pin(&region.handle(), Access::WRITE).unwrap_err();
     assert!(matches!(e, Error::Config(ref m) if m.contains("shared-memory")), "{e:?}");
 }
+
+// Checks the receiving end of a signal, `Region::wait_u64`: two nodes play ping-pong through
+// pins, each writing the ball (its round number in 8 bytes of data) and then a signal word
+// in the other's region, and each waiting for the word with `Cmp::Ge` before reading the
+// data, 2000 rounds (bounded: each wait gives up after 10 s). Every data word read after a
+// signal must be the round the signal announced (the data is in place when the word shows).
+// Then: a word that never changes gives `Timeout` after about the time asked for, `Cmp`'s
+// six ways compare as named, and misaligned or out-of-bounds words are refused.
+#[test]
+fn a_signal_wait_sees_the_data_it_follows() {
+    use rackwire::Cmp;
+    const ROUNDS: u64 = 2000;
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
+    let a = node(&mh, "wait-a", false);
+    let b = Arc::new(node(&mh, "wait-b", false));
+    let ra = a.alloc(4096, Access::READ | Access::WRITE).unwrap();
+    let rb = b.alloc(4096, Access::READ | Access::WRITE).unwrap();
+    ra.grant(b.id(), Access::WRITE).unwrap();
+    rb.grant(a.id(), Access::WRITE).unwrap();
+    let (ha, hb) = (ra.handle(), rb.handle());
+    let ponger = {
+        let (b, a_id) = (b.clone(), a.id());
+        std::thread::spawn(move || {
+            let conn = b.connect(a_id).unwrap();
+            let mut pin = conn.pin(&ha, Access::WRITE).unwrap();
+            for i in 1..=ROUNDS {
+                rb.wait_u64(0, Cmp::Ge, i, Duration::from_secs(10)).unwrap();
+                let ball = rb.load_u64(8).unwrap();
+                pin.write_signal(8, &ball.to_le_bytes(), Signal::set(0, i)).unwrap();
+            }
+        })
+    };
+    let conn = a.connect(b.id()).unwrap();
+    let mut pin = conn.pin(&hb, Access::WRITE).unwrap();
+    for i in 1..=ROUNDS {
+        pin.write_signal(8, &(i * 1000).to_le_bytes(), Signal::set(0, i)).unwrap();
+        assert_eq!(ra.wait_u64(0, Cmp::Ge, i, Duration::from_secs(10)).unwrap(), i);
+        assert_eq!(ra.load_u64(8).unwrap(), i * 1000, "the data of round {i} came with its signal");
+    }
+    ponger.join().unwrap();
+    let t = Instant::now();
+    assert!(matches!(ra.wait_u64(0, Cmp::Gt, ROUNDS, Duration::from_millis(50)), Err(Error::Timeout)));
+    assert!(t.elapsed() >= Duration::from_millis(50));
+    assert_eq!(ra.wait_u64(0, Cmp::Eq, ROUNDS, Duration::ZERO).unwrap(), ROUNDS, "a word that holds already");
+    let holds = |c: Cmp| [(1, 2), (2, 2), (3, 2)].map(|(w, v)| c.holds(w, v));
+    assert_eq!(holds(Cmp::Eq), [false, true, false]);
+    assert_eq!(holds(Cmp::Ne), [true, false, true]);
+    assert_eq!(holds(Cmp::Gt), [false, false, true]);
+    assert_eq!(holds(Cmp::Ge), [false, true, true]);
+    assert_eq!(holds(Cmp::Lt), [true, false, false]);
+    assert_eq!(holds(Cmp::Le), [true, true, false]);
+    assert!(matches!(ra.wait_u64(4, Cmp::Eq, 0, Duration::ZERO), Err(Error::Misaligned { offset: 4 })));
+    assert!(matches!(ra.wait_u64(4096, Cmp::Eq, 0, Duration::ZERO), Err(Error::OutOfBounds { .. })));
+}

@@ -320,6 +320,38 @@ pub struct Signal {
     pub op: SignalOp,
 }
 
+/// How a waited-for word must compare with a value ([`crate::Region::wait_u64`]; OpenSHMEM's
+/// `SHMEM_CMP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    /// Equal to the value.
+    Eq,
+    /// Not equal to it.
+    Ne,
+    /// Greater than it.
+    Gt,
+    /// Greater than or equal to it.
+    Ge,
+    /// Less than it.
+    Lt,
+    /// Less than or equal to it.
+    Le,
+}
+
+impl Cmp {
+    /// True when `word` compares with `value` this way.
+    pub fn holds(self, word: u64, value: u64) -> bool {
+        match self {
+            Cmp::Eq => word == value,
+            Cmp::Ne => word != value,
+            Cmp::Gt => word > value,
+            Cmp::Ge => word >= value,
+            Cmp::Lt => word < value,
+            Cmp::Le => word <= value,
+        }
+    }
+}
+
 /// How a signal word is updated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SignalOp {

@@ -3,13 +3,21 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
 use crate::grants::RegionInner;
 use crate::node::Node;
-use crate::sync::lock;
-use crate::{Access, Error, NodeId, RegionId, RemoteRegion, REVOKE_ACK_TIMEOUT};
+use crate::sync::{lock, YIELD_AFTER};
+use crate::{Access, Cmp, Error, NodeId, RegionId, RemoteRegion, REVOKE_ACK_TIMEOUT};
+
+/// How long [`Region::wait_u64`] sleeps between looks once its busy polling is over: a store
+/// into the region rings no doorbell, so a waiter that no longer spins looks this often.
+pub const WORD_WAIT_NAP: Duration = Duration::from_micros(50);
+/// A word waiter reads the clock once per this many looks: a look is one load from the cache
+/// (about a nanosecond), a clock read costs twenty.
+const WORD_LOOKS_PER_CLOCK: u32 = 1024;
 
 /// What a revocation had to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -197,6 +205,43 @@ impl Region {
             return Err(Error::Misaligned { offset });
         }
         self.inner.mem.load_u64(offset).ok_or_else(|| self.oob(offset, 8))
+    }
+
+    /// Wait until the 64-bit word at an 8-byte aligned `offset` compares with `value` as `cmp`
+    /// says, and return the word: the receiving end of a peer's [`crate::Conn::write_signal`]
+    /// or [`crate::Pinned::write_signal`] (OpenSHMEM's `shmem_signal_wait_until`). The data a
+    /// signal follows is in place when the word shows it. Polls for the fabric's busy-poll
+    /// time (letting other threads of the core go first once nothing came for a while), then
+    /// looks every [`WORD_WAIT_NAP`]; [`Error::Timeout`] after `timeout`.
+    pub fn wait_u64(&self, offset: u64, cmp: Cmp, value: u64, timeout: Duration) -> Result<u64, Error> {
+        let word = self.load_u64(offset)?;
+        if cmp.holds(word, value) {
+            return Ok(word);
+        }
+        let mem = &self.inner.mem;
+        let start = Instant::now();
+        let (deadline, spin_until) = (start + timeout, start + self.fabric.cfg.busy_poll);
+        let mut spins = 0u32;
+        loop {
+            // In bounds and aligned: the first load checked both.
+            let word = mem.load_u64(offset).unwrap_or_default();
+            if cmp.holds(word, value) {
+                return Ok(word);
+            }
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(WORD_LOOKS_PER_CLOCK) {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout);
+            }
+            if now >= spin_until {
+                std::thread::sleep(WORD_WAIT_NAP.min(deadline - now));
+            } else if now >= start + YIELD_AFTER {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Store the 64-bit word at an 8-byte aligned `offset` atomically (local access).
