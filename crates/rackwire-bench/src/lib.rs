@@ -8,6 +8,7 @@
 
 mod limit;
 mod peers;
+pub mod repeat;
 mod report;
 mod shm;
 mod stats;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rackwire::{Access, Fabric, FabricConfig, OpFlags};
+use rackwire_bench::repeat::median_spread;
 
 /// Bytes of one bandwidth write.
 const BW_BYTES: usize = 1 << 20;
@@ -212,12 +213,6 @@ fn build_c(dir: &Path) -> Result<PathBuf> {
         bail!("cc failed: {}", String::from_utf8_lossy(&o.stderr));
     }
     Ok(out)
-}
-
-/// The median, smallest and largest of `v` (sorted in place).
-pub(crate) fn median_spread(v: &mut [f64]) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
 /// `rackwire bench lang`.

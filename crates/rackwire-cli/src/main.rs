@@ -24,6 +24,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use rackwire_bench::{parse_size, print_table, Pattern, ShmBench};
 
+/// Most repeats of the RMA micro-benchmarks' whole comparison.
+const BENCH_REPEAT_MAX: usize = 20;
+
 /// rackwire: a rack-area network stack in software.
 #[derive(Parser)]
 #[command(name = "rackwire", version, about, propagate_version = true)]
@@ -207,8 +210,8 @@ struct BenchArgs {
     /// With `coll`: collectives (barrier, bcast, scatter, alltoallv, allreduce).
     #[arg(long, value_delimiter = ',', default_value = "barrier,bcast,scatter,alltoallv,allreduce")]
     op: Vec<String>,
-    /// With `coll`, `vnic`, `lang` and `seal`: run the whole comparison this many times (ours
-    /// and the peer's alternating) and report each ratio's median, with the spread.
+    /// Run the whole comparison this many times (ours and the peers' one after the other in
+    /// each run) and report each row's median run and each ratio's median, with the spread.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
     /// With `stripe`: the rack description (e.g. examples/racks/2l-1g.toml).
@@ -456,7 +459,15 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench(b) => {
             init_logging(tracing::Level::WARN);
             let cfg = b.to_bench()?;
-            let mut report = rackwire_bench::run_shm(&cfg)?;
+            if !(1..=BENCH_REPEAT_MAX).contains(&b.repeat) {
+                bail!("--repeat must be 1..={BENCH_REPEAT_MAX}");
+            }
+            let mut runs = Vec::with_capacity(b.repeat);
+            for _ in 0..b.repeat {
+                runs.push(rackwire_bench::run_shm(&cfg)?);
+            }
+            let mut report =
+                if b.repeat == 1 { runs.pop().expect("one run") } else { rackwire_bench::repeat::combine(runs) };
             report.meta.insert("command".into(), std::env::args().collect::<Vec<_>>().join(" ").into());
             if b.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);

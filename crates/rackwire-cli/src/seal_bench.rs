@@ -7,7 +7,7 @@
 use anyhow::{bail, Result};
 use rackwire_bench::{BenchTransport, Pattern, Row, ShmBench};
 
-use crate::lang_bench::median_spread;
+use rackwire_bench::repeat::median_spread;
 
 /// Frames of an Ethernet link (1500-byte MTU less IPv4 and UDP headers).
 pub(crate) const MTU_DEFAULT: usize = 1472;

@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use rackwire_bench::{iperf3_path, print_table, sockperf_path, NetPath, Report, Row};
 use rackwire_rack::RackConfig;
 
-use crate::lang_bench::median_spread;
+use rackwire_bench::repeat::median_spread;
 
 /// iperf3's TCP write length in the rows.
 const TCP_WRITE: u64 = 131_072;
