@@ -4,7 +4,7 @@ use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use rackwire::{Completion, OpFlags};
+use rackwire::{Completion, OpFlags, Signal};
 
 use crate::buffer::ReadBuf;
 use crate::errors::{bad, to_py};
@@ -88,6 +88,27 @@ impl Conn {
         fence_after: bool,
     ) -> PyResult<Op> {
         Ok(op(self.submit_write(target, offset, data, flags(notify, fence_before, fence_after))?))
+    }
+
+    /// Write `data` (any buffer) at `offset` of `target`, then update the 64-bit signal word
+    /// at `signal_offset`: store `value`, or with `add` add it atomically. The peer waits for
+    /// the word with `Region.wait_u64` and finds the data in place when it changes.
+    #[pyo3(signature = (target, offset, data, signal_offset, value, add=false, notify=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments
+    fn write_signal(
+        &self,
+        target: &RemoteRegion,
+        offset: u64,
+        data: &Bound<'_, PyAny>,
+        signal_offset: u64,
+        value: u64,
+        add: bool,
+        notify: Option<u64>,
+    ) -> PyResult<Op> {
+        let buf = ReadBuf::get(data)?;
+        let signal = if add { Signal::add(signal_offset, value) } else { Signal::set(signal_offset, value) };
+        let f = flags(notify, false, false);
+        Ok(op(self.inner.write_signal(&target.inner, offset, buf.as_slice(), signal, f)))
     }
 
     /// `write` and its wait in one call: returns once the bytes are in place (raises the

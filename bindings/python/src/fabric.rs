@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use rackwire::{Access, FabricConfig, RevokeOutcome};
+use rackwire::{Access, Cmp, FabricConfig, RevokeOutcome};
 
 use crate::buffer::{export, ReadBuf};
 use crate::conn::Conn;
@@ -188,6 +188,25 @@ impl Region {
     /// The 64-bit word at an 8-byte aligned `offset`, read atomically.
     fn load_u64(&self, offset: u64) -> PyResult<u64> {
         self.inner.load_u64(offset).map_err(to_py)
+    }
+
+    /// Wait until the 64-bit word at `offset` compares with `value` as `cmp` ("==", "!=",
+    /// ">", ">=", "<", "<=") says, and return it: the receiving end of a peer's
+    /// `Conn.write_signal`. The GIL is let go while waiting; TimeoutError after `timeout`
+    /// seconds.
+    #[pyo3(signature = (offset, cmp, value, timeout=None))]
+    fn wait_u64(&self, py: Python<'_>, offset: u64, cmp: &str, value: u64, timeout: Option<f64>) -> PyResult<u64> {
+        let cmp = match cmp {
+            "==" => Cmp::Eq,
+            "!=" => Cmp::Ne,
+            ">" => Cmp::Gt,
+            ">=" => Cmp::Ge,
+            "<" => Cmp::Lt,
+            "<=" => Cmp::Le,
+            other => return Err(bad(format!("cmp {other:?}: one of ==, !=, >, >=, <, <="))),
+        };
+        let t = self::timeout(timeout)?;
+        py.allow_threads(|| self.inner.wait_u64(offset, cmp, value, t)).map_err(to_py)
     }
 
     // SAFETY (for the buffer protocol): the region's mapping stays at one address for as long

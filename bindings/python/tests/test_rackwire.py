@@ -87,6 +87,27 @@ def test_write_notify_atomics_batch(pair):
     assert stats["writes"] >= 2 and stats["atomics"] == 3
 
 
+def test_write_signal_and_wait(pair):
+    # Put-with-signal: the data, then the signal word set (and added to, atomically); the
+    # owner's wait_u64 returns the word once it compares as asked, with the data in place. A
+    # word that does not come gives TimeoutError; a bad comparison is a BadArgumentError;
+    # a signal word out of bounds stores nothing, not even the data.
+    owner, init, region, conn = pair
+    h = region.handle
+    conn.write_signal(h, 64, b"payload!", 8, 41).wait()
+    assert region.wait_u64(8, ">=", 41, timeout=5.0) == 41
+    assert region.read(64, 8) == b"payload!"
+    conn.write_signal(h, 72, memoryview(b"more"), 8, 1, add=True).wait()
+    assert region.wait_u64(8, "==", 42, timeout=5.0) == 42 and region.read(72, 4) == b"more"
+    with pytest.raises(rackwire.TimeoutError):
+        region.wait_u64(8, ">", 42, timeout=0.05)
+    with pytest.raises(rackwire.BadArgumentError):
+        region.wait_u64(8, "=>", 42)
+    with pytest.raises(rackwire.OutOfBoundsError):
+        conn.write_signal(h, 128, b"lost", 4096, 1).wait()
+    assert region.read(128, 4) == bytes(4)
+
+
 def test_messages_and_names(pair):
     # Messages both ways (from any peer, and from one connection), and a region found by name.
     owner, init, region, conn = pair

@@ -33,6 +33,24 @@
 // Bytes of a remote region handle as text, with its terminating NUL, at most.
 #define RW_REMOTE_REGION_TEXT_MAX 128
 
+// `rw_region_wait_u64`'s comparisons (OpenSHMEM's `SHMEM_CMP_*`): the word equals the value.
+#define RW_CMP_EQ 0
+
+// The word differs from the value.
+#define RW_CMP_NE 1
+
+// The word is greater than the value.
+#define RW_CMP_GT 2
+
+// The word is greater than or equal to the value.
+#define RW_CMP_GE 3
+
+// The word is less than the value.
+#define RW_CMP_LT 4
+
+// The word is less than or equal to the value.
+#define RW_CMP_LE 5
+
 // What a call came to. One code per kind of error of the Rust API.
 typedef enum RwStatus {
   // Success.
@@ -215,6 +233,16 @@ void rw_region_free(struct RwRegion *r);
 // valid until the region is freed. Granted peers may write it at any time.
 enum RwStatus rw_region_ptr(const struct RwRegion *r, uint8_t **out_ptr, size_t *out_len);
 
+// Wait up to `timeout_ms` until the 64-bit word at the 8-byte aligned `offset` of the
+// region compares with `value` as `cmp` (one of `RW_CMP_*`) says; the word into `*out`. The
+// receiving end of a peer's `rw_write_signal`. RW_STATUS_TIMEOUT when it does not.
+enum RwStatus rw_region_wait_u64(const struct RwRegion *r,
+                                 uint64_t offset,
+                                 uint32_t cmp,
+                                 uint64_t value,
+                                 uint64_t timeout_ms,
+                                 uint64_t *out);
+
 // The region's handle, to give to peers.
 enum RwStatus rw_region_handle(const struct RwRegion *r, struct RwRemoteRegion *out);
 
@@ -296,6 +324,21 @@ enum RwStatus rw_write_wait(const struct RwConn *c,
                             const uint8_t *data,
                             size_t len,
                             struct RwOpFlags fl);
+
+// Write `len` bytes at `offset` of the target region, then update the 64-bit signal word at
+// `signal_offset` of the same region: store `signal_value` (`signal_add` false; needs write
+// access), or add it atomically (`signal_add` true; needs atomic access). A reader that sees
+// the word changed finds the data in place (`rw_region_wait_u64` on the owner's side).
+enum RwStatus rw_write_signal(const struct RwConn *c,
+                              const struct RwRemoteRegion *target,
+                              uint64_t offset,
+                              const uint8_t *data,
+                              size_t len,
+                              uint64_t signal_offset,
+                              uint64_t signal_value,
+                              bool signal_add,
+                              struct RwOpFlags fl,
+                              struct RwOp **out);
 
 // Write several pieces into the target region, all or nothing (the notification, if any,
 // once all are in place).

@@ -3,10 +3,10 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use rackwire::{Fabric, FabricConfig, RemoteRegion};
+use rackwire::{Cmp, Fabric, FabricConfig, RemoteRegion};
 
 use crate::ptr::{access, boxed, bytes, bytes_mut, free, obj, put, remote, text};
-use crate::status::{guard, Fail, RwStatus};
+use crate::status::{arg, guard, Fail, RwStatus};
 use crate::types::*;
 
 // ---- the fabric ----
@@ -109,6 +109,33 @@ pub extern "C" fn rw_region_ptr(r: *const RwRegion, out_ptr: *mut *mut u8, out_l
         let r = &obj(r, "region")?.0;
         put(out_ptr, r.as_ptr(), "out_ptr")?;
         put(out_len, r.len() as usize, "out_len")
+    })
+}
+
+/// Wait up to `timeout_ms` until the 64-bit word at the 8-byte aligned `offset` of the
+/// region compares with `value` as `cmp` (one of `RW_CMP_*`) says; the word into `*out`. The
+/// receiving end of a peer's `rw_write_signal`. RW_STATUS_TIMEOUT when it does not.
+#[no_mangle]
+pub extern "C" fn rw_region_wait_u64(
+    r: *const RwRegion,
+    offset: u64,
+    cmp: u32,
+    value: u64,
+    timeout_ms: u64,
+    out: *mut u64,
+) -> RwStatus {
+    guard(|| {
+        let cmp = match cmp {
+            RW_CMP_EQ => Cmp::Eq,
+            RW_CMP_NE => Cmp::Ne,
+            RW_CMP_GT => Cmp::Gt,
+            RW_CMP_GE => Cmp::Ge,
+            RW_CMP_LT => Cmp::Lt,
+            RW_CMP_LE => Cmp::Le,
+            _ => return Err(arg("cmp")),
+        };
+        let word = obj(r, "region")?.0.wait_u64(offset, cmp, value, Duration::from_millis(timeout_ms))?;
+        put(out, word, "out")
     })
 }
 

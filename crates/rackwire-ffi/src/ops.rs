@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rackwire::{Completion, Error, Op};
+use rackwire::{Completion, Error, Op, Signal};
 
 use crate::ptr::{boxed, bytes, bytes_mut, flags, free, obj, put, remote};
 use crate::status::{arg, guard, Fail, RwStatus};
@@ -73,6 +73,35 @@ pub extern "C" fn rw_write_wait(
     guard(|| {
         let op = write_op(c, target, offset, data, len, fl)?;
         op.wait().map(drop).map_err(Fail::from)
+    })
+}
+
+/// Write `len` bytes at `offset` of the target region, then update the 64-bit signal word at
+/// `signal_offset` of the same region: store `signal_value` (`signal_add` false; needs write
+/// access), or add it atomically (`signal_add` true; needs atomic access). A reader that sees
+/// the word changed finds the data in place (`rw_region_wait_u64` on the owner's side).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rw_write_signal(
+    c: *const RwConn,
+    target: *const RwRemoteRegion,
+    offset: u64,
+    data: *const u8,
+    len: usize,
+    signal_offset: u64,
+    signal_value: u64,
+    signal_add: bool,
+    fl: RwOpFlags,
+    out: *mut *mut RwOp,
+) -> RwStatus {
+    start(out, || {
+        let signal = if signal_add {
+            Signal::add(signal_offset, signal_value)
+        } else {
+            Signal::set(signal_offset, signal_value)
+        };
+        let data = bytes(data, len, "data")?;
+        Ok(obj(c, "connection")?.0.write_signal(&remote(target)?, offset, data, signal, flags(fl)))
     })
 }
 

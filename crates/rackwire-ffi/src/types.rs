@@ -118,3 +118,16 @@ pub enum RwReduceOp {
     /// Product.
     Product = 3,
 }
+
+/// `rw_region_wait_u64`'s comparisons (OpenSHMEM's `SHMEM_CMP_*`): the word equals the value.
+pub const RW_CMP_EQ: u32 = 0;
+/// The word differs from the value.
+pub const RW_CMP_NE: u32 = 1;
+/// The word is greater than the value.
+pub const RW_CMP_GT: u32 = 2;
+/// The word is greater than or equal to the value.
+pub const RW_CMP_GE: u32 = 3;
+/// The word is less than the value.
+pub const RW_CMP_LT: u32 = 4;
+/// The word is less than or equal to the value.
+pub const RW_CMP_LE: u32 = 5;

@@ -93,6 +93,22 @@ fn c_pingpong_runs_between_two_processes() {
     assert!(out.contains("pingpong 2000 rounds"), "{out}");
 }
 
+// Checks put-with-signal from C: the same two processes, each writing 8 bytes and then a
+// signal word (the round number) into the other's region with rw_write_signal, and waiting
+// for its own word with rw_region_wait_u64, 2000 rounds; each checks that the word is the
+// round's and that the data it follows is in place (non-zero exit on any mismatch).
+#[test]
+fn c_pingpong_with_signals_runs_between_two_processes() {
+    let dir = TempDir::new("ffi-signal");
+    let Some(exe) = build("pingpong", &dir.0) else { return };
+    let mh = TestMh::start("ffi-signal-mh");
+    let server = start(&exe, &["server", "2000", "signal"], &mh, "c-sig-server");
+    let client = start(&exe, &["client", "2000", "signal"], &mh, "c-sig-client");
+    let out = finish(client, "the client");
+    finish(server, "the server");
+    assert!(out.contains("pingpong 2000 rounds with signals"), "{out}");
+}
+
 // Checks one-sided writes with notification from C and the error codes of refusals: a write
 // before the grant is RW_STATUS_UNGRANTED, one with a forged key RW_STATUS_BAD_KEY, one after
 // the revoke RW_STATUS_REVOKED, each its own code; the owner finds only the granted write in
