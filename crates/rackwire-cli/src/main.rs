@@ -221,9 +221,10 @@ struct BenchArgs {
     /// of this virtual rack (root), in blocks, as `launch --rack` does.
     #[arg(long, value_name = "CONFIG")]
     rack: Option<PathBuf>,
-    /// With `stripe`: MiB to stream.
-    #[arg(long, default_value_t = 256)]
-    mib: u64,
+    /// With `stripe`: MiB to stream [default: what the shaped rails carry in the time iperf3
+    /// runs, so both pay their start-up once over the same stretch; 256 on unshaped rails].
+    #[arg(long)]
+    mib: Option<u64>,
     /// Transport to measure: shared memory, or the edge transport over loopback UDP links
     /// (`udp-unsealed`: with its frames unsealed, to measure what sealing costs).
     #[arg(long, default_value = "shm", value_parser = ["shm", "udp", "udp-unsealed"])]

@@ -30,6 +30,20 @@ const SEED: u64 = 7;
 /// The owner's region: the stream wraps around it (touched once before the clock starts, so
 /// the measurement is of the network, not of first-touch page faults).
 const REGION_BYTES_MAX: u64 = 64 << 20;
+/// Most MiB one run streams.
+const STREAM_MIB_MAX: u64 = 4096;
+/// MiB streamed over unshaped rails when not told.
+const STREAM_MIB_UNSHAPED: u64 = 256;
+
+/// MiB to stream when not told: what rails of `nominal` bytes a second carry in `secs` (the
+/// time iperf3 runs), so the stream and iperf3 each pay their start-up once over about the
+/// same stretch; a fixed amount over unshaped rails.
+fn stream_mib(nominal: u64, secs: u64) -> u64 {
+    if nominal == 0 {
+        return STREAM_MIB_UNSHAPED;
+    }
+    (nominal.saturating_mul(secs) >> 20).clamp(1, STREAM_MIB_MAX)
+}
 
 fn region_bytes(total: u64) -> u64 {
     total.min(REGION_BYTES_MAX).div_ceil(CHUNK) * CHUNK
@@ -51,15 +65,18 @@ fn pattern(off: u64, len: usize) -> Vec<u8> {
 }
 
 /// The benchmark, run as root from the command line.
-pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) -> Result<()> {
+pub(crate) fn run(config: &std::path::Path, mib: Option<u64>, json: bool, scale: f64) -> Result<()> {
     if !rustix::process::geteuid().is_root() {
         bail!("`rackwire bench stripe` builds a virtual rack: it needs root");
     }
-    if !(1..=4096).contains(&mib) {
-        bail!("--mib must be 1..=4096");
+    if mib.is_some_and(|m| !(1..=STREAM_MIB_MAX).contains(&m)) {
+        bail!("--mib must be 1..={STREAM_MIB_MAX}");
     }
     let text = std::fs::read_to_string(config).with_context(|| format!("rack config {}", config.display()))?;
     let mut cfg = RackConfig::parse(&text)?;
+    let tcp_secs = ((5.0 * scale).round() as u64).clamp(1, 30);
+    let nominal: u64 = cfg.rails.iter().filter_map(|r| r.rate.as_deref().and_then(rate_bytes_per_s)).sum();
+    let mib = mib.unwrap_or_else(|| stream_mib(nominal, tcp_secs));
     if cfg.hosts.len() < 2 || cfg.hosts[0].remote || cfg.hosts[1].remote {
         bail!("the rack needs two local hosts first");
     }
@@ -122,7 +139,6 @@ pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) ->
         "frames declared lost: {} ({} by timeout); window cuts: {}, undone as spurious: {}",
         w["losses"], w["timeouts"], w["cuts"], w["undone"]
     ));
-    let tcp_secs = ((5.0 * scale).round() as u64).clamp(1, 30);
     let path =
         NetPath { server_ns: Some(dst.ns.clone()), client_ns: Some(src.ns.clone()), addr: dst.addrs[0].to_string() };
     match iperf3_path(&path, false, 131_072, tcp_secs, "iperf3-tcp") {
@@ -137,7 +153,6 @@ pub(crate) fn run(config: &std::path::Path, mib: u64, json: bool, scale: f64) ->
             ours / tcp
         ));
     }
-    let nominal: u64 = cfg.rails.iter().filter_map(|r| r.rate.as_deref().and_then(rate_bytes_per_s)).sum();
     if nominal > 0 {
         report.notes.push(format!("edge goodput / nominal rate of the rails: {:.3}", ours * 1e6 / nominal as f64));
     }
@@ -302,5 +317,10 @@ mod tests {
         assert_eq!(last_stream_offset(8 * mib, r, 3 * mib), 7 * mib);
         assert_eq!(last_stream_offset(3 * mib, region_bytes(3 * mib), 2 * mib), 2 * mib);
         assert_eq!(region_bytes(1000 * mib), REGION_BYTES_MAX);
+        // Streams last about as long as iperf3 runs on shaped rails: 1 Gbit/s for 3 s is
+        // 357 MiB; 10 Gbit/s for 30 s is more than one run streams; unshaped, the fixed amount.
+        assert_eq!(stream_mib(125_000_000, 3), 357);
+        assert_eq!(stream_mib(1_250_000_000, 30), STREAM_MIB_MAX);
+        assert_eq!(stream_mib(0, 3), STREAM_MIB_UNSHAPED);
     }
 }
