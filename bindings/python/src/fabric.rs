@@ -1,7 +1,7 @@
 //! The fabric, regions (with the buffer protocol), region handles, notifications, and a
 //! management host to run in-process.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -13,6 +13,11 @@ use crate::errors::{bad, to_py};
 
 /// How long a wait lasts when none is given.
 const WAIT_DEFAULT: f64 = 10.0;
+
+/// How long a wait looks for what it waits for while holding the GIL, before it lets go.
+const GIL_SPIN: Duration = Duration::from_micros(20);
+/// Looks between two readings of the clock in that spin.
+const GIL_SPIN_LOOKS_PER_CLOCK: u32 = 16;
 
 pub(crate) fn timeout(secs: Option<f64>) -> PyResult<Duration> {
     let s = secs.unwrap_or(WAIT_DEFAULT);
@@ -107,10 +112,20 @@ impl Fabric {
     #[pyo3(signature = (timeout=None))]
     fn wait_notification(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Notification> {
         let t = self::timeout(timeout)?;
-        // One already waiting is taken without letting go of the GIL.
-        let n = match self.inner.try_notification().map_err(to_py)? {
-            Some(n) => n,
-            None => py.allow_threads(|| self.inner.wait_notification(t)).map_err(to_py)?,
+        // One already waiting, or coming within `GIL_SPIN` (a peer's answer in a ping-pong), is
+        // taken without letting go of the GIL: letting it go and taking it back costs more
+        // than such an answer takes to come.
+        let start = Instant::now();
+        let mut looks = 0u32;
+        let n = loop {
+            if let Some(n) = self.inner.try_notification().map_err(to_py)? {
+                break n;
+            }
+            looks = looks.wrapping_add(1);
+            if looks.is_multiple_of(GIL_SPIN_LOOKS_PER_CLOCK) && start.elapsed() >= GIL_SPIN.min(t) {
+                let left = t.saturating_sub(start.elapsed());
+                break py.allow_threads(|| self.inner.wait_notification(left)).map_err(to_py)?;
+            }
         };
         Ok(Notification { from_node: n.from, region: n.region, offset: n.offset, len: n.len, imm: n.imm })
     }

@@ -217,6 +217,13 @@ def test_waits_release_the_gil(pair):
     conn.send(b"wake")
     t.join(10)
     assert counted == 200_000 and got == [(init.id, b"wake")]
+    # Nor one waiting for a notification (it looks for one holding the GIL for 20 µs first).
+    t = threading.Thread(target=lambda: got.append(owner.wait_notification(5.0).imm))
+    t.start()
+    counted = sum(1 for _ in range(200_000))
+    conn.put_u64(region.handle, 0, 1, notify=99)
+    t.join(10)
+    assert counted == 200_000 and got[-1] == 99
 
 
 @pytest.mark.skipif(not os.environ.get("RACKWIRE_BIN"), reason="needs the rackwire launcher (RACKWIRE_BIN)")
