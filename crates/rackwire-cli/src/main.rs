@@ -392,7 +392,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench(b) if b.suite.as_deref() == Some("stripe") => {
             init_logging(tracing::Level::WARN);
             let Some(config) = &b.config else { bail!("bench stripe needs --config RACK.toml (see examples/racks/)") };
-            stripe_bench::run(config, b.mib, b.json, b.scale)
+            stripe_bench::run(config, b.mib, b.repeat, b.json, b.scale)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("coll") => {
             init_logging(tracing::Level::WARN);

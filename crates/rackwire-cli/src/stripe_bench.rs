@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rackwire::{Access, Bytes, Fabric, OpFlags};
+use rackwire_bench::repeat::median_spread;
 use rackwire_bench::{iperf3_path, print_table, NetPath, Report, Row};
 use rackwire_rack::{rate_bytes_per_s, RackConfig};
 
@@ -30,6 +31,8 @@ const SEED: u64 = 7;
 /// The owner's region: the stream wraps around it (touched once before the clock starts, so
 /// the measurement is of the network, not of first-touch page faults).
 const REGION_BYTES_MAX: u64 = 64 << 20;
+/// Most runs of one comparison.
+const REPEAT_MAX: usize = 20;
 /// Most MiB one run streams.
 const STREAM_MIB_MAX: u64 = 4096;
 /// MiB streamed over unshaped rails when not told.
@@ -65,12 +68,15 @@ fn pattern(off: u64, len: usize) -> Vec<u8> {
 }
 
 /// The benchmark, run as root from the command line.
-pub(crate) fn run(config: &std::path::Path, mib: Option<u64>, json: bool, scale: f64) -> Result<()> {
+pub(crate) fn run(config: &std::path::Path, mib: Option<u64>, repeat: usize, json: bool, scale: f64) -> Result<()> {
     if !rustix::process::geteuid().is_root() {
         bail!("`rackwire bench stripe` builds a virtual rack: it needs root");
     }
     if mib.is_some_and(|m| !(1..=STREAM_MIB_MAX).contains(&m)) {
         bail!("--mib must be 1..={STREAM_MIB_MAX}");
+    }
+    if !(1..=REPEAT_MAX).contains(&repeat) {
+        bail!("--repeat must be 1..={REPEAT_MAX}");
     }
     let text = std::fs::read_to_string(config).with_context(|| format!("rack config {}", config.display()))?;
     let mut cfg = RackConfig::parse(&text)?;
@@ -88,12 +94,65 @@ pub(crate) fn run(config: &std::path::Path, mib: Option<u64>, json: bool, scale:
     let exe = std::env::current_exe().context("own executable")?;
     let state = rackwire_rack::up(&cfg, &exe)?;
     let _down = rackwire_rack::DownOnDrop(cfg.name.clone());
+    let mut report = Report::default();
+    // Per run: edge over iperf3's TCP, and edge over the nominal rate.
+    let (mut vs_tcp, mut vs_nominal) = (Vec::new(), Vec::new());
+    for run in 1..=repeat {
+        let one = measure_once(&cfg, &state, &exe, mib, tcp_secs, nominal)?;
+        let ours = one.rows.first().and_then(|r| r.mb_per_s).unwrap_or(0.0);
+        if let Some(tcp) = one.rows.get(1).and_then(|r| r.mb_per_s) {
+            vs_tcp.push(ours / tcp);
+        }
+        if nominal > 0 {
+            vs_nominal.push(ours * 1e6 / nominal as f64);
+        }
+        for mut r in one.rows {
+            if repeat > 1 {
+                r.variant = Some(format!("run {run}"));
+            }
+            report.rows.push(r);
+        }
+        let tag = if repeat > 1 { format!("run {run}: ") } else { String::new() };
+        report.notes.extend(one.notes.into_iter().map(|n| format!("{tag}{n}")));
+    }
+    let of = |v: &mut Vec<f64>| (!v.is_empty()).then(|| median_spread(v));
+    if let Some((m, lo, hi)) = of(&mut vs_tcp) {
+        report.notes.push(format!(
+            "edge over {} rails / one iperf3 TCP stream on rail 0: {m:.2} (median of {repeat}; {lo:.2}-{hi:.2})",
+            cfg.rails.len()
+        ));
+    }
+    if let Some((m, lo, hi)) = of(&mut vs_nominal) {
+        report
+            .notes
+            .push(format!("edge goodput / nominal rate of the rails: {m:.3} (median of {repeat}; {lo:.3}-{hi:.3})"));
+    }
+    report.meta.insert("repeats".into(), repeat.into());
+    report.meta.insert("command".into(), std::env::args().collect::<Vec<_>>().join(" ").into());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", print_table(&report));
+    }
+    Ok(())
+}
+
+/// One run over the rack that is up: the stream (checked byte-exact by the owner), then
+/// iperf3 on rail 0; the rows and what the run saw on the way.
+fn measure_once(
+    cfg: &RackConfig,
+    state: &rackwire_rack::RackState,
+    exe: &std::path::Path,
+    mib: u64,
+    tcp_secs: u64,
+    nominal: u64,
+) -> Result<Report> {
     let (src, dst) = (state.hosts[0].clone(), state.hosts[1].clone());
     let link_mtu = cfg.frame_max().to_string();
     let spawn = |ns: &str, role: &str, name: &str, host_links: String| {
         Command::new("ip")
             .args(["netns", "exec", ns])
-            .arg(&exe)
+            .arg(exe)
             .args(["stripe-worker", role, &(mib << 20).to_string()])
             .env("RACKWIRE_MH", &state.mh)
             .env("RACKWIRE_SECRET_FILE", &state.secret_file)
@@ -145,17 +204,6 @@ pub(crate) fn run(config: &std::path::Path, mib: Option<u64>, json: bool, scale:
         Ok(r) => report.rows.push(r),
         Err(e) => report.notes.push(format!("iperf3-tcp: {e}")),
     }
-    let ours = report.rows[0].mb_per_s.unwrap_or(0.0);
-    if let Some(tcp) = report.rows.get(1).and_then(|r| r.mb_per_s) {
-        report.notes.push(format!(
-            "edge over {} rails / one iperf3 TCP stream on rail 0: {:.2}",
-            cfg.rails.len(),
-            ours / tcp
-        ));
-    }
-    if nominal > 0 {
-        report.notes.push(format!("edge goodput / nominal rate of the rails: {:.3}", ours * 1e6 / nominal as f64));
-    }
     report.notes.push(format!("{mib} MiB arrived byte-exact (checked by the owner)"));
     if nominal > 0 {
         // Where frames were lost: the shapers on the way (sender's links, switch ports).
@@ -164,19 +212,13 @@ pub(crate) fn run(config: &std::path::Path, mib: Option<u64>, json: bool, scale:
             drops += tc_dropped(&src.ns, &format!("eth{k}"))
                 + tc_dropped(&rackwire_rack::ns_name(&cfg.name, "sw"), &format!("h1r{k}"));
         }
-        report.notes.push(format!("packets the shapers dropped on the way: {drops}"));
+        report.notes.push(format!("packets the shapers dropped on the way (since the rack came up): {drops}"));
         report.notes.push(format!(
             "UDP datagrams the receiving host dropped for want of socket buffer: {}",
             udp_rcvbuf_errors(&dst.ns)
         ));
     }
-    report.meta.insert("command".into(), std::env::args().collect::<Vec<_>>().join(" ").into());
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", print_table(&report));
-    }
-    Ok(())
+    Ok(report)
 }
 
 /// Packets `tc` says the root qdisc of `dev` in `ns` dropped.
