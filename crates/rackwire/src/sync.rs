@@ -7,13 +7,13 @@ use std::time::Duration;
 /// A busy-polling waiter reads the clock once per this many looks.
 pub(crate) const CLOCK_EVERY_SPINS: u32 = 64;
 
-/// A thread waiting for an operation (or a signal word) that has found nothing for this long
-/// lets the other runnable threads of its core go first at each look at the clock
-/// (`sched_yield`, which returns at once when there are none). On a host with fewer cores than
-/// busy threads, a spinner otherwise holds the core that the thread it waits for needs — or
-/// the next thread on a packet's way through the virtual NIC — for the rest of its time slice
-/// (milliseconds). An answer that comes sooner than this, as in a ping-pong, never pays for a
-/// yield.
+/// A thread waiting (for an operation, a message, a notification or a signal word) that has
+/// found nothing for this long lets the other runnable threads of its core go first at each
+/// look at the clock (`sched_yield`, which returns at once when there are none). On a host
+/// with fewer cores than busy threads, a spinner otherwise holds the core that the thread it
+/// waits for needs — or the next thread on a packet's way through the virtual NIC — for the
+/// rest of its time slice (milliseconds). An answer that comes sooner than this, as in a
+/// ping-pong, never pays for a yield.
 pub(crate) const YIELD_AFTER: Duration = Duration::from_micros(20);
 
 /// Lock `m`, taking the data over if a panicking thread poisoned it (every structure it
