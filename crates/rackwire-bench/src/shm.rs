@@ -206,6 +206,54 @@ fn bench_config(mh: &str, secret: &str, name: &str, channels: usize, transport: 
     c
 }
 
+/// Round trips and warm-up rounds of a ping-pong of `size` bytes at `scale` (ours and UCX's).
+pub(crate) fn pingpong_iters(size: u64, scale: f64) -> (u64, u64) {
+    let iters = iterations((2e9 * scale) as u64, size, 200, (100_000.0 * scale).max(1000.0) as u64);
+    (iters, (iters / 10).max(10))
+}
+
+/// Run `warm` then `iters` rounds of a ping-pong (`round(i)`: one round trip, `i` from 0),
+/// timing each round from the end of the one before (one clock read a round, as
+/// ucx_perftest's), and make its row: half round trips, and the payload of both directions
+/// over the wall time (`size` over the one-way time: ucx_perftest's and fi_pingpong's
+/// ping-pong bandwidth).
+fn timed_pingpong(
+    transport: &str,
+    size: u64,
+    iters: u64,
+    warm: u64,
+    mut round: impl FnMut(u64) -> Result<()>,
+) -> Result<Row> {
+    let mut lat = Latencies::new();
+    let mut meter = None;
+    let mut prev = Instant::now();
+    for i in 0..iters + warm {
+        if i == warm {
+            meter = Some(Meter::start());
+        }
+        round(i)?;
+        let now = Instant::now();
+        if i >= warm {
+            lat.record((now - prev).as_nanos() as u64 / 2);
+        }
+        prev = now;
+    }
+    let (wall, cpu) = meter.expect("warm-up is shorter than the run").stop();
+    Ok(Row {
+        transport: transport.into(),
+        pattern: "pingpong".into(),
+        size,
+        iters,
+        lat_us_p50: Some(lat.p_us(0.5)),
+        lat_us_p99: Some(lat.p_us(0.99)),
+        lat_us_avg: Some(lat.avg_us()),
+        mb_per_s: Some((2 * size * iters) as f64 / wall.as_secs_f64() / 1e6),
+        msgs_per_s: Some((2 * iters) as f64 / wall.as_secs_f64()),
+        cpu_pct: Some(cpu),
+        ..Row::default()
+    })
+}
+
 /// Where the pinned ping-pong puts its data and its signal word in a region of `len` bytes:
 /// at the end, clear of every other pattern's writes (at offset 0, at most half the region).
 fn pinned_layout(len: u64, size: u64) -> (u64, u64) {
@@ -321,7 +369,7 @@ struct Session {
     /// The next pinned ping-pong's first signal (see [`Session::pingpong_pinned`]).
     signal_base: std::sync::atomic::AtomicU64,
     // Dropped in this order: the region is freed while the management host still runs.
-    _region: rackwire::Region,
+    region: rackwire::Region,
     _mh: rackwire::MhHandle,
 }
 
@@ -376,52 +424,22 @@ impl Session {
             channels: cfg.copy_channels,
             transport: cfg.transport,
             signal_base: std::sync::atomic::AtomicU64::new(0),
-            _region: region,
+            region,
             _mh: mh,
         })
     }
 
     fn pingpong(&self, size: u64, scale: f64) -> Result<Row> {
-        let iters = iterations((2e9 * scale) as u64, size, 200, (100_000.0 * scale).max(1000.0) as u64);
-        let warm = (iters / 10).max(10);
+        let (iters, warm) = pingpong_iters(size, scale);
         send_cmd(&self.conn, &Cmd::Pingpong { size, iters: iters + warm })?;
         let data = Bytes::copy_from_slice(&self.buf[..size as usize]);
-        let mut lat = Latencies::new();
-        let mut meter = None;
-        // One clock read per round trip (as ucx_perftest's): each round is timed from the end
-        // of the one before.
-        let mut prev = Instant::now();
-        for i in 0..iters + warm {
-            if i == warm {
-                meter = Some(Meter::start());
-            }
+        timed_pingpong(self.transport.name(), size, iters, warm, |i| {
             self.conn.write_bytes(&self.target, 0, data.clone(), OpFlags::NONE.notify(i)).wait()?;
             let n = self.fabric.wait_notification(STEP_TIMEOUT)?;
-            let now = Instant::now();
             if n.imm != i {
                 bail!("ping-pong out of step: sent {i}, got {}", n.imm);
             }
-            if i >= warm {
-                lat.record((now - prev).as_nanos() as u64 / 2);
-            }
-            prev = now;
-        }
-        let (wall, cpu) = meter.expect("warm-up is shorter than the run").stop();
-        Ok(Row {
-            transport: self.transport.name().into(),
-            pattern: "pingpong".into(),
-            size,
-            iters,
-            lat_us_p50: Some(lat.p_us(0.5)),
-            lat_us_p99: Some(lat.p_us(0.99)),
-            lat_us_avg: Some(lat.avg_us()),
-            // Payload moved both ways (the ping and the pong each carry `size` bytes), which
-            // is `size` over the one-way time: the same measure as ucx_perftest's and
-            // fi_pingpong's ping-pong bandwidth.
-            mb_per_s: Some((2 * size * iters) as f64 / wall.as_secs_f64() / 1e6),
-            msgs_per_s: Some((2 * iters) as f64 / wall.as_secs_f64()),
-            cpu_pct: Some(cpu),
-            ..Row::default()
+            Ok(())
         })
     }
 
@@ -432,41 +450,16 @@ impl Session {
     /// The signal counts up across runs (`base`), so a word left from an earlier run never
     /// satisfies a wait.
     fn pingpong_pinned(&self, size: u64, scale: f64) -> Result<Row> {
-        let iters = iterations((2e9 * scale) as u64, size, 200, (100_000.0 * scale).max(1000.0) as u64);
-        let warm = (iters / 10).max(10);
+        let (iters, warm) = pingpong_iters(size, scale);
         let base = self.signal_base.fetch_add(iters + warm, std::sync::atomic::Ordering::Relaxed);
         let mut pin = self.conn.pin(&self.target, Access::WRITE)?;
         send_cmd(&self.conn, &Cmd::PingpongPinned { size, iters: iters + warm, base })?;
-        let (data, signal) = pinned_layout(self._region.len(), size);
+        let (data, signal) = pinned_layout(self.region.len(), size);
         let payload = &self.buf[..size as usize];
-        let mut lat = Latencies::new();
-        let mut meter = None;
-        let mut prev = Instant::now();
-        for i in 1..=iters + warm {
-            if i == warm + 1 {
-                meter = Some(Meter::start());
-            }
-            pin.write_signal(data, payload, Signal::set(signal, base + i))?;
-            self._region.wait_u64(signal, Cmp::Ge, base + i, STEP_TIMEOUT)?;
-            let now = Instant::now();
-            if i > warm {
-                lat.record((now - prev).as_nanos() as u64 / 2);
-            }
-            prev = now;
-        }
-        let (wall, cpu) = meter.expect("warm-up is shorter than the run").stop();
-        Ok(Row {
-            transport: "shm-pinned".into(),
-            pattern: "pingpong".into(),
-            size,
-            iters,
-            lat_us_p50: Some(lat.p_us(0.5)),
-            lat_us_p99: Some(lat.p_us(0.99)),
-            lat_us_avg: Some(lat.avg_us()),
-            mb_per_s: Some((2 * size * iters) as f64 / wall.as_secs_f64() / 1e6),
-            msgs_per_s: Some((2 * iters) as f64 / wall.as_secs_f64()),
-            cpu_pct: Some(cpu),
-            ..Row::default()
+        timed_pingpong("shm-pinned", size, iters, warm, |i| {
+            pin.write_signal(data, payload, Signal::set(signal, base + i + 1))?;
+            self.region.wait_u64(signal, Cmp::Ge, base + i + 1, STEP_TIMEOUT)?;
+            Ok(())
         })
     }
 

@@ -405,21 +405,29 @@ mod tests {
     use crate::TransportChoice;
     use std::time::Instant;
 
+    /// A node on the edge transport alone (one loopback link), busy polling for `busy_poll`,
+    /// whose network thread looks at a polling thread only once an hour: a test sees whether
+    /// it watches. The management host is returned to be kept alive.
+    fn edge_node(name: &str, busy_poll: Duration) -> (crate::MhHandle, Fabric) {
+        let secret = "rest-test-secret-0123456789abcdef";
+        let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
+        let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, name);
+        cfg.transport = TransportChoice::Edge;
+        cfg.links = vec!["127.0.0.1:0".into()];
+        cfg.busy_poll = busy_poll;
+        let f = Fabric::join(cfg).unwrap();
+        f.edge.as_ref().expect("an edge endpoint").set_watch(Duration::from_secs(3600));
+        (mh, f)
+    }
+
     // Checks that a thread that stops polling to sleep hands the edge transport back to its
     // network thread at once: with that thread's looks an hour apart, it watches a polling
     // thread (pumping by hand) and stops watching only because a notification wait that ran
     // out of busy polling woke it.
     #[test]
     fn a_waiter_going_to_sleep_wakes_the_watching_network_thread() {
-        let secret = "rest-test-secret-0123456789abcdef";
-        let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
-        let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, "rest-test");
-        cfg.transport = TransportChoice::Edge;
-        cfg.links = vec!["127.0.0.1:0".into()];
-        cfg.busy_poll = Duration::from_millis(2);
-        let f = Fabric::join(cfg).unwrap();
+        let (_mh, f) = edge_node("rest-test", Duration::from_millis(2));
         let ep = f.edge.clone().expect("an edge endpoint");
-        ep.set_watch(Duration::from_secs(3600));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ep.is_watching() {
             assert!(Instant::now() < deadline, "the network thread never watched the polling thread");
@@ -441,15 +449,9 @@ mod tests {
     // the wait does not say again, after that look, that it sleeps.
     #[test]
     fn a_sleeping_waiter_whose_last_look_drove_the_transport_is_not_watched() {
-        let secret = "rest-test-secret-0123456789abcdef";
-        let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
-        let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, "rest-sleeper");
-        cfg.transport = TransportChoice::Edge;
-        cfg.links = vec!["127.0.0.1:0".into()];
-        cfg.busy_poll = Duration::from_micros(100);
-        let f = std::sync::Arc::new(Fabric::join(cfg).unwrap());
+        let (_mh, f) = edge_node("rest-sleeper", Duration::from_micros(100));
+        let f = std::sync::Arc::new(f);
         let ep = f.edge.clone().expect("an edge endpoint");
-        ep.set_watch(Duration::from_secs(3600));
         let waiter = {
             let f = f.clone();
             std::thread::spawn(move || f.wait_notification(Duration::from_millis(1500)))
