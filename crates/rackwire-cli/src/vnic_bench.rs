@@ -9,14 +9,19 @@
 //! in the same run: iperf3 TCP (131072-byte writes) and UDP (large datagrams) and sockperf
 //! 64-byte ping-pong between `h1` and `h2` over rw0 and over the unshaped veth, iperf3 TCP over
 //! the shaped rails, and sockperf 64-byte UDP and TCP ping-pong between `h1` and `h3` (across
-//! racks) over rw0 and over the veth. `--repeat N` runs the whole comparison N times and gives
-//! each ratio's median and spread.
+//! racks) over rw0 and over the veth. Beside them, the same TCP stream and ping-pong between
+//! `h1` and `h2` through a bare TUN-to-TUN relay (`rackwire_vnic::TunRelay`: a device in each
+//! host set up as rw0 is, one thread per direction copying packets across, nothing else): the
+//! limit of any virtual NIC built on a TUN device. `--repeat N` runs the whole comparison N
+//! times and gives each ratio's median and spread.
 
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rackwire_bench::{iperf3_path, print_table, sockperf_path, NetPath, Report, Row};
 use rackwire_rack::RackConfig;
+use rackwire_vnic::{RelayEnd, TunRelay};
 
 use rackwire_bench::repeat::median_spread;
 
@@ -28,6 +33,8 @@ const UDP_DATAGRAM: u64 = 60_000;
 const PING_SIZE: u64 = 64;
 /// Rack name the benchmark uses.
 const RACK: &str = "bvnic";
+/// The bare TUN relay's subnet (a /24): h1's end is .1, h2's .2.
+const RELAY_SUBNET: [u8; 3] = [198, 19, 100];
 /// Most repeats of the whole comparison.
 const REPEAT_MAX: usize = 20;
 
@@ -116,6 +123,20 @@ const RATIOS: &[Ratio] = &[
         theirs: "xrack-veth-tcp",
         figure: p50,
     },
+    Ratio { name: "TCP over rw0 / over a bare TUN relay", ours: "vnic-tcp", theirs: "tun-relay-tcp", figure: mb },
+    Ratio { name: "TCP over a bare TUN relay / over the veth", ours: "tun-relay-tcp", theirs: "veth-tcp", figure: mb },
+    Ratio {
+        name: "64 B latency p50 over rw0 / over a bare TUN relay",
+        ours: "vnic-sockperf",
+        theirs: "tun-relay-sockperf",
+        figure: p50,
+    },
+    Ratio {
+        name: "64 B latency p50 over a bare TUN relay / over the veth",
+        ours: "tun-relay-sockperf",
+        theirs: "veth-sockperf",
+        figure: p50,
+    },
     Ratio { name: "TCP over rw0 / veth-1g-tcp", ours: "vnic-tcp", theirs: "veth-1g-tcp", figure: mb },
     Ratio { name: "TCP over rw0 / veth-10g-tcp", ours: "vnic-tcp", theirs: "veth-10g-tcp", figure: mb },
 ];
@@ -165,20 +186,29 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    let relay_addr = |i: u8| Ipv4Addr::new(RELAY_SUBNET[0], RELAY_SUBNET[1], RELAY_SUBNET[2], i);
+    let _relay = TunRelay::start(
+        &RelayEnd { netns: h1.clone(), addr: relay_addr(1) },
+        &RelayEnd { netns: h2.clone(), addr: relay_addr(2) },
+    )
+    .context("the bare TUN relay between h1 and h2")?;
     let path =
         |server: &str, addr: String| NetPath { server_ns: Some(server.into()), client_ns: Some(h1.clone()), addr };
     let vnic = path(&h2, "198.18.0.2".into());
     let veth = path(&h2, plain_addr(1, 0));
+    let relay = path(&h2, relay_addr(2).to_string());
     let far_vnic = path(&h3, "198.18.0.3".into());
     let far_veth = path(&h3, plain_addr(2, 0));
     let (one_g, ten_g) = (path(&h2, plain_addr(1, 1)), path(&h2, plain_addr(1, 2)));
     let runs: Vec<(&str, Measure<'_>)> = vec![
         ("vnic-tcp", Box::new(|| iperf3_path(&vnic, false, TCP_WRITE, secs, "vnic-tcp"))),
         ("veth-tcp", Box::new(|| iperf3_path(&veth, false, TCP_WRITE, secs, "veth-tcp"))),
+        ("tun-relay-tcp", Box::new(|| iperf3_path(&relay, false, TCP_WRITE, secs, "tun-relay-tcp"))),
         ("vnic-udp", Box::new(|| iperf3_path(&vnic, true, UDP_DATAGRAM, secs, "vnic-udp"))),
         ("veth-udp", Box::new(|| iperf3_path(&veth, true, UDP_DATAGRAM, secs, "veth-udp"))),
         ("vnic-sockperf", Box::new(|| sockperf_path(&vnic, PING_SIZE, secs, false, false, "vnic-sockperf"))),
         ("veth-sockperf", Box::new(|| sockperf_path(&veth, PING_SIZE, secs, false, false, "veth-sockperf"))),
+        ("tun-relay-sockperf", Box::new(|| sockperf_path(&relay, PING_SIZE, secs, false, false, "tun-relay-sockperf"))),
         ("xrack-vnic-udp", Box::new(|| sockperf_path(&far_vnic, PING_SIZE, secs, false, false, "xrack-vnic-udp"))),
         ("xrack-veth-udp", Box::new(|| sockperf_path(&far_veth, PING_SIZE, secs, false, false, "xrack-veth-udp"))),
         ("xrack-vnic-tcp", Box::new(|| sockperf_path(&far_vnic, PING_SIZE, secs, false, true, "xrack-vnic-tcp"))),

@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 mod check;
+mod relay;
 // The TUN ioctl is the one place that needs `unsafe`.
 #[allow(unsafe_code)]
 mod tun;
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
 pub use check::{check_from_peer, ipv4_of, routable, RxRefusal};
+pub use relay::{RelayEnd, TunRelay, RELAY_NAME};
 pub use tun::{Tun, IFNAME_MAX, VNET_HDR_LEN};
 
 /// The virtual NIC's interface name.
@@ -78,6 +80,9 @@ pub enum VnicError {
     /// The fabric refused something.
     #[error("fabric: {0}")]
     Fabric(#[from] rackwire::Error),
+    /// The bare TUN relay (a benchmark's limit row) could not start.
+    #[error("TUN relay: {0}")]
+    Relay(String),
     /// Nothing to route from: no IPv4 address among the node's links.
     #[error("the node has no IPv4 link address to route from (declare links with RACKWIRE_LINKS)")]
     NoAddress,

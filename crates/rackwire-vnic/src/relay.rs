@@ -1,0 +1,153 @@
+//! A bare TUN-to-TUN relay between two network namespaces: the limit of any NIC built on a
+//! TUN device.
+//!
+//! One TUN device in each namespace, set up as `rw0` is (same MTU, offload header, checksum
+//! and segmentation offload), and one thread per direction that reads a packet from one
+//! device and writes it, offload header and all, into the other. Nothing is in between: no
+//! fabric, no ring, no hand-over to another thread, no check. What a packet costs here (a
+//! read, a write, a wake-up of the relaying thread) every TUN-based virtual NIC pays too, so
+//! `rackwire bench vnic` measures it beside `rw0` to tell how much of `rw0`'s distance from a
+//! veth pair is the TUN device's and how much is rackwire's.
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rustix::thread::LinkNameSpaceType;
+
+use crate::{ip, Tun, VnicError, STOP_CHECK, VNET_HDR_LEN, VNIC_MTU};
+
+/// The relay's interface name in both namespaces.
+pub const RELAY_NAME: &str = "rt0";
+/// Prefix length of the relay's subnet: the two ends' addresses are on one link.
+const RELAY_PREFIX: u8 = 24;
+
+/// One end of the relay: a network namespace (as `ip netns` names it) and the address the
+/// relay's device gets there.
+#[derive(Clone, Debug)]
+pub struct RelayEnd {
+    /// Namespace name (`/run/netns/NAME`).
+    pub netns: String,
+    /// Address of the end's device, on a /24 shared with the other end's.
+    pub addr: Ipv4Addr,
+}
+
+/// Packets and bytes relayed, per direction, and packets the far device did not take.
+#[derive(Debug, Default)]
+struct Counts {
+    packets: AtomicU64,
+    bytes: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// A running relay; stopping or dropping it removes both devices.
+pub struct TunRelay {
+    stop: Arc<AtomicBool>,
+    counts: Arc<[Counts; 2]>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl TunRelay {
+    /// Create the relay's device in both namespaces, address them, and start relaying.
+    pub fn start(a: &RelayEnd, b: &RelayEnd) -> Result<TunRelay, VnicError> {
+        if a.netns == b.netns {
+            return Err(VnicError::Relay("both ends in one namespace".into()));
+        }
+        // Entering a namespace changes the calling thread's: do it in a thread of its own,
+        // which ends once both devices exist (a TUN device stays in the namespace it was
+        // made in, whichever thread then reads it).
+        let (ta, tb) = {
+            let (a, b) = (a.netns.clone(), b.netns.clone());
+            std::thread::spawn(move || Ok::<_, VnicError>((tun_in(&a)?, tun_in(&b)?)))
+                .join()
+                .map_err(|_| VnicError::Relay("its set-up thread panicked".into()))??
+        };
+        for (end, tun) in [(a, &ta), (b, &tb)] {
+            let ns = end.netns.as_str();
+            let mtu = VNIC_MTU.to_string();
+            ip(&["-n", ns, "link", "set", "dev", RELAY_NAME, "mtu", &mtu, "up"])?;
+            // As `rw0`: segmentation offload only where super-packets fit one read.
+            if ip(&["-n", ns, "link", "set", "dev", RELAY_NAME, "gso_max_size", &mtu]).is_err() {
+                tun.set_offload(false).map_err(|err| VnicError::Tun { name: RELAY_NAME.into(), err })?;
+            }
+            ip(&["-n", ns, "addr", "add", &format!("{}/{RELAY_PREFIX}", end.addr), "dev", RELAY_NAME])?;
+        }
+        let (ta, tb) = (Arc::new(ta), Arc::new(tb));
+        let stop = Arc::new(AtomicBool::new(false));
+        let counts: Arc<[Counts; 2]> = Arc::new([Counts::default(), Counts::default()]);
+        let mut threads = Vec::new();
+        for (k, (from, to)) in [(ta.clone(), tb.clone()), (tb, ta)].into_iter().enumerate() {
+            let (stop, counts) = (stop.clone(), counts.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("rw-relay-{k}"))
+                .spawn(move || relay(&from, &to, &stop, &counts[k]))
+                .map_err(|e| VnicError::Relay(format!("starting a thread: {e}")))?;
+            threads.push(h);
+        }
+        Ok(TunRelay { stop, counts, threads })
+    }
+
+    /// Packets relayed so far, a to b and b to a.
+    pub fn packets(&self) -> [u64; 2] {
+        [0, 1].map(|k| self.counts[k].packets.load(Ordering::Relaxed))
+    }
+
+    /// Bytes relayed so far (offload headers included), a to b and b to a.
+    pub fn bytes(&self) -> [u64; 2] {
+        [0, 1].map(|k| self.counts[k].bytes.load(Ordering::Relaxed))
+    }
+
+    /// Packets the far device refused, a to b and b to a.
+    pub fn dropped(&self) -> [u64; 2] {
+        [0, 1].map(|k| self.counts[k].dropped.load(Ordering::Relaxed))
+    }
+
+    /// Stop relaying; the devices go with the last handle (the relaying threads hold them).
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TunRelay {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Make the relay's device in namespace `netns` (this thread moves into it).
+fn tun_in(netns: &str) -> Result<Tun, VnicError> {
+    let err = |e: std::io::Error| VnicError::Tun { name: format!("{RELAY_NAME} in {netns}"), err: e };
+    let ns = std::fs::File::open(format!("/run/netns/{netns}")).map_err(err)?;
+    rustix::thread::move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network))
+        .map_err(|e| err(e.into()))?;
+    Tun::create(RELAY_NAME).map_err(err)
+}
+
+/// Packets from `from` into `to` until told to stop.
+fn relay(from: &Tun, to: &Tun, stop: &AtomicBool, counts: &Counts) {
+    let mut buf = vec![0u8; VNET_HDR_LEN + VNIC_MTU + 1];
+    while !stop.load(Ordering::Relaxed) {
+        let n = match from.read_timeout(&mut buf, STOP_CHECK) {
+            Ok(0) => continue,
+            Ok(n) => n,
+            Err(_) => {
+                std::thread::sleep(STOP_CHECK);
+                continue;
+            }
+        };
+        match to.write(&buf[..n]) {
+            Ok(()) => {
+                counts.packets.fetch_add(1, Ordering::Relaxed);
+                counts.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(_) => {
+                counts.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
