@@ -431,6 +431,8 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ep.is_watching() {
             assert!(Instant::now() < deadline, "the network thread never watched the polling thread");
+            // In use, as if frames came: a quiet transport's sockets stay the network thread's.
+            ep.mark_busy();
             ep.drive();
             std::thread::sleep(Duration::from_micros(20));
         }
@@ -440,6 +442,53 @@ mod tests {
             assert!(Instant::now() < deadline, "the network thread still watches a thread that sleeps");
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    // Checks that a thread spinning in a receive wait on a quiet edge transport leaves the
+    // sockets to the network thread (it does not make it watch, so its looks cost no system
+    // call), that a notification a peer sends then still reaches it (the network thread reads
+    // it), and that the wait returns it. The network thread's looks are set an hour apart, so
+    // once it watches it stays so until woken. Fails when receiving looks drive a quiet
+    // transport: the spinning waiter keeps the network thread watching throughout.
+    #[test]
+    fn a_receive_wait_on_a_quiet_edge_transport_leaves_the_sockets_to_the_network_thread() {
+        use std::sync::Arc;
+        let secret = "quiet-test-secret-0123456789abcdef";
+        let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
+        let node = |name: &str| {
+            let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, name);
+            cfg.transport = TransportChoice::Edge;
+            cfg.links = vec!["127.0.0.1:0".into()];
+            // The waiter spins for the whole test.
+            cfg.busy_poll = Duration::from_secs(10);
+            Arc::new(Fabric::join(cfg).unwrap())
+        };
+        let (a, b) = (node("quiet-a"), node("quiet-b"));
+        let region = b.alloc(64, Access::READ | Access::WRITE).unwrap();
+        region.grant(a.id(), Access::WRITE).unwrap();
+        let conn = a.connect(b.id()).unwrap();
+        let ep = b.edge.clone().expect("an edge endpoint");
+        ep.set_watch(Duration::from_secs(3600));
+        // Past the quiet time after the connection's frames.
+        std::thread::sleep(Duration::from_millis(50));
+        let waiter = {
+            let b = b.clone();
+            std::thread::spawn(move || b.wait_notification(Duration::from_secs(10)))
+        };
+        // Link probes (every 20 ms on a silent link) make the transport busy for a moment now
+        // and then; a waiter that drove a quiet transport would keep it watched all along.
+        let (samples, mut watched) = (60, 0);
+        for _ in 0..samples {
+            std::thread::sleep(Duration::from_millis(5));
+            watched += usize::from(ep.is_watching());
+        }
+        assert!(
+            watched * 2 < samples,
+            "the network thread watched a waiter on a quiet transport {watched} of {samples} times"
+        );
+        conn.write(&region.handle(), 0, &[1], crate::OpFlags::NONE.notify(7)).wait().unwrap();
+        let n = waiter.join().unwrap().expect("the notification reaches the spinning waiter");
+        assert_eq!((n.from, n.imm), (a.id(), 7));
     }
 
     // Checks that a thread asleep in a wait leaves the edge transport to its network thread

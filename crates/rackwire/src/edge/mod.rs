@@ -55,6 +55,14 @@ const RTO_MIN_US: proto::Time = 5_000;
 /// aside for a moment (common on a small, shared host) is not taken to have left: the network
 /// thread would then take the frames it waits for and compete with it for the core.
 const PUMP_RECENT_US: u64 = 500;
+/// A receiving look of an application thread reads the sockets only while the transport is in
+/// use: frames came in, or an operation was submitted, within this long (µs). Past it, looks
+/// leave the sockets to the network thread, which sleeps in the kernel until a frame comes.
+/// Without it, a thread that waits for messages over shared memory on a node that also has
+/// edge peers spends its spin in system calls on empty sockets (one per link per look, ~1 µs
+/// each): the virtual NIC's receiving threads took most of a core that way in a rack with a
+/// host in another memory domain. Longer than any round trip the transport waits for.
+const QUIET_AFTER_US: u64 = 1_000;
 /// While an application thread polls, the network thread leaves it the sockets and the core
 /// and only looks, every so often, whether it still polls: first after this long, then after
 /// twice as long each time it found the thread still at it, up to [`PUMP_WATCH_MAX`]. Every
@@ -165,6 +173,9 @@ pub(crate) struct EdgeEndpoint {
     /// When an application thread last pumped (µs), or 0 once it stopped to sleep: the network
     /// thread stays out of its way.
     last_pump_us: AtomicU64,
+    /// When frames last came in or an operation was last submitted (µs): receiving looks read
+    /// the sockets only within [`QUIET_AFTER_US`] of it.
+    last_busy_us: AtomicU64,
     /// The network thread leaves the sockets to a polling application thread and only looks
     /// now and then whether it still polls (see [`PUMP_WATCH`]).
     watching: AtomicBool,
@@ -229,6 +240,7 @@ impl EdgeEndpoint {
             thread: Mutex::new(None),
             app_io: Mutex::new(Io::new(cfg.links.len())),
             last_pump_us: AtomicU64::new(0),
+            last_busy_us: AtomicU64::new(0),
             watching: AtomicBool::new(false),
             watch_us: [PUMP_WATCH, PUMP_WATCH_MAX].map(|d| AtomicU64::new(d.as_micros() as u64)),
             parked_until_us: AtomicU64::new(AWAKE),
@@ -249,6 +261,16 @@ impl EdgeEndpoint {
 
     fn now(&self) -> proto::Time {
         self.start.elapsed().as_micros() as proto::Time
+    }
+
+    /// No frame came in and no operation was submitted for [`QUIET_AFTER_US`] before `now`.
+    fn quiet_at(&self, now: proto::Time) -> bool {
+        now.saturating_sub(self.last_busy_us.load(Ordering::Relaxed)) > QUIET_AFTER_US
+    }
+
+    /// The transport is in use at `now` (see [`QUIET_AFTER_US`]).
+    fn busy_at(&self, now: proto::Time) {
+        self.last_busy_us.store(now, Ordering::Relaxed);
     }
 
     fn proto_config(&self, links: usize) -> proto::Config {

@@ -55,6 +55,7 @@ impl EdgePeer {
         {
             let mut st = lock(&self.ep.state);
             let now = self.ep.now();
+            self.ep.busy_at(now);
             let p = Pending { cell: cell.clone(), region, offset, len, need };
             match st.conns.submit(self.local, |_| p, |c| go(c, now)) {
                 Ok(_) => {}
@@ -107,7 +108,8 @@ impl EdgePeer {
     /// first only when nothing is queued yet: what an earlier round queued is handed over
     /// without another round (which would also send the answers held for the reply).
     /// Nor when some thread drove it within the last microsecond: a receiver looking at many
-    /// peers of one endpoint drives it once per look, not once per peer.
+    /// peers of one endpoint drives it once per look, not once per peer. Nor when the
+    /// transport has been quiet (see [`QUIET_AFTER_US`]): its network thread reads then.
     fn take<T>(&self, mut f: impl FnMut(&mut proto::Session<SocketAddr, Pending>) -> Option<T>) -> Option<T> {
         let mut st = lock(&self.ep.state);
         if let Some(v) = st.conns.get_mut(self.local).and_then(&mut f) {
@@ -115,6 +117,10 @@ impl EdgePeer {
         }
         let now = self.ep.now();
         if now == self.ep.last_pump_us.load(Ordering::Relaxed) {
+            return None;
+        }
+        if self.ep.quiet_at(now) {
+            self.ep.leave_sockets();
             return None;
         }
         self.ep.pump_locked(&mut st, now);

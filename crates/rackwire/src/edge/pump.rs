@@ -69,6 +69,9 @@ impl EdgeEndpoint {
             more |= taken >= RECV_BURST;
         }
         st.quiet = got == 0;
+        if got > 0 {
+            self.busy_at(now);
+        }
         // Timers (and loss detection) wait while frames are still queued: after a stall, the
         // acknowledgements not yet read would otherwise make frames look lost. Connections are
         // looked at only when frames arrived, something changed, or a deadline passed.
@@ -114,9 +117,14 @@ impl EdgeEndpoint {
     }
 
     /// Make progress from a waiting application thread (busy polling), if the network thread
-    /// is not at it right now. True when something was received or sent.
+    /// is not at it right now and the transport is in use (see [`QUIET_AFTER_US`]). True when
+    /// something was received or sent.
     pub(crate) fn pump(&self) -> bool {
         let now = self.now();
+        if self.quiet_at(now) {
+            self.leave_sockets();
+            return false;
+        }
         let Ok(mut st) = self.state.try_lock() else {
             // Polling all the same: the network thread stays out of the way.
             self.last_pump_us.store(now, Ordering::Relaxed);
@@ -132,6 +140,21 @@ impl EdgeEndpoint {
         let mut target = FabricTarget { fabric: &self.fabric };
         let (got, sent) = self.round(st, &mut io, &mut target, now, true);
         got + sent > 0
+    }
+
+    /// Nothing is coming this way lately: the network thread reads the sockets (it sleeps
+    /// until a frame comes) and a polling thread's look costs no system call. Said once: a
+    /// thread still marked as polling stops being so.
+    pub(super) fn leave_sockets(&self) {
+        if self.last_pump_us.load(Ordering::Relaxed) != 0 {
+            self.rest();
+        }
+    }
+
+    /// The transport counts as in use now, as when a frame arrives (a test drives it by hand).
+    #[cfg(test)]
+    pub(crate) fn mark_busy(&self) {
+        self.busy_at(self.now());
     }
 
     /// Make the network thread's looks while an application thread polls this far apart.
