@@ -83,19 +83,23 @@ impl PeerTransport for ShmPeer {
         if !self.rx_notify_watch.pending() {
             return Ok(None);
         }
-        let mut rec = Vec::with_capacity(NOTIFY_RECORD_BYTES);
-        match lock(&self.rx_notify).pop(&mut rec) {
-            Ok(Some(KIND_NOTIFY)) if rec.len() == NOTIFY_RECORD_BYTES => {
-                let u64_at = |i: usize| u64::from_le_bytes(rec[i..i + 8].try_into().expect("8 bytes"));
-                Ok(Some(Notification {
-                    from: self.peer,
-                    region: u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")),
-                    offset: u64_at(8),
-                    len: u64_at(16),
-                    imm: u64_at(24),
-                }))
+        // Read in place from the ring (no buffer per notification).
+        let parse = |kind: u32, rec: &[u8]| {
+            if kind != KIND_NOTIFY || rec.len() != NOTIFY_RECORD_BYTES {
+                return None;
             }
-            Ok(Some(_)) => Err(Error::Protocol("malformed notification record".into())),
+            let u64_at = |i: usize| u64::from_le_bytes(rec[i..i + 8].try_into().expect("8 bytes"));
+            Some(Notification {
+                from: self.peer,
+                region: u32::from_le_bytes(rec[0..4].try_into().expect("4 bytes")),
+                offset: u64_at(8),
+                len: u64_at(16),
+                imm: u64_at(24),
+            })
+        };
+        match lock(&self.rx_notify).pop_with(parse) {
+            Ok(Some(Some(n))) => Ok(Some(n)),
+            Ok(Some(None)) => Err(Error::Protocol("malformed notification record".into())),
             Ok(None) => Ok(None),
             Err(e) => Err(Error::Protocol(e.to_string())),
         }
