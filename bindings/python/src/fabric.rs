@@ -115,15 +115,20 @@ impl Fabric {
         // One already waiting, or coming within `GIL_SPIN` (a peer's answer in a ping-pong), is
         // taken without letting go of the GIL: letting it go and taking it back costs more
         // than such an answer takes to come.
-        let start = Instant::now();
+        // The clock is first read after a few looks (an answer already there costs none).
+        let mut start = None;
         let mut looks = 0u32;
         let n = loop {
             if let Some(n) = self.inner.try_notification().map_err(to_py)? {
                 break n;
             }
             looks = looks.wrapping_add(1);
-            if looks.is_multiple_of(GIL_SPIN_LOOKS_PER_CLOCK) && start.elapsed() >= GIL_SPIN.min(t) {
-                let left = t.saturating_sub(start.elapsed());
+            if !looks.is_multiple_of(GIL_SPIN_LOOKS_PER_CLOCK) {
+                continue;
+            }
+            let waited = start.get_or_insert_with(Instant::now).elapsed();
+            if waited >= GIL_SPIN.min(t) {
+                let left = t.saturating_sub(waited);
                 break py.allow_threads(|| self.inner.wait_notification(left)).map_err(to_py)?;
             }
         };
