@@ -219,8 +219,9 @@ impl Region {
             return Ok(word);
         }
         let mem = &self.inner.mem;
-        let start = Instant::now();
-        let (deadline, spin_until) = (start + timeout, start + self.fabric.cfg.busy_poll);
+        // The clock is first read after some looks (a word that changes sooner, as in a
+        // ping-pong, costs no clock read); the times count from there.
+        let mut times: Option<(Instant, Instant, Instant)> = None;
         let mut spins = 0u32;
         loop {
             // In bounds and aligned: the first load checked both.
@@ -233,6 +234,8 @@ impl Region {
                 continue;
             }
             let now = Instant::now();
+            let (start, deadline, spin_until) =
+                *times.get_or_insert((now, now + timeout, now + self.fabric.cfg.busy_poll));
             if now >= deadline {
                 return Err(Error::Timeout);
             }
