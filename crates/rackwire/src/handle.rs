@@ -61,6 +61,7 @@ impl RemoteRegion {
     }
 
     /// Parse what [`RemoteRegion::to_bytes`] made.
+    #[inline]
     pub fn from_bytes(b: &[u8]) -> Result<Self, Error> {
         if b.len() != REMOTE_REGION_BYTES {
             return Err(Error::BadHandle(format!("{} bytes, expected {REMOTE_REGION_BYTES}", b.len())));
