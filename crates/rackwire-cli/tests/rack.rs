@@ -383,6 +383,8 @@ fn rack_benchmarks_run_end_to_end() {
         "veth-udp",
         "vnic-sockperf",
         "veth-sockperf",
+        "tun-relay-tcp",
+        "tun-relay-sockperf",
         "veth-1g-tcp",
         "veth-10g-tcp",
         "xrack-vnic-udp",
@@ -399,6 +401,8 @@ fn rack_benchmarks_run_end_to_end() {
     let cross = ratios.values().find(|r| r["ours"] == "xrack-vnic-tcp").expect("the cross-rack TCP ratio");
     assert_eq!(cross["runs"].as_array().map(Vec::len), Some(1));
     assert!(cross["median"].as_f64().is_some_and(|m| m > 0.0), "{cross}");
+    // The bare TUN relay's own ratio is there too, and its devices went with the rack.
+    assert!(ratios.values().any(|r| r["ours"] == "vnic-tcp" && r["theirs"] == "tun-relay-tcp"), "{ratios:?}");
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
 }
 

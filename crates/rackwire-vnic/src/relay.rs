@@ -151,3 +151,27 @@ fn relay(from: &Tun, to: &Tun, stop: &AtomicBool, counts: &Counts) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that a relay whose two ends name one namespace is refused with a clear error
+    // before any device is made (no root needed: nothing reaches the kernel).
+    #[test]
+    fn both_ends_in_one_namespace_is_refused() {
+        let end = RelayEnd { netns: "rwr-none-h1".into(), addr: Ipv4Addr::new(198, 19, 100, 1) };
+        let e = TunRelay::start(&end, &end).err().expect("refused");
+        assert!(e.to_string().contains("one namespace"), "{e}");
+    }
+
+    // Checks that an end in a namespace that does not exist fails with an error naming the
+    // device and the namespace, and leaves no thread running.
+    #[test]
+    fn a_missing_namespace_is_named_in_the_error() {
+        let a = RelayEnd { netns: "rwr-no-such-ns-a".into(), addr: Ipv4Addr::new(198, 19, 100, 1) };
+        let b = RelayEnd { netns: "rwr-no-such-ns-b".into(), addr: Ipv4Addr::new(198, 19, 100, 2) };
+        let e = TunRelay::start(&a, &b).err().expect("no such namespace");
+        assert!(e.to_string().contains("rwr-no-such-ns-a"), "{e}");
+    }
+}
