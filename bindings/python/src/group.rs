@@ -24,6 +24,80 @@ fn reduce_op(op: &str) -> PyResult<ReduceOp> {
     op.parse::<ReduceOp>().map_err(|e| bad(format!("reduction {op:?}: {e}")))
 }
 
+/// Run `$call` with `$v` the elements of buffer `$b` as the type its format names ("<d",
+/// "=f", "L", ... as `struct` writes them): u32, u64, i32, i64, f32 or f64.
+macro_rules! typed {
+    ($b:ident, $what:literal, $v:ident => $call:expr) => {{
+        let fmt = $b.format();
+        let code = fmt.trim_start_matches(['@', '=', '<', '>', '!']);
+        let long8 = std::mem::size_of::<std::os::raw::c_long>() == 8;
+        match code {
+            "d" => {
+                let $v = $b.as_mut_elements::<f64>()?;
+                $call
+            }
+            "f" => {
+                let $v = $b.as_mut_elements::<f32>()?;
+                $call
+            }
+            "q" => {
+                let $v = $b.as_mut_elements::<i64>()?;
+                $call
+            }
+            "l" if long8 => {
+                let $v = $b.as_mut_elements::<i64>()?;
+                $call
+            }
+            "Q" => {
+                let $v = $b.as_mut_elements::<u64>()?;
+                $call
+            }
+            "L" if long8 => {
+                let $v = $b.as_mut_elements::<u64>()?;
+                $call
+            }
+            "i" => {
+                let $v = $b.as_mut_elements::<i32>()?;
+                $call
+            }
+            "I" => {
+                let $v = $b.as_mut_elements::<u32>()?;
+                $call
+            }
+            other => return Err(bad(format!("{} of elements {other:?}: u32, u64, i32, i64, f32 or f64", $what))),
+        }
+    }};
+}
+
+/// A buffer the root must give (`what`), or nothing at another rank.
+fn at_root<'py>(root: bool, buf: Option<&Bound<'py, PyAny>>, what: &str) -> PyResult<Option<ReadBuf<'py>>> {
+    match (root, buf) {
+        (true, None) => Err(bad(format!("the root gives `{what}`"))),
+        (true, Some(b)) => Ok(Some(ReadBuf::get(b)?)),
+        (false, _) => Ok(None),
+    }
+}
+
+/// The root's writable `recv`, or nothing at another rank.
+fn writable_at_root(root: bool, buf: Option<&Bound<'_, PyAny>>) -> PyResult<Option<RawBuffer>> {
+    match (root, buf) {
+        (true, None) => Err(bad("the root gives `recv`")),
+        (true, Some(b)) => Ok(Some(RawBuffer::get(b, true)?)),
+        (false, _) => Ok(None),
+    }
+}
+
+/// The bytes `counts` add up to, each within a collective's block limit.
+fn byte_total(counts: &[usize]) -> PyResult<usize> {
+    if counts.len() > rackwire_coll::RANKS_MAX {
+        return Err(bad(format!("{} counts: at most {} ranks", counts.len(), rackwire_coll::RANKS_MAX)));
+    }
+    if let Some(c) = counts.iter().find(|&&c| c > rackwire_coll::BLOCK_BYTES_MAX) {
+        return Err(bad(format!("a count of {c} bytes: at most {}", rackwire_coll::BLOCK_BYTES_MAX)));
+    }
+    Ok(counts.iter().sum())
+}
+
 #[pymethods]
 impl Group {
     /// Join the job the environment describes.
@@ -64,27 +138,103 @@ impl Group {
     fn allreduce(&mut self, array: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
         let op = reduce_op(op)?;
         let mut b = RawBuffer::get_typed(array)?;
-        let fmt = b.format();
-        // The element type from the buffer's format ("<d", "=f", "L", ...), as `struct` writes it.
-        let code = fmt.trim_start_matches(['@', '=', '<', '>', '!']);
-        let g = self.inner.as_mut().ok_or_else(|| bad("the group was left"))?;
-        let size = |c: char| match c {
-            'i' | 'I' | 'f' => 4,
-            'l' | 'L' => std::mem::size_of::<std::os::raw::c_long>(),
-            _ => 8,
-        };
-        match code {
-            "d" => g.allreduce(b.as_mut_elements::<f64>()?, op),
-            "f" => g.allreduce(b.as_mut_elements::<f32>()?, op),
-            "q" => g.allreduce(b.as_mut_elements::<i64>()?, op),
-            "Q" => g.allreduce(b.as_mut_elements::<u64>()?, op),
-            "i" => g.allreduce(b.as_mut_elements::<i32>()?, op),
-            "I" => g.allreduce(b.as_mut_elements::<u32>()?, op),
-            "l" if size('l') == 8 => g.allreduce(b.as_mut_elements::<i64>()?, op),
-            "L" if size('L') == 8 => g.allreduce(b.as_mut_elements::<u64>()?, op),
-            other => return Err(bad(format!("allreduce of elements {other:?}: u32, u64, i32, i64, f32 or f64"))),
-        }
-        .map_err(coll_to_py)
+        let g = self.g()?;
+        typed!(b, "allreduce", v => g.allreduce(v, op)).map_err(coll_to_py)
+    }
+
+    /// Reduce `array` (as for `allreduce`) over the ranks with `op`, the result in place at
+    /// rank `root` (elsewhere `array` serves as scratch).
+    #[pyo3(signature = (root, array, op="sum"))]
+    fn reduce(&mut self, root: usize, array: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
+        let op = reduce_op(op)?;
+        let mut b = RawBuffer::get_typed(array)?;
+        let g = self.g()?;
+        typed!(b, "reduce", v => g.reduce(root, v, op)).map_err(coll_to_py)
+    }
+
+    /// Rank `root`'s `send` (`len(recv)` bytes for each rank, by rank; read at `root` only,
+    /// `None` elsewhere) cut into blocks: block j into rank j's `recv` (a writable buffer).
+    #[pyo3(signature = (root, send, recv))]
+    fn scatter(&mut self, root: usize, send: Option<&Bound<'_, PyAny>>, recv: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut r = RawBuffer::get(recv, true)?;
+        let g = self.g()?;
+        let s = at_root(g.rank() == root, send, "send")?;
+        g.scatter(root, s.as_ref().map_or(&[][..], ReadBuf::as_slice), r.as_mut_slice()).map_err(coll_to_py)
+    }
+
+    /// Rank `root`'s `send` cut by `counts` (bytes per rank): `counts[j]` bytes into rank j's
+    /// `recv` (writable, as long as its count). `send` and `counts` are read at `root` only.
+    #[pyo3(signature = (root, send, counts, recv))]
+    fn scatterv(
+        &mut self,
+        root: usize,
+        send: Option<&Bound<'_, PyAny>>,
+        counts: Option<Vec<usize>>,
+        recv: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let mut r = RawBuffer::get(recv, true)?;
+        let g = self.g()?;
+        let s = at_root(g.rank() == root, send, "send")?;
+        let c = counts.unwrap_or_default();
+        g.scatterv(root, s.as_ref().map_or(&[][..], ReadBuf::as_slice), &c, r.as_mut_slice()).map_err(coll_to_py)
+    }
+
+    /// Every rank's `send` (the same length at every rank), by rank, into rank `root`'s `recv`
+    /// (writable, that length times the ranks; `None` elsewhere).
+    #[pyo3(signature = (root, send, recv=None))]
+    fn gather(&mut self, root: usize, send: &Bound<'_, PyAny>, recv: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let s = ReadBuf::get(send)?;
+        let g = self.g()?;
+        let mut r = writable_at_root(g.rank() == root, recv)?;
+        g.gather(root, s.as_slice(), r.as_mut().map_or(&mut [][..], RawBuffer::as_mut_slice)).map_err(coll_to_py)
+    }
+
+    /// Every rank's `send`, by rank, into rank `root`'s `recv`, rank j's taking `counts[j]`
+    /// bytes (its length). `counts` and `recv` are used at `root` only.
+    #[pyo3(signature = (root, send, counts=None, recv=None))]
+    fn gatherv(
+        &mut self,
+        root: usize,
+        send: &Bound<'_, PyAny>,
+        counts: Option<Vec<usize>>,
+        recv: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let s = ReadBuf::get(send)?;
+        let g = self.g()?;
+        let mut r = writable_at_root(g.rank() == root, recv)?;
+        let c = counts.unwrap_or_default();
+        g.gatherv(root, s.as_slice(), &c, r.as_mut().map_or(&mut [][..], RawBuffer::as_mut_slice)).map_err(coll_to_py)
+    }
+
+    /// Every rank's `send`, by rank, as one bytes object at every rank; rank j gives
+    /// `counts[j]` bytes (the same counts at every rank).
+    fn allgatherv<'py>(
+        &mut self,
+        py: Python<'py>,
+        send: &Bound<'_, PyAny>,
+        counts: Vec<usize>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let s = ReadBuf::get(send)?;
+        let g = self.g()?;
+        let mut out = vec![0u8; byte_total(&counts)?];
+        g.allgatherv(s.as_slice(), &counts, &mut out).map_err(coll_to_py)?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// `send_counts[j]` bytes of `send` (packed by rank) to rank j; from rank j
+    /// `recv_counts[j]` bytes, packed by rank into the bytes object returned.
+    fn alltoallv<'py>(
+        &mut self,
+        py: Python<'py>,
+        send: &Bound<'_, PyAny>,
+        send_counts: Vec<usize>,
+        recv_counts: Vec<usize>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let s = ReadBuf::get(send)?;
+        let g = self.g()?;
+        let mut out = vec![0u8; byte_total(&recv_counts)?];
+        g.alltoallv(s.as_slice(), &send_counts, &mut out, &recv_counts).map_err(coll_to_py)?;
+        Ok(PyBytes::new(py, &out))
     }
 
     /// Every rank's `data` (the same length at every rank), by rank, as one bytes object.

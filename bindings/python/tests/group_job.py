@@ -23,6 +23,53 @@ with rackwire.Group() as g:
     assert g.allgather(bytes([r])) == bytes(range(n))
     send = bytes(r * 10 + j for j in range(n))
     assert g.alltoall(send) == bytes(j * 10 + r for j in range(n))
+    root = n - 1  # not rank 0: any root works
+    val = lambda frm, to, i: (frm * 31 + to * 7 + i) % 256  # byte i of what rank frm gives rank to
+    vcount = lambda frm, to: (frm + 2 * to) % 4 + 1  # bytes frm gives to in the v-collectives
+    red = np.array([r + 1, 2], dtype=np.int64)
+    g.reduce(root, red, "sum")
+    if r == root:
+        assert red[0] == n * (n + 1) // 2 and red[1] == 2 * n, red
+    rmax = np.array([r * 3], dtype=np.uint32)
+    g.reduce(root, rmax, "max")
+    if r == root:
+        assert rmax[0] == (n - 1) * 3, rmax
+    recv = np.zeros(4, dtype=np.uint8)
+    blocks = bytes(val(root, j, i) for j in range(n) for i in range(4))
+    g.scatter(root, blocks if r == root else None, recv)
+    assert bytes(recv) == bytes(val(root, r, i) for i in range(4)), recv
+    counts = [vcount(root, j) for j in range(n)]
+    packed = bytes(val(root, j, i) for j in range(n) for i in range(counts[j]))
+    mine = bytearray(vcount(root, r))
+    g.scatterv(root, packed if r == root else None, counts if r == root else None, mine)
+    assert bytes(mine) == bytes(val(root, r, i) for i in range(vcount(root, r))), mine
+    got = np.zeros(4 * n, dtype=np.uint8) if r == root else None
+    g.gather(root, bytes(val(r, root, i) for i in range(4)), got)
+    if r == root:
+        assert bytes(got) == bytes(val(j, root, i) for j in range(n) for i in range(4)), got
+    gcounts = [vcount(j, root) for j in range(n)]
+    gv = bytearray(sum(gcounts)) if r == root else None
+    g.gatherv(root, bytes(val(r, root, i) for i in range(vcount(r, root))), gcounts if r == root else None, gv)
+    if r == root:
+        assert bytes(gv) == bytes(val(j, root, i) for j in range(n) for i in range(gcounts[j])), gv
+    acounts = [vcount(j, 0) for j in range(n)]
+    assert g.allgatherv(bytes(val(r, 0, i) for i in range(acounts[r])), acounts) == bytes(
+        val(j, 0, i) for j in range(n) for i in range(acounts[j])
+    )
+    sc = [vcount(r, j) for j in range(n)]
+    rc = [vcount(j, r) for j in range(n)]
+    sendv = bytes(val(r, j, i) for j in range(n) for i in range(sc[j]))
+    assert g.alltoallv(sendv, sc, rc) == bytes(val(j, r, i) for j in range(n) for i in range(rc[j]))
+    try:
+        g.scatter(r, None, recv)  # this rank as root, giving nothing
+        raise AssertionError("a root without a send buffer was accepted")
+    except rackwire.BadArgumentError:
+        pass
+    try:
+        g.alltoallv(b"", [0] * n, [1 << 40] * n)
+        raise AssertionError("a count past the block limit was accepted")
+    except rackwire.BadArgumentError:
+        pass
     try:
         g.allreduce(np.zeros(2, dtype=np.complex128))
         raise AssertionError("complex numbers were accepted")

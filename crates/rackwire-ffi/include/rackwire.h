@@ -33,6 +33,19 @@
 // Bytes of a remote region handle as text, with its terminating NUL, at most.
 #define RW_REMOTE_REGION_TEXT_MAX 128
 
+// `RW_REDUCE_*`: the reductions (`op` of `rw_group_reduce_*` and `rw_group_allreduce_*`):
+// the sum.
+#define RW_REDUCE_SUM 0
+
+// The minimum.
+#define RW_REDUCE_MIN 1
+
+// The maximum.
+#define RW_REDUCE_MAX 2
+
+// The product.
+#define RW_REDUCE_PRODUCT 3
+
 // `rw_region_wait_u64`'s comparisons (OpenSHMEM's `SHMEM_CMP_*`): the word equals the value.
 #define RW_CMP_EQ 0
 
@@ -296,6 +309,124 @@ enum RwStatus rw_group_alltoall(struct RwGroup *g,
                                 const uint8_t *send,
                                 size_t block,
                                 uint8_t *recv);
+
+// Rank `root`'s `send` (`block` bytes per rank, by rank) cut into blocks: block `j` into rank
+// `j`'s `recv` (`block` bytes). `send` is read at `root` only (NULL elsewhere).
+enum RwStatus rw_group_scatter(struct RwGroup *g,
+                               uint32_t root,
+                               const uint8_t *send,
+                               size_t block,
+                               uint8_t *recv);
+
+// Rank `root`'s `send` cut by `counts` (one per rank, bytes): `counts[j]` bytes into rank
+// `j`'s `recv` (`recv_len` bytes, which must equal its count). `send` and `counts` are read
+// at `root` only (NULL elsewhere).
+enum RwStatus rw_group_scatterv(struct RwGroup *g,
+                                uint32_t root,
+                                const uint8_t *send,
+                                const size_t *counts,
+                                uint8_t *recv,
+                                size_t recv_len);
+
+// Every rank's `block` bytes at `send`, by rank, into rank `root`'s `recv` (`block` times the
+// ranks; read at `root` only, NULL elsewhere).
+enum RwStatus rw_group_gather(struct RwGroup *g,
+                              uint32_t root,
+                              const uint8_t *send,
+                              size_t block,
+                              uint8_t *recv);
+
+// Every rank's `send_len` bytes, by rank, into rank `root`'s `recv`, rank `j`'s taking
+// `counts[j]` bytes (which must equal what it sends). `counts` and `recv` are used at `root`
+// only (NULL elsewhere).
+enum RwStatus rw_group_gatherv(struct RwGroup *g,
+                               uint32_t root,
+                               const uint8_t *send,
+                               size_t send_len,
+                               const size_t *counts,
+                               uint8_t *recv);
+
+// Every rank's `send_len` bytes, by rank, into every rank's `recv`, rank `j`'s taking
+// `counts[j]` bytes (one count per rank, the same at every rank).
+enum RwStatus rw_group_allgatherv(struct RwGroup *g,
+                                  const uint8_t *send,
+                                  size_t send_len,
+                                  const size_t *counts,
+                                  uint8_t *recv);
+
+// `send_counts[j]` bytes of `send` (packed by rank) to rank `j`, and `recv_counts[j]` bytes
+// from rank `j` into `recv` (packed by rank); a count must equal its sender's.
+enum RwStatus rw_group_alltoallv(struct RwGroup *g,
+                                 const uint8_t *send,
+                                 const size_t *send_counts,
+                                 uint8_t *recv,
+                                 const size_t *recv_counts);
+
+// Reduce `n` u64 values over the ranks with `op` (`RW_REDUCE_*`), the result in `data` of rank
+// `root` (elsewhere `data` is scratch).
+enum RwStatus rw_group_reduce_u64(struct RwGroup *g,
+                                  uint32_t root,
+                                  uint64_t *data,
+                                  size_t n,
+                                  uint32_t op);
+
+// Reduce `n` u64 values over the ranks with `op` (`RW_REDUCE_*`), the result at every rank.
+enum RwStatus rw_group_allreduce_u64(struct RwGroup *g, uint64_t *data, size_t n, uint32_t op);
+
+// Reduce `n` i64 values over the ranks with `op` (`RW_REDUCE_*`), the result in `data` of rank
+// `root` (elsewhere `data` is scratch).
+enum RwStatus rw_group_reduce_i64(struct RwGroup *g,
+                                  uint32_t root,
+                                  int64_t *data,
+                                  size_t n,
+                                  uint32_t op);
+
+// Reduce `n` i64 values over the ranks with `op` (`RW_REDUCE_*`), the result at every rank.
+enum RwStatus rw_group_allreduce_i64(struct RwGroup *g, int64_t *data, size_t n, uint32_t op);
+
+// Reduce `n` u32 values over the ranks with `op` (`RW_REDUCE_*`), the result in `data` of rank
+// `root` (elsewhere `data` is scratch).
+enum RwStatus rw_group_reduce_u32(struct RwGroup *g,
+                                  uint32_t root,
+                                  uint32_t *data,
+                                  size_t n,
+                                  uint32_t op);
+
+// Reduce `n` u32 values over the ranks with `op` (`RW_REDUCE_*`), the result at every rank.
+enum RwStatus rw_group_allreduce_u32(struct RwGroup *g, uint32_t *data, size_t n, uint32_t op);
+
+// Reduce `n` i32 values over the ranks with `op` (`RW_REDUCE_*`), the result in `data` of rank
+// `root` (elsewhere `data` is scratch).
+enum RwStatus rw_group_reduce_i32(struct RwGroup *g,
+                                  uint32_t root,
+                                  int32_t *data,
+                                  size_t n,
+                                  uint32_t op);
+
+// Reduce `n` i32 values over the ranks with `op` (`RW_REDUCE_*`), the result at every rank.
+enum RwStatus rw_group_allreduce_i32(struct RwGroup *g, int32_t *data, size_t n, uint32_t op);
+
+// Reduce `n` f64 values over the ranks with `op` (`RW_REDUCE_*`), the result in `data` of rank
+// `root` (elsewhere `data` is scratch).
+enum RwStatus rw_group_reduce_f64(struct RwGroup *g,
+                                  uint32_t root,
+                                  double *data,
+                                  size_t n,
+                                  uint32_t op);
+
+// Reduce `n` f64 values over the ranks with `op` (`RW_REDUCE_*`), the result at every rank.
+enum RwStatus rw_group_allreduce_f64(struct RwGroup *g, double *data, size_t n, uint32_t op);
+
+// Reduce `n` f32 values over the ranks with `op` (`RW_REDUCE_*`), the result in `data` of rank
+// `root` (elsewhere `data` is scratch).
+enum RwStatus rw_group_reduce_f32(struct RwGroup *g,
+                                  uint32_t root,
+                                  float *data,
+                                  size_t n,
+                                  uint32_t op);
+
+// Reduce `n` f32 values over the ranks with `op` (`RW_REDUCE_*`), the result at every rank.
+enum RwStatus rw_group_allreduce_f32(struct RwGroup *g, float *data, size_t n, uint32_t op);
 
 // Leave the group together with the other ranks (a last barrier) and free the handle.
 enum RwStatus rw_group_leave(struct RwGroup *g);

@@ -105,19 +105,15 @@ pub struct RwConnStats {
     pub retransmits: u64,
 }
 
-/// A reduction.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RwReduceOp {
-    /// Sum.
-    Sum = 0,
-    /// Minimum.
-    Min = 1,
-    /// Maximum.
-    Max = 2,
-    /// Product.
-    Product = 3,
-}
+/// `RW_REDUCE_*`: the reductions (`op` of `rw_group_reduce_*` and `rw_group_allreduce_*`):
+/// the sum.
+pub const RW_REDUCE_SUM: u32 = 0;
+/// The minimum.
+pub const RW_REDUCE_MIN: u32 = 1;
+/// The maximum.
+pub const RW_REDUCE_MAX: u32 = 2;
+/// The product.
+pub const RW_REDUCE_PRODUCT: u32 = 3;
 
 /// `rw_region_wait_u64`'s comparisons (OpenSHMEM's `SHMEM_CMP_*`): the word equals the value.
 pub const RW_CMP_EQ: u32 = 0;

@@ -125,3 +125,34 @@ fn c_writes_notify_and_refusals_have_their_own_codes() {
     assert!(w.contains("writer ok"), "{w}");
     assert!(o.contains("owner ok"), "{o}");
 }
+
+// Checks every collective of the C interface across three processes, ranks of one job given
+// by RACKWIRE_RANK, RACKWIRE_SIZE and RACKWIRE_JOB: bcast, scatter(v), gather(v),
+// allgather(v), alltoall(v), reduce and allreduce of every element type and operation, the
+// rooted ones from the last rank; each rank checks its results against ones it computes
+// itself and that a root that is no rank is refused (non-zero exit on any mismatch).
+#[test]
+fn c_collectives_run_across_three_ranks() {
+    let dir = TempDir::new("ffi-coll");
+    let Some(exe) = build("collectives", &dir.0) else { return };
+    let mh = TestMh::start("ffi-coll-mh");
+    let ranks: Vec<Child> = (0..3)
+        .map(|r| {
+            let mut c = Command::new(&exe);
+            c.env("RACKWIRE_MH", &mh.addr)
+                .env("RACKWIRE_SECRET", SECRET)
+                .env("RACKWIRE_NAME", format!("c-coll-{r}"))
+                .env("RACKWIRE_RANK", r.to_string())
+                .env("RACKWIRE_SIZE", "3")
+                .env("RACKWIRE_JOB", "c-coll")
+                .env_remove("RACKWIRE_SECRET_FILE")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c.spawn().expect("start a rank")
+        })
+        .collect();
+    for (r, c) in ranks.into_iter().enumerate() {
+        let out = finish(c, &format!("rank {r}"));
+        assert!(out.contains(&format!("collectives ok {r}")), "{out}");
+    }
+}
