@@ -8,7 +8,8 @@ use crate::buffer::{RawBuffer, ReadBuf};
 use crate::errors::{bad, coll_to_py};
 
 /// N processes that are ranks 0..N-1 of one job. `Group()` finds its place from the
-/// environment (rackwire launch, mpirun, srun, ...). Used by one thread at a time.
+/// environment (rackwire launch, mpirun, srun, ...). Used by one thread at a time; its calls
+/// let go of the GIL while they wait for the other ranks.
 #[pyclass(module = "rackwire", unsendable)]
 pub(crate) struct Group {
     inner: Option<rackwire_coll::Group>,
@@ -120,46 +121,55 @@ impl Group {
     }
 
     /// Wait until every rank is here.
-    fn barrier(&mut self) -> PyResult<()> {
-        self.g()?.barrier().map_err(coll_to_py)
+    fn barrier(&mut self, py: Python<'_>) -> PyResult<()> {
+        let g = self.g()?;
+        py.allow_threads(|| g.barrier()).map_err(coll_to_py)
     }
 
     /// Rank `root`'s contents of `buf` (any writable buffer, e.g. a numpy array) into every
     /// rank's `buf`, in place.
-    fn bcast(&mut self, root: usize, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn bcast(&mut self, py: Python<'_>, root: usize, buf: &Bound<'_, PyAny>) -> PyResult<()> {
         let mut b = RawBuffer::get(buf, true)?;
-        self.g()?.bcast(root, b.as_mut_slice()).map_err(coll_to_py)
+        let (g, buf) = (self.g()?, b.as_mut_slice());
+        py.allow_threads(|| g.bcast(root, buf)).map_err(coll_to_py)
     }
 
     /// Reduce `array` (a writable numpy array or buffer of u32, u64, i32, i64, f32 or f64)
     /// over the ranks with `op` ("sum", "min", "max", "prod"), the result in place at every
     /// rank.
     #[pyo3(signature = (array, op="sum"))]
-    fn allreduce(&mut self, array: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
+    fn allreduce(&mut self, py: Python<'_>, array: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
         let op = reduce_op(op)?;
         let mut b = RawBuffer::get_typed(array)?;
         let g = self.g()?;
-        typed!(b, "allreduce", v => g.allreduce(v, op)).map_err(coll_to_py)
+        typed!(b, "allreduce", v => py.allow_threads(|| g.allreduce(v, op))).map_err(coll_to_py)
     }
 
     /// Reduce `array` (as for `allreduce`) over the ranks with `op`, the result in place at
     /// rank `root` (elsewhere `array` serves as scratch).
     #[pyo3(signature = (root, array, op="sum"))]
-    fn reduce(&mut self, root: usize, array: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
+    fn reduce(&mut self, py: Python<'_>, root: usize, array: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
         let op = reduce_op(op)?;
         let mut b = RawBuffer::get_typed(array)?;
         let g = self.g()?;
-        typed!(b, "reduce", v => g.reduce(root, v, op)).map_err(coll_to_py)
+        typed!(b, "reduce", v => py.allow_threads(|| g.reduce(root, v, op))).map_err(coll_to_py)
     }
 
     /// Rank `root`'s `send` (`len(recv)` bytes for each rank, by rank; read at `root` only,
     /// `None` elsewhere) cut into blocks: block j into rank j's `recv` (a writable buffer).
     #[pyo3(signature = (root, send, recv))]
-    fn scatter(&mut self, root: usize, send: Option<&Bound<'_, PyAny>>, recv: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn scatter(
+        &mut self,
+        py: Python<'_>,
+        root: usize,
+        send: Option<&Bound<'_, PyAny>>,
+        recv: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let mut r = RawBuffer::get(recv, true)?;
         let g = self.g()?;
         let s = at_root(g.rank() == root, send, "send")?;
-        g.scatter(root, s.as_ref().map_or(&[][..], ReadBuf::as_slice), r.as_mut_slice()).map_err(coll_to_py)
+        let (send, recv) = (s.as_ref().map_or(&[][..], ReadBuf::as_slice), r.as_mut_slice());
+        py.allow_threads(|| g.scatter(root, send, recv)).map_err(coll_to_py)
     }
 
     /// Rank `root`'s `send` cut by `counts` (bytes per rank): `counts[j]` bytes into rank j's
@@ -167,6 +177,7 @@ impl Group {
     #[pyo3(signature = (root, send, counts, recv))]
     fn scatterv(
         &mut self,
+        py: Python<'_>,
         root: usize,
         send: Option<&Bound<'_, PyAny>>,
         counts: Option<Vec<usize>>,
@@ -176,17 +187,25 @@ impl Group {
         let g = self.g()?;
         let s = at_root(g.rank() == root, send, "send")?;
         let c = counts.unwrap_or_default();
-        g.scatterv(root, s.as_ref().map_or(&[][..], ReadBuf::as_slice), &c, r.as_mut_slice()).map_err(coll_to_py)
+        let (send, recv) = (s.as_ref().map_or(&[][..], ReadBuf::as_slice), r.as_mut_slice());
+        py.allow_threads(|| g.scatterv(root, send, &c, recv)).map_err(coll_to_py)
     }
 
     /// Every rank's `send` (the same length at every rank), by rank, into rank `root`'s `recv`
     /// (writable, that length times the ranks; `None` elsewhere).
     #[pyo3(signature = (root, send, recv=None))]
-    fn gather(&mut self, root: usize, send: &Bound<'_, PyAny>, recv: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn gather(
+        &mut self,
+        py: Python<'_>,
+        root: usize,
+        send: &Bound<'_, PyAny>,
+        recv: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let s = ReadBuf::get(send)?;
         let g = self.g()?;
         let mut r = writable_at_root(g.rank() == root, recv)?;
-        g.gather(root, s.as_slice(), r.as_mut().map_or(&mut [][..], RawBuffer::as_mut_slice)).map_err(coll_to_py)
+        let (send, recv) = (s.as_slice(), r.as_mut().map_or(&mut [][..], RawBuffer::as_mut_slice));
+        py.allow_threads(|| g.gather(root, send, recv)).map_err(coll_to_py)
     }
 
     /// Every rank's `send`, by rank, into rank `root`'s `recv`, rank j's taking `counts[j]`
@@ -194,6 +213,7 @@ impl Group {
     #[pyo3(signature = (root, send, counts=None, recv=None))]
     fn gatherv(
         &mut self,
+        py: Python<'_>,
         root: usize,
         send: &Bound<'_, PyAny>,
         counts: Option<Vec<usize>>,
@@ -203,7 +223,8 @@ impl Group {
         let g = self.g()?;
         let mut r = writable_at_root(g.rank() == root, recv)?;
         let c = counts.unwrap_or_default();
-        g.gatherv(root, s.as_slice(), &c, r.as_mut().map_or(&mut [][..], RawBuffer::as_mut_slice)).map_err(coll_to_py)
+        let (send, recv) = (s.as_slice(), r.as_mut().map_or(&mut [][..], RawBuffer::as_mut_slice));
+        py.allow_threads(|| g.gatherv(root, send, &c, recv)).map_err(coll_to_py)
     }
 
     /// Every rank's `send`, by rank, as one bytes object at every rank; rank j gives
@@ -217,7 +238,8 @@ impl Group {
         let s = ReadBuf::get(send)?;
         let g = self.g()?;
         let mut out = vec![0u8; byte_total(&counts)?];
-        g.allgatherv(s.as_slice(), &counts, &mut out).map_err(coll_to_py)?;
+        let send = s.as_slice();
+        py.allow_threads(|| g.allgatherv(send, &counts, &mut out)).map_err(coll_to_py)?;
         Ok(PyBytes::new(py, &out))
     }
 
@@ -233,7 +255,8 @@ impl Group {
         let s = ReadBuf::get(send)?;
         let g = self.g()?;
         let mut out = vec![0u8; byte_total(&recv_counts)?];
-        g.alltoallv(s.as_slice(), &send_counts, &mut out, &recv_counts).map_err(coll_to_py)?;
+        let send = s.as_slice();
+        py.allow_threads(|| g.alltoallv(send, &send_counts, &mut out, &recv_counts)).map_err(coll_to_py)?;
         Ok(PyBytes::new(py, &out))
     }
 
@@ -242,7 +265,8 @@ impl Group {
         let b = ReadBuf::get(data)?;
         let g = self.g()?;
         let mut out = vec![0u8; b.len() * g.size()];
-        g.allgather(b.as_slice(), &mut out).map_err(coll_to_py)?;
+        let send = b.as_slice();
+        py.allow_threads(|| g.allgather(send, &mut out)).map_err(coll_to_py)?;
         Ok(PyBytes::new(py, &out))
     }
 
@@ -255,7 +279,8 @@ impl Group {
             return Err(bad(format!("{} bytes do not split into {} blocks", b.len(), g.size())));
         }
         let mut out = vec![0u8; b.len()];
-        g.alltoall(b.as_slice(), &mut out).map_err(coll_to_py)?;
+        let send = b.as_slice();
+        py.allow_threads(|| g.alltoall(send, &mut out)).map_err(coll_to_py)?;
         Ok(PyBytes::new(py, &out))
     }
 

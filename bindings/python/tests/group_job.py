@@ -1,5 +1,8 @@
 """A rank of the collectives test: every collective of rackwire.Group, checked at every rank."""
 
+import threading
+import time
+
 import numpy as np
 
 import rackwire
@@ -7,6 +10,23 @@ import rackwire
 with rackwire.Group() as g:
     r, n = g.rank, g.size
     g.barrier()
+    # A collective lets go of the GIL while it waits: another thread of a rank kept waiting
+    # 0.3 s in a barrier (rank 0 comes late) runs meanwhile.
+    ticks, stop = [0], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    if r == 0:
+        time.sleep(0.3)
+    g.barrier()
+    stop.set()
+    ticker.join()
+    assert r == 0 or ticks[0] >= 20, f"another thread ran {ticks[0]} times while the barrier waited"
     buf = np.full(8, r, dtype=np.int32)
     g.bcast(1 % n, buf)
     assert (buf == 1 % n).all(), buf
