@@ -50,7 +50,7 @@ pub extern "C" fn rw_group_bcast(g: *mut RwGroup, root: u32, buf: *mut u8, len: 
 pub extern "C" fn rw_group_allgather(g: *mut RwGroup, send: *const u8, len: usize, recv: *mut u8) -> RwStatus {
     guard(|| {
         let g = group(g)?;
-        let total = len.checked_mul(g.size()).ok_or_else(|| Fail::Arg("len too large".into()))?;
+        let total = blocks(len, g.size())?;
         Ok(g.allgather(bytes(send, len, "send")?, bytes_mut(recv, total, "recv")?)?)
     })
 }
@@ -60,7 +60,7 @@ pub extern "C" fn rw_group_allgather(g: *mut RwGroup, send: *const u8, len: usiz
 pub extern "C" fn rw_group_alltoall(g: *mut RwGroup, send: *const u8, block: usize, recv: *mut u8) -> RwStatus {
     guard(|| {
         let g = group(g)?;
-        let total = block.checked_mul(g.size()).ok_or_else(|| Fail::Arg("block too large".into()))?;
+        let total = blocks(block, g.size())?;
         Ok(g.alltoall(bytes(send, total, "send")?, bytes_mut(recv, total, "recv")?)?)
     })
 }
