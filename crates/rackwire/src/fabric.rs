@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use crate::edge::EdgeEndpoint;
 use crate::grants::{Acl, RegionInner};
-use crate::node::{poll_until, Node, Peer};
+use crate::node::{poll_until, Node, Peer, PeerView};
 use crate::op::{Drive, Notification};
 use crate::shm::ShmPeer;
 use crate::sync::lock;
@@ -260,21 +260,27 @@ impl Fabric {
 
     /// The next message from any peer, if one is waiting.
     pub fn try_recv(&self) -> Result<Option<Message>, Error> {
-        let mut data = Vec::new();
-        let from = self.poll_peers(|p| p.try_recv(&mut data).map(|got| got.then_some(())))?;
-        Ok(from.map(|(from, ())| Message { from, data }))
+        self.look_for_message(&mut self.inner.peer_view())
     }
 
     /// The next message from any peer, waiting at most `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Message, Error> {
-        poll_until(&self.inner, timeout, || self.try_recv())
+        let mut view = self.inner.peer_view();
+        poll_until(&self.inner, timeout, || self.look_for_message(&mut view))
+    }
+
+    fn look_for_message(&self, view: &mut PeerView) -> Result<Option<Message>, Error> {
+        let mut data = Vec::new();
+        let from = self.poll_peers(view, |p| p.try_recv(&mut data).map(|got| got.then_some(())))?;
+        Ok(from.map(|(from, ())| Message { from, data }))
     }
 
     /// The next message from any peer, handed to `f` with its sender where the transport
     /// holds it (in the shared-memory ring, without a copy), waiting at most `timeout`.
     pub fn recv_with(&self, timeout: Duration, mut f: impl FnMut(NodeId, &[u8])) -> Result<NodeId, Error> {
+        let mut view = self.inner.peer_view();
         poll_until(&self.inner, timeout, || {
-            self.poll_peers(|p| {
+            self.poll_peers(&mut view, |p| {
                 let from = p.peer();
                 p.try_recv_with(&mut |data| f(from, data)).map(|got| got.then_some(()))
             })
@@ -284,20 +290,24 @@ impl Fabric {
 
     /// The next notification, if one is waiting.
     pub fn try_notification(&self) -> Result<Option<Notification>, Error> {
-        Ok(self.poll_peers(|p| p.try_notification())?.map(|(_, n)| n))
+        Ok(self.poll_peers(&mut self.inner.peer_view(), |p| p.try_notification())?.map(|(_, n)| n))
     }
 
     /// The next notification, waiting at most `timeout`.
     pub fn wait_notification(&self, timeout: Duration) -> Result<Notification, Error> {
-        poll_until(&self.inner, timeout, || self.try_notification())
+        let mut view = self.inner.peer_view();
+        poll_until(&self.inner, timeout, || Ok(self.poll_peers(&mut view, |p| p.try_notification())?.map(|(_, n)| n)))
     }
 
-    /// Look at every peer once, starting at a rotating position so no peer starves.
+    /// Look at every peer once, starting at a rotating position so no peer starves. `view`:
+    /// the peers as this wait last saw them, brought up to date first if they changed.
     fn poll_peers<T>(
         &self,
+        view: &mut PeerView,
         mut f: impl FnMut(&Peer) -> Result<Option<T>, Error>,
     ) -> Result<Option<(NodeId, T)>, Error> {
-        let peers = self.inner.all_peers();
+        self.inner.refresh(view);
+        let peers = &view.peers;
         let n = peers.len();
         if n == 0 {
             return Ok(None);
@@ -489,6 +499,35 @@ mod tests {
         conn.write(&region.handle(), 0, &[1], crate::OpFlags::NONE.notify(7)).wait().unwrap();
         let n = waiter.join().unwrap().expect("the notification reaches the spinning waiter");
         assert_eq!((n.from, n.imm), (a.id(), 7));
+    }
+
+    // Checks that a wait sees peers that connect after it began: it keeps its snapshot of the
+    // peers between looks and takes a new one when they change. On each transport, a thread
+    // of node a waits for a message before node b exists; b then joins, connects and sends,
+    // and the wait returns b's message (it would time out on a snapshot never renewed).
+    #[test]
+    fn a_wait_sees_a_peer_that_connects_after_it_began() {
+        use std::sync::Arc;
+        for transport in [TransportChoice::Shm, TransportChoice::Edge] {
+            let secret = "view-test-secret-0123456789abcdef";
+            let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
+            let node = |name: &str| {
+                let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, name);
+                cfg.transport = transport;
+                cfg.links = vec!["127.0.0.1:0".into()];
+                Fabric::join(cfg).unwrap()
+            };
+            let a = Arc::new(node("view-a"));
+            let waiter = {
+                let a = a.clone();
+                std::thread::spawn(move || a.recv_timeout(Duration::from_secs(10)))
+            };
+            std::thread::sleep(Duration::from_millis(100));
+            let b = node("view-b");
+            b.connect(a.id()).unwrap().send(b"late peer").wait().unwrap();
+            let m = waiter.join().unwrap().unwrap_or_else(|e| panic!("{transport:?}: {e}"));
+            assert_eq!((m.from, &m.data[..]), (b.id(), &b"late peer"[..]), "{transport:?}");
+        }
     }
 
     // Checks that a thread asleep in a wait leaves the edge transport to its network thread

@@ -7,7 +7,7 @@
 //! top, chooses and starts the transports.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,13 @@ struct PeerTable {
     /// Every live connection, replaced whole on change so pollers take it without a lock
     /// held while they poll.
     all: Arc<Vec<Peer>>,
+}
+
+/// A snapshot of the peers a receive wait looks at, and the version of the table it came
+/// from ([`Node::peer_view`], [`Node::refresh`]).
+pub(crate) struct PeerView {
+    version: u64,
+    pub(crate) peers: Arc<Vec<Peer>>,
 }
 
 /// The same connection (not merely one to the same node).
@@ -81,6 +88,9 @@ pub(crate) struct Node {
     pub regions: Arc<RegionTable>,
     pub next_region: AtomicU32,
     peers: RwLock<PeerTable>,
+    /// Counts the changes of [`PeerTable::all`] (each made under the write lock): a receive
+    /// wait keeps the snapshot it took while this stays the same (see [`PeerView`]).
+    peers_version: AtomicU64,
     pub doorbell: Doorbell,
     pub copy: CopyEngine,
     pub endpoint: Arc<Endpoint>,
@@ -119,6 +129,7 @@ impl Node {
             regions: Arc::new(RegionTable::default()),
             next_region: AtomicU32::new(1),
             peers: RwLock::new(PeerTable::default()),
+            peers_version: AtomicU64::new(0),
             doorbell,
             copy,
             endpoint,
@@ -248,6 +259,27 @@ impl Node {
         read(&self.peers).all.clone()
     }
 
+    /// The peers the receive calls look at, as of now.
+    pub(crate) fn peer_view(&self) -> PeerView {
+        // The version first: the snapshot is then at least as new as it says.
+        let version = self.peers_version.load(Ordering::Acquire);
+        PeerView { version, peers: self.all_peers() }
+    }
+
+    /// Bring `v` up to date if the peers changed since it was taken; otherwise it costs one
+    /// load (taking a snapshot costs a lock and a reference count, each an atomic instruction
+    /// on a shared cache line, on every look of a wait).
+    pub(crate) fn refresh(&self, v: &mut PeerView) {
+        if self.peers_version.load(Ordering::Acquire) != v.version {
+            *v = self.peer_view();
+        }
+    }
+
+    /// [`PeerTable::all`] changed (its write lock held).
+    fn peers_changed(&self) {
+        self.peers_version.fetch_add(1, Ordering::Release);
+    }
+
     pub(crate) fn add_peer(&self, p: Peer) -> Result<(), Error> {
         let mut t = write(&self.peers);
         if t.all.len() >= PEERS_MAX {
@@ -257,6 +289,7 @@ impl Node {
         let mut all = (*t.all).clone();
         all.push(p);
         t.all = Arc::new(all);
+        self.peers_changed();
         Ok(())
     }
 
@@ -274,6 +307,7 @@ impl Node {
         }
         if !p.unread() {
             t.drop_from_all(p);
+            self.peers_changed();
         }
     }
 
@@ -291,6 +325,7 @@ impl Node {
         let mut t = write(&self.peers);
         if !t.registered(p) {
             t.drop_from_all(p);
+            self.peers_changed();
         }
     }
 
