@@ -307,12 +307,17 @@ impl Fabric {
         mut f: impl FnMut(&Peer) -> Result<Option<T>, Error>,
     ) -> Result<Option<(NodeId, T)>, Error> {
         self.inner.refresh(view);
-        let peers = &view.peers;
-        let n = peers.len();
+        let n = view.peers.len();
         if n == 0 {
             return Ok(None);
         }
-        let start = if n > 1 { self.inner.next_rr() } else { 0 };
+        let start = if n > 1 {
+            view.next = view.next.wrapping_add(1);
+            view.next
+        } else {
+            0
+        };
+        let peers = &view.peers;
         for i in 0..n {
             let p = &peers[(start + i) % n];
             match f(p) {
@@ -527,6 +532,36 @@ mod tests {
             b.connect(a.id()).unwrap().send(b"late peer").wait().unwrap();
             let m = waiter.join().unwrap().unwrap_or_else(|e| panic!("{transport:?}: {e}"));
             assert_eq!((m.from, &m.data[..]), (b.id(), &b"late peer"[..]), "{transport:?}");
+        }
+    }
+
+    // Checks that no peer starves another: two peers each queue 50 messages to node a before
+    // it reads; of the first 20 a takes (each receive starting one peer further than the last),
+    // each peer's make up at least a third. A receive that always began at the same peer would
+    // take 20 from one of them.
+    #[test]
+    fn receives_take_from_every_peer_in_turn() {
+        let secret = "turn-test-secret-0123456789abcdef";
+        let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
+        let node = |name: &str| {
+            let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, name);
+            cfg.transport = TransportChoice::Shm;
+            Fabric::join(cfg).unwrap()
+        };
+        let (a, b, c) = (node("turn-a"), node("turn-b"), node("turn-c"));
+        // a connects first, so both connections are among its peers before anything is sent
+        // (the peers' connects then find them).
+        let _a_to: Vec<_> = [&b, &c].iter().map(|p| a.connect(p.id()).unwrap()).collect();
+        for peer in [&b, &c] {
+            let conn = peer.connect(a.id()).unwrap();
+            for i in 0..50u8 {
+                conn.send(&[i]).wait().unwrap();
+            }
+        }
+        let froms: Vec<NodeId> = (0..20).map(|_| a.recv_timeout(Duration::from_secs(5)).unwrap().from).collect();
+        for peer in [&b, &c] {
+            let n = froms.iter().filter(|&&f| f == peer.id()).count();
+            assert!(n >= 7, "{n} of 20 from node {}: {froms:?}", peer.id());
         }
     }
 

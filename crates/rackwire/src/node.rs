@@ -45,6 +45,9 @@ struct PeerTable {
 pub(crate) struct PeerView {
     version: u64,
     pub(crate) peers: Arc<Vec<Peer>>,
+    /// Where the next look starts: each look of a wait starts one peer further, so no peer
+    /// starves; each wait starts where the node's last one left off.
+    pub(crate) next: usize,
 }
 
 /// The same connection (not merely one to the same node).
@@ -263,7 +266,7 @@ impl Node {
     pub(crate) fn peer_view(&self) -> PeerView {
         // The version first: the snapshot is then at least as new as it says.
         let version = self.peers_version.load(Ordering::Acquire);
-        PeerView { version, peers: self.all_peers() }
+        PeerView { version, peers: self.all_peers(), next: self.next_rr() }
     }
 
     /// Bring `v` up to date if the peers changed since it was taken; otherwise it costs one
@@ -271,7 +274,9 @@ impl Node {
     /// on a shared cache line, on every look of a wait).
     pub(crate) fn refresh(&self, v: &mut PeerView) {
         if self.peers_version.load(Ordering::Acquire) != v.version {
+            let next = v.next;
             *v = self.peer_view();
+            v.next = next;
         }
     }
 
