@@ -1,7 +1,7 @@
 //! The fabric, regions (with the buffer protocol), region handles, notifications, and a
 //! management host to run in-process.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -16,8 +16,6 @@ const WAIT_DEFAULT: f64 = 10.0;
 
 /// How long a wait looks for what it waits for while holding the GIL, before it lets go.
 const GIL_SPIN: Duration = Duration::from_micros(20);
-/// Looks between two readings of the clock in that spin.
-const GIL_SPIN_LOOKS_PER_CLOCK: u32 = 16;
 
 pub(crate) fn timeout(secs: Option<f64>) -> PyResult<Duration> {
     let s = secs.unwrap_or(WAIT_DEFAULT);
@@ -114,23 +112,14 @@ impl Fabric {
         let t = self::timeout(timeout)?;
         // One already waiting, or coming within `GIL_SPIN` (a peer's answer in a ping-pong), is
         // taken without letting go of the GIL: letting it go and taking it back costs more
-        // than such an answer takes to come.
-        // The clock is first read after a few looks (an answer already there costs none).
-        let mut start = None;
-        let mut looks = 0u32;
-        let n = loop {
-            if let Some(n) = self.inner.try_notification().map_err(to_py)? {
-                break n;
+        // than such an answer takes to come. Both parts are the fabric's own wait (which
+        // keeps its view of the peers between looks).
+        let first = GIL_SPIN.min(t);
+        let n = match self.inner.wait_notification(first) {
+            Err(rackwire::Error::Timeout) if t > first => {
+                py.allow_threads(|| self.inner.wait_notification(t - first)).map_err(to_py)?
             }
-            looks = looks.wrapping_add(1);
-            if !looks.is_multiple_of(GIL_SPIN_LOOKS_PER_CLOCK) {
-                continue;
-            }
-            let waited = start.get_or_insert_with(Instant::now).elapsed();
-            if waited >= GIL_SPIN.min(t) {
-                let left = t.saturating_sub(waited);
-                break py.allow_threads(|| self.inner.wait_notification(left)).map_err(to_py)?;
-            }
+            got => got.map_err(to_py)?,
         };
         Ok(Notification { from_node: n.from, region: n.region, offset: n.offset, len: n.len, imm: n.imm })
     }
