@@ -420,17 +420,32 @@ mod tests {
     use crate::TransportChoice;
     use std::time::Instant;
 
-    /// A node on the edge transport alone (one loopback link), busy polling for `busy_poll`,
-    /// whose network thread looks at a polling thread only once an hour: a test sees whether
-    /// it watches. The management host is returned to be kept alive.
-    fn edge_node(name: &str, busy_poll: Duration) -> (crate::MhHandle, Fabric) {
-        let secret = "rest-test-secret-0123456789abcdef";
-        let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
-        let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, name);
-        cfg.transport = TransportChoice::Edge;
+    /// The fabric secret of these tests.
+    const SECRET: &str = "fabric-test-secret-0123456789abcdef";
+
+    /// A management host for a test's nodes.
+    fn mh() -> crate::MhHandle {
+        crate::ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap()
+    }
+
+    /// A node on `mh` using `transport` (the edge transport over one loopback link), busy
+    /// polling for `busy_poll` (the default if `None`).
+    fn node(mh: &crate::MhHandle, name: &str, transport: TransportChoice, busy_poll: Option<Duration>) -> Fabric {
+        let mut cfg = FabricConfig::new(mh.addr().to_string(), SECRET, name);
+        cfg.transport = transport;
         cfg.links = vec!["127.0.0.1:0".into()];
-        cfg.busy_poll = busy_poll;
-        let f = Fabric::join(cfg).unwrap();
+        if let Some(d) = busy_poll {
+            cfg.busy_poll = d;
+        }
+        Fabric::join(cfg).unwrap()
+    }
+
+    /// A node on the edge transport alone, busy polling for `busy_poll`, whose network thread
+    /// looks at a polling thread only once an hour: a test sees whether it watches. The
+    /// management host is returned to be kept alive.
+    fn edge_node(name: &str, busy_poll: Duration) -> (crate::MhHandle, Fabric) {
+        let mh = mh();
+        let f = node(&mh, name, TransportChoice::Edge, Some(busy_poll));
         f.edge.as_ref().expect("an edge endpoint").set_watch(Duration::from_secs(3600));
         (mh, f)
     }
@@ -468,17 +483,12 @@ mod tests {
     #[test]
     fn a_receive_wait_on_a_quiet_edge_transport_leaves_the_sockets_to_the_network_thread() {
         use std::sync::Arc;
-        let secret = "quiet-test-secret-0123456789abcdef";
-        let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
-        let node = |name: &str| {
-            let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, name);
-            cfg.transport = TransportChoice::Edge;
-            cfg.links = vec!["127.0.0.1:0".into()];
-            // The waiter spins for the whole test.
-            cfg.busy_poll = Duration::from_secs(10);
-            Arc::new(Fabric::join(cfg).unwrap())
-        };
-        let (a, b) = (node("quiet-a"), node("quiet-b"));
+        let mh = mh();
+        // The waiter spins for the whole test.
+        let spin = Some(Duration::from_secs(10));
+        let (a, b) =
+            (node(&mh, "quiet-a", TransportChoice::Edge, spin), node(&mh, "quiet-b", TransportChoice::Edge, spin));
+        let b = Arc::new(b);
         let region = b.alloc(64, Access::READ | Access::WRITE).unwrap();
         region.grant(a.id(), Access::WRITE).unwrap();
         let conn = a.connect(b.id()).unwrap();
@@ -514,21 +524,14 @@ mod tests {
     fn a_wait_sees_a_peer_that_connects_after_it_began() {
         use std::sync::Arc;
         for transport in [TransportChoice::Shm, TransportChoice::Edge] {
-            let secret = "view-test-secret-0123456789abcdef";
-            let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
-            let node = |name: &str| {
-                let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, name);
-                cfg.transport = transport;
-                cfg.links = vec!["127.0.0.1:0".into()];
-                Fabric::join(cfg).unwrap()
-            };
-            let a = Arc::new(node("view-a"));
+            let mh = mh();
+            let a = Arc::new(node(&mh, "view-a", transport, None));
             let waiter = {
                 let a = a.clone();
                 std::thread::spawn(move || a.recv_timeout(Duration::from_secs(10)))
             };
             std::thread::sleep(Duration::from_millis(100));
-            let b = node("view-b");
+            let b = node(&mh, "view-b", transport, None);
             b.connect(a.id()).unwrap().send(b"late peer").wait().unwrap();
             let m = waiter.join().unwrap().unwrap_or_else(|e| panic!("{transport:?}: {e}"));
             assert_eq!((m.from, &m.data[..]), (b.id(), &b"late peer"[..]), "{transport:?}");
@@ -541,14 +544,8 @@ mod tests {
     // take 20 from one of them.
     #[test]
     fn receives_take_from_every_peer_in_turn() {
-        let secret = "turn-test-secret-0123456789abcdef";
-        let mh = crate::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).unwrap();
-        let node = |name: &str| {
-            let mut cfg = FabricConfig::new(mh.addr().to_string(), secret, name);
-            cfg.transport = TransportChoice::Shm;
-            Fabric::join(cfg).unwrap()
-        };
-        let (a, b, c) = (node("turn-a"), node("turn-b"), node("turn-c"));
+        let mh = mh();
+        let [a, b, c] = ["turn-a", "turn-b", "turn-c"].map(|n| node(&mh, n, TransportChoice::Shm, None));
         // a connects first, so both connections are among its peers before anything is sent
         // (the peers' connects then find them).
         let _a_to: Vec<_> = [&b, &c].iter().map(|p| a.connect(p.id()).unwrap()).collect();
