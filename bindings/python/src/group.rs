@@ -28,43 +28,26 @@ fn reduce_op(op: &str) -> PyResult<ReduceOp> {
 /// Run `$call` with `$v` the elements of buffer `$b` as the type its format names ("<d",
 /// "=f", "L", ... as `struct` writes them): u32, u64, i32, i64, f32 or f64.
 macro_rules! typed {
+    (@as $b:ident, $t:ty, $v:ident => $call:expr) => {{
+        let $v = $b.as_mut_elements::<$t>()?;
+        $call
+    }};
     ($b:ident, $what:literal, $v:ident => $call:expr) => {{
         let fmt = $b.format();
         let code = fmt.trim_start_matches(['@', '=', '<', '>', '!']);
-        let long8 = std::mem::size_of::<std::os::raw::c_long>() == 8;
+        // C's long is 64 bits here: the same elements as long long.
+        let code = match code {
+            "l" if std::mem::size_of::<std::os::raw::c_long>() == 8 => "q",
+            "L" if std::mem::size_of::<std::os::raw::c_long>() == 8 => "Q",
+            c => c,
+        };
         match code {
-            "d" => {
-                let $v = $b.as_mut_elements::<f64>()?;
-                $call
-            }
-            "f" => {
-                let $v = $b.as_mut_elements::<f32>()?;
-                $call
-            }
-            "q" => {
-                let $v = $b.as_mut_elements::<i64>()?;
-                $call
-            }
-            "l" if long8 => {
-                let $v = $b.as_mut_elements::<i64>()?;
-                $call
-            }
-            "Q" => {
-                let $v = $b.as_mut_elements::<u64>()?;
-                $call
-            }
-            "L" if long8 => {
-                let $v = $b.as_mut_elements::<u64>()?;
-                $call
-            }
-            "i" => {
-                let $v = $b.as_mut_elements::<i32>()?;
-                $call
-            }
-            "I" => {
-                let $v = $b.as_mut_elements::<u32>()?;
-                $call
-            }
+            "d" => typed!(@as $b, f64, $v => $call),
+            "f" => typed!(@as $b, f32, $v => $call),
+            "q" => typed!(@as $b, i64, $v => $call),
+            "Q" => typed!(@as $b, u64, $v => $call),
+            "i" => typed!(@as $b, i32, $v => $call),
+            "I" => typed!(@as $b, u32, $v => $call),
             other => return Err(bad(format!("{} of elements {other:?}: u32, u64, i32, i64, f32 or f64", $what))),
         }
     }};

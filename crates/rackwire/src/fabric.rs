@@ -290,13 +290,17 @@ impl Fabric {
 
     /// The next notification, if one is waiting.
     pub fn try_notification(&self) -> Result<Option<Notification>, Error> {
-        Ok(self.poll_peers(&mut self.inner.peer_view(), |p| p.try_notification())?.map(|(_, n)| n))
+        self.look_for_notification(&mut self.inner.peer_view())
     }
 
     /// The next notification, waiting at most `timeout`.
     pub fn wait_notification(&self, timeout: Duration) -> Result<Notification, Error> {
         let mut view = self.inner.peer_view();
-        poll_until(&self.inner, timeout, || Ok(self.poll_peers(&mut view, |p| p.try_notification())?.map(|(_, n)| n)))
+        poll_until(&self.inner, timeout, || self.look_for_notification(&mut view))
+    }
+
+    fn look_for_notification(&self, view: &mut PeerView) -> Result<Option<Notification>, Error> {
+        Ok(self.poll_peers(view, |p| p.try_notification())?.map(|(_, n)| n))
     }
 
     /// Look at every peer once, starting at a rotating position so no peer starves. `view`:
