@@ -22,7 +22,7 @@
 //! - A handshake with mutual authentication by a shared secret (HMAC proofs over fresh nonces,
 //!   so nothing can be replayed) and by node keys (Ed25519 signatures of the transcript,
 //!   checked against the key the caller knows for the peer), agreeing on keys that seal every
-//!   later frame (AES-128-GCM, each frame taken once: [`TRAILER_LEN`], [`REPLAY_WINDOW`]);
+//!   later frame (AEGIS-128X2, each frame taken once: [`TRAILER_LEN`], [`REPLAY_WINDOW`]);
 //!   then operations: write, read, compare-and-swap,
 //!   fetch-and-add, messages, each cut into frames that fit the link MTU.
 //! - The target places each frame's payload at its offset as it arrives, after its own check
