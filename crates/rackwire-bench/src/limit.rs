@@ -12,9 +12,9 @@ pub(crate) fn default_iterations(size: u64) -> u64 {
 }
 
 /// memcpy of the first `size` bytes of `src` into another buffer, `n` times; one row. The copy
-/// goes as the data path's copies do ([`rackwire::copy_bytes`], 2 KiB calls): a whole-buffer
-/// `memcpy` can be many times slower for some relative alignments of the two buffers on some
-/// processors, which would understate the limit.
+/// goes as the data path's copies do ([`rackwire::copy_bytes`]: a vector loop with aligned
+/// stores): a whole-buffer `memcpy` can be many times slower for some relative alignments of
+/// the two buffers on some processors, which would understate the limit.
 pub(crate) fn memcpy_row(src: &[u8], size: u64, n: u64) -> Row {
     let src = &src[..size as usize];
     let mut dst = vec![0u8; size as usize];
