@@ -16,11 +16,12 @@
 //!   GMAC ≈ 1.8, Poly1305 ≈ 1.8, HMAC-SHA256 ≈ 1.3, keyed BLAKE3 ≈ 0.8), so
 //!   confidentiality costs nothing extra. Like AES-GCM it needs a nonce never repeated
 //!   under a key (below), and gives 128-bit security with a 16-byte tag.
-//! - **The trailer.** A sealed frame is the header (flag [`rackwire_wire::FLAG_SEALED`], checksums over the
-//!   plaintext), the encrypted payload, then a 64-bit counter and the 16-byte tag. The
-//!   counter is the AEAD nonce (its last eight bytes, the rest zero): it counts every frame sent in that direction (a retransmission
-//!   is a new frame with a new counter), so no nonce repeats under a key. The header and the
-//!   counter are authenticated with the payload.
+//! - **The trailer.** A sealed frame is the header (flag [`rackwire_wire::FLAG_SEALED`],
+//!   checksums over the plaintext), the encrypted payload, then a 64-bit counter and the
+//!   16-byte tag. The counter is the AEAD nonce (its last eight bytes, the rest zero): it
+//!   counts every frame sent in that direction (a retransmission is a new frame with a new
+//!   counter), so no nonce repeats under a key. The header and the counter are authenticated
+//!   with the payload.
 //! - **Replays.** The receiver remembers which counters it took within the last
 //!   [`REPLAY_WINDOW`] (a sliding bitmap, as in IPsec and WireGuard) and refuses a counter
 //!   taken before or older than that; a connection never has more than

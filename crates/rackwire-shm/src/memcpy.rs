@@ -89,9 +89,11 @@ mod vector {
     ///
     /// # Safety
     ///
-    /// As for [`super::copy_raw`], `len >= 64`, and the processor has AVX2.
+    /// As for [`super::copy_raw`], and the processor has AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+        // Bytes up to the destination's next cache line (all of them, should the offset be
+        // unknown: `align_offset` may say `usize::MAX`).
         let head = dst.align_offset(64).min(len);
         // SAFETY: `head <= len`: inside both ranges.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
