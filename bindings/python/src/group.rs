@@ -72,6 +72,18 @@ fn writable_at_root(root: bool, buf: Option<&Bound<'_, PyAny>>) -> PyResult<Opti
 }
 
 /// The bytes `counts` add up to, each within a collective's block limit.
+/// A new bytes object of `len` bytes that `run` fills, run without the GIL (a collective's
+/// result).
+fn new_bytes<'py>(
+    py: Python<'py>,
+    len: usize,
+    run: impl FnOnce(&mut [u8]) -> Result<(), rackwire_coll::CollError> + Send,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let mut out = vec![0u8; len];
+    py.allow_threads(|| run(&mut out)).map_err(coll_to_py)?;
+    Ok(PyBytes::new(py, &out))
+}
+
 fn byte_total(counts: &[usize]) -> PyResult<usize> {
     if counts.len() > rackwire_coll::RANKS_MAX {
         return Err(bad(format!("{} counts: at most {} ranks", counts.len(), rackwire_coll::RANKS_MAX)));
@@ -220,10 +232,8 @@ impl Group {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let s = ReadBuf::get(send)?;
         let g = self.g()?;
-        let mut out = vec![0u8; byte_total(&counts)?];
         let send = s.as_slice();
-        py.allow_threads(|| g.allgatherv(send, &counts, &mut out)).map_err(coll_to_py)?;
-        Ok(PyBytes::new(py, &out))
+        new_bytes(py, byte_total(&counts)?, |out| g.allgatherv(send, &counts, out))
     }
 
     /// `send_counts[j]` bytes of `send` (packed by rank) to rank j; from rank j
@@ -237,20 +247,16 @@ impl Group {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let s = ReadBuf::get(send)?;
         let g = self.g()?;
-        let mut out = vec![0u8; byte_total(&recv_counts)?];
         let send = s.as_slice();
-        py.allow_threads(|| g.alltoallv(send, &send_counts, &mut out, &recv_counts)).map_err(coll_to_py)?;
-        Ok(PyBytes::new(py, &out))
+        new_bytes(py, byte_total(&recv_counts)?, |out| g.alltoallv(send, &send_counts, out, &recv_counts))
     }
 
     /// Every rank's `data` (the same length at every rank), by rank, as one bytes object.
     fn allgather<'py>(&mut self, py: Python<'py>, data: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         let b = ReadBuf::get(data)?;
         let g = self.g()?;
-        let mut out = vec![0u8; b.len() * g.size()];
-        let send = b.as_slice();
-        py.allow_threads(|| g.allgather(send, &mut out)).map_err(coll_to_py)?;
-        Ok(PyBytes::new(py, &out))
+        let (send, len) = (b.as_slice(), b.len() * g.size());
+        new_bytes(py, len, |out| g.allgather(send, out))
     }
 
     /// Block j of `send` (size divided by the ranks) to rank j; block j of the result from
@@ -261,10 +267,8 @@ impl Group {
         if b.len() % g.size() != 0 {
             return Err(bad(format!("{} bytes do not split into {} blocks", b.len(), g.size())));
         }
-        let mut out = vec![0u8; b.len()];
         let send = b.as_slice();
-        py.allow_threads(|| g.alltoall(send, &mut out)).map_err(coll_to_py)?;
-        Ok(PyBytes::new(py, &out))
+        new_bytes(py, send.len(), |out| g.alltoall(send, out))
     }
 
     /// Leave the group together with the other ranks.

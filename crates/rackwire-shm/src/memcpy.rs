@@ -8,7 +8,7 @@
 //! at most [`COPY_CALL_BYTES`] keep the library on its vector loop, but that loop, too, runs
 //! at half speed at such offsets (16 GB/s).
 //!
-//! So where the processor has AVX2 (checked once, at run time), a copy of
+//! So where the processor has AVX2 (the standard library's run-time check, cached), a copy of
 //! [`VECTOR_MIN_BYTES`] or more runs its own loop: the first bytes up to a 64-byte boundary of
 //! the destination, then 128 bytes an iteration with unaligned loads and aligned stores (no
 //! store ever splits a cache line, whatever the source's offset), then the tail. Measured on
@@ -45,7 +45,7 @@ pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
 #[allow(unsafe_code)]
 pub(crate) unsafe fn copy_raw(src: *const u8, dst: *mut u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
-    if len >= VECTOR_MIN_BYTES && vector::available() {
+    if len >= VECTOR_MIN_BYTES && std::is_x86_feature_detected!("avx2") {
         // SAFETY: the caller vouches for both ranges; AVX2 was found on this processor.
         unsafe { vector::copy(src, dst, len) };
         return;
@@ -74,16 +74,9 @@ unsafe fn copy_calls(src: *const u8, dst: *mut u8, len: usize) {
 #[allow(unsafe_code)]
 mod vector {
     use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_store_si256};
-    use std::sync::OnceLock;
 
     /// Bytes one iteration moves.
     const STEP: usize = 128;
-
-    /// Whether this processor has AVX2 (looked up once).
-    pub(super) fn available() -> bool {
-        static AVX2: OnceLock<bool> = OnceLock::new();
-        *AVX2.get_or_init(|| std::is_x86_feature_detected!("avx2"))
-    }
 
     /// The copy with aligned stores (see the module documentation).
     ///
