@@ -29,6 +29,15 @@ fn iterations(size: u64, scale: f64) -> (usize, usize) {
     (((iters * scale) as usize).max(5), ((warmup * scale) as usize).max(1))
 }
 
+/// A warm-up lasts at least this long, on both sides. A fresh job's first calls run slow for
+/// reasons outside either program: on this machine the first few hundred 1 MiB alltoallv
+/// calls took up to three times as long as later ones, in a bare C program too, while a pure
+/// compute loop ran at full speed at once. With the OSU counts at `--scale 0.3` a 1 MiB
+/// warm-up would be three calls. Both harnesses add calls until this much time has passed.
+pub(crate) const WARMUP_MIN: Duration = Duration::from_millis(50);
+/// Calls a warm-up gains from [`WARMUP_MIN`] at most.
+const WARMUP_EXTRA_MAX: usize = 100_000;
+
 /// Times one Open MPI measurement is tried before the benchmark fails.
 const PEER_ATTEMPTS: u32 = 2;
 
@@ -73,33 +82,32 @@ pub(crate) fn worker(ops: &[String], sizes: &[u64], scale: f64) -> Result<()> {
             let s = size as usize;
             let (iters, warmup) = iterations(size, scale);
             let send = vec![1u8; s * n];
-            let mut recv = vec![0u8; s * n];
+            let recv = vec![0u8; s * n];
             let dest = if op.ends_with("/registered") {
                 Some(g.alloc_symmetric((s * n) as u64, rackwire::Access::READ | rackwire::Access::WRITE)?)
             } else {
                 None
             };
-            let counts = vec![s; n];
-            let mut floats = vec![1.0f32; (s / 4).max(1)];
+            let mut b = Bufs { send, recv, dest, counts: vec![s; n], floats: vec![1.0f32; (s / 4).max(1)] };
+            let t = Instant::now();
+            for _ in 0..warmup {
+                g.barrier()?;
+                call(&mut g, &op, me, s, &mut b)?;
+            }
+            // More warm-up calls until `WARMUP_MIN` has passed, as many on every rank: the
+            // slowest rank's time per call decides (the same rule as the Open MPI harness).
+            let mut spent = [t.elapsed().as_secs_f64()];
+            g.allreduce(&mut spent, ReduceOp::Max)?;
+            for _ in 0..extra_warmup(spent[0], warmup) {
+                g.barrier()?;
+                call(&mut g, &op, me, s, &mut b)?;
+            }
             let mut total = Duration::ZERO;
-            for i in 0..warmup + iters {
+            for _ in 0..iters {
                 g.barrier()?;
                 let t0 = Instant::now();
-                match op.as_str() {
-                    "barrier" => g.barrier()?,
-                    "bcast" => g.bcast(0, &mut recv[..s])?,
-                    "scatter" => g.scatter(0, if me == 0 { &send } else { &[] }, &mut recv[..s])?,
-                    "alltoallv" => g.alltoallv(&send, &counts, &mut recv, &counts)?,
-                    "alltoallv/registered" => {
-                        let dest = dest.as_ref().expect("allocated for this op");
-                        g.alltoallv_to(&send, &counts, dest, 0, &counts)?
-                    }
-                    "allreduce" => g.allreduce(&mut floats, ReduceOp::Sum)?,
-                    other => bail!("unknown collective {other:?}"),
-                }
-                if i >= warmup {
-                    total += t0.elapsed();
-                }
+                call(&mut g, &op, me, s, &mut b)?;
+                total += t0.elapsed();
             }
             let mine = total.as_secs_f64() * 1e6 / iters as f64;
             let mut all = vec![0f64; n];
@@ -114,6 +122,48 @@ pub(crate) fn worker(ops: &[String], sizes: &[u64], scale: f64) -> Result<()> {
     }
     g.leave()?;
     Ok(())
+}
+
+/// A measurement's buffers.
+struct Bufs {
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    /// The symmetric region `alltoallv/registered` writes into.
+    dest: Option<rackwire_coll::SymmetricRegion>,
+    counts: Vec<usize>,
+    floats: Vec<f32>,
+}
+
+/// One call of collective `op` with blocks of `s` bytes.
+fn call(g: &mut Group, op: &str, me: usize, s: usize, b: &mut Bufs) -> Result<()> {
+    match op {
+        "barrier" => g.barrier()?,
+        "bcast" => g.bcast(0, &mut b.recv[..s])?,
+        "scatter" => g.scatter(0, if me == 0 { &b.send } else { &[] }, &mut b.recv[..s])?,
+        "alltoallv" => g.alltoallv(&b.send, &b.counts, &mut b.recv, &b.counts)?,
+        "alltoallv/registered" => {
+            let dest = b.dest.as_ref().expect("allocated for this op");
+            g.alltoallv_to(&b.send, &b.counts, dest, 0, &b.counts)?
+        }
+        "allreduce" => g.allreduce(&mut b.floats, ReduceOp::Sum)?,
+        other => bail!("unknown collective {other:?}"),
+    }
+    Ok(())
+}
+
+/// Calls to add to a warm-up of `calls` calls that took `spent` seconds (on the slowest
+/// rank) so that it lasts [`WARMUP_MIN`] in all, at most [`WARMUP_EXTRA_MAX`].
+fn extra_warmup(spent: f64, calls: usize) -> usize {
+    let left = WARMUP_MIN.as_secs_f64() - spent;
+    if left <= 0.0 {
+        return 0;
+    }
+    let per_call = spent / calls.max(1) as f64;
+    if per_call <= 0.0 {
+        return WARMUP_EXTRA_MAX;
+    }
+    // Rounded up, but not past a whole number that floating point missed by a hair.
+    ((left / per_call - 1e-9).ceil() as usize).min(WARMUP_EXTRA_MAX)
 }
 
 /// Run our ranks once: every op and size at `ranks` ranks.
@@ -251,6 +301,7 @@ fn run_peer(
                     .args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
                     .arg(exe)
                     .args([op.as_str(), &size.to_string(), &iters.to_string(), &warmup.to_string()])
+                    .arg(WARMUP_MIN.as_millis().to_string())
                     .output()
                     .context("mpirun not found: install Debian's openmpi-bin")?;
                 if o.status.success() {
@@ -420,4 +471,25 @@ pub(crate) fn print_rows(rows: &[serde_json::Value]) {
     println!("{t}");
     println!("(vs openmpi: our average latency over Open MPI's, same ranks and size; below 1 is faster)");
     println!("(dest: the receive buffer is plain memory, or registered: a symmetric region written in place)");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the warm-up rule on made-up timings: a warm-up already past WARMUP_MIN gains
+    // nothing; a short one gains the calls that fill the rest at its own pace (rounded up);
+    // a warm-up too fast to time gains the most, never more.
+    #[test]
+    fn extra_calls_fill_the_minimum() {
+        let min = WARMUP_MIN.as_secs_f64();
+        assert_eq!(extra_warmup(min, 10), 0);
+        assert_eq!(extra_warmup(2.0 * min, 10), 0);
+        // Ten calls took a tenth of the minimum: ninety more fill it.
+        assert_eq!(extra_warmup(min / 10.0, 10), 90);
+        // Three calls of a third of a millisecond each: the rest at that pace, rounded up.
+        assert_eq!(extra_warmup(0.001, 3), 147);
+        assert_eq!(extra_warmup(0.0, 5), WARMUP_EXTRA_MAX);
+        assert_eq!(extra_warmup(1e-12, 1), WARMUP_EXTRA_MAX);
+    }
 }
