@@ -4,12 +4,13 @@
 //! # The window
 //!
 //! Each rank owns one region, its window, granted to every other rank. For a group of `n`
-//! ranks, with `S` = [`SLOTS_PER_PEER`], `B` the slot size and `E` = [`HEAD_BYTES`]:
+//! ranks, with `R` = [`HEADS_PER_PEER`], `S` = [`SLOTS_PER_PEER`], `B` the slot size and
+//! `E` = [`HEAD_BYTES`]:
 //!
 //! ```text
 //! offset 64·dst                  consumed[dst]  pieces rank dst took of those this rank placed
 //!                                               there (dst updates it here)
-//! offset H + (src·S + k)·E       head k of rank src: the number of the piece in slot k (8
+//! offset H + (src·R + k)·E       head k of rank src: the number of the piece it announces (8
 //!                                bytes), then the piece itself if it is small (inline)
 //! offset C + (src·S + k)·B       slot k of rank src, for pieces that are not inline
 //! ```
@@ -20,20 +21,25 @@
 //!
 //! # One piece
 //!
-//! The `p`-th piece (from 1) a rank sends to `dst` goes into head and slot `(p - 1) mod S` of
-//! its share of `dst`'s window. It may go once `dst` has taken piece `p - S` (the slot is free
-//! again): the sender reads `consumed[dst]` in its *own* window, a local load, and only when
-//! the credit it saw last is used up. It is one write-with-signal: the bytes into the slot (or,
-//! up to [`INLINE_BYTES`], into the head right after the number), then the number `p` stored
-//! into the head. The receiver waits for the head it expects to show `p` (a local load),
-//! copies the piece out of its own memory, and gives slots back by updating `consumed[me]` in
-//! the sender's window once for every `S / 2` pieces taken (a sender with a full set of slots
-//! in flight is always given half of them back, so acknowledging less often cannot stall it).
+//! The `p`-th piece (from 1) a rank sends to `dst` is announced in head `(p - 1) mod R` of its
+//! share of `dst`'s window; a piece larger than [`INLINE_BYTES`], the `q`-th such, travels in
+//! slot `(q - 1) mod S`. It may go once `dst` has taken piece `p - R` (the head is free again)
+//! and, for a piece in a slot, the piece that used that slot last (the sender remembers which
+//! that was): the sender reads `consumed[dst]` in its *own* window, a local load, and only when
+//! the credit it saw last does not cover the piece. It is one write-with-signal: the bytes into
+//! the slot (or into the head right after the number), then the number `p` stored into the
+//! head. The receiver waits for the head it expects to show `p` (a local load), copies the
+//! piece out of its own memory, and gives heads and slots back by updating `consumed[me]` in
+//! the sender's window once it has taken `R / 2` pieces, or `S / 2` pieces in slots, since the
+//! last update. Pieces are taken in order, so one count frees both. A sender out of heads or
+//! out of slots has a full set of them in flight, of which the receiver always gives half
+//! back: acknowledging less often cannot stall it.
 //!
 //! A small piece thus costs one cache line the sender writes and the receiver reads: over
 //! shared memory two plain stores, no atomic instruction, and the receiver's one miss brings
-//! both the signal and the data. The number a head must show is exact (`p`, and a head's
-//! next number is `p + S`), so an old piece is never taken for a new one.
+//! both the signal and the data; the counter's line moves once every `R / 2` small pieces.
+//! The number a head must show is exact (`p`, and a head's next number is `p + R`), so an old
+//! piece is never taken for a new one.
 //!
 //! A transfer of `len` bytes is `max(1, ⌈len / B⌉)` pieces; both ends know `len` (collectives
 //! give both sides their counts, as MPI does), so pieces carry no header. A zero-length
@@ -50,7 +56,9 @@ use std::time::Duration;
 use rackwire::{Access, Conn, Fabric, NodeId, Op, OpFlags, Pinned, Region, RemoteRegion, Signal};
 
 use crate::wait::{Idle, Waiter};
-use crate::{CollError, OPS_IN_FLIGHT_MAX, SLOTS_PER_PEER, SLOT_BYTES_MAX, SLOT_BYTES_MIN, WINDOW_DATA_BYTES_MAX};
+use crate::{
+    CollError, HEADS_PER_PEER, OPS_IN_FLIGHT_MAX, SLOTS_PER_PEER, SLOT_BYTES_MAX, SLOT_BYTES_MIN, WINDOW_DATA_BYTES_MAX,
+};
 
 /// Bytes of one counter's cache line.
 const COUNTER_STRIDE: u64 = 64;
@@ -58,9 +66,11 @@ const COUNTER_STRIDE: u64 = 64;
 pub const HEAD_BYTES: usize = 128;
 /// The largest piece that travels in its head (in the cache lines of its signal).
 pub const INLINE_BYTES: usize = HEAD_BYTES - 8;
-/// Pieces a receiver takes from one sender before it gives their slots back.
-const ACK_EVERY: u64 = SLOTS_PER_PEER as u64 / 2;
-const _: () = assert!(SLOTS_PER_PEER >= 2 && SLOT_BYTES_MIN <= SLOT_BYTES_MAX);
+/// Pieces a receiver takes from one sender before it gives their heads back.
+const ACK_HEADS: u64 = HEADS_PER_PEER as u64 / 2;
+/// Pieces in slots a receiver takes from one sender before it gives their slots back.
+const ACK_SLOTS: u64 = SLOTS_PER_PEER as u64 / 2;
+const _: () = assert!(SLOTS_PER_PEER >= 2 && HEADS_PER_PEER >= SLOTS_PER_PEER && SLOT_BYTES_MIN <= SLOT_BYTES_MAX);
 
 /// The shape of a window for `n` ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +88,7 @@ pub struct WindowLayout {
 /// The window of a rank in a group of `n`.
 pub fn window_layout(n: usize) -> WindowLayout {
     let heads = (n as u64 * COUNTER_STRIDE).next_multiple_of(4096);
-    let slots = heads + ((n * SLOTS_PER_PEER * HEAD_BYTES) as u64).next_multiple_of(4096);
+    let slots = heads + ((n * HEADS_PER_PEER * HEAD_BYTES) as u64).next_multiple_of(4096);
     let per_slot = WINDOW_DATA_BYTES_MAX / (n.max(2) * SLOTS_PER_PEER);
     // Whole pages, so slots start page-aligned and copies run at full speed.
     let slot = (per_slot / 4096 * 4096).clamp(SLOT_BYTES_MIN, SLOT_BYTES_MAX);
@@ -134,10 +144,18 @@ pub(crate) struct Channels {
     layout: WindowLayout,
     /// Pieces sent to each rank.
     sent: Vec<u64>,
+    /// Of those, the pieces that went in slots.
+    slot_sent: Vec<u64>,
+    /// For each rank and each of its slots, the piece that used the slot last (0: none yet).
+    slot_piece: Vec<[u64; SLOTS_PER_PEER]>,
     /// The last `consumed` seen of each rank (what it had taken of ours).
     credit: Vec<u64>,
     /// Pieces taken from each rank.
     taken: Vec<u64>,
+    /// Of those, the pieces that came in slots.
+    slot_taken: Vec<u64>,
+    /// Pieces in slots taken from each rank since the sender was last told.
+    slot_unacked: Vec<u64>,
     /// Of those, how many the sender was told of.
     acked: Vec<u64>,
     /// Operations whose outcome is not yet seen (over the edge transport): the rank, the
@@ -240,8 +258,12 @@ impl Channels {
             ordered,
             layout,
             sent: vec![0; n],
+            slot_sent: vec![0; n],
+            slot_piece: vec![[0; SLOTS_PER_PEER]; n],
             credit: vec![0; n],
             taken: vec![0; n],
+            slot_taken: vec![0; n],
+            slot_unacked: vec![0; n],
             acked: vec![0; n],
             in_flight: VecDeque::new(),
             scratch: Scratch::default(),
@@ -261,21 +283,25 @@ impl Channels {
         r as u64 * COUNTER_STRIDE
     }
 
-    fn index(src: usize, piece: u64) -> u64 {
-        (src * SLOTS_PER_PEER) as u64 + (piece - 1) % SLOTS_PER_PEER as u64
-    }
-
+    /// Where the head of piece `piece` from `src` lies.
     fn head_at(&self, src: usize, piece: u64) -> u64 {
-        self.layout.heads + Self::index(src, piece) * HEAD_BYTES as u64
+        let index = (src * HEADS_PER_PEER) as u64 + (piece - 1) % HEADS_PER_PEER as u64;
+        self.layout.heads + index * HEAD_BYTES as u64
     }
 
-    /// Where piece `piece` of `len` bytes from `src` lies: in its head, or in its slot.
-    fn data_at(&self, src: usize, piece: u64, len: usize) -> u64 {
-        if len <= INLINE_BYTES {
-            self.head_at(src, piece) + 8
-        } else {
-            self.layout.slots + Self::index(src, piece) * self.layout.slot as u64
+    /// Whether a piece of `len` bytes travels in a slot (else in its head).
+    fn in_slot(len: usize) -> bool {
+        len > INLINE_BYTES
+    }
+
+    /// Where piece `piece` of `len` bytes from `src` lies: in its head, or, as the `slot_piece`-th
+    /// piece in a slot, in its slot.
+    fn data_at(&self, src: usize, piece: u64, slot_piece: u64, len: usize) -> u64 {
+        if !Self::in_slot(len) {
+            return self.head_at(src, piece) + 8;
         }
+        let index = (src * SLOTS_PER_PEER) as u64 + (slot_piece - 1) % SLOTS_PER_PEER as u64;
+        self.layout.slots + index * self.layout.slot as u64
     }
 
     fn load(&self, offset: u64) -> Result<u64, CollError> {
@@ -333,26 +359,34 @@ impl Channels {
         Ok(any)
     }
 
-    /// Send piece `sent + 1` of `s` to its rank if its slot is free. True if it went.
+    /// Send piece `sent + 1` of `s` to its rank if its head (and slot) are free. True if it
+    /// went.
     fn try_send_piece(&mut self, s: &SendSpec<'_>, first: u64) -> Result<bool, CollError> {
         let to = s.to;
         let p = self.sent[to] + 1;
-        let slots = SLOTS_PER_PEER as u64;
-        if p > slots + self.credit[to] {
-            self.credit[to] = self.load(Self::consumed_at(to))?;
-            if p > slots + self.credit[to] {
-                return Ok(false);
-            }
-        }
         let slot = self.layout.slot;
         let idx = (p - first) as usize;
         let data = if s.place.is_some() { &[][..] } else { s.data };
         let lo = (idx * slot).min(data.len());
         let hi = (lo + slot).min(data.len());
         let piece = &data[lo..hi];
-        let (at, head) = (self.data_at(self.me, p, piece.len()), self.head_at(self.me, p));
+        let in_slot = Self::in_slot(piece.len());
+        let q = self.slot_sent[to] + 1;
+        // The last piece the receiver must have taken: the one that used this head before,
+        // and for a piece in a slot, the one that used that slot before.
+        let mut must_be_taken = p.saturating_sub(HEADS_PER_PEER as u64);
+        if in_slot {
+            must_be_taken = must_be_taken.max(self.slot_piece[to][(q - 1) as usize % SLOTS_PER_PEER]);
+        }
+        if must_be_taken > self.credit[to] {
+            self.credit[to] = self.load(Self::consumed_at(to))?;
+            if must_be_taken > self.credit[to] {
+                return Ok(false);
+            }
+        }
+        let (at, head) = (self.data_at(self.me, p, q, piece.len()), self.head_at(self.me, p));
         if s.place.is_none() && self.pinned_write_signal(to, at, piece, Signal::set(head, p)) {
-            self.sent[to] = p;
+            self.sent_piece(to, p, in_slot.then_some(q));
             return Ok(true);
         }
         let (conn, remote) = self.peers[to].as_ref().ok_or_else(|| CollError::BadArgument("send to self".into()))?;
@@ -375,8 +409,18 @@ impl Channels {
             }
         };
         self.track(to, op, false)?;
-        self.sent[to] = p;
+        self.sent_piece(to, p, in_slot.then_some(q));
         Ok(true)
+    }
+
+    /// Count piece `p` to rank `to` as sent; `slot_piece`: its number among the pieces in
+    /// slots, if it went in one.
+    fn sent_piece(&mut self, to: usize, p: u64, slot_piece: Option<u64>) {
+        self.sent[to] = p;
+        if let Some(q) = slot_piece {
+            self.slot_sent[to] = q;
+            self.slot_piece[to][(q - 1) as usize % SLOTS_PER_PEER] = p;
+        }
     }
 
     /// Take piece `taken + 1` from `from` into `into` if it has arrived. True if it had.
@@ -389,11 +433,16 @@ impl Channels {
         let idx = (p - first) as usize;
         let lo = (idx * slot).min(into.len());
         let hi = (lo + slot).min(into.len());
+        let q = self.slot_taken[from] + 1;
         if hi > lo {
-            self.window.read_at(self.data_at(from, p, hi - lo), &mut into[lo..hi])?;
+            self.window.read_at(self.data_at(from, p, q, hi - lo), &mut into[lo..hi])?;
         }
         self.taken[from] = p;
-        if p - self.acked[from] >= ACK_EVERY {
+        if Self::in_slot(hi - lo) {
+            self.slot_taken[from] = q;
+            self.slot_unacked[from] += 1;
+        }
+        if p - self.acked[from] >= ACK_HEADS || self.slot_unacked[from] >= ACK_SLOTS {
             self.give_back(from, p)?;
         }
         Ok(true)
@@ -406,6 +455,7 @@ impl Channels {
     fn give_back(&mut self, from: usize, taken: u64) -> Result<(), CollError> {
         let add = taken - self.acked[from];
         self.acked[from] = taken;
+        self.slot_unacked[from] = 0;
         let at = Self::consumed_at(self.me);
         let signal = if self.ordered[from] { Signal::set(at, taken) } else { Signal::add(at, add) };
         if self.pinned_write_signal(from, 0, &[], signal) {

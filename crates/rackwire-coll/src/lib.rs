@@ -20,10 +20,10 @@
 //! # How data moves
 //!
 //! Every rank registers one **window**: a region granted to every other rank of the group,
-//! holding, for each sending rank, [`SLOTS_PER_PEER`] slots with a head each, and a counter
+//! holding, for each sending rank, [`HEADS_PER_PEER`] heads, [`SLOTS_PER_PEER`] slots, and a counter
 //! (see [`channel`]). A rank sends a block to another with one write-with-signal
 //! ([`rackwire::Conn::write_signal`]): the bytes straight into a free slot of the receiver's
-//! window (small ones into the slot's head), then the piece's number stored into the head.
+//! window (small ones into a head), then the piece's number stored into its head.
 //! The receiver sees the head show that number, takes the block out of its own memory, and
 //! now and then updates a counter in the sender's window, which gives slots back. Nothing is
 //! staged in messages and no target CPU takes part in placing the data; large blocks are cut
@@ -63,6 +63,12 @@ const _: () = assert!(RANKS_MAX <= rackwire::PEERS_MAX);
 /// Slots each sending rank has in each receiver's window: how many pieces of a transfer can
 /// be in flight to one receiver before the sender waits for the receiver to take them.
 pub const SLOTS_PER_PEER: usize = 4;
+/// Heads each sending rank has in each receiver's window: how many pieces of any size (small
+/// ones travel in their head) can be in flight to one receiver. More heads than slots: a
+/// receiver gives heads back once for every half of them it took, so a stream of small
+/// transfers (signals, small collectives) updates the sender's counter once every 16 pieces
+/// rather than every 2, and the sender reads that counter as rarely.
+pub const HEADS_PER_PEER: usize = 32;
 /// Bytes of one slot at most (a piece of a transfer). Large slots mean fewer counter updates
 /// per byte; [`WINDOW_DATA_BYTES_MAX`] bounds the total.
 pub const SLOT_BYTES_MAX: usize = 256 * 1024;
