@@ -332,11 +332,6 @@ pub(crate) struct CollBench {
     pub json: bool,
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 pub(crate) fn run(b: &CollBench) -> Result<()> {
     let rows = measure(b)?;
     if b.json {
@@ -389,24 +384,33 @@ pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
     let ours = if b.edge || domains.len() > 1 { "udp" } else { "shm" };
     let peer_name = if rack.is_some() { "openmpi-tcp" } else { "openmpi" };
     let rack_name = rack.as_ref().map(|s| s.config.name.clone());
-    // (transport, op, destination, size, ranks) -> each repeat's measurement.
+    // (transport, op, destination, size, ranks) -> each repeat's measurement, in repeat order.
     let mut got: BTreeMap<(String, String, String, u64, usize), Vec<Measured>> = BTreeMap::new();
     for rep in 0..b.repeat {
         for &n in &b.ranks {
-            // Alternate who goes first, so neither always runs on a warmer (or busier) host.
-            let order: &[bool] = if rep % 2 == 0 { &[true, false] } else { &[false, true] };
-            for &mine in order {
-                let rows = if mine {
-                    run_ours(n, &b.ops, &b.sizes, b.scale, b.edge, rack_name.as_deref())?
-                } else if let Some(exe) = &peer {
-                    run_peer(exe, n, &b.ops, &b.sizes, b.scale, peer_rack.as_ref())?
-                } else {
-                    continue;
-                };
-                let t = if mine { ours } else { peer_name };
-                for r in rows {
-                    let (pattern, dest) = r.op.split_once('/').unwrap_or((&r.op, "buffer"));
-                    got.entry((t.to_string(), pattern.to_string(), dest.to_string(), r.size, n)).or_default().push(r);
+            // One op and size at a time, ours and the peer's one right after the other, so a
+            // change in how busy this machine is falls on both of a pair; who goes first
+            // alternates, so neither always runs on a warmer (or busier) machine.
+            for (k, (op, size)) in op_sizes(&b.ops, &b.sizes).enumerate() {
+                let order: &[bool] = if (rep + k) % 2 == 0 { &[true, false] } else { &[false, true] };
+                for &mine in order {
+                    // The barrier has no size (both harnesses run it once whatever sizes they get).
+                    let one = [size];
+                    let (ops, sizes) =
+                        (std::slice::from_ref(op), if op == "barrier" { &b.sizes[..] } else { &one[..] });
+                    let rows = if mine {
+                        run_ours(n, ops, sizes, b.scale, b.edge, rack_name.as_deref())?
+                    } else if let Some(exe) = &peer {
+                        run_peer(exe, n, ops, sizes, b.scale, peer_rack.as_ref())?
+                    } else {
+                        continue;
+                    };
+                    let t = if mine { ours } else { peer_name };
+                    for r in rows {
+                        let (pattern, dest) = r.op.split_once('/').unwrap_or((&r.op, "buffer"));
+                        let key = (t.to_string(), pattern.to_string(), dest.to_string(), r.size, n);
+                        got.entry(key).or_default().push(r);
+                    }
                 }
             }
         }
@@ -415,15 +419,35 @@ pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
     let mut rows = Vec::new();
     for ((transport, op, dest, size, ranks), ms) in &got {
         let mut avgs: Vec<f64> = ms.iter().map(|m| m.avg).collect();
-        let avg = median(&mut avgs);
+        let (avg, lo, hi) = rackwire_bench::repeat::median_spread(&mut avgs);
         let best = ms.iter().min_by(|a, b| (a.avg - avg).abs().total_cmp(&(b.avg - avg).abs())).expect("one");
-        rows.push(serde_json::json!({
+        let mut row = serde_json::json!({
             "transport": transport, "pattern": op, "dest": dest, "size": size, "ranks": ranks, "iters": best.iters,
             "lat_us_avg": avg, "lat_us_min": best.min, "lat_us_max": best.max,
-            "repeats": ms.len(), "lat_us_avg_lo": avgs[0], "lat_us_avg_hi": avgs[avgs.len() - 1],
-        }));
+            "repeats": ms.len(), "lat_us_avg_lo": lo, "lat_us_avg_hi": hi,
+        });
+        // Against the peer: each repeat's ratio (ours over the peer's measured beside it).
+        if !transport.starts_with("openmpi") {
+            let peer_key = (peer_name.to_string(), op.clone(), "buffer".to_string(), *size, *ranks);
+            if let Some(theirs) = got.get(&peer_key) {
+                let mut r: Vec<f64> = ms.iter().zip(theirs).map(|(a, b)| a.avg / b.avg).collect();
+                if !r.is_empty() {
+                    let (ratio, lo, hi) = rackwire_bench::repeat::median_spread(&mut r);
+                    row["vs_peer"] = serde_json::json!({ "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi });
+                }
+            }
+        }
+        rows.push(row);
     }
     Ok(rows)
+}
+
+/// Every (op, size) a run measures, in order: the barrier once (it has no size).
+fn op_sizes<'a>(ops: &'a [String], sizes: &'a [u64]) -> impl Iterator<Item = (&'a String, u64)> + 'a {
+    ops.iter().flat_map(move |op| {
+        let sizes: &[u64] = if op == "barrier" { &[0] } else { sizes };
+        sizes.iter().map(move |&s| (op, s))
+    })
 }
 
 /// The rows as a table, with each of ours against Open MPI's.
@@ -443,17 +467,12 @@ pub(crate) fn print_rows(rows: &[serde_json::Value]) {
     ]);
     for r in rows {
         let key = |k: &str| r[k].as_f64().unwrap_or(0.0);
-        let peer = rows.iter().find(|p| {
-            p["transport"].as_str().is_some_and(|t| t.starts_with("openmpi"))
-                && p["pattern"] == r["pattern"]
-                && p["size"] == r["size"]
-                && p["ranks"] == r["ranks"]
-        });
-        let ratio = match peer {
-            Some(p) if !r["transport"].as_str().is_some_and(|t| t.starts_with("openmpi")) => {
-                format!("{:.2}x", key("lat_us_avg") / p["lat_us_avg"].as_f64().unwrap_or(f64::NAN))
-            }
-            _ => String::new(),
+        let vs = &r["vs_peer"];
+        let f = |k: &str| vs[k].as_f64().unwrap_or(f64::NAN);
+        let ratio = match (vs.is_object(), r["repeats"].as_u64().unwrap_or(1)) {
+            (false, _) => String::new(),
+            (true, 1) => format!("{:.2}x", f("ratio")),
+            (true, _) => format!("{:.2}x ({:.2}–{:.2})", f("ratio"), f("ratio_lo"), f("ratio_hi")),
         };
         t.add_row([
             r["pattern"].as_str().unwrap_or("").to_string(),
@@ -469,7 +488,10 @@ pub(crate) fn print_rows(rows: &[serde_json::Value]) {
         ]);
     }
     println!("{t}");
-    println!("(vs openmpi: our average latency over Open MPI's, same ranks and size; below 1 is faster)");
+    println!(
+        "(vs openmpi: our average latency over Open MPI's measured right beside it, same ranks and size; \
+         with --repeat the median of the repeats, smallest–largest; below 1 is faster)"
+    );
     println!("(dest: the receive buffer is plain memory, or registered: a symmetric region written in place)");
 }
 

@@ -195,7 +195,8 @@ fn a_program_started_by_mpirun_forms_a_group() {
 
 // Checks `bench coll` end to end at tiny scale so it does not rot: the JSON document has a row
 // per collective and size with the keys the issue asks for and positive latencies, and with
-// --peers (where mpicc is installed) Open MPI rows for the same collectives and sizes.
+// --peers (where mpicc is installed) Open MPI rows for the same collectives and sizes, our rows
+// carrying their ratio to those.
 #[test]
 fn bench_coll_json_has_rows_with_peers() {
     let o = Command::new(env!("CARGO_BIN_EXE_rackwire"))
@@ -219,6 +220,17 @@ fn bench_coll_json_has_rows_with_peers() {
             }
             assert_eq!(r["ranks"], 2);
             assert!(r["iters"].as_u64().is_some_and(|i| i >= 5));
+            // With the peer measured, each of our rows carries its ratio to the peer's row of
+            // the same op and size (one repeat: exactly the quotient of the two averages).
+            if peers && t == "shm" {
+                let theirs = rows
+                    .iter()
+                    .find(|q| q["transport"] == "openmpi" && q["pattern"] == p && q["size"] == size)
+                    .expect("the peer's row");
+                let want = r["lat_us_avg"].as_f64().unwrap() / theirs["lat_us_avg"].as_f64().unwrap();
+                let got = r["vs_peer"]["ratio"].as_f64().unwrap_or_else(|| panic!("no ratio in {r}"));
+                assert!((got - want).abs() <= 1e-9 * want, "ratio {got}, averages say {want}");
+            }
         }
     }
 }
