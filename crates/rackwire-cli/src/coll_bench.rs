@@ -93,18 +93,19 @@ pub(crate) fn worker(ops: &[String], sizes: &[u64], scale: f64) -> Result<()> {
             };
             let mut b = Bufs { send, recv, dest, counts: vec![s; n], floats: vec![1.0f32; (s / 4).max(1)] };
             let t = Instant::now();
-            for _ in 0..warmup {
-                g.barrier()?;
-                call(&mut g, &op, me, s, &mut b)?;
-            }
+            let mut warm = |g: &mut Group, calls: usize| -> Result<()> {
+                for _ in 0..calls {
+                    g.barrier()?;
+                    call(g, &op, me, s, &mut b)?;
+                }
+                Ok(())
+            };
+            warm(&mut g, warmup)?;
             // More warm-up calls until `WARMUP_MIN` has passed, as many on every rank: the
             // slowest rank's time per call decides (the same rule as the Open MPI harness).
             let mut spent = [t.elapsed().as_secs_f64()];
             g.allreduce(&mut spent, ReduceOp::Max)?;
-            for _ in 0..extra_warmup(spent[0], warmup) {
-                g.barrier()?;
-                call(&mut g, &op, me, s, &mut b)?;
-            }
+            warm(&mut g, extra_warmup(spent[0], warmup))?;
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 g.barrier()?;
@@ -397,10 +398,7 @@ pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
             for (k, (op, size)) in op_sizes(&b.ops, &b.sizes).enumerate() {
                 let order: &[bool] = if (rep + k) % 2 == 0 { &[true, false] } else { &[false, true] };
                 for &mine in order {
-                    // The barrier has no size (both harnesses run it once whatever sizes they get).
-                    let one = [size];
-                    let (ops, sizes) =
-                        (std::slice::from_ref(op), if op == "barrier" { &b.sizes[..] } else { &one[..] });
+                    let (ops, sizes) = (std::slice::from_ref(op), std::slice::from_ref(&size));
                     let rows = if mine {
                         run_ours(n, ops, sizes, b.scale, b.edge, rack_name.as_deref())?
                     } else if let Some(exe) = &peer {
@@ -445,10 +443,11 @@ pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
     Ok(rows)
 }
 
-/// Every (op, size) a run measures, in order: the barrier once (it has no size).
+/// Every (op, size) a run measures, in order: the barrier once, with the first size (both
+/// harnesses ignore it and report the barrier at size 0).
 fn op_sizes<'a>(ops: &'a [String], sizes: &'a [u64]) -> impl Iterator<Item = (&'a String, u64)> + 'a {
     ops.iter().flat_map(move |op| {
-        let sizes: &[u64] = if op == "barrier" { &[0] } else { sizes };
+        let sizes = if op == "barrier" { &sizes[..sizes.len().min(1)] } else { sizes };
         sizes.iter().map(move |&s| (op, s))
     })
 }
