@@ -1,7 +1,7 @@
 //! The physical limit: memcpy of the same sizes, in the same run.
 
 use crate::report::Row;
-use crate::stats::{iterations, Meter};
+use crate::stats::{iterations, pingpong_iters, timed_pingpong, Meter};
 
 /// Bytes each memcpy row moves (about), so rows take similar time.
 const LIMIT_BUDGET_BYTES: u64 = 4 << 30;
@@ -56,14 +56,17 @@ const STORE_BUDGET_BYTES: u64 = 2 << 30;
 struct Line(std::sync::atomic::AtomicU64);
 
 /// The limit of any ping-pong between two cores: one thread stores a number into a cache line
-/// and waits for the other to answer with it in a second line, `rounds` times. The row is the
-/// mean one-way time (half a round trip), as the ping-pong rows report theirs.
+/// and waits for the other to answer with it in a second line. Measured as every ping-pong row
+/// is ([`timed_pingpong`]: one clock read a round, half round trips, the median), so the ratio
+/// of a row to it is the operation's cost and not the measuring's; at least [`CACHELINE_ROUNDS`]
+/// at scale 1.
 pub(crate) fn cacheline_row(scale: f64) -> Row {
     use std::sync::atomic::Ordering::{Acquire, Release};
-    let rounds = ((CACHELINE_ROUNDS as f64 * scale) as u64).max(1000);
+    let (iters, warm) = pingpong_iters(8, scale);
+    let iters = iters.max((CACHELINE_ROUNDS as f64 * scale) as u64).max(1000);
+    let rounds = iters + warm;
     let (ping, pong) = (Line(0.into()), Line(0.into()));
-    let m = Meter::start();
-    let secs = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         s.spawn(|| {
             for i in 1..=rounds {
                 while ping.0.load(Acquire) != i {
@@ -72,27 +75,15 @@ pub(crate) fn cacheline_row(scale: f64) -> Row {
                 pong.0.store(i, Release);
             }
         });
-        let t0 = std::time::Instant::now();
-        for i in 1..=rounds {
-            ping.0.store(i, Release);
-            while pong.0.load(Acquire) != i {
+        timed_pingpong("cacheline", 8, iters, warm, |i| {
+            ping.0.store(i + 1, Release);
+            while pong.0.load(Acquire) != i + 1 {
                 std::hint::spin_loop();
             }
-        }
-        t0.elapsed().as_secs_f64()
-    });
-    let (_, cpu) = m.stop();
-    let one_way_us = secs * 1e6 / rounds as f64 / 2.0;
-    Row {
-        transport: "cacheline".into(),
-        pattern: "pingpong".into(),
-        size: 8,
-        iters: rounds,
-        lat_us_p50: Some(one_way_us),
-        lat_us_avg: Some(one_way_us),
-        cpu_pct: Some(cpu),
-        ..Row::default()
-    }
+            Ok(())
+        })
+    })
+    .expect("a cache-line round cannot fail")
 }
 
 /// Slots of the store row's window: writes cycle through this many places, so small writes

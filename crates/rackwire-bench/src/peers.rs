@@ -110,7 +110,7 @@ pub(crate) fn ucx_rows(
         let name = p.name();
         for &size in sizes {
             let iters = match p {
-                Pattern::Pingpong => crate::shm::pingpong_iters(size, scale).0,
+                Pattern::Pingpong => crate::stats::pingpong_iters(size, scale).0,
                 _ => iterations((4e9 * scale) as u64, size, 100, 1_000_000),
             };
             match run_ucx(tls, test, size, iters) {

@@ -14,7 +14,7 @@ use rackwire::{
 use serde::{Deserialize, Serialize};
 
 use crate::report::{Report, Row};
-use crate::stats::{iterations, Latencies, Meter};
+use crate::stats::{iterations, pingpong_iters, timed_pingpong, Meter};
 use crate::{limit, peers, Pattern};
 
 /// The hidden subcommand of the `rackwire` binary that runs the responder.
@@ -204,54 +204,6 @@ fn bench_config(mh: &str, secret: &str, name: &str, channels: usize, transport: 
     c.copy_channels = channels;
     c.op_timeout = STEP_TIMEOUT;
     c
-}
-
-/// Round trips and warm-up rounds of a ping-pong of `size` bytes at `scale` (ours and UCX's).
-pub(crate) fn pingpong_iters(size: u64, scale: f64) -> (u64, u64) {
-    let iters = iterations((2e9 * scale) as u64, size, 200, (100_000.0 * scale).max(1000.0) as u64);
-    (iters, (iters / 10).max(10))
-}
-
-/// Run `warm` then `iters` rounds of a ping-pong (`round(i)`: one round trip, `i` from 0),
-/// timing each round from the end of the one before (one clock read a round, as
-/// ucx_perftest's), and make its row: half round trips, and the payload of both directions
-/// over the wall time (`size` over the one-way time: ucx_perftest's and fi_pingpong's
-/// ping-pong bandwidth).
-fn timed_pingpong(
-    transport: &str,
-    size: u64,
-    iters: u64,
-    warm: u64,
-    mut round: impl FnMut(u64) -> Result<()>,
-) -> Result<Row> {
-    let mut lat = Latencies::new();
-    let mut meter = None;
-    let mut prev = Instant::now();
-    for i in 0..iters + warm {
-        if i == warm {
-            meter = Some(Meter::start());
-        }
-        round(i)?;
-        let now = Instant::now();
-        if i >= warm {
-            lat.record((now - prev).as_nanos() as u64 / 2);
-        }
-        prev = now;
-    }
-    let (wall, cpu) = meter.expect("warm-up is shorter than the run").stop();
-    Ok(Row {
-        transport: transport.into(),
-        pattern: "pingpong".into(),
-        size,
-        iters,
-        lat_us_p50: Some(lat.p_us(0.5)),
-        lat_us_p99: Some(lat.p_us(0.99)),
-        lat_us_avg: Some(lat.avg_us()),
-        mb_per_s: Some((2 * size * iters) as f64 / wall.as_secs_f64() / 1e6),
-        msgs_per_s: Some((2 * iters) as f64 / wall.as_secs_f64()),
-        cpu_pct: Some(cpu),
-        ..Row::default()
-    })
 }
 
 /// Where the pinned ping-pong puts its data and its signal word in a region of `len` bytes:
