@@ -219,6 +219,11 @@ pub(crate) fn agent(a: AgentArgs, fabric_args: &crate::FabricArgs) -> Result<()>
     if let Some(m) = a.link_mtu {
         cfg.link_mtu = m;
     }
+    // The virtual NIC's threads sleep in the kernel between packets unless told otherwise
+    // (see `rackwire_vnic::BUSY_POLL`); a busy poll set explicitly stands.
+    if !a.no_vnic && cfg.busy_poll == rackwire::BUSY_POLL_DEFAULT {
+        cfg.busy_poll = rackwire_vnic::BUSY_POLL;
+    }
     let deadline = Instant::now() + JOIN_RETRY;
     let fabric = loop {
         match Fabric::join(cfg.clone()) {

@@ -51,6 +51,15 @@ const _: () = assert!(VNIC_MTU + VNET_HDR_LEN <= rackwire::MESSAGE_BYTES_MAX);
 pub const TX_INFLIGHT_MAX: usize = 256;
 /// Peers one virtual NIC routes to at most.
 pub const PEERS_MAX: usize = 256;
+/// The busy poll of an agent that runs a virtual NIC (its fabric's `busy_poll`, unless set
+/// otherwise): none. Its threads sleep in the kernel between packets and are woken for each:
+/// the edge transport's network thread for frames from other racks (it writes their packets
+/// into rw0 itself), the receiving thread by the doorbell for packets over shared memory. The
+/// applications whose packets these are need the cores: with spinning receivers (200 µs), on
+/// two cores, 64 B ping-pongs across racks took 48–98 µs p50 against 45–64 without, in one rack
+/// 26–39 against 24–31, and TCP over rw0 gave 0.53–0.65 of the veth's against 0.49–0.68 (the veth itself 1.9–3.0 GB/s)
+/// (alternated five and three times, docs/benchmarks.md).
+pub const BUSY_POLL: Duration = Duration::ZERO;
 /// How often the agent looks for peers that came or went.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(500);
 /// Name prefix under which an agent publishes that it runs a virtual NIC.
@@ -269,6 +278,16 @@ impl Vnic {
             rx_bad_offload: AtomicU64::new(0),
             addr_refused: AtomicU64::new(0),
         });
+        // Packets over the edge transport go into rw0 from the thread that receives them (the
+        // transport's network thread, or one of ours driving it), without a hand-over to the
+        // receiving thread and its wake-up; packets over shared memory wait in their rings
+        // for the receiving thread. (A weak reference: the fabric holds the handler.)
+        let weak = Arc::downgrade(&shared);
+        shared.fabric.set_edge_message_handler(move |from, data| {
+            if let Some(s) = weak.upgrade() {
+                s.deliver(from, data);
+            }
+        })?;
         shared.refresh();
         let mut threads = Vec::new();
         for (name, f) in [
@@ -327,7 +346,18 @@ impl Shared {
         // receiving thread (which polls for the fabric's busy-poll time) measured slower on
         // two cores, where the spinning threads take the applications' core.
         while !self.stop.load(Ordering::Relaxed) {
-            let n = match self.tun.read_timeout(&mut buf, STOP_CHECK) {
+            let n = match self.tun.try_read(&mut buf) {
+                Ok(0) => {
+                    // About to sleep in the kernel: a send's look at its outcome drove the
+                    // edge transport, which now takes this thread for one that polls and
+                    // leaves the sockets to it; say it does not, so the transport's network
+                    // thread reads them (and hands their packets to rw0) at once.
+                    self.fabric.rest();
+                    self.tun.read_timeout(&mut buf, STOP_CHECK)
+                }
+                got => got,
+            };
+            let n = match n {
                 Ok(0) => continue,
                 Ok(n) => n,
                 Err(e) => {

@@ -347,6 +347,23 @@ impl Fabric {
         self.inner.drive()
     }
 
+    /// Hand every message that arrives over the edge transport to `handler` at once, in the
+    /// thread that receives it (the transport's network thread, or an application thread
+    /// driving it), in order per peer, instead of queueing it for [`Fabric::recv_timeout`] and
+    /// its kin. A relay that passes messages on (the virtual NIC) saves the hand-over to a
+    /// receiving thread and its wake-up. Messages over shared memory still wait in their rings
+    /// for the receive calls. Set once; the handler must not block for long (it holds up the
+    /// frames behind it) and must not call back into the fabric's receive calls.
+    pub fn set_edge_message_handler(
+        &self,
+        handler: impl Fn(NodeId, &[u8]) + Send + Sync + 'static,
+    ) -> Result<(), Error> {
+        self.inner
+            .edge_messages
+            .set(Arc::new(handler))
+            .map_err(|_| Error::Config("this fabric's edge message handler is set already".into()))
+    }
+
     /// This thread stops driving the transports (it is about to sleep): the edge transport's
     /// network thread takes over at once.
     pub fn rest(&self) {

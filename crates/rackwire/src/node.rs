@@ -104,7 +104,13 @@ pub(crate) struct Node {
     pub weak: Weak<Node>,
     /// The transport that needs driving by waiting threads (the edge transport), if any.
     pub driver: OnceLock<Arc<dyn Drive>>,
+    /// Where messages arriving over the edge transport go at once, if set (see
+    /// [`crate::Fabric::set_edge_message_handler`]).
+    pub edge_messages: OnceLock<MessageHandler>,
 }
+
+/// A function that takes each message (its sender and bytes) as it arrives.
+pub(crate) type MessageHandler = Arc<dyn Fn(NodeId, &[u8]) + Send + Sync>;
 
 impl Node {
     /// A node with no peers yet.
@@ -141,6 +147,7 @@ impl Node {
             rr: AtomicUsize::new(0),
             weak: weak.clone(),
             driver: OnceLock::new(),
+            edge_messages: OnceLock::new(),
         })
     }
 

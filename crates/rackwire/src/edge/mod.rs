@@ -185,6 +185,13 @@ pub(crate) struct EdgeEndpoint {
     /// Until when the network thread sleeps (µs), or [`AWAKE`]: a submission that needs it
     /// sooner (a timer) wakes it.
     parked_until_us: AtomicU64,
+    /// Messages taken from their connections for the fabric's edge message handler, in the
+    /// order they arrived, to be handed over once the state's lock is released (at most what
+    /// one round receives: whoever ran the round hands them over right after it).
+    handed: Mutex<Vec<(NodeId, Vec<u8>)>>,
+    /// Held while handing messages over, so two threads that ran rounds one after the other
+    /// hand theirs over in that order.
+    handing: Mutex<()>,
 }
 
 impl EdgeEndpoint {
@@ -244,6 +251,8 @@ impl EdgeEndpoint {
             watching: AtomicBool::new(false),
             watch_us: [PUMP_WATCH, PUMP_WATCH_MAX].map(|d| AtomicU64::new(d.as_micros() as u64)),
             parked_until_us: AtomicU64::new(AWAKE),
+            handed: Mutex::new(Vec::new()),
+            handing: Mutex::new(()),
         });
         let runner = ep.clone();
         let h = std::thread::Builder::new()

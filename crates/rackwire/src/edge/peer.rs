@@ -124,7 +124,10 @@ impl EdgePeer {
             return None;
         }
         self.ep.pump_locked(&mut st, now);
-        st.conns.get_mut(self.local).and_then(f)
+        let got = st.conns.get_mut(self.local).and_then(f);
+        drop(st);
+        self.ep.hand_over();
+        got
     }
 
     fn check(&self, t: &RemoteRegion) -> Result<proto::RegionRef, Error> {

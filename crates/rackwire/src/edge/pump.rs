@@ -130,7 +130,30 @@ impl EdgeEndpoint {
             self.last_pump_us.store(now, Ordering::Relaxed);
             return false;
         };
-        self.pump_locked(&mut st, now)
+        // The round's time is read under the lock, as every other round's: a time read before
+        // could be older than a round another thread ran meanwhile, and frames sent with it
+        // would sit in their link's send order behind later ones (whose loss deadlines then
+        // come first; the protocol checks that order in debug builds).
+        let moved = self.pump_locked(&mut st, self.now());
+        drop(st);
+        self.hand_over();
+        moved
+    }
+
+    /// Give the messages the last rounds took for the fabric's edge message handler to it, in
+    /// order (called with the state's lock released).
+    pub(super) fn hand_over(&self) {
+        if lock(&self.handed).is_empty() {
+            return;
+        }
+        let Some(handler) = self.fabric.upgrade().and_then(|n| n.edge_messages.get().cloned()) else {
+            return;
+        };
+        let _order = lock(&self.handing);
+        let batch = std::mem::take(&mut *lock(&self.handed));
+        for (from, msg) in &batch {
+            handler(*from, msg);
+        }
     }
 
     /// [`EdgeEndpoint::pump`] with the state in hand, at `now`.
@@ -211,6 +234,7 @@ impl EdgeEndpoint {
                 self.parked_until_us.store(now + wait.as_micros() as u64, Ordering::SeqCst);
             }
             drop(st);
+            self.hand_over();
             if stopping {
                 return;
             }
@@ -288,6 +312,25 @@ impl EdgeEndpoint {
         false
     }
 
+    /// With an edge message handler set, take every connection's delivered messages for it
+    /// (handed over by [`EdgeEndpoint::hand_over`] once the state's lock is released).
+    /// True when nothing is left for a receiving thread (no notification waits either).
+    fn take_for_handler(&self, st: &mut State) -> bool {
+        if self.fabric.upgrade().is_none_or(|n| n.edge_messages.get().is_none()) {
+            return false;
+        }
+        let mut handed = lock(&self.handed);
+        let mut all = true;
+        for (_, s) in st.conns.iter_mut() {
+            let peer = s.peer();
+            while let Some(m) = s.next_message() {
+                handed.push((peer, m));
+            }
+            all &= s.nothing_to_take();
+        }
+        all
+    }
+
     /// Turn connection events into completed handles, messages and notifications, and ring
     /// this node's doorbell for a message or notification. True when there was one. With
     /// `hold`, a connection that delivered one holds its answers until then.
@@ -313,6 +356,9 @@ impl EdgeEndpoint {
         });
         // Closed connections go once their last frames (a close) are sent: see `transmit`.
         st.closing.extend(gone);
+        // Messages taken for the handler need no receiving thread: the doorbell rings only
+        // for what still waits to be taken.
+        let woke = woke && !self.take_for_handler(st);
         let up = || Some((self.fabric.upgrade()?, self.this.upgrade()?));
         if let Some((f, ep)) = (!register.is_empty()).then(up).flatten() {
             for (local, peer) in register {
