@@ -464,7 +464,7 @@ fn rack_once(a: &EvalArgs) -> Result<(EvalArgs, Option<rackwire_rack::DownOnDrop
     let Some(rack) = a.rack.clone().filter(|r| r.is_file()) else { return Ok((a, None)) };
     // Checked before a rack is brought up for nothing.
     check(&a)?;
-    let (state, down) = crate::launch::rack_up(&rack)?;
+    let (state, down) = crate::launch::rack_up(&rack, false)?;
     a.rack = Some(PathBuf::from(&state.config.name));
     Ok((a, down))
 }

@@ -125,8 +125,12 @@ pub(crate) fn block_place(rank: usize, ranks: usize, hosts: usize) -> (usize, us
 }
 
 /// The rack `rack` names: a description (brought up now; the guard takes it down) or the name
-/// of a rack that is up.
-pub(crate) fn rack_up(rack: &std::path::Path) -> Result<(rackwire_rack::RackState, Option<rackwire_rack::DownOnDrop>)> {
+/// of a rack that is up. `no_vnic`: a rack brought up now runs no virtual NIC on any host (so
+/// the hosts' TCP between each other takes the rails, not `rw0`).
+pub(crate) fn rack_up(
+    rack: &std::path::Path,
+    no_vnic: bool,
+) -> Result<(rackwire_rack::RackState, Option<rackwire_rack::DownOnDrop>)> {
     if !rustix::process::geteuid().is_root() {
         bail!("--rack runs ranks in a virtual rack: it needs root");
     }
@@ -137,7 +141,12 @@ pub(crate) fn rack_up(rack: &std::path::Path) -> Result<(rackwire_rack::RackStat
         return Ok((state, None));
     }
     let text = std::fs::read_to_string(rack).with_context(|| format!("rack config {}", rack.display()))?;
-    let cfg = rackwire_rack::RackConfig::parse(&text)?;
+    let mut cfg = rackwire_rack::RackConfig::parse(&text)?;
+    if no_vnic {
+        for h in &mut cfg.hosts {
+            h.vnic = false;
+        }
+    }
     let _ = rackwire_rack::down(Some(&cfg.name));
     let exe = std::env::current_exe().context("own executable")?;
     let state = rackwire_rack::up(&cfg, &exe)?;
@@ -151,7 +160,7 @@ pub(crate) fn rank_hosts(state: &rackwire_rack::RackState) -> Vec<&rackwire_rack
 
 /// Place `ranks` ranks over the local hosts of the rack `rack` names (see [`rack_up`]).
 fn rack_places(rack: &std::path::Path, ranks: usize) -> Result<(Vec<Place>, Option<rackwire_rack::DownOnDrop>)> {
-    let (state, down) = rack_up(rack)?;
+    let (state, down) = rack_up(rack, false)?;
     let hosts = rank_hosts(&state);
     let places = (0..ranks)
         .map(|rank| {
