@@ -332,8 +332,10 @@ impl EdgeEndpoint {
     }
 
     /// Turn connection events into completed handles, messages and notifications, and ring
-    /// this node's doorbell for a message or notification. True when there was one. With
-    /// `hold`, a connection that delivered one holds its answers until then.
+    /// this node's doorbell for a message or notification a receiving thread is to take (not
+    /// for messages taken for the edge message handler). True when there was such a one. With
+    /// `hold`, a connection that delivered a message or notification holds its answers until
+    /// then.
     pub(super) fn dispatch(&self, st: &mut State, hold: Option<proto::Time>) -> bool {
         let mut register = Vec::new();
         let mut gone = Vec::new();
