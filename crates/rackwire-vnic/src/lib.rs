@@ -57,8 +57,8 @@ pub const PEERS_MAX: usize = 256;
 /// into rw0 itself), the receiving thread by the doorbell for packets over shared memory. The
 /// applications whose packets these are need the cores: with spinning receivers (200 µs), on
 /// two cores, 64 B ping-pongs across racks took 48–98 µs p50 against 45–64 without, in one rack
-/// 26–39 against 24–31, and TCP over rw0 gave 0.53–0.65 of the veth's against 0.49–0.68 (the veth itself 1.9–3.0 GB/s)
-/// (alternated five and three times, docs/benchmarks.md).
+/// 26–39 against 24–31, and TCP over rw0 gave 0.53–0.65 of the veth's against 0.49–0.68 (the
+/// veth itself 1.9–3.0 GB/s; alternated five and three times, docs/benchmarks.md).
 pub const BUSY_POLL: Duration = Duration::ZERO;
 /// How often the agent looks for peers that came or went.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(500);
@@ -346,18 +346,11 @@ impl Shared {
         // receiving thread (which polls for the fabric's busy-poll time) measured slower on
         // two cores, where the spinning threads take the applications' core.
         while !self.stop.load(Ordering::Relaxed) {
-            let n = match self.tun.try_read(&mut buf) {
-                Ok(0) => {
-                    // About to sleep in the kernel: a send's look at its outcome drove the
-                    // edge transport, which now takes this thread for one that polls and
-                    // leaves the sockets to it; say it does not, so the transport's network
-                    // thread reads them (and hands their packets to rw0) at once.
-                    self.fabric.rest();
-                    self.tun.read_timeout(&mut buf, STOP_CHECK)
-                }
-                got => got,
-            };
-            let n = match n {
+            // Before sleeping in the kernel: a send's look at its outcome drove the edge
+            // transport, which now takes this thread for one that polls and leaves the sockets
+            // to it; say it does not, so the transport's network thread reads them (and hands
+            // their packets to rw0) at once.
+            let n = match self.tun.read_timeout_then(&mut buf, STOP_CHECK, || self.fabric.rest()) {
                 Ok(0) => continue,
                 Ok(n) => n,
                 Err(e) => {

@@ -100,10 +100,21 @@ impl Tun {
     /// A packet already queued is taken at once; only an empty queue costs a wait in `poll`
     /// (under load, one system call a packet instead of two).
     pub fn read_timeout(&self, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
+        self.read_timeout_then(buf, timeout, || {})
+    }
+
+    /// [`Tun::read_timeout`], calling `before_wait` when the queue is empty, before waiting.
+    pub fn read_timeout_then(
+        &self,
+        buf: &mut [u8],
+        timeout: Duration,
+        before_wait: impl FnOnce(),
+    ) -> io::Result<usize> {
         let n = self.try_read(buf)?;
         if n > 0 {
             return Ok(n);
         }
+        before_wait();
         let ts = rustix::time::Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: timeout.subsec_nanos() as _ };
         let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
         match rustix::event::poll(&mut fds, Some(&ts)) {

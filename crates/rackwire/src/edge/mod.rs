@@ -189,6 +189,9 @@ pub(crate) struct EdgeEndpoint {
     /// order they arrived, to be handed over once the state's lock is released (at most what
     /// one round receives: whoever ran the round hands them over right after it).
     handed: Mutex<Vec<(NodeId, Vec<u8>)>>,
+    /// Whether `handed` holds any (changed under its lock): every round looks, and most find
+    /// none, so the look is a load, not a lock.
+    handed_any: AtomicBool,
     /// Held while handing messages over, so two threads that ran rounds one after the other
     /// hand theirs over in that order.
     handing: Mutex<()>,
@@ -252,6 +255,7 @@ impl EdgeEndpoint {
             watch_us: [PUMP_WATCH, PUMP_WATCH_MAX].map(|d| AtomicU64::new(d.as_micros() as u64)),
             parked_until_us: AtomicU64::new(AWAKE),
             handed: Mutex::new(Vec::new()),
+            handed_any: AtomicBool::new(false),
             handing: Mutex::new(()),
         });
         let runner = ep.clone();

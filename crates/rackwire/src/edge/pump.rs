@@ -143,14 +143,18 @@ impl EdgeEndpoint {
     /// Give the messages the last rounds took for the fabric's edge message handler to it, in
     /// order (called with the state's lock released).
     pub(super) fn hand_over(&self) {
-        if lock(&self.handed).is_empty() {
+        if !self.handed_any.load(Ordering::Acquire) {
             return;
         }
         let Some(handler) = self.fabric.upgrade().and_then(|n| n.edge_messages.get().cloned()) else {
             return;
         };
         let _order = lock(&self.handing);
-        let batch = std::mem::take(&mut *lock(&self.handed));
+        let batch = {
+            let mut handed = lock(&self.handed);
+            self.handed_any.store(false, Ordering::Release);
+            std::mem::take(&mut *handed)
+        };
         for (from, msg) in &batch {
             handler(*from, msg);
         }
@@ -327,6 +331,9 @@ impl EdgeEndpoint {
                 handed.push((peer, m));
             }
             all &= s.nothing_to_take();
+        }
+        if !handed.is_empty() {
+            self.handed_any.store(true, Ordering::Release);
         }
         all
     }
