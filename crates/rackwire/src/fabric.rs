@@ -567,9 +567,15 @@ mod tests {
     fn receives_take_from_every_peer_in_turn() {
         let mh = mh();
         let [a, b, c] = ["turn-a", "turn-b", "turn-c"].map(|n| node(&mh, n, TransportChoice::Shm, None));
-        // a connects first, so both connections are among its peers before anything is sent
-        // (the peers' connects then find them).
+        // a connects first, so both connections are among its peers before anything is sent;
+        // the peers connect once they have taken a's connection in (else a peer's connect
+        // could open a second one, which a would look at as a third peer).
         let _a_to: Vec<_> = [&b, &c].iter().map(|p| a.connect(p.id()).unwrap()).collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while [&b, &c].iter().any(|p| p.inner.conns_of(a.id()).is_empty()) {
+            assert!(std::time::Instant::now() < deadline, "the peers never took a's connections in");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         for peer in [&b, &c] {
             let conn = peer.connect(a.id()).unwrap();
             for i in 0..50u8 {
