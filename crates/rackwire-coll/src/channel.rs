@@ -161,6 +161,9 @@ pub(crate) struct Channels {
     /// Operations whose outcome is not yet seen (over the edge transport): the rank, the
     /// handle, and whether it gives slots back (see [`Channels::track`]).
     in_flight: VecDeque<(usize, Op, bool)>,
+    /// An operation went through a connection since the last flush: the transport may hold it
+    /// back to share a frame with later ones (see [`rackwire::Fabric::flush`]).
+    unflushed: bool,
     scratch: Scratch,
 }
 
@@ -266,6 +269,7 @@ impl Channels {
             slot_unacked: vec![0; n],
             acked: vec![0; n],
             in_flight: VecDeque::new(),
+            unflushed: false,
             scratch: Scratch::default(),
         })
     }
@@ -318,6 +322,7 @@ impl Channels {
     /// (it may have left after its last piece), so its loss is not an error here; a rank gone
     /// too early is still seen by whoever waits for it.
     fn track(&mut self, r: usize, mut op: Op, give_back: bool) -> Result<(), CollError> {
+        self.unflushed = true;
         match op.poll() {
             Some(r0) => self.outcome(r, r0, give_back),
             None => {
@@ -590,6 +595,10 @@ impl Channels {
             }
             moved |= self.reap()?;
             if all_done {
+                // The last pieces must not wait for this rank's next call to go out.
+                if std::mem::take(&mut self.unflushed) {
+                    self.fabric.flush();
+                }
                 return Ok(());
             }
             if moved {

@@ -41,8 +41,11 @@
 //! - Loss response per link: the window shrinks on loss (once per round trip) and grows on
 //!   clean acknowledgements, with a floor, so random loss does not collapse throughput.
 //! - Fences: a `fence_before` operation starts when all earlier ones completed; after a
-//!   `fence_after` operation, later ones wait for it. Otherwise operations complete in any
-//!   order. Messages are delivered in the order they were sent.
+//!   `fence_after` operation, later ones wait for it. An `ordered` operation (a small write or
+//!   an atomic) goes at once but takes effect at the target only after every earlier one has
+//!   (the target holds it while a frame sent before its own is missing): a signal behind its
+//!   data without a round trip. Otherwise operations complete in any order. Messages are
+//!   delivered in the order they were sent.
 //! - Counters per connection and per link ([`ConnStats`]).
 
 #![deny(unsafe_code)]
@@ -64,7 +67,9 @@ pub use bytes::Bytes;
 pub use config::Config;
 pub use conn::{CloseReason, Connection, Credentials, Event, SplitTransmit, State, Transmit, GATHER_IN_FLIGHT_MIN};
 pub use delivery::{Delivery, Note};
-pub use endpoint::{earliest, Endpoint, Happened, Incoming, Routed, Session, CONNECTIONS_MAX, HANDSHAKES_ACCEPTED_MAX};
+pub use endpoint::{
+    earliest, Endpoint, Happened, Incoming, Polled, Routed, Session, CONNECTIONS_MAX, HANDSHAKES_ACCEPTED_MAX,
+};
 pub use ops::{AtomicOp, Completion, OpError, OpFlags, OpId, RegionRef};
 pub use seal::{REPLAY_WINDOW, TRAILER_LEN};
 pub use sent::SEND_SPAN_MAX;
@@ -88,6 +93,13 @@ pub const OPS_MAX: usize = 65536;
 /// operation's first (striping reorders frames; a lost first fragment holds the rest back for
 /// a round trip). Past it, such frames are dropped unacknowledged and sent again.
 pub const STASH_BYTES_MAX: usize = 8 << 20;
+
+/// The largest write that may be ordered ([`OpFlags::ordered`]): it goes whole, in one segment.
+pub const ORDERED_WRITE_BYTES_MAX: usize = 64;
+/// The most ordered operations a target holds while a frame sent before theirs is missing
+/// (each with at most [`ORDERED_WRITE_BYTES_MAX`] bytes). A frame that would need more room is
+/// dropped unacknowledged and sent again.
+pub const ORDERED_WAITING_MAX: usize = 256;
 
 /// A hasher for keys this node chose itself (operation ids, connection ids: small counters),
 /// cheaper than the default one, which resists keys chosen to collide. Maps keyed by what a

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use rackwire_wire::payload::{SEG_FENCE_AFTER, SEG_FENCE_BEFORE, SEG_NOTIFY};
+use rackwire_wire::payload::{SEG_FENCE_AFTER, SEG_FENCE_BEFORE, SEG_NOTIFY, SEG_ORDERED};
 use rackwire_wire::{SegKind, SegmentRepr, SEGMENT_LEN, SEGMENT_SHORT_LEN};
 
 use bytes::Bytes;
@@ -35,6 +35,11 @@ pub struct OpFlags {
     pub fence_before: bool,
     /// Later operations start only after this one completed.
     pub fence_after: bool,
+    /// Take effect at the target only after every operation submitted before it has: the
+    /// target holds it until every frame sent before its own has arrived. An order without the
+    /// round trip a `fence_before` waits for (a signal behind its data). Only for writes of at
+    /// most [`crate::ORDERED_WRITE_BYTES_MAX`] bytes and atomics.
+    pub ordered: bool,
 }
 
 /// A 64-bit atomic.
@@ -140,6 +145,7 @@ fn flag_bits(f: &OpFlags) -> u8 {
     (if f.notify.is_some() { SEG_NOTIFY } else { 0 })
         | (if f.fence_before { SEG_FENCE_BEFORE } else { 0 })
         | (if f.fence_after { SEG_FENCE_AFTER } else { 0 })
+        | (if f.ordered { SEG_ORDERED } else { 0 })
 }
 
 impl Ops {
@@ -208,6 +214,11 @@ impl Ops {
         }
         let id = *self.queue.front()?;
         let op = self.map.get_mut(&id).expect("queued ops exist");
+        // An ordered operation goes whole (the target acts on it as one segment): it waits for
+        // a frame with room for it.
+        if !op.started && op.flags.ordered && op.whole_len() > payload_max as u64 {
+            return None;
+        }
         if !op.started {
             op.started = true;
             self.running += 1;

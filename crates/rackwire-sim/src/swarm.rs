@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use rackwire_proto::{
     AtomicOp, Completion, Config, ConnStats, Event, OpError, OpFlags, OpId, Refusal, RegionRef, Time,
+    ORDERED_WRITE_BYTES_MAX,
 };
 
 use crate::flap::Flap;
@@ -237,9 +238,12 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
             notify: r.chance(0.3).then_some(ops.len() as u64),
             fence_before: r.chance(0.1),
             fence_after: r.chance(0.1),
+            ordered: false,
         };
         let kind = if roll < 0.55 {
             let len = match r.unit() {
+                // Small enough to go ordered (a signal's size).
+                x if x < 0.1 => r.range(1, ORDERED_WRITE_BYTES_MAX as u64 + 1),
                 x if x < 0.6 => r.range(1, 4097),
                 x if x < 0.95 => r.range(4097, 256 * 1024),
                 _ => r.range(256 * 1024, 1 << 20),
@@ -250,6 +254,7 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
             let slot = next_slot[to];
             next_slot[to] += len as u64;
             let data = pattern(seed, n, len);
+            flags.ordered = len <= ORDERED_WRITE_BYTES_MAX && r.chance(0.5);
             written[to].push((slot, data.clone(), ops.len()));
             Kind::Write { slot, data }
         } else if roll < 0.65 {
@@ -259,6 +264,7 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
                 None => continue,
             }
         } else if roll < 0.8 {
+            flags.ordered = r.chance(0.3);
             Kind::Fadd
         } else if roll < 0.95 {
             flags.notify = None;
@@ -625,6 +631,17 @@ impl Checker<'_> {
                 };
                 for &e in &list[..k] {
                     let earlier = &self.ops[e];
+                    // An ordered write takes effect after every byte of each earlier write of
+                    // its connection (all completed: checked above).
+                    if let (true, Kind::Write { slot: es, .. }) = (o.flags.ordered, &earlier.kind) {
+                        let last = world.targets[o.to].slots.get(&(DATA_REGION, *es)).and_then(|s| s.last);
+                        if last.is_none_or(|l| l > first) {
+                            return Err(fail(
+                                seed,
+                                format!("order broken: ordered op {i} took effect at {first}, before op {e}'s last byte (at {last:?})"),
+                            ));
+                        }
+                    }
                     let done = earlier.completed.as_ref().map(|c| c.0).unwrap_or(Time::MAX);
                     if (o.flags.fence_before || earlier.flags.fence_after) && first < done {
                         return Err(fail(

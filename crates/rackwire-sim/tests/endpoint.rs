@@ -200,7 +200,7 @@ fn delivered_messages_wait_in_bounds_and_answers_are_held_until_released() {
     }
     now += 10;
     let mut handed = Vec::new();
-    let delivered = nodes[1].ep.poll(Some(now + 1_000), |_, _, h| handed.push(h));
+    let delivered = nodes[1].ep.poll(Some(now + 1_000), |_, _, h| handed.push(h)).delivered;
     assert!(delivered && handed.is_empty(), "bounded: the message waits in its queue: {handed:?}");
     assert!(nodes[1].out(now).is_empty(), "held: no lone acknowledgement goes back");
     assert!(nodes[1].ep.release_holds(), "a hold was on");

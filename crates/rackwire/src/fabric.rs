@@ -364,6 +364,15 @@ impl Fabric {
             .map_err(|_| Error::Config("this fabric's edge message handler is set already".into()))
     }
 
+    /// Send now what operations of this node the edge transport holds back to share a frame
+    /// with later ones: it gathers small operations submitted while frames are in flight, for
+    /// the thread that drives it next (usually the submitter, polling for their outcome). A
+    /// thread that goes on without driving it or waiting for them, as a collective's rank does
+    /// after the sends of its last step, flushes. Cheap when nothing is held.
+    pub fn flush(&self) {
+        self.inner.flush();
+    }
+
     /// This thread stops driving the transports (it is about to sleep): the edge transport's
     /// network thread takes over at once.
     pub fn rest(&self) {

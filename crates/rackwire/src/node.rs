@@ -255,6 +255,13 @@ impl Node {
         self.driver.get().is_some_and(|d| d.drive())
     }
 
+    /// Send what operations left gathered for a later frame (see [`Drive::flush`]).
+    pub(crate) fn flush(&self) {
+        if let Some(d) = self.driver.get() {
+            d.flush();
+        }
+    }
+
     /// This thread stops driving (it is about to sleep).
     pub(crate) fn rest(&self) {
         if let Some(d) = self.driver.get() {

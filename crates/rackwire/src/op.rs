@@ -80,6 +80,9 @@ pub trait Drive: Send + Sync {
     /// The waiting thread stops driving and is about to sleep: whoever else makes progress
     /// must take over now, not when it next happens to look.
     fn rest(&self);
+    /// Send now what operations left gathered for a later frame (a thread that will not drive
+    /// the transport next, and does not wait for these operations, says so).
+    fn flush(&self);
 }
 
 /// A shared [`Drive`] (cloning it allocates nothing).
@@ -407,6 +410,7 @@ mod tests {
         fn rest(&self) {
             self.rests.fetch_add(1, Ordering::Relaxed);
         }
+        fn flush(&self) {}
     }
 
     // Checks the waiter's side of driving: a waiter calls the driver while it spins and says

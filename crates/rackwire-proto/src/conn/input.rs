@@ -2,7 +2,7 @@
 //! queued.
 
 use bytes::Bytes;
-use rackwire_wire::payload::SEG_NOTIFY;
+use rackwire_wire::payload::{SEG_NOTIFY, SEG_ORDERED};
 use rackwire_wire::{
     AckRepr, CloseRepr, Frame, FrameKind, FrameRepr, HandshakeRepr, ProbeRepr, RangesRepr, SegKind, SegmentRepr,
     SEGMENT_SHORT_LEN,
@@ -167,13 +167,14 @@ impl Connection {
         // what the frame hands the application.
         let mut last = None;
         let mut n = 0;
-        let (mut bytes, mut notes) = (0, 0);
+        let (mut bytes, mut notes, mut ordered) = (0, 0, 0);
         for seg in rackwire_wire::segments(payload) {
             match seg {
                 Ok(x) => {
                     let (b, k) = handed_over(&x);
                     bytes += b;
                     notes += k;
+                    ordered += (x.0.flags & SEG_ORDERED != 0) as usize;
                     n += last.replace(x).is_some() as usize;
                 }
                 Err(_) => {
@@ -187,6 +188,14 @@ impl Connection {
             return;
         };
         let duplicate = self.recv.is_duplicate(seq);
+        // Ordered segments act only once every frame sent before theirs has arrived; behind a
+        // gap they wait (copied), and a frame that would overfill the wait is dropped
+        // unacknowledged (sent again later, when the gap has likely closed).
+        let behind_gap = seq != self.recv.next;
+        if !duplicate && behind_gap && self.ordered_waiting.len() + ordered > crate::ORDERED_WAITING_MAX {
+            self.stats.stash_full += 1;
+            return;
+        }
         // What the frame hands the application (message bytes, notifications) must fit in what
         // its queues have room for; if not, the frame is dropped unacknowledged and sent again
         // later, as the receiver reads (see [`Connection::set_delivery_room`]).
@@ -217,20 +226,37 @@ impl Connection {
             }
         }
         for (a, a_body) in rackwire_wire::segments(payload).take(n).flatten() {
-            self.on_segment(&a, a_body, target);
+            self.act(seq, behind_gap, &a, a_body, target);
         }
         if early {
             self.stats.stashed += 1;
         } else {
-            self.on_segment(&s, body, target);
+            self.act(seq, behind_gap, &s, body, target);
+        }
+        // The frame may have closed the gap that ordered segments wait behind.
+        while self.ordered_waiting.front().is_some_and(|w| w.0 < self.recv.next) {
+            let (_, w, w_body) = self.ordered_waiting.pop_front().expect("looked at");
+            self.on_segment(&w, &w_body, target);
         }
         let orphans = self.incoming.drop_orphans(self.recv.next);
         self.stats.malformed += orphans as u64;
     }
 
+    /// Act on one segment of new data frame `seq`, or, if it is ordered and the frame came
+    /// `behind_gap` (a frame sent before it is missing), keep it until the gap closes (in the
+    /// order the frames were sent).
+    fn act(&mut self, seq: u64, behind_gap: bool, s: &SegmentRepr, body: &[u8], target: &mut dyn Target) {
+        if s.flags & SEG_ORDERED == 0 || !behind_gap {
+            return self.on_segment(s, body, target);
+        }
+        let at = self.ordered_waiting.partition_point(|w| w.0 <= seq);
+        self.ordered_waiting.insert(at, (seq, *s, body.to_vec()));
+    }
+
     /// Act on one segment of a new data frame.
     pub(super) fn on_segment(&mut self, s: &SegmentRepr, body: &[u8], target: &mut dyn Target) {
         let peer = self.peer;
+        self.signalled |= s.flags & SEG_ORDERED != 0;
         match s.kind {
             SegKind::Write
                 if s.frag_off == 0 && body.len() as u64 == u64::from(s.op_len) && self.incoming.no_writes() =>

@@ -193,6 +193,13 @@ pub struct Connection {
     /// Until when bodiless answers wait for a data frame to ride in rather than go alone.
     answers_held_until: Time,
     incoming: Incomings,
+    /// Ordered segments (see [`crate::OpFlags::ordered`]) that arrived while a frame sent
+    /// before theirs was missing, with their frame's sequence number, lowest first (at most
+    /// [`crate::ORDERED_WAITING_MAX`]).
+    ordered_waiting: VecDeque<(u64, SegmentRepr, Vec<u8>)>,
+    /// An ordered operation took effect here since [`Connection::take_signalled`] was last
+    /// asked.
+    signalled: bool,
     events: VecDeque<Event>,
     probe_replies: VecDeque<(usize, u32, u32)>,
     close_send: Option<u8>,
@@ -346,6 +353,8 @@ impl Connection {
             responses: VecDeque::new(),
             answers_held_until: 0,
             incoming: Incomings::default(),
+            ordered_waiting: VecDeque::new(),
+            signalled: false,
             events: VecDeque::new(),
             probe_replies: VecDeque::new(),
             close_send: None,
@@ -484,7 +493,7 @@ impl Connection {
         data: Bytes,
         flags: OpFlags,
     ) -> Result<OpId, OpError> {
-        if data.len() as u64 > OP_BYTES_MAX {
+        if data.len() as u64 > OP_BYTES_MAX || (flags.ordered && data.len() > crate::ORDERED_WRITE_BYTES_MAX) {
             return Err(OpError::Limit);
         }
         self.submit(Body::Write { target, offset, data }, flags, now)
@@ -499,7 +508,7 @@ impl Connection {
         len: u64,
         flags: OpFlags,
     ) -> Result<OpId, OpError> {
-        if len > OP_BYTES_MAX {
+        if len > OP_BYTES_MAX || flags.ordered {
             return Err(OpError::Limit);
         }
         self.submit(Body::Read { target, offset, len, got: 0, buf: Vec::new() }, flags, now)
@@ -520,7 +529,7 @@ impl Connection {
     /// Send a message of at most [`MESSAGE_BYTES_MAX`] bytes; delivered in order. Fences in
     /// `flags` apply; a notification does not (the message itself is the notice).
     pub fn send(&mut self, now: Time, data: &[u8], flags: OpFlags) -> Result<OpId, OpError> {
-        if data.len() > MESSAGE_BYTES_MAX {
+        if data.len() > MESSAGE_BYTES_MAX || flags.ordered {
             return Err(OpError::Limit);
         }
         self.submit(Body::Msg { data: Bytes::copy_from_slice(data), seq: 0 }, OpFlags { notify: None, ..flags }, now)
@@ -548,7 +557,21 @@ impl Connection {
         }
         self.retx.clear();
         self.responses.clear();
+        self.ordered_waiting.clear();
         self.events.push_back(Event::Closed(why));
+    }
+
+    /// Whether an ordered operation took effect here since [`Connection::take_signalled`] was
+    /// last called (without clearing it).
+    pub fn is_signalled(&self) -> bool {
+        self.signalled
+    }
+
+    /// Whether an ordered operation (a signal: see [`crate::OpFlags::ordered`]) took effect
+    /// here since the last call. A driver treats it as it treats a notification it hands over:
+    /// an application waits on the signalled word and usually answers at once.
+    pub fn take_signalled(&mut self) -> bool {
+        std::mem::take(&mut self.signalled)
     }
 
     /// Whether [`Connection::poll_event`] has something.

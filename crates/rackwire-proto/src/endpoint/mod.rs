@@ -33,6 +33,15 @@ pub const CONNECTIONS_MAX: usize = 4096;
 /// node, hold at most this many slots, each for at most the handshake timeout).
 pub const HANDSHAKES_ACCEPTED_MAX: usize = 256;
 
+/// What [`Endpoint::poll`] found besides the events it handed over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Polled {
+    /// Some connection delivered a message or a notification.
+    pub delivered: bool,
+    /// An ordered operation (a signal) took effect at some connection.
+    pub signalled: bool,
+}
+
 /// What a connection did, as [`Endpoint::poll`] hands it to the driver.
 #[derive(Debug, PartialEq)]
 pub enum Happened<P> {
@@ -260,11 +269,11 @@ impl<A: Copy, P> Endpoint<A, P> {
     }
 
     /// Hand over what the connections did (see [`Happened`]) to `on`, with each connection's
-    /// local id and peer. With `hold`, a connection that delivered a message or notification
-    /// holds its answers until then, or until [`Endpoint::release_holds`]. True when some
-    /// connection delivered one.
-    pub fn poll(&mut self, hold: Option<Time>, mut on: impl FnMut(u32, u32, Happened<P>)) -> bool {
-        let mut delivered = false;
+    /// local id and peer. With `hold`, a connection that delivered a message or notification,
+    /// or where a signal landed ([`Connection::take_signalled`]), holds its answers until then,
+    /// or until [`Endpoint::release_holds`]. Says whether some connection did either.
+    pub fn poll(&mut self, hold: Option<Time>, mut on: impl FnMut(u32, u32, Happened<P>)) -> Polled {
+        let mut polled = Polled::default();
         for (&local, s) in self.sessions.iter_mut() {
             let mut handed = false;
             while let Some(e) = s.conn_mut().poll_event() {
@@ -302,15 +311,17 @@ impl<A: Copy, P> Endpoint<A, P> {
             // they did (a refused write asks for no notification) is known from the queues.
             // Told after every look, a room lowered for nothing never holds a sender back.
             s.refresh_room();
-            if handed {
-                delivered = true;
+            let signalled = s.conn_mut().take_signalled();
+            polled.delivered |= handed;
+            polled.signalled |= signalled;
+            if handed || signalled {
                 if let Some(t) = hold {
                     s.hold(t);
                     self.holding = true;
                 }
             }
         }
-        delivered
+        polled
     }
 
     /// End every hold (the driver's next round: the reply did not come first). True when

@@ -139,6 +139,51 @@ mod tests {
         buf
     }
 
+    // Checks where the ordered flag may stand: on a whole write (alone in its frame, or chained
+    // ahead of another segment with its own body), a compare-and-swap and a fetch-and-add the
+    // segment parses; on a write not whole in its segment, a write's later part, a read request,
+    // a message or an answer it is refused as malformed.
+    #[test]
+    fn ordered_flag_only_on_whole_writes_and_atomics() {
+        let seg = |kind, frag_off, op_len| SegmentRepr {
+            op: 1,
+            kind,
+            flags: SEG_ORDERED,
+            reason: 0,
+            region: 2,
+            frag_off,
+            offset: 8,
+            op_len,
+            key: 3,
+            imm: 4,
+        };
+        let parses = |s: &SegmentRepr, body: &[u8]| {
+            let buf = data_frame(s, body);
+            let f = crate::Frame::new_checked(&buf[..]).unwrap();
+            Segment::new_checked(f.payload()).and_then(|x| SegmentRepr::parse(&x)).is_ok()
+        };
+        assert!(parses(&seg(SegKind::Write, 0, 8), &[7; 8]));
+        assert!(parses(&seg(SegKind::Fadd, 0, 0), &[]));
+        assert!(parses(&seg(SegKind::Cas, 0, 8), &[1; 8]));
+        assert!(!parses(&seg(SegKind::Write, 0, 16), &[7; 8]), "a write not whole in its segment");
+        assert!(!parses(&seg(SegKind::Write, 8, 16), &[7; 8]), "a write's later part");
+        for kind in [SegKind::ReadReq, SegKind::Msg, SegKind::Done, SegKind::Refused] {
+            assert!(!parses(&seg(kind, 0, 0), &[]), "{kind:?} with the ordered flag");
+        }
+        let mut ahead = seg(SegKind::Write, 0, 8);
+        ahead.flags |= SEG_MORE;
+        let mut bytes = vec![0u8; SEGMENT_LEN];
+        ahead.emit(&mut bytes);
+        bytes.extend_from_slice(&[9; 8]);
+        let at = bytes.len();
+        bytes.resize(at + SEGMENT_LEN, 0);
+        seg(SegKind::Fadd, 0, 0).emit(&mut bytes[at..]);
+        let got: Vec<(SegmentRepr, &[u8])> = segments(&bytes).collect::<Result<_, _>>().unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].0, got[0].1), (ahead, &[9u8; 8][..]));
+        assert_eq!(got[1].0.kind, SegKind::Fadd);
+    }
+
     proptest! {
         // Checks that parsing arbitrary bytes never panics, with and without a valid header
         // in front (so the payload parsers see arbitrary payloads too).

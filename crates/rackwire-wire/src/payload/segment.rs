@@ -22,7 +22,12 @@ pub const SEG_FENCE_AFTER: u8 = 4;
 /// ([`SegKind::Done`], [`SegKind::Refused`]) ride ahead of a frame's last segment this way, and
 /// small whole requests share one frame instead of taking one each.
 pub const SEG_MORE: u8 = 8;
-pub(super) const SEG_FLAGS_ALL: u8 = SEG_NOTIFY | SEG_FENCE_BEFORE | SEG_FENCE_AFTER | SEG_MORE;
+/// Segment flag: the target acts on this operation only once every frame sent before the one
+/// carrying it has arrived, so that every operation submitted before it has taken effect there
+/// first (a signal behind its data, without waiting for the data's answer). Only on a whole
+/// write (its first and only fragment) or an atomic.
+pub const SEG_ORDERED: u8 = 16;
+pub(super) const SEG_FLAGS_ALL: u8 = SEG_NOTIFY | SEG_FENCE_BEFORE | SEG_FENCE_AFTER | SEG_MORE | SEG_ORDERED;
 /// The most segments one data frame carries (answers ahead of its last segment).
 pub const SEGMENTS_PER_FRAME_MAX: usize = 8;
 
@@ -213,7 +218,10 @@ impl SegmentRepr {
         zero(&b[seg::RESERVED_A..seg::RESERVED_A + 1], "segment reserved")?;
         zero(&b[seg::RESERVED_B..seg::RESERVED_B + 4], "segment reserved")?;
         let flags = b[seg::FLAGS];
-        if flags & !SEG_FLAGS_ALL != 0 || (flags & SEG_MORE != 0 && !kind.can_chain()) {
+        if flags & !SEG_FLAGS_ALL != 0
+            || (flags & SEG_MORE != 0 && !kind.can_chain())
+            || (flags & SEG_ORDERED != 0 && !matches!(kind, SegKind::Write | SegKind::Cas | SegKind::Fadd))
+        {
             return Err(WireError::BadValue { field: "segment flags" });
         }
         let r = SegmentRepr {
@@ -236,6 +244,14 @@ impl SegmentRepr {
             && (r.frag_off as u64 + body as u64) > r.op_len as u64
         {
             return Err(WireError::BadValue { field: "segment frag_off" });
+        }
+        // An ordered write is whole: a chained one is (see [`SEG_MORE`]); a last one's body is
+        // all of it.
+        if flags & SEG_ORDERED != 0
+            && r.kind == SegKind::Write
+            && (r.frag_off != 0 || (flags & SEG_MORE == 0 && body as u64 != r.op_len as u64))
+        {
+            return Err(WireError::BadValue { field: "ordered write not whole" });
         }
         Ok(r)
     }

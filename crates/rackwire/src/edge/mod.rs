@@ -381,6 +381,17 @@ impl Drive for EdgeEndpoint {
         self.pump()
     }
 
+    fn flush(&self) {
+        let mut st = lock(&self.state);
+        if std::mem::take(&mut st.unsent) {
+            let now = self.now();
+            let mut io = lock(&self.app_io);
+            self.transmit(&mut st, now, &mut io);
+            // The next round looks at the connections (timers the frames armed).
+            st.stale = true;
+        }
+    }
+
     /// The network thread takes over at once if it only watches: it would otherwise look again
     /// only after up to [`PUMP_WATCH_MAX`].
     fn rest(&self) {

@@ -23,6 +23,14 @@ pub(super) fn completion(
     }
 }
 
+/// What an operation will touch at the target, kept to turn a refusal into its error.
+struct Planned {
+    region: RegionId,
+    offset: u64,
+    len: u64,
+    need: Access,
+}
+
 /// A connection over the edge transport, as the public API sees it.
 pub(crate) struct EdgePeer {
     pub(super) ep: Arc<EdgeEndpoint>,
@@ -39,7 +47,7 @@ pub(super) fn fits(t: &RemoteRegion, offset: u64, len: usize) -> Result<(), Erro
 }
 
 pub(super) fn flags(f: OpFlags) -> proto::OpFlags {
-    proto::OpFlags { notify: f.notify, fence_before: f.fence_before, fence_after: f.fence_after }
+    proto::OpFlags { notify: f.notify, fence_before: f.fence_before, fence_after: f.fence_after, ordered: false }
 }
 
 impl EdgePeer {
@@ -51,49 +59,62 @@ impl EdgePeer {
         need: Access,
         go: impl FnOnce(&mut Connection, proto::Time) -> Result<proto::OpId, OpError>,
     ) -> Op {
-        let cell = Arc::new(OpCell::with_driver(self.ep.clone(), self.ep.busy_poll));
-        {
-            let mut st = lock(&self.ep.state);
-            let now = self.ep.now();
-            self.ep.busy_at(now);
-            let p = Pending { cell: cell.clone(), region, offset, len, need };
-            match st.conns.submit(self.local, |_| p, |c| go(c, now)) {
-                Ok(_) => {}
-                Err(OpError::Limit) => return Op::ready(Err(Error::Limit("edge operation limit or size".into()))),
-                Err(_) => return Op::ready(Err(Error::PeerGone(self.peer))),
-            }
-            // Send what the windows allow now, from this thread, instead of handing the
-            // operation to the network thread: no wake-up on the way out. But a small operation
-            // submitted while frames are in flight is left for whoever drives the endpoint next,
-            // which sends the operations gathered meanwhile several to a frame (one system
-            // call, and one for the peer, instead of one each): a thread that polls (most
-            // likely this one, waiting for its operations; one that stops to sleep hands over
-            // to the network thread at once), or the network thread when it is at work. A
-            // network thread that sleeps, or only looks in now and then, gets it sent inline.
-            let gather = st.conns.get(self.local).is_some_and(|s| s.conn().worth_gathering())
-                && (self.ep.polled_lately(now)
-                    || (self.ep.parked_until_us.load(Ordering::SeqCst) == AWAKE
-                        && !self.ep.watching.load(Ordering::SeqCst)));
-            st.unsent |= gather;
-            if !gather {
-                let mut io = lock(&self.ep.app_io);
-                self.ep.transmit(&mut st, now, &mut io);
-                drop(io);
-            }
-            // Wake the network thread only if this connection now needs it before it would
-            // wake anyway (a timer armed by the new frames, or frames the windows held back).
-            let due = st.conns.get(self.local).and_then(|s| s.conn().poll_timeout());
-            // Only this connection changed: its deadline keeps `due` a lower bound.
-            st.due = earliest(st.due, due);
-            let parked = self.ep.parked_until_us.load(Ordering::SeqCst);
-            if parked != AWAKE && due.is_some_and(|t| t < parked) {
-                self.ep.waker.wake();
-            }
-        }
-        Op::pending(cell)
+        let mut st = lock(&self.ep.state);
+        let now = self.ep.now();
+        let op = self.enqueue(&mut st, now, Planned { region, offset, len, need }, go);
+        self.send_or_gather(&mut st, now);
+        op
     }
 
-    fn atomic(&self, t: &RemoteRegion, offset: u64, op: proto::AtomicOp, f: OpFlags) -> Op {
+    /// Queue one operation on the connection (the state's lock held), its handle pending.
+    fn enqueue(
+        &self,
+        st: &mut State,
+        now: proto::Time,
+        p: Planned,
+        go: impl FnOnce(&mut Connection, proto::Time) -> Result<proto::OpId, OpError>,
+    ) -> Op {
+        let cell = Arc::new(OpCell::with_driver(self.ep.clone(), self.ep.busy_poll));
+        self.ep.busy_at(now);
+        let p = Pending { cell: cell.clone(), region: p.region, offset: p.offset, len: p.len, need: p.need };
+        match st.conns.submit(self.local, |_| p, |c| go(c, now)) {
+            Ok(_) => Op::pending(cell),
+            Err(OpError::Limit) => Op::ready(Err(Error::Limit("edge operation limit or size".into()))),
+            Err(_) => Op::ready(Err(Error::PeerGone(self.peer))),
+        }
+    }
+
+    /// After operations were queued (the state's lock held): send what the windows allow now,
+    /// from this thread, instead of handing the operations to the network thread: no wake-up
+    /// on the way out. But a small operation submitted while frames are in flight is left for
+    /// whoever drives the endpoint next, which sends the operations gathered meanwhile several
+    /// to a frame (one system call, and one for the peer, instead of one each): a thread that
+    /// polls (most likely this one, waiting for its operations; one that stops to sleep hands
+    /// over to the network thread at once), or the network thread when it is at work. A
+    /// network thread that sleeps, or only looks in now and then, gets it sent inline.
+    fn send_or_gather(&self, st: &mut State, now: proto::Time) {
+        let gather = st.conns.get(self.local).is_some_and(|s| s.conn().worth_gathering())
+            && (self.ep.polled_lately(now)
+                || (self.ep.parked_until_us.load(Ordering::SeqCst) == AWAKE
+                    && !self.ep.watching.load(Ordering::SeqCst)));
+        st.unsent |= gather;
+        if !gather {
+            let mut io = lock(&self.ep.app_io);
+            self.ep.transmit(st, now, &mut io);
+            drop(io);
+        }
+        // Wake the network thread only if this connection now needs it before it would wake
+        // anyway (a timer armed by the new frames, or frames the windows held back).
+        let due = st.conns.get(self.local).and_then(|s| s.conn().poll_timeout());
+        // Only this connection changed: its deadline keeps `due` a lower bound.
+        st.due = earliest(st.due, due);
+        let parked = self.ep.parked_until_us.load(Ordering::SeqCst);
+        if parked != AWAKE && due.is_some_and(|t| t < parked) {
+            self.ep.waker.wake();
+        }
+    }
+
+    fn atomic(&self, t: &RemoteRegion, offset: u64, op: proto::AtomicOp, f: proto::OpFlags) -> Op {
         if !offset.is_multiple_of(8) {
             return Op::ready(Err(Error::Misaligned { offset }));
         }
@@ -101,7 +122,7 @@ impl EdgePeer {
             Ok(r) => r,
             Err(e) => return Op::ready(Err(e)),
         };
-        self.submit(t.region, offset, 8, Access::ATOMIC, |c, now| c.atomic(now, r, offset, op, flags(f)))
+        self.submit(t.region, offset, 8, Access::ATOMIC, |c, now| c.atomic(now, r, offset, op, f))
     }
 
     /// Something queued for the application (a message, a notification), driving the endpoint
@@ -209,15 +230,32 @@ impl PeerTransport for EdgePeer {
         if let Err(e) = fits(t, offset, data.len()) {
             return Op::ready(Err(e));
         }
-        let first =
-            (!data.is_empty()).then(|| self.write(t, offset, data, OpFlags { notify: None, fence_after: false, ..f }));
-        // The update only once the data is placed: fenced behind it. A `Set` is an aligned
-        // 8-byte write, which the target places with one store.
-        let fl = OpFlags { fence_before: f.fence_before || first.is_some(), ..f };
-        let update = match signal.op {
-            SignalOp::Set(v) => self.write(t, signal.offset, &v.to_le_bytes(), fl),
-            SignalOp::Add(v) => self.fetch_add(t, signal.offset, v, fl),
+        let r = match self.check(t) {
+            Ok(r) => r,
+            Err(e) => return Op::ready(Err(e)),
         };
+        // Both queued together and sent at once, so a small piece and its signal share a
+        // frame. The update is ordered: the target applies it only after the data and every
+        // earlier operation of this connection (no round trip waits for the data's answer). A
+        // `Set` is an aligned 8-byte write, which the target places with one store.
+        let mut st = lock(&self.ep.state);
+        let now = self.ep.now();
+        let first = (!data.is_empty()).then(|| {
+            let fl = flags(OpFlags { notify: None, fence_after: false, ..f });
+            let p = Planned { region: t.region, offset, len: data.len() as u64, need: Access::WRITE };
+            self.enqueue(&mut st, now, p, |c, now| c.write(now, r, offset, data, fl))
+        });
+        let fl = proto::OpFlags { ordered: true, fence_before: f.fence_before && first.is_none(), ..flags(f) };
+        let p = |need| Planned { region: t.region, offset: signal.offset, len: 8, need };
+        let update = match signal.op {
+            SignalOp::Set(v) => self
+                .enqueue(&mut st, now, p(Access::WRITE), |c, now| c.write(now, r, signal.offset, &v.to_le_bytes(), fl)),
+            SignalOp::Add(v) => self.enqueue(&mut st, now, p(Access::ATOMIC), |c, now| {
+                c.atomic(now, r, signal.offset, proto::AtomicOp::FetchAdd(v), fl)
+            }),
+        };
+        self.send_or_gather(&mut st, now);
+        drop(st);
         match first {
             Some(op) => op.then(update),
             None => update,
@@ -233,11 +271,11 @@ impl PeerTransport for EdgePeer {
     }
 
     fn compare_swap(&self, t: &RemoteRegion, offset: u64, expected: u64, new: u64, f: OpFlags) -> Op {
-        self.atomic(t, offset, proto::AtomicOp::CompareSwap { expected, new }, f)
+        self.atomic(t, offset, proto::AtomicOp::CompareSwap { expected, new }, flags(f))
     }
 
     fn fetch_add(&self, t: &RemoteRegion, offset: u64, add: u64, f: OpFlags) -> Op {
-        self.atomic(t, offset, proto::AtomicOp::FetchAdd(add), f)
+        self.atomic(t, offset, proto::AtomicOp::FetchAdd(add), flags(f))
     }
 
     fn send(&self, msg: &[u8]) -> Op {

@@ -266,7 +266,7 @@ impl EdgeEndpoint {
     }
 
     /// A frame arrived on link `l` from `from`: find (or open) its connection and feed it.
-    /// True when the connection has events to hand over.
+    /// True when the connection has events to hand over, or a signal landed.
     pub(super) fn deliver(
         &self,
         st: &mut State,
@@ -288,7 +288,7 @@ impl EdgeEndpoint {
             proto::Routed::Conn(local) | proto::Routed::Accepted(local) => local,
             proto::Routed::Dropped => return false,
         };
-        st.conns.get(local).is_some_and(|s| s.conn().has_events())
+        st.conns.get(local).is_some_and(|s| s.conn().has_events() || s.conn().is_signalled())
     }
 
     /// A connection whose every link is down: the peer is unreachable, which is not gone. The
@@ -340,13 +340,14 @@ impl EdgeEndpoint {
 
     /// Turn connection events into completed handles, messages and notifications, and ring
     /// this node's doorbell for a message or notification a receiving thread is to take (not
-    /// for messages taken for the edge message handler). True when there was such a one. With
-    /// `hold`, a connection that delivered a message or notification holds its answers until
+    /// for messages taken for the edge message handler). True when there was such a one, or a
+    /// signal landed in this node's memory (a thread polling its word will see it once the
+    /// round returns). With `hold`, a connection that did either holds its answers until
     /// then.
     pub(super) fn dispatch(&self, st: &mut State, hold: Option<proto::Time>) -> bool {
         let mut register = Vec::new();
         let mut gone = Vec::new();
-        let woke = st.conns.poll(hold, |local, peer, h| match h {
+        let polled = st.conns.poll(hold, |local, peer, h| match h {
             proto::Happened::Connected { accepted } => {
                 // A connection opened here is registered by whoever opened it.
                 if accepted {
@@ -367,7 +368,7 @@ impl EdgeEndpoint {
         st.closing.extend(gone);
         // Messages taken for the handler need no receiving thread: the doorbell rings only
         // for what still waits to be taken.
-        let woke = woke && !self.take_for_handler(st);
+        let woke = polled.delivered && !self.take_for_handler(st);
         let up = || Some((self.fabric.upgrade()?, self.this.upgrade()?));
         if let Some((f, ep)) = (!register.is_empty()).then(up).flatten() {
             for (local, peer) in register {
@@ -382,6 +383,6 @@ impl EdgeEndpoint {
                 f.doorbell.ring_local();
             }
         }
-        woke
+        woke || polled.signalled
     }
 }
