@@ -101,7 +101,7 @@ pub(crate) struct SendSpec<'a> {
     pub data: &'a [u8],
     /// Where the data goes instead of the receiver's slots: a region of the receiver's and an
     /// offset in it, which the receiver named. The transfer is then one write of the whole
-    /// block straight into place, and one empty piece (a signal) fenced behind it; the
+    /// block straight into place, and one empty piece (a signal) ordered behind it; the
     /// receiver takes it as a transfer of no bytes.
     pub place: Option<(&'a RemoteRegion, u64)>,
 }
@@ -398,15 +398,17 @@ impl Channels {
         let op = match s.place {
             None => conn.write_signal(remote, at, piece, Signal::set(head, p), OpFlags::NONE),
             Some((target, offset)) => {
-                // The block in one write, then the signal, which starts only once the write
-                // is in place (over shared memory both are done in their calls, in order).
-                // A write refused at once (over shared memory) sends no signal.
+                // The block in one write, then the signal, which the receiver sees only once
+                // the write is in place (the signal lands after every earlier operation of the
+                // connection; over shared memory both are done in their calls, in order), with
+                // no round trip between them. A write refused at once (over shared memory)
+                // sends no signal.
                 let mut write = conn.write(target, offset, s.data, OpFlags::NONE);
                 let pending = match write.poll() {
                     Some(got) => self.outcome(to, got, false).map(|()| None)?,
                     None => Some(write),
                 };
-                let signal = conn.write_signal(remote, at, piece, Signal::set(head, p), OpFlags::NONE.fence_before());
+                let signal = conn.write_signal(remote, at, piece, Signal::set(head, p), OpFlags::NONE);
                 if let Some(write) = pending {
                     self.track(to, write, false)?;
                 }

@@ -104,9 +104,12 @@ impl Conn {
     /// Write `data` at `offset` of `target`, then update the signal word: a reader that sees
     /// the signal's new value (with an acquiring load, as [`crate::Region::load_u64`] makes)
     /// also sees every byte of the data. This is the one-sided way to say "a block is here"
-    /// (OpenSHMEM's put-with-signal); the data may be empty, leaving just the update. Over
-    /// shared memory both are stores by this thread and the call completes at once; over the
-    /// edge transport the update is fenced behind the data, and if the write is refused the
+    /// (OpenSHMEM's put-with-signal); the data may be empty, leaving just the update. The
+    /// reader also sees what every operation made before this one on this connection placed:
+    /// a signal may stand for several earlier writes. Over shared memory both are stores by
+    /// this thread and the call completes at once; over the edge transport data and update go
+    /// together (in one frame when small) and the target applies the update only after the data
+    /// and every earlier operation, with no round trip in between. If the write is refused the
     /// operation fails with the write's error (the update may still have been applied).
     pub fn write_signal(&self, target: &RemoteRegion, offset: u64, data: &[u8], signal: Signal, flags: OpFlags) -> Op {
         if !signal.offset.is_multiple_of(8) {
