@@ -105,6 +105,11 @@ impl Link {
         self.stats.srtt_us = self.srtt.unwrap_or(0.0) as u64;
     }
 
+    /// The quickest round trip measured, if any.
+    pub fn min_rtt(&self) -> Option<Time> {
+        self.srtt.map(|_| self.min_rtt as Time)
+    }
+
     pub fn srtt(&self, cfg: &Config) -> Time {
         self.srtt.map_or(cfg.rto_initial_us, |s| s as Time)
     }

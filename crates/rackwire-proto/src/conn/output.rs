@@ -12,7 +12,13 @@ use super::{Connection, Role, Sent, SplitTransmit, State, Transmit};
 use crate::chunk::{DataPayload, Piece, ANSWERS_PACKED_MAX, CHAINED_SEGMENT_MAX};
 use crate::link::Link;
 use crate::seal::TRAILER_LEN;
-use crate::{Config, Time};
+use crate::Time;
+
+/// A link is a detour when its quickest round trip exceeds the quickest link's this many
+/// times, plus [`DETOUR_RTT_SLACK_US`] (scheduling noise on a small host is tens of µs).
+const DETOUR_RTT_FACTOR: Time = 4;
+/// See [`DETOUR_RTT_FACTOR`] (µs).
+const DETOUR_RTT_SLACK_US: Time = 200;
 
 /// Body bytes a frame's last segment keeps room for at least when answers ride ahead of it.
 pub(super) const ANSWER_RIDE_BODY_MIN: usize = 64;
@@ -137,16 +143,24 @@ impl Connection {
     /// prefer another link).
     pub(super) fn pick_link(&mut self, avoid: Option<usize>) -> Option<usize> {
         let n = self.links.len();
-        let eta = |l: &Link, cfg: &Config| l.srtt(cfg) as f64 * (1.0 + l.inflight as f64 / l.window().max(1) as f64);
+        // A link whose quickest round trip is far longer than the quickest link's is a detour,
+        // used only while the near ones have no room. Among near links the one with the fewest
+        // frames in flight goes first, ties in turn: a burst alternates over equal links
+        // (rather than queueing on the one whose smoothed round trip, swollen by its own
+        // queue, happens to be lower), and a faster link, whose frames leave sooner, takes
+        // more of them. A link not measured yet counts as near.
+        let nearest = self.links.iter().filter_map(Link::min_rtt).min().unwrap_or(0);
+        let reach = nearest.saturating_mul(DETOUR_RTT_FACTOR).saturating_add(DETOUR_RTT_SLACK_US);
+        let cost = |l: &Link| (l.min_rtt().is_some_and(|m| m > reach), l.inflight);
         let pick = |strict: bool, skip: Option<usize>| -> Option<usize> {
-            let mut best: Option<(f64, usize)> = None;
+            let mut best: Option<((bool, usize), usize)> = None;
             for i in 0..n {
                 let c = (self.rr + i) % n;
                 let l = &self.links[c];
                 if Some(c) == skip || !l.has_room() || (strict && l.suspect) {
                     continue;
                 }
-                let e = eta(l, &self.cfg);
+                let e = cost(l);
                 if best.is_none_or(|(b, _)| e < b) {
                     best = Some((e, c));
                 }
