@@ -580,6 +580,11 @@ impl Channels {
                 }
                 all_done &= self.sent[s.to] + 1 >= send_end[i];
             }
+            // The pieces just sent go out together now (the transport gathers small ones for
+            // the next thread that drives it, whose look would read the sockets first).
+            if std::mem::take(&mut self.unflushed) {
+                self.fabric.flush();
+            }
             for i in 0..recvs.len() {
                 let from = recvs[i].from;
                 if dup_recvs && (0..i).any(|j| recvs[j].from == from && self.taken[from] + 1 < recv_end[j]) {
@@ -597,7 +602,7 @@ impl Channels {
             }
             moved |= self.reap()?;
             if all_done {
-                // The last pieces must not wait for this rank's next call to go out.
+                // Nor what the receives gave back (credit) wait for this rank's next call.
                 if std::mem::take(&mut self.unflushed) {
                     self.fabric.flush();
                 }

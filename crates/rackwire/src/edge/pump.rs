@@ -92,6 +92,8 @@ impl EdgeEndpoint {
         st.shortcut = shortcut;
         if shortcut {
             st.stale = true;
+            // What submissions gathered still waits to go (next round, or a flush).
+            st.unsent |= unsent;
             return (got, 0);
         }
         let (mut fired, due) = if look { st.conns.handle_timeouts(now, target) } else { (false, None) };
