@@ -34,8 +34,10 @@
 //!   reordering allowance has passed, or its retransmission timeout fired (per-link smoothed
 //!   RTT, exponential back-off, capped). Striping over links of different delay therefore does
 //!   not cause spurious retransmissions.
-//! - Striping: frames go round-robin over the links that are up and have window left, so each
-//!   link carries what its measured capacity allows (a faster link frees window sooner).
+//! - Striping: each frame goes on the link, of those that are up and have window left, with
+//!   the fewest frames in flight (ties in turn), so each link carries what its capacity allows
+//!   (a faster link's frames leave sooner); a link whose quickest round trip is far longer than
+//!   the quickest link's is used only while the others are full.
 //!   Silent links are probed; a link that misses [`Config::probes_missed_max`] probes is down,
 //!   its frames are resent on the others, and it is used again when a probe is answered.
 //! - Loss response per link: the window shrinks on loss (once per round trip) and grows on

@@ -1,5 +1,6 @@
 //! Two-node scenarios on the simulator: a link black-holed mid-transfer, all links down,
-//! reordering without loss, and random loss against a lossless baseline.
+//! reordering without loss, random loss against a lossless baseline, links weighted by capacity,
+//! and a burst striped over links of different delay.
 
 use rackwire_proto::{Completion, Config, Event, OpError, OpFlags, RegionRef, Time};
 use rackwire_sim::net::LinkParams;
@@ -209,4 +210,30 @@ fn unequal_links_are_weighted_by_capacity() {
     assert!(fast > 5 * slow, "fast {fast} slow {slow}");
     assert!(slow > fast / 20, "the slow link should still carry its share: fast {fast} slow {slow}");
     assert!((elapsed as f64) < 1.15 * ideal_us, "took {elapsed} µs, ideal {ideal_us:.0}");
+}
+
+// Checks that a burst is striped over near links even when their round trips differ: over two
+// 1 Gbit/s links of 50 and 80 µs one-way delay, a lone 64 KiB write sends at least a third of
+// its frames on the slower link and completes sooner than one link could serialize it (524 µs).
+// Choosing the link by smoothed round trip put the whole burst on the quicker link.
+#[test]
+fn a_burst_is_striped_over_near_links() {
+    let mut w = World::new(
+        6,
+        2,
+        2,
+        |_, _, l| LinkParams::clean(if l == 0 { 50 } else { 80 }, 1_000_000_000, 1472),
+        default_cfg,
+    );
+    w.targets[1].add_region(REGION, KEY, 1 << 20, &[node_id(0)]);
+    assert!(w.run_while(1_000_000, |w| w.conn(0, 1).state() == rackwire_proto::State::Established));
+    // A few small writes first, so both links have round-trip samples.
+    transfer(&mut w, 64 * 100, 100, 1_000_000, |_| {});
+    w.take_events();
+    let before: Vec<u64> = w.conn(0, 1).stats().links.iter().map(|l| l.frames_sent).collect();
+    let (elapsed, _) = transfer(&mut w, 64 * 1024, 64 * 1024, 1_000_000, |_| {});
+    let s = w.conn(0, 1).stats();
+    let (near, far) = (s.links[0].frames_sent - before[0], s.links[1].frames_sent - before[1]);
+    assert!(far * 3 >= near + far, "frames on the 50 µs link {near}, on the 80 µs link {far}");
+    assert!(elapsed < 524, "took {elapsed} µs");
 }

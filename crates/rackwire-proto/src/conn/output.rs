@@ -1,5 +1,5 @@
 //! What leaves: control frames, retransmissions, and new data frames packed with answers and
-//! small whole operations, on the link where each arrives soonest.
+//! small whole operations, each on the near link with the fewest frames in flight.
 
 use bytes::Bytes;
 use rackwire_wire::payload::{CLOSE_LEN, PROBE_LEN};
