@@ -223,6 +223,29 @@ fn delivered_messages_wait_in_bounds_and_answers_are_held_until_released() {
     assert!(acked, "the answer goes once the hold is released");
 }
 
+// Checks that a landed signal counts as a delivery for holding: an ordered write (a
+// signal) placed at node 2 makes the endpoint's poll say so (and not that a message or
+// notification was delivered), holds the answer it owes (nothing goes back alone), and the
+// signal is said once; released, the answer goes.
+#[test]
+fn a_landed_signal_holds_answers_like_a_delivery() {
+    let (mut nodes, local, mut now) = connected();
+    let target = RegionRef { region: 5, key: 55 };
+    let ordered = OpFlags { ordered: true, ..OpFlags::default() };
+    nodes[0].ep.submit(local, |_| 1, |c| c.write(now, target, 8, &7u64.to_le_bytes(), ordered)).unwrap();
+    for (_, link, frame) in nodes[0].out(now) {
+        nodes[1].take(now + 5, link, 1, &frame);
+    }
+    now += 10;
+    assert_eq!(nodes[1].mem.regions[&5].data[8], 7, "the signal is in place");
+    let polled = nodes[1].ep.poll(Some(now + 1_000), |_, _, _| {});
+    assert!(polled.signalled && !polled.delivered, "{polled:?}");
+    assert!(nodes[1].out(now).is_empty(), "held: the answer waits for a reply to ride in");
+    assert!(!nodes[1].ep.poll(Some(now + 1_000), |_, _, _| {}).signalled, "said once");
+    assert!(nodes[1].ep.release_holds());
+    assert!(!nodes[1].out(now).is_empty(), "released, the answer goes");
+}
+
 // Checks what the endpoint drops without opening anything: a hello addressed to another
 // node, a hello on a link the sender does not have, a frame for a connection id this node
 // never gave out, and bytes too short to be a frame.
