@@ -600,14 +600,17 @@ impl Channels {
                 }
                 all_done &= self.taken[from] + 1 >= recv_end[i];
             }
-            moved |= self.reap()?;
             if all_done {
                 // Nor what the receives gave back (credit) wait for this rank's next call.
                 if std::mem::take(&mut self.unflushed) {
                     self.fabric.flush();
                 }
+                // Operations still in flight are looked at by the next step (or the drain at
+                // leaving): a step that has every piece it waited for is done, even if a peer
+                // that took ours has gone since (as the last step before leaving allows).
                 return Ok(());
             }
+            moved |= self.reap()?;
             if moved {
                 waiter.progressed();
                 suspect = None;

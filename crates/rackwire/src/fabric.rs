@@ -409,6 +409,9 @@ impl Fabric {
         if let Some(h) = self.acceptor.take() {
             let _ = h.join();
         }
+        if let Some(ep) = &self.edge {
+            ep.send_owed();
+        }
         for p in self.inner.all_peers().iter() {
             p.cut_off();
         }

@@ -309,6 +309,18 @@ impl EdgeEndpoint {
         c
     }
 
+    /// Send what the connections owe their peers now, answers held for a reply included (the
+    /// reply will not come): before closing, so that a peer waiting for an operation's outcome
+    /// learns it was done, not that the connection closed (a closing connection drops what it
+    /// owes).
+    pub(crate) fn send_owed(&self) {
+        let mut st = lock(&self.state);
+        let now = self.now();
+        st.conns.release_holds();
+        let mut io = lock(&self.app_io);
+        self.transmit(&mut st, now, &mut io);
+    }
+
     /// Stop the network thread and close every connection.
     pub(crate) fn shutdown(&self) {
         {
