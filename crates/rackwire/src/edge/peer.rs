@@ -61,26 +61,31 @@ impl EdgePeer {
     ) -> Op {
         let mut st = lock(&self.ep.state);
         let now = self.ep.now();
-        let op = self.enqueue(&mut st, now, Planned { region, offset, len, need }, go);
-        self.send_or_gather(&mut st, now);
-        op
+        match self.enqueue(&mut st, now, Planned { region, offset, len, need }, go) {
+            Ok(op) => {
+                self.send_or_gather(&mut st, now);
+                op
+            }
+            Err(e) => Op::ready(Err(e)),
+        }
     }
 
-    /// Queue one operation on the connection (the state's lock held), its handle pending.
+    /// Queue one operation on the connection (the state's lock held): its handle, pending, or
+    /// why it was refused (nothing queued then).
     fn enqueue(
         &self,
         st: &mut State,
         now: proto::Time,
         p: Planned,
         go: impl FnOnce(&mut Connection, proto::Time) -> Result<proto::OpId, OpError>,
-    ) -> Op {
+    ) -> Result<Op, Error> {
         let cell = Arc::new(OpCell::with_driver(self.ep.clone(), self.ep.busy_poll));
         self.ep.busy_at(now);
         let p = Pending { cell: cell.clone(), region: p.region, offset: p.offset, len: p.len, need: p.need };
         match st.conns.submit(self.local, |_| p, |c| go(c, now)) {
-            Ok(_) => Op::pending(cell),
-            Err(OpError::Limit) => Op::ready(Err(Error::Limit("edge operation limit or size".into()))),
-            Err(_) => Op::ready(Err(Error::PeerGone(self.peer))),
+            Ok(_) => Ok(Op::pending(cell)),
+            Err(OpError::Limit) => Err(Error::Limit("edge operation limit or size".into())),
+            Err(_) => Err(Error::PeerGone(self.peer)),
         }
     }
 
@@ -238,13 +243,20 @@ impl PeerTransport for EdgePeer {
         // frame. The update is ordered: the target applies it only after the data and every
         // earlier operation of this connection (no round trip waits for the data's answer). A
         // `Set` is an aligned 8-byte write, which the target places with one store.
+        // Data refused at submission sends no signal either (it would stand for data that
+        // never went).
         let mut st = lock(&self.ep.state);
         let now = self.ep.now();
-        let first = (!data.is_empty()).then(|| {
+        let first = if data.is_empty() {
+            None
+        } else {
             let fl = flags(OpFlags { notify: None, fence_after: false, ..f });
             let p = Planned { region: t.region, offset, len: data.len() as u64, need: Access::WRITE };
-            self.enqueue(&mut st, now, p, |c, now| c.write(now, r, offset, data, fl))
-        });
+            match self.enqueue(&mut st, now, p, |c, now| c.write(now, r, offset, data, fl)) {
+                Ok(op) => Some(op),
+                Err(e) => return Op::ready(Err(e)),
+            }
+        };
         let fl = proto::OpFlags { ordered: true, fence_before: f.fence_before && first.is_none(), ..flags(f) };
         let p = |need| Planned { region: t.region, offset: signal.offset, len: 8, need };
         let update = match signal.op {
@@ -256,6 +268,7 @@ impl PeerTransport for EdgePeer {
         };
         self.send_or_gather(&mut st, now);
         drop(st);
+        let update = update.unwrap_or_else(|e| Op::ready(Err(e)));
         match first {
             Some(op) => op.then(update),
             None => update,
