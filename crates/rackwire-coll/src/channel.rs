@@ -51,7 +51,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rackwire::{Access, Conn, Fabric, NodeId, Op, OpFlags, Pinned, Region, RemoteRegion, Signal};
 
@@ -59,6 +59,11 @@ use crate::wait::{Idle, Waiter};
 use crate::{
     CollError, HEADS_PER_PEER, OPS_IN_FLIGHT_MAX, SLOTS_PER_PEER, SLOT_BYTES_MAX, SLOT_BYTES_MIN, WINDOW_DATA_BYTES_MAX,
 };
+
+/// How long a rank waits for a lower rank's connection before it opens one itself.
+const CONNECT_WAIT: Duration = Duration::from_secs(2);
+/// How often it looks meanwhile.
+const CONNECT_LOOK_EVERY: Duration = Duration::from_micros(500);
 
 /// Bytes of one counter's cache line.
 const COUNTER_STRIDE: u64 = 64;
@@ -222,21 +227,39 @@ impl Channels {
         let n = nodes.len();
         let layout = window_layout(n);
         let len = layout.len;
-        let mut peers = Vec::with_capacity(n);
-        for (r, remote) in remotes.into_iter().enumerate() {
-            if r == me {
-                peers.push(None);
-                continue;
-            }
-            if remote.node() != nodes[r] || remote.len() != len {
+        for (r, remote) in remotes.iter().enumerate() {
+            if r != me && (remote.node() != nodes[r] || remote.len() != len) {
                 return Err(CollError::Config(format!("rank {r} posted a window that is not its own of {len} bytes")));
             }
-            let conn = fabric.connect(nodes[r]).map_err(|e| match e {
+        }
+        // One connection per pair of ranks: the lower rank opens it, the higher takes it (two
+        // opened at once would each carry one direction's data, and no answer could ride in a
+        // reply). Connections to higher ranks first, so no rank waits on one that waits.
+        let mut conns: Vec<Option<Conn>> = (0..n).map(|_| None).collect();
+        let gone = |r: usize| {
+            move |e| match e {
                 rackwire::Error::PeerGone(node) => CollError::RankGone { rank: r, node },
                 e => e.into(),
-            })?;
-            peers.push(Some((conn, remote)));
+            }
+        };
+        for r in me + 1..n {
+            conns[r] = Some(fabric.connect(nodes[r]).map_err(gone(r))?);
         }
+        for r in 0..me {
+            let deadline = Instant::now() + CONNECT_WAIT.min(timeout);
+            let mut found = fabric.connection_to(nodes[r]);
+            while found.is_none() && Instant::now() < deadline {
+                std::thread::sleep(CONNECT_LOOK_EVERY);
+                found = fabric.connection_to(nodes[r]);
+            }
+            // Not here in time (a slow peer): open one; it still works, in two halves.
+            conns[r] = Some(match found {
+                Some(c) => c,
+                None => fabric.connect(nodes[r]).map_err(gone(r))?,
+            });
+        }
+        let peers: Vec<Option<(Conn, RemoteRegion)>> =
+            conns.into_iter().zip(remotes).map(|(c, remote)| c.map(|c| (c, remote))).collect();
         let ordered = peers.iter().map(|p| p.as_ref().is_some_and(|(c, _)| c.transport() == "shm")).collect();
         let pins = peers
             .iter()

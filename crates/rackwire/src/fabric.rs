@@ -241,6 +241,16 @@ impl Fabric {
         Ok(Conn { t, fabric: self.inner.clone() })
     }
 
+    /// An open connection to `node` if there is one, opened by either end, without opening one.
+    /// Two nodes that connect to each other at once open two connections, and each then
+    /// sends on its own: answers and acknowledgements can no longer ride in the other's
+    /// frames. A node that knows its peer is connecting (a group's higher rank, whose lower
+    /// ranks connect to it) waits for that connection instead.
+    pub fn connection_to(&self, node: NodeId) -> Option<Conn> {
+        let t = self.inner.conns_of(node).into_iter().find(|p| p.is_alive())?;
+        Some(Conn { t, fabric: self.inner.clone() })
+    }
+
     /// A connection to the node called `name`.
     pub fn connect_name(&self, name: &str) -> Result<Conn, Error> {
         let info = self.inner.mh.resolve_name(name).map_err(|e| match e {
