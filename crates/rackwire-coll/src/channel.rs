@@ -374,6 +374,13 @@ impl Channels {
         }
     }
 
+    /// Send what went through a connection since the last flush, if the transport held it.
+    fn flush_sent(&mut self) {
+        if std::mem::take(&mut self.unflushed) {
+            self.fabric.flush();
+        }
+    }
+
     /// Look at the operations in flight, oldest first, dropping the finished ones.
     fn reap(&mut self) -> Result<bool, CollError> {
         let mut any = false;
@@ -605,9 +612,7 @@ impl Channels {
             }
             // The pieces just sent go out together now (the transport gathers small ones for
             // the next thread that drives it, whose look would read the sockets first).
-            if std::mem::take(&mut self.unflushed) {
-                self.fabric.flush();
-            }
+            self.flush_sent();
             for i in 0..recvs.len() {
                 let from = recvs[i].from;
                 if dup_recvs && (0..i).any(|j| recvs[j].from == from && self.taken[from] + 1 < recv_end[j]) {
@@ -625,9 +630,7 @@ impl Channels {
             }
             if all_done {
                 // Nor what the receives gave back (credit) wait for this rank's next call.
-                if std::mem::take(&mut self.unflushed) {
-                    self.fabric.flush();
-                }
+                self.flush_sent();
                 // Operations still in flight are looked at by the next step (or the drain at
                 // leaving): a step that has every piece it waited for is done, even if a peer
                 // that took ours has gone since (as the last step before leaving allows).

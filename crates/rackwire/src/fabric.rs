@@ -40,12 +40,17 @@ fn host_identity() -> String {
 
 /// A connection from `f` to `node`: an existing live one, or a new one over the transport the
 /// configuration and the two nodes' places call for.
+/// An open connection to `node`, opened by either end, if there is one.
+fn open_conn(f: &Node, node: NodeId) -> Option<Peer> {
+    f.conns_of(node).into_iter().find(|p| p.is_alive())
+}
+
 fn connect(f: &Arc<Node>, edge: Option<&Arc<EdgeEndpoint>>, node: NodeId) -> Result<Peer, Error> {
-    if let Some(p) = f.conns_of(node).into_iter().find(|p| p.is_alive()) {
+    if let Some(p) = open_conn(f, node) {
         return Ok(p);
     }
     let _g = lock(&f.connect_lock);
-    if let Some(p) = f.conns_of(node).into_iter().find(|p| p.is_alive()) {
+    if let Some(p) = open_conn(f, node) {
         return Ok(p);
     }
     let info = f.mh.resolve(node).map_err(|e| match e {
@@ -247,7 +252,7 @@ impl Fabric {
     /// frames. A node that knows its peer is connecting (a group's higher rank, whose lower
     /// ranks connect to it) waits for that connection instead.
     pub fn connection_to(&self, node: NodeId) -> Option<Conn> {
-        let t = self.inner.conns_of(node).into_iter().find(|p| p.is_alive())?;
+        let t = open_conn(&self.inner, node)?;
         Some(Conn { t, fabric: self.inner.clone() })
     }
 

@@ -315,10 +315,15 @@ impl EdgeEndpoint {
     /// owes).
     pub(crate) fn send_owed(&self) {
         let mut st = lock(&self.state);
-        let now = self.now();
         st.conns.release_holds();
+        self.transmit_here(&mut st, self.now());
+    }
+
+    /// [`EdgeEndpoint::transmit`] from an application thread (the state's lock held), with
+    /// that thread's buffers.
+    fn transmit_here(&self, st: &mut State, now: proto::Time) -> usize {
         let mut io = lock(&self.app_io);
-        self.transmit(&mut st, now, &mut io);
+        self.transmit(st, now, &mut io)
     }
 
     /// Stop the network thread and close every connection.
@@ -396,9 +401,7 @@ impl Drive for EdgeEndpoint {
     fn flush(&self) {
         let mut st = lock(&self.state);
         if std::mem::take(&mut st.unsent) {
-            let now = self.now();
-            let mut io = lock(&self.app_io);
-            self.transmit(&mut st, now, &mut io);
+            self.transmit_here(&mut st, self.now());
             // The next round looks at the connections (timers the frames armed).
             st.stale = true;
         }

@@ -104,9 +104,7 @@ impl EdgePeer {
                     && !self.ep.watching.load(Ordering::SeqCst)));
         st.unsent |= gather;
         if !gather {
-            let mut io = lock(&self.ep.app_io);
-            self.ep.transmit(st, now, &mut io);
-            drop(io);
+            self.ep.transmit_here(st, now);
         }
         // Wake the network thread only if this connection now needs it before it would wake
         // anyway (a timer armed by the new frames, or frames the windows held back).
