@@ -532,15 +532,17 @@ impl Waker {
     }
 }
 
-/// Block until a socket is readable, the waker is woken, or `timeout` passes.
-pub fn wait(socks: &[LinkSocket], waker: &Waker, timeout: Option<Duration>) {
+/// Block until a socket is readable, the waker is woken, or `timeout` passes (a zero timeout
+/// only looks). True when a socket is readable or the waker was woken.
+pub fn wait(socks: &[LinkSocket], waker: &Waker, timeout: Option<Duration>) -> bool {
     let mut fds: Vec<PollFd<'_>> = socks.iter().map(|s| PollFd::new(s, PollFlags::IN)).collect();
     fds.push(PollFd::new(&waker.fd, PollFlags::IN));
     let ts = timeout.map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as _ });
-    let _ = rustix::event::poll(&mut fds, ts.as_ref());
+    let ready = rustix::event::poll(&mut fds, ts.as_ref()).unwrap_or(0) > 0;
     if fds.last().is_some_and(|w| !w.revents().is_empty()) {
         waker.drain();
     }
+    ready
 }
 
 #[cfg(test)]
@@ -659,6 +661,29 @@ mod tests {
         assert_eq!(got, frames);
         assert_eq!(b.recv_batch(&mut bufs, |_, _| ControlFlow::Continue(())).unwrap(), 0);
         assert!(bufs.drained(), "an empty socket reads as drained");
+    }
+
+    // Checks `wait` as a look (zero timeout): false with nothing to read, true once a datagram
+    // waits on the socket (which it leaves there: the next look still sees it), and true once
+    // the waker was woken (which it consumes: the look after that is false again).
+    #[test]
+    fn a_zero_wait_only_looks() {
+        let a = LinkSocket::bind("127.0.0.1:0", 1500).unwrap();
+        let b = LinkSocket::bind("127.0.0.1:0", 1500).unwrap();
+        let waker = Waker::new().unwrap();
+        let socks = std::slice::from_ref(&b);
+        assert!(!wait(socks, &waker, Some(Duration::ZERO)));
+        let frame = [OutFrame { head: b"look", body: &[], to: b.local_addr() }];
+        assert_eq!(a.send_batch(&frame).unwrap(), 1);
+        // Loopback delivers at once, but give the kernel a moment on a loaded host.
+        assert!(wait(socks, &waker, Some(Duration::from_secs(5))));
+        assert!(wait(socks, &waker, Some(Duration::ZERO)), "the datagram is still there");
+        let mut bufs = RecvBufs::default();
+        assert_eq!(b.recv_batch(&mut bufs, |_, _| ControlFlow::Continue(())).unwrap(), 1);
+        assert!(!wait(socks, &waker, Some(Duration::ZERO)));
+        waker.wake();
+        assert!(wait(&[], &waker, Some(Duration::ZERO)));
+        assert!(!wait(&[], &waker, Some(Duration::ZERO)), "the wake was consumed");
     }
 
     // Checks that a receiver can have a frame acted on before more are taken: on a jumbo link

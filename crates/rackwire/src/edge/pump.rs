@@ -254,12 +254,25 @@ impl EdgeEndpoint {
                 continue;
             }
             // In a stream, the next acknowledgement or frame is usually microseconds away:
-            // look again for a moment before paying for a sleep and a wake-up.
+            // look again for a moment before paying for a sleep and a wake-up. The looks ask
+            // only whether a socket is readable (or the waker woken), without the state's
+            // lock: a thread that sends takes that lock, and rounds taken back to back held it
+            // off for the whole spin (each reply through rw0 across racks waited for it).
+            // A timer due meanwhile ends the spin.
             if last_work.elapsed() < NET_SPIN {
                 self.parked_until_us.store(AWAKE, Ordering::SeqCst);
-                // Every look is a round of system calls already; a thread of this core that
-                // has work (the one this frame woke, on a small host) goes first.
-                std::thread::yield_now();
+                let due = Instant::now() + wait;
+                loop {
+                    // A thread of this core that has work (the one this frame woke, on a
+                    // small host) goes first.
+                    std::thread::yield_now();
+                    if rackwire_udp::wait(&self.socks, &self.waker, Some(Duration::ZERO))
+                        || last_work.elapsed() >= NET_SPIN
+                        || Instant::now() >= due
+                    {
+                        break;
+                    }
+                }
                 continue;
             }
             rackwire_udp::wait(&self.socks, &self.waker, Some(wait));
@@ -316,6 +329,11 @@ impl EdgeEndpoint {
             node.check_peer(s.peer(), s.addrs().map(|a| a.to_string()).collect());
         }
         false
+    }
+
+    /// Messages go to an edge message handler as they arrive (none waits to be taken).
+    pub(super) fn hands_messages_over(&self) -> bool {
+        self.fabric.upgrade().is_some_and(|n| n.edge_messages.get().is_some())
     }
 
     /// With an edge message handler set, take every connection's delivered messages for it
