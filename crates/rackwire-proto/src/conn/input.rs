@@ -82,7 +82,8 @@ impl Connection {
         self.stats.frames_received += 1;
         self.stats.bytes_received += len;
         let l = &mut self.links[link];
-        l.heard(now, len);
+        l.heard(now, len, repr.ts);
+        self.arriving_behind = l.reverse_queue;
         self.last_heard = now;
         let established = self.state == State::Established;
         if let (Some(ack), true) = (repr.ack, established) {
