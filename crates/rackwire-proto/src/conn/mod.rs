@@ -180,8 +180,9 @@ pub struct Connection {
     inflight: SentRing<Sent>,
     /// Latest send time of a frame known delivered, on any link (first transmissions only).
     rack_time: Time,
-    /// How long the frame being read queued on its way here, beyond the quickest its link has
-    /// shown (its link's `reverse_queue`): the acknowledgements it carries waited as long.
+    /// How long the data frame being read queued on its way here, beyond the quickest its link
+    /// has shown (its link's `reverse_queue`; 0 for other frames): the acknowledgements it
+    /// carries waited as long.
     arriving_behind: Time,
     retx: VecDeque<u64>,
     /// Frames declared lost: the link whose window they cut, and the cut's episode, until the
