@@ -13,10 +13,6 @@ const LOSS_BETA: f64 = 0.7;
 /// Queueing delay a link may build before its window stops growing, beyond its minimum round
 /// trip (µs), as a floor; the allowance is otherwise one minimum round trip.
 const QUEUE_DELAY_FLOOR_US: f64 = 100.0;
-/// The quickest one-way delay of the peer's frames on a link is the minimum over the current
-/// and the previous stretch of this long (µs), so that it follows two clocks that drift apart
-/// (at 20 parts per million, 20 µs a second) instead of keeping one old sample forever.
-const REVERSE_BASE_EPOCH_US: Time = 1_000_000;
 
 /// The window before a cut, kept until the cut's losses all prove spurious (or the next cut).
 #[derive(Debug, Clone, Copy)]
@@ -37,18 +33,6 @@ pub(crate) struct Link {
     rttvar: f64,
     min_rtt: f64,
     latest_rtt: f64,
-    /// Of the latest round trip, the time its acknowledgement spent queued on the way back
-    /// (behind the peer's own frames): not this link's queue, so not a reason to stop growing.
-    latest_behind: f64,
-    /// The peer's frames on this link: (local clock − the peer's stamp) mod 2^32, the one-way
-    /// delay plus the clocks' offset; its minimum in this stretch and in the one before
-    /// ([`REVERSE_BASE_EPOCH_US`]), and when this stretch began.
-    reverse_min: Option<u32>,
-    reverse_min_before: Option<u32>,
-    reverse_epoch: Time,
-    /// How much longer than the quickest the latest frame from the peer on this link took
-    /// (µs): the queue it waited in on the way here.
-    pub reverse_queue: Time,
     backoff: u32,
     pub cwnd: f64,
     ssthresh: f64,
@@ -80,11 +64,6 @@ impl Link {
             rttvar: 0.0,
             min_rtt: f64::MAX,
             latest_rtt: 0.0,
-            latest_behind: 0.0,
-            reverse_min: None,
-            reverse_min_before: None,
-            reverse_epoch: now,
-            reverse_queue: 0,
             backoff: 0,
             cwnd: cfg.link_window_initial as f64,
             ssthresh: cfg.link_window_max as f64,
@@ -102,12 +81,10 @@ impl Link {
         }
     }
 
-    /// A round-trip sample (RFC 6298 smoothing), of which `behind` µs were spent by its
-    /// acknowledgement queued on the way back (see [`Link::heard`]).
-    pub fn rtt_sample(&mut self, rtt: Time, behind: Time) {
+    /// A round-trip sample (RFC 6298 smoothing).
+    pub fn rtt_sample(&mut self, rtt: Time) {
         let r = rtt.max(1) as f64;
         self.latest_rtt = r;
-        self.latest_behind = behind.min(rtt) as f64;
         self.min_rtt = self.min_rtt.min(r);
         match self.srtt {
             None => {
@@ -160,14 +137,9 @@ impl Link {
         self.up && self.inflight < if self.suspect { 1 } else { self.window() }
     }
 
-    /// Whether the latest round trip shows a queue building on this link's way out beyond the
-    /// allowance. The time its acknowledgement waited behind the peer's frames on the way back
-    /// does not count: when both ends send at once, each one's acknowledgements queue behind
-    /// the other's data, and counting that kept the window of whichever end had been cut
-    /// small while the other's stayed large (on two 1 Gbit/s rails, one rank of a 1 MiB
-    /// alltoallv then finished a millisecond after the other).
+    /// Whether the latest round trip shows a queue building beyond the allowance.
     fn queueing(&self) -> bool {
-        self.latest_rtt - self.latest_behind > self.min_rtt + self.min_rtt.max(QUEUE_DELAY_FLOOR_US)
+        self.latest_rtt > self.min_rtt + self.min_rtt.max(QUEUE_DELAY_FLOOR_US)
     }
 
     /// Start over with the configured windows (they changed before any data moved).
@@ -235,26 +207,11 @@ impl Link {
         self.stats.window = self.cwnd as u64;
     }
 
-    /// A frame of `len` bytes, stamped `stamp` by the peer's clock, arrived on this link at
-    /// `now`. Its one-way delay against the quickest seen (the clocks' offset cancels out)
-    /// becomes [`Link::reverse_queue`].
-    pub fn heard(&mut self, now: Time, len: u64, stamp: u32) {
+    /// A frame of `len` bytes arrived on this link at `now`.
+    pub fn heard(&mut self, now: Time, len: u64) {
         self.stats.frames_received += 1;
         self.stats.bytes_received += len;
         self.last_heard = now;
-        let delay = (now as u32).wrapping_sub(stamp);
-        if now.saturating_sub(self.reverse_epoch) >= REVERSE_BASE_EPOCH_US {
-            self.reverse_epoch = now;
-            self.reverse_min_before = self.reverse_min.take();
-        }
-        // The smaller of two delays on the 32-bit circle (they lie within seconds of each other).
-        let quickest = |a: Option<u32>, b: u32| match a {
-            Some(a) if (a.wrapping_sub(b) as i32) < 0 => a,
-            _ => b,
-        };
-        self.reverse_min = Some(quickest(self.reverse_min, delay));
-        let base = quickest(self.reverse_min_before, self.reverse_min.unwrap_or(delay));
-        self.reverse_queue = (delay.wrapping_sub(base) as i32).max(0) as Time;
     }
 
     /// A frame of `len` bytes left on this link.
@@ -320,8 +277,7 @@ impl Link {
         self.probe = None;
         self.missed = 0;
         self.suspect = false;
-        let behind = self.reverse_queue;
-        self.rtt_sample(now.saturating_sub(sent), behind);
+        self.rtt_sample(now.saturating_sub(sent));
         !std::mem::replace(&mut self.up, true)
     }
 
@@ -349,56 +305,14 @@ mod tests {
         let cfg = Config::new(1, 1500);
         let mut l = Link::new(&cfg, 0);
         for _ in 0..10_000 {
-            l.rtt_sample(7, 0);
+            l.rtt_sample(7);
             let srtt = l.srtt.expect("sampled");
             assert!(srtt.is_normal() && (l.rttvar == 0.0 || l.rttvar.is_normal()), "{srtt} {}", l.rttvar);
         }
         assert_eq!(l.srtt, Some(7.0));
         assert_eq!(l.rttvar, 0.0);
-        l.rtt_sample(15, 0);
+        l.rtt_sample(15);
         assert_eq!(l.srtt, Some(8.0));
         assert_eq!(l.rttvar, 2.0);
-    }
-
-    // Checks the reverse queue: frames from the peer stamped by a clock offset by almost the
-    // whole 32-bit circle (so the delays wrap) read 0 at the quickest delay, then 1500 for a
-    // frame 1500 µs slower, then 0 again; after two stretches of REVERSE_BASE_EPOCH_US with
-    // every frame 30 µs slower (the clocks drifted), that is the new quickest (0), not 30.
-    #[test]
-    fn reverse_queue_is_the_delay_beyond_the_quickest() {
-        let cfg = Config::new(1, 1500);
-        let mut l = Link::new(&cfg, 0);
-        let offset: u32 = u32::MAX - 200;
-        // A frame sent at `sent` (stamped by the peer's clock, ours + offset) takes `delay` µs.
-        let hear = |l: &mut Link, sent: Time, delay: Time| {
-            let stamped = (sent as u32).wrapping_add(offset);
-            l.heard(sent + delay, 1500, stamped);
-            l.reverse_queue
-        };
-        assert_eq!(hear(&mut l, 1_000, 50), 0);
-        assert_eq!(hear(&mut l, 2_000, 1_550), 1_500);
-        assert_eq!(hear(&mut l, 5_000, 50), 0);
-        for t in 1..=40 {
-            hear(&mut l, t * 60_000, 80);
-        }
-        assert_eq!(hear(&mut l, 2_500_000, 80), 0);
-        assert_eq!(hear(&mut l, 2_600_000, 180), 100);
-    }
-
-    // Checks the growth rule: with a quickest round trip of 100 µs, a 2000 µs round trip stops
-    // the window growing when the queue was on the way out, and lets it grow when 1900 µs of it
-    // were the acknowledgement queued on the way back (behind the peer's own data).
-    #[test]
-    fn a_queue_on_the_way_back_does_not_stop_growth() {
-        let cfg = Config::new(1, 1500);
-        let mut l = Link::new(&cfg, 0);
-        l.rtt_sample(100, 0);
-        let w0 = l.cwnd;
-        l.rtt_sample(2_000, 0);
-        l.on_ack(&cfg);
-        assert_eq!(l.cwnd, w0, "a queue on the way out stops growth");
-        l.rtt_sample(2_000, 1_900);
-        l.on_ack(&cfg);
-        assert!(l.cwnd > w0, "a queue on the way back does not: {} vs {w0}", l.cwnd);
     }
 }

@@ -82,13 +82,7 @@ impl Connection {
         self.stats.frames_received += 1;
         self.stats.bytes_received += len;
         let l = &mut self.links[link];
-        l.heard(now, len, repr.ts);
-        // A data frame queued behind the peer's other data on its way here, and the
-        // acknowledgement it carries waited as long. A frame of another kind follows no data of
-        // the peer's: a delay it shows is this end's (a receiving thread busy sending, its
-        // socket holding what came), which stays a brake on the window as before; counting it
-        // let one-way streams grow their windows until the shapers' queues set off the timer.
-        self.arriving_behind = if repr.kind == FrameKind::Data { l.reverse_queue } else { 0 };
+        l.heard(now, len);
         self.last_heard = now;
         let established = self.state == State::Established;
         if let (Some(ack), true) = (repr.ack, established) {

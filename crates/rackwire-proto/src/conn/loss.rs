@@ -33,7 +33,7 @@ impl Connection {
             }
             if !s.retransmitted {
                 let l = &mut self.links[s.link];
-                l.rtt_sample(now.saturating_sub(s.sent_at), self.arriving_behind);
+                l.rtt_sample(now.saturating_sub(s.sent_at));
                 l.delivered(s.sent_at);
                 self.rack_time = self.rack_time.max(s.sent_at);
             }

@@ -180,10 +180,6 @@ pub struct Connection {
     inflight: SentRing<Sent>,
     /// Latest send time of a frame known delivered, on any link (first transmissions only).
     rack_time: Time,
-    /// How long the data frame being read queued on its way here, beyond the quickest its link
-    /// has shown (its link's `reverse_queue`; 0 for other frames): the acknowledgements it
-    /// carries waited as long.
-    arriving_behind: Time,
     retx: VecDeque<u64>,
     /// Frames declared lost: the link whose window they cut, and the cut's episode, until the
     /// peer reports them arrived twice (at most [`RETX_WATCH_MAX`], oldest forgotten first).
@@ -349,7 +345,6 @@ impl Connection {
             next_seq: 0,
             inflight: SentRing::default(),
             rack_time: 0,
-            arriving_behind: 0,
             retx: VecDeque::new(),
             retx_watch: BTreeMap::new(),
             losses_due: false,
