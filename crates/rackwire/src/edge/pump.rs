@@ -340,7 +340,7 @@ impl EdgeEndpoint {
     /// (handed over by [`EdgeEndpoint::hand_over`] once the state's lock is released).
     /// True when nothing is left for a receiving thread (no notification waits either).
     fn take_for_handler(&self, st: &mut State) -> bool {
-        if self.fabric.upgrade().is_none_or(|n| n.edge_messages.get().is_none()) {
+        if !self.hands_messages_over() {
             return false;
         }
         let mut handed = lock(&self.handed);
