@@ -38,13 +38,13 @@ fn host_identity() -> String {
         .unwrap_or_else(|_| "unknown-host".into())
 }
 
-/// A connection from `f` to `node`: an existing live one, or a new one over the transport the
-/// configuration and the two nodes' places call for.
 /// An open connection to `node`, opened by either end, if there is one.
 fn open_conn(f: &Node, node: NodeId) -> Option<Peer> {
     f.conns_of(node).into_iter().find(|p| p.is_alive())
 }
 
+/// A connection from `f` to `node`: an existing live one, or a new one over the transport the
+/// configuration and the two nodes' places call for.
 fn connect(f: &Arc<Node>, edge: Option<&Arc<EdgeEndpoint>>, node: NodeId) -> Result<Peer, Error> {
     if let Some(p) = open_conn(f, node) {
         return Ok(p);
