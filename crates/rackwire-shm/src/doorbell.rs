@@ -16,6 +16,8 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use crate::mem::{MapAccess, SharedMem, ShmError};
 
 const DOORBELL_PAGE_BYTES: u64 = 4096;
+/// Descriptors besides its own a doorbell's wait watches at most.
+pub const WAIT_FDS_MAX: usize = 8;
 
 /// The receiving side of a doorbell.
 #[derive(Debug)]
@@ -60,12 +62,23 @@ impl Doorbell {
 
     /// Block until rung or until `timeout` passes. Returns true when rung.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
+        self.wait_with(&[], timeout)
+    }
+
+    /// Block until rung, until one of `others` is readable (at most [`WAIT_FDS_MAX`] of
+    /// them), or until `timeout` passes. Returns true when something woke it: a thread that
+    /// serves a device and the rings sleeps on both at once.
+    pub fn wait_with(&self, others: &[BorrowedFd<'_>], timeout: Option<Duration>) -> bool {
         let ts = timeout.map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as _ });
-        let mut fds = [PollFd::new(&self.efd, PollFlags::IN)];
-        let rung = matches!(rustix::event::poll(&mut fds, ts.as_ref()), Ok(n) if n > 0);
-        let mut drain = [0u8; 8];
-        let _ = rustix::io::read(&self.efd, &mut drain);
-        rung
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(1 + others.len().min(WAIT_FDS_MAX));
+        fds.push(PollFd::new(&self.efd, PollFlags::IN));
+        fds.extend(others.iter().take(WAIT_FDS_MAX).map(|fd| PollFd::new(fd, PollFlags::IN)));
+        let woke = matches!(rustix::event::poll(&mut fds, ts.as_ref()), Ok(n) if n > 0);
+        if !fds[0].revents().is_empty() {
+            let mut drain = [0u8; 8];
+            let _ = rustix::io::read(&self.efd, &mut drain);
+        }
+        woke
     }
 }
 
@@ -121,5 +134,19 @@ mod tests {
         remote.ring();
         assert_eq!(remote.rings(), 1);
         assert!(bell.wait(Some(Duration::from_secs(5))));
+    }
+
+    // Checks that a wait watching another descriptor ends when that one is readable though
+    // the doorbell never rang (true at once with a byte waiting in a socket pair), and that
+    // with neither it times out (false after 1 ms).
+    #[test]
+    fn a_wait_watches_other_descriptors_too() {
+        use std::io::Write;
+        let bell = Doorbell::new().unwrap();
+        let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        bell.arm();
+        assert!(!bell.wait_with(&[a.as_fd()], Some(Duration::from_millis(1))));
+        b.write_all(&[7]).unwrap();
+        assert!(bell.wait_with(&[a.as_fd()], Some(Duration::from_secs(5))));
     }
 }

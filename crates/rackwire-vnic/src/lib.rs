@@ -25,6 +25,7 @@ mod tun;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -49,12 +50,17 @@ const _: () = assert!(VNIC_MTU + VNET_HDR_LEN <= rackwire::MESSAGE_BYTES_MAX);
 /// Messages a sender keeps in flight on the edge transport before it waits for the oldest
 /// (shared-memory sends complete when they are in the receiver's ring).
 pub const TX_INFLIGHT_MAX: usize = 256;
+/// Packets the virtual NIC's thread reads from `rw0` in a row before it looks at the rings.
+pub const TX_BATCH: usize = 32;
+/// Packets it takes from the rings in a row before it reads `rw0` again.
+pub const RX_BATCH: usize = 32;
 /// Peers one virtual NIC routes to at most.
 pub const PEERS_MAX: usize = 256;
 /// The busy poll of an agent that runs a virtual NIC (its fabric's `busy_poll`, unless set
 /// otherwise): none. Its threads sleep in the kernel between packets and are woken for each:
 /// the edge transport's network thread for frames from other racks (it writes their packets
-/// into rw0 itself), the receiving thread by the doorbell for packets over shared memory. The
+/// into rw0 itself), the virtual NIC's thread by `rw0` or the doorbell for packets over shared
+/// memory. The
 /// applications whose packets these are need the cores: with spinning receivers (200 µs), on
 /// two cores, 64 B ping-pongs across racks took 48–98 µs p50 against 45–64 without, in one rack
 /// 26–39 against 24–31, and TCP over rw0 gave 0.53–0.65 of the veth's against 0.49–0.68 (the
@@ -280,8 +286,8 @@ impl Vnic {
         });
         // Packets over the edge transport go into rw0 from the thread that receives them (the
         // transport's network thread, or one of ours driving it), without a hand-over to the
-        // receiving thread and its wake-up; packets over shared memory wait in their rings
-        // for the receiving thread. (A weak reference: the fabric holds the handler.)
+        // virtual NIC's thread and its wake-up; packets over shared memory wait in their
+        // rings for that thread. (A weak reference: the fabric holds the handler.)
         let weak = Arc::downgrade(&shared);
         shared.fabric.set_edge_message_handler(move |from, data| {
             if let Some(s) = weak.upgrade() {
@@ -290,11 +296,9 @@ impl Vnic {
         })?;
         shared.refresh();
         let mut threads = Vec::new();
-        for (name, f) in [
-            ("rw-vnic-tx", Shared::tx_loop as fn(&Shared)),
-            ("rw-vnic-rx", Shared::rx_loop as fn(&Shared)),
-            ("rw-vnic-peers", Shared::refresh_loop as fn(&Shared)),
-        ] {
+        for (name, f) in
+            [("rw-vnic-io", Shared::io_loop as fn(&Shared)), ("rw-vnic-peers", Shared::refresh_loop as fn(&Shared))]
+        {
             let s = shared.clone();
             let h = std::thread::Builder::new()
                 .name(name.into())
@@ -338,83 +342,91 @@ impl Drop for Vnic {
 }
 
 impl Shared {
-    /// Packets from the kernel to their peers.
-    fn tx_loop(&self) {
+    /// Packets both ways, from one thread: from the kernel to their peers (read from `rw0`),
+    /// and from peers to the kernel (written into `rw0` from the shared-memory ring where they
+    /// lie). One thread for both, as a bare relay has one per direction: a packet written
+    /// into `rw0` often makes the kernel answer at once (a TCP acknowledgement), and the same
+    /// thread, still awake, carries the answer without another thread's wake-up. It sleeps
+    /// in the kernel on both at once when neither has work.
+    fn io_loop(&self) {
         let mut buf = vec![0u8; VNET_HDR_LEN + VNIC_MTU + 1];
         let mut inflight: VecDeque<(Op, Arc<Counts>)> = VecDeque::new();
-        // This thread sleeps in the kernel between packets: spinning here as well as in the
-        // receiving thread (which polls for the fabric's busy-poll time) measured slower on
-        // two cores, where the spinning threads take the applications' core.
         while !self.stop.load(Ordering::Relaxed) {
-            // Before sleeping in the kernel: a send's look at its outcome drove the edge
-            // transport, which now takes this thread for one that polls and leaves the sockets
-            // to it; say it does not, so the transport's network thread reads them (and hands
-            // their packets to rw0) at once.
-            let n = match self.tun.read_timeout_then(&mut buf, STOP_CHECK, || self.fabric.rest()) {
-                Ok(0) => continue,
-                Ok(n) => n,
-                Err(e) => {
-                    warn!("reading {VNIC_NAME}: {e}");
-                    std::thread::sleep(STOP_CHECK);
-                    continue;
-                }
-            };
-            // The offload header and the packet go together.
-            let packet = &buf[..n];
-            let Some(dst) = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination) else {
-                // IPv6 neighbour discovery and the like are not carried.
-                self.malformed.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            let (conn, counts) = {
-                let table = self.table.read().unwrap_or_else(|e| e.into_inner());
-                match table.by_addr.get(&dst).and_then(|n| table.peers.get(n)) {
-                    Some(p) => (p.conn.clone(), p.counts.clone()),
-                    None => {
-                        self.no_route.fetch_add(1, Ordering::Relaxed);
-                        continue;
+            let mut worked = false;
+            for _ in 0..TX_BATCH {
+                match self.tun.try_read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        worked = true;
+                        self.carry(&buf[..n], &mut inflight);
                     }
-                }
-            };
-            let mut op = conn.send(packet);
-            match op.poll() {
-                Some(Ok(_)) => count_tx(&counts, n),
-                Some(Err(e)) => {
-                    debug!("send to {}: {e}", conn.peer());
-                    counts.tx_errors.fetch_add(1, Ordering::Relaxed);
-                    if matches!(e, rackwire::Error::PeerGone(_) | rackwire::Error::Closed) {
-                        // Its agent is gone: back to Ethernet now, not at the next look.
-                        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
-                        self.forget(&mut table, conn.peer());
+                    Err(e) => {
+                        warn!("reading {VNIC_NAME}: {e}");
+                        std::thread::sleep(STOP_CHECK);
+                        break;
                     }
-                }
-                None => {
-                    count_tx(&counts, n);
-                    inflight.push_back((op, counts));
                 }
             }
-            // Edge sends complete later: keep a bounded number in flight.
-            while let Some((op, _)) = inflight.front() {
-                if inflight.len() < TX_INFLIGHT_MAX && !op.is_done() {
-                    break;
-                }
-                let (op, counts) = inflight.pop_front().expect("front exists");
-                if op.wait().is_err() {
-                    counts.tx_errors.fetch_add(1, Ordering::Relaxed);
-                }
+            match self.fabric.recv_waiting_with(RX_BATCH, |from, data| self.deliver(from, data)) {
+                Ok(n) => worked |= n > 0,
+                Err(rackwire::Error::Closed) => return,
+                Err(e) => debug!("fabric receive: {e}"),
+            }
+            if worked {
+                continue;
+            }
+            match self.fabric.wait_input(&[self.tun.as_fd()], STOP_CHECK) {
+                Ok(()) => {}
+                Err(rackwire::Error::Closed) => return,
+                Err(e) => debug!("waiting for packets: {e}"),
             }
         }
     }
 
-    /// Packets from peers to the kernel, written into `rw0` straight from where the fabric
-    /// holds them (the shared-memory ring).
-    fn rx_loop(&self) {
-        while !self.stop.load(Ordering::Relaxed) {
-            let r = self.fabric.recv_with(STOP_CHECK, |from, data| self.deliver(from, data));
-            match r {
-                Ok(_) | Err(rackwire::Error::Timeout) => {}
-                Err(rackwire::Error::Closed) => return,
-                Err(e) => debug!("fabric receive: {e}"),
+    /// One packet read from `rw0` to the peer that owns its destination. Edge sends complete
+    /// later: a bounded number stays in flight.
+    fn carry(&self, packet: &[u8], inflight: &mut VecDeque<(Op, Arc<Counts>)>) {
+        let n = packet.len();
+        // The offload header and the packet go together.
+        let Some(dst) = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination) else {
+            // IPv6 neighbour discovery and the like are not carried.
+            self.malformed.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let (conn, counts) = {
+            let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+            match table.by_addr.get(&dst).and_then(|n| table.peers.get(n)) {
+                Some(p) => (p.conn.clone(), p.counts.clone()),
+                None => {
+                    self.no_route.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        };
+        let mut op = conn.send(packet);
+        match op.poll() {
+            Some(Ok(_)) => count_tx(&counts, n),
+            Some(Err(e)) => {
+                debug!("send to {}: {e}", conn.peer());
+                counts.tx_errors.fetch_add(1, Ordering::Relaxed);
+                if matches!(e, rackwire::Error::PeerGone(_) | rackwire::Error::Closed) {
+                    // Its agent is gone: back to Ethernet now, not at the next look.
+                    let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+                    self.forget(&mut table, conn.peer());
+                }
+            }
+            None => {
+                count_tx(&counts, n);
+                inflight.push_back((op, counts));
+            }
+        }
+        while let Some((op, _)) = inflight.front() {
+            if inflight.len() < TX_INFLIGHT_MAX && !op.is_done() {
+                break;
+            }
+            let (op, counts) = inflight.pop_front().expect("front exists");
+            if op.wait().is_err() {
+                counts.tx_errors.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

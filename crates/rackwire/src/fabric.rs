@@ -303,6 +303,34 @@ impl Fabric {
         .map(|(from, ())| from)
     }
 
+    /// Take up to `max` messages that are waiting now, from any peers, each handed to `f` with
+    /// its sender where the transport holds it (as [`Fabric::recv_with`]), without waiting.
+    /// Returns how many were taken. With [`Fabric::wait_input`], one thread serves the
+    /// fabric's messages and a device of its own (the virtual NIC's TUN) alike.
+    pub fn recv_waiting_with(&self, max: usize, mut f: impl FnMut(NodeId, &[u8])) -> Result<usize, Error> {
+        let mut view = self.inner.peer_view();
+        let mut taken = 0;
+        while taken < max {
+            let got = self.poll_peers(&mut view, |p| {
+                let from = p.peer();
+                p.try_recv_with(&mut |data| f(from, data)).map(|got| got.then_some(()))
+            })?;
+            if got.is_none() {
+                break;
+            }
+            taken += 1;
+        }
+        Ok(taken)
+    }
+
+    /// Sleep until a message or notification may be waiting for the receive calls, one of
+    /// `fds` is readable (at most [`rackwire_shm::doorbell::WAIT_FDS_MAX`]), or `timeout`
+    /// passes; returns at once when one waits already. A wake-up says only "look": the caller
+    /// looks (with [`Fabric::recv_waiting_with`], and at its descriptors) before it sleeps again.
+    pub fn wait_input(&self, fds: &[std::os::fd::BorrowedFd<'_>], timeout: Duration) -> Result<(), Error> {
+        crate::node::wait_input(&self.inner, fds, timeout)
+    }
+
     /// The next notification, if one is waiting.
     pub fn try_notification(&self) -> Result<Option<Notification>, Error> {
         self.look_for_notification(&mut self.inner.peer_view())

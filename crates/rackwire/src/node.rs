@@ -7,6 +7,7 @@
 //! top, chooses and starts the transports.
 
 use std::collections::{HashMap, HashSet};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
@@ -377,6 +378,23 @@ impl Node {
             self.mh.drop_region(r.id);
         }
     }
+}
+
+/// Sleep until a message or notification may wait for a receive call (the doorbell rang, or
+/// one waits already), one of `fds` is readable, or `timeout` passes.
+pub(crate) fn wait_input(f: &Node, fds: &[BorrowedFd<'_>], timeout: Duration) -> Result<(), Error> {
+    if f.closed.load(Ordering::Relaxed) {
+        return Err(Error::Closed);
+    }
+    // This thread stops driving the edge transport while it sleeps.
+    f.rest();
+    f.doorbell.arm();
+    // Looked at after arming: a record published before it is seen here, one after it rings.
+    if !f.all_peers().iter().any(|p| p.unread()) {
+        f.doorbell.wait_with(fds, Some(timeout));
+    }
+    f.doorbell.disarm();
+    Ok(())
 }
 
 /// Busy-poll `probe` for the configured time, then sleep on the doorbell between looks, until
