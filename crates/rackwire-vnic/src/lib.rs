@@ -50,6 +50,9 @@ const _: () = assert!(VNIC_MTU + VNET_HDR_LEN <= rackwire::MESSAGE_BYTES_MAX);
 /// Messages a sender keeps in flight on the edge transport before it waits for the oldest
 /// (shared-memory sends complete when they are in the receiver's ring).
 pub const TX_INFLIGHT_MAX: usize = 256;
+/// The most one read from `rw0` returns: a packet of up to the MTU with its offload header
+/// (one byte more, so a longer one would show).
+const PACKET_BYTES_MAX: usize = VNET_HDR_LEN + VNIC_MTU + 1;
 /// Packets the virtual NIC's thread reads from `rw0` in a row before it looks at the rings.
 pub const TX_BATCH: usize = 32;
 /// Packets it takes from the rings in a row before it reads `rw0` again.
@@ -158,6 +161,24 @@ struct Counts {
     rx_packets: AtomicU64,
     rx_bytes: AtomicU64,
     tx_errors: AtomicU64,
+}
+
+/// Where a packet goes: the connection to its peer, and that peer's counters.
+struct Route {
+    conn: Conn,
+    counts: Arc<Counts>,
+}
+
+/// What one read from `rw0` came to.
+enum Read {
+    /// Nothing was waiting.
+    Nothing,
+    /// A packet of this many bytes, read straight into the guessed peer's ring and sent.
+    Sent(usize),
+    /// A packet of this many bytes, in the buffer, for [`Shared::carry`].
+    Here(usize),
+    /// The guessed peer's connection failed before anything was read.
+    Failed(rackwire::Error),
 }
 
 struct Peer {
@@ -349,16 +370,31 @@ impl Shared {
     /// thread, still awake, carries the answer without another thread's wake-up. It sleeps
     /// in the kernel on both at once when neither has work.
     fn io_loop(&self) {
-        let mut buf = vec![0u8; VNET_HDR_LEN + VNIC_MTU + 1];
+        let mut buf = vec![0u8; PACKET_BYTES_MAX];
         let mut inflight: VecDeque<(Op, Arc<Counts>)> = VecDeque::new();
+        // The peer over shared memory the last packet went to: the next packet is read from
+        // `rw0` straight into its ring (most packets go where the last one went).
+        let mut guess: Option<Route> = None;
         while !self.stop.load(Ordering::Relaxed) {
             let mut worked = false;
             for _ in 0..TX_BATCH {
-                match self.tun.try_read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
+                let read = match &guess {
+                    Some(route) => self.read_into(route, &mut buf),
+                    None => self.tun.try_read(&mut buf).map(|n| if n == 0 { Read::Nothing } else { Read::Here(n) }),
+                };
+                match read {
+                    Ok(Read::Nothing) => break,
+                    Ok(Read::Sent(_)) => worked = true,
+                    Ok(Read::Here(n)) => {
                         worked = true;
-                        self.carry(&buf[..n], &mut inflight);
+                        guess = self.carry(&buf[..n], &mut inflight);
+                    }
+                    Ok(Read::Failed(e)) => {
+                        // Its peer failed before anything was read: the packet is still in
+                        // `rw0`, read the plain way next.
+                        if let Some(route) = guess.take() {
+                            self.send_failed(&route.conn, &route.counts, e);
+                        }
                     }
                     Err(e) => {
                         warn!("reading {VNIC_NAME}: {e}");
@@ -384,40 +420,37 @@ impl Shared {
     }
 
     /// One packet read from `rw0` to the peer that owns its destination. Edge sends complete
-    /// later: a bounded number stays in flight.
-    fn carry(&self, packet: &[u8], inflight: &mut VecDeque<(Op, Arc<Counts>)>) {
+    /// later: a bounded number stays in flight. Returns the route taken when it is over shared
+    /// memory (the next packet is read straight into its ring).
+    fn carry(&self, packet: &[u8], inflight: &mut VecDeque<(Op, Arc<Counts>)>) -> Option<Route> {
         let n = packet.len();
         // The offload header and the packet go together.
         let Some(dst) = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination) else {
             // IPv6 neighbour discovery and the like are not carried.
             self.malformed.fetch_add(1, Ordering::Relaxed);
-            return;
+            return None;
         };
-        let (conn, counts) = {
+        let route = {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
             match table.by_addr.get(&dst).and_then(|n| table.peers.get(n)) {
-                Some(p) => (p.conn.clone(), p.counts.clone()),
+                Some(p) => Route { conn: p.conn.clone(), counts: p.counts.clone() },
                 None => {
                     self.no_route.fetch_add(1, Ordering::Relaxed);
-                    return;
+                    return None;
                 }
             }
         };
-        let mut op = conn.send(packet);
+        let mut op = route.conn.send(packet);
+        let mut shm = false;
         match op.poll() {
-            Some(Ok(_)) => count_tx(&counts, n),
-            Some(Err(e)) => {
-                debug!("send to {}: {e}", conn.peer());
-                counts.tx_errors.fetch_add(1, Ordering::Relaxed);
-                if matches!(e, rackwire::Error::PeerGone(_) | rackwire::Error::Closed) {
-                    // Its agent is gone: back to Ethernet now, not at the next look.
-                    let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
-                    self.forget(&mut table, conn.peer());
-                }
+            Some(Ok(_)) => {
+                count_tx(&route.counts, n);
+                shm = route.conn.transport() == "shm";
             }
+            Some(Err(e)) => self.send_failed(&route.conn, &route.counts, e),
             None => {
-                count_tx(&counts, n);
-                inflight.push_back((op, counts));
+                count_tx(&route.counts, n);
+                inflight.push_back((op, route.counts.clone()));
             }
         }
         while let Some((op, _)) = inflight.front() {
@@ -427,6 +460,56 @@ impl Shared {
             let (op, counts) = inflight.pop_front().expect("front exists");
             if op.wait().is_err() {
                 counts.tx_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        shm.then_some(route)
+    }
+
+    /// A send to `conn`'s peer failed: counted; a peer that is gone loses its routes now
+    /// (its traffic goes back to Ethernet), not at the next look for peers.
+    fn send_failed(&self, conn: &Conn, counts: &Counts, e: rackwire::Error) {
+        debug!("send to {}: {e}", conn.peer());
+        counts.tx_errors.fetch_add(1, Ordering::Relaxed);
+        if matches!(e, rackwire::Error::PeerGone(_) | rackwire::Error::Closed) {
+            let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+            self.forget(&mut table, conn.peer());
+        }
+    }
+
+    /// Read the next packet from `rw0` straight into the ring of `route`'s peer and send it
+    /// there if that peer owns its destination; a packet for anyone else is copied into `buf`
+    /// and left to [`Shared::carry`].
+    fn read_into(&self, route: &Route, buf: &mut [u8]) -> std::io::Result<Read> {
+        let mut read = Ok(Read::Nothing);
+        let op = route.conn.send_with(PACKET_BYTES_MAX, |slot| {
+            let n = match self.tun.try_read(slot) {
+                Ok(0) => return None,
+                Ok(n) => n,
+                Err(e) => {
+                    read = Err(e);
+                    return None;
+                }
+            };
+            let packet = &slot[..n];
+            let dst = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination);
+            let owner = dst.and_then(|d| self.table.read().unwrap_or_else(|e| e.into_inner()).by_addr.get(&d).copied());
+            if owner == Some(route.conn.peer()) {
+                read = Ok(Read::Sent(n));
+                Some(n)
+            } else {
+                buf[..n].copy_from_slice(packet);
+                read = Ok(Read::Here(n));
+                None
+            }
+        });
+        match op.map(|mut op| op.poll()) {
+            // Over shared memory a send is done when it returns.
+            Some(Some(Err(e))) => Ok(Read::Failed(e)),
+            _ => {
+                if let Ok(Read::Sent(n)) = &read {
+                    count_tx(&route.counts, *n);
+                }
+                read
             }
         }
     }

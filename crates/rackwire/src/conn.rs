@@ -127,6 +127,21 @@ impl Conn {
         self.t.send(msg)
     }
 
+    /// Send a message that `fill` writes in place into up to `max` bytes (at most
+    /// [`MESSAGE_BYTES_MAX`]), with the length `fill` returns: over shared memory straight
+    /// into the peer's receive ring (a device read there needs no buffer and no copy), over
+    /// the edge transport through a buffer. `fill` returning `None` sends nothing, and so
+    /// does this (`None`); `fill` is not called when the connection fails first (then the
+    /// operation says why). Over shared memory, room for `max` bytes is waited for (as a full
+    /// ring makes [`Conn::send`] wait) before `fill` is called.
+    pub fn send_with(&self, max: usize, fill: impl FnOnce(&mut [u8]) -> Option<usize>) -> Option<Op> {
+        if max > MESSAGE_BYTES_MAX {
+            return Some(Op::ready(Err(Error::MessageTooLarge { len: max, max: MESSAGE_BYTES_MAX })));
+        }
+        let mut fill = Some(fill);
+        self.t.send_with(max, &mut |buf| fill.take().and_then(|f| f(buf)))
+    }
+
     /// The next message from this peer, if one is waiting.
     pub fn try_recv(&self) -> Result<Option<Vec<u8>>, Error> {
         let mut out = Vec::new();

@@ -56,6 +56,14 @@ pub(crate) trait PeerTransport: Send + Sync + 'static {
     fn write_signal(&self, target: &RemoteRegion, offset: u64, data: &[u8], signal: Signal, flags: OpFlags) -> Op;
     /// Two-sided message, at most [`crate::MESSAGE_BYTES_MAX`] bytes.
     fn send(&self, msg: &[u8]) -> Op;
+    /// A message `fill` writes into up to `max` bytes, sent with the length it returns (see
+    /// [`crate::Conn::send_with`]); `None` when it returns `None`. Here through a buffer; a
+    /// transport that can gives `fill` the peer's memory itself.
+    fn send_with(&self, max: usize, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> Option<Op> {
+        let mut buf = vec![0u8; max];
+        let len = fill(&mut buf).filter(|&n| n <= max)?;
+        Some(self.send(&buf[..len]))
+    }
     /// Take the next message from this peer into `out`, if one is waiting.
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error>;
     /// Hand the next message from this peer to `f` (where the transport holds it, if it can,

@@ -56,6 +56,14 @@ impl PeerTransport for ShmPeer {
         Op::ready(r)
     }
 
+    fn send_with(&self, max: usize, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> Option<Op> {
+        match self.send_in_place(max, fill) {
+            Ok(Some(_)) => Some(Op::ready(Ok(Completion::Done))),
+            Ok(None) => None,
+            Err(e) => Some(Op::ready(Err(e))),
+        }
+    }
+
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
         self.try_recv_with(&mut |payload| {
             out.clear();
@@ -159,13 +167,46 @@ impl ShmPeer {
     /// Append a record to one of the peer's rings, waiting for room up to the op timeout,
     /// then ring its doorbell (a no-op while it is polling).
     pub(super) fn push(&self, ring: &Mutex<RingSender>, kind: u32, parts: &[&[u8]]) -> Result<(), Error> {
+        self.push_waiting(ring, |r| r.push(kind, parts).map(|()| true)).map(|_| ())
+    }
+
+    /// A message written in place into the peer's ring by `fill` (see [`Conn::send_with`]).
+    /// `None` when `fill` sent nothing.
+    pub(super) fn send_in_place(
+        &self,
+        max: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> Result<Option<usize>, Error> {
+        if !self.alive.load(Relaxed) {
+            return Err(Error::PeerGone(self.peer));
+        }
+        let mut sent = None;
+        self.push_waiting(&self.tx_msg, |r| {
+            sent = r.push_with(KIND_MESSAGE, max as u64, &mut *fill)?;
+            Ok(sent.is_some())
+        })?;
+        if sent.is_some() {
+            self.stats.messages_sent.fetch_add(1, Relaxed);
+        }
+        Ok(sent)
+    }
+
+    /// Run `attempt` on the ring until it does not find the ring full, waiting for room up to
+    /// the op timeout; ring the peer's doorbell when it published a record (it says so).
+    fn push_waiting(
+        &self,
+        ring: &Mutex<RingSender>,
+        mut attempt: impl FnMut(&mut RingSender) -> Result<bool, PushError>,
+    ) -> Result<bool, Error> {
         let mut deadline = None;
         loop {
-            let r = lock(ring).push(kind, parts);
+            let r = attempt(&mut lock(ring));
             match r {
-                Ok(()) => {
-                    self.bell.ring();
-                    return Ok(());
+                Ok(published) => {
+                    if published {
+                        self.bell.ring();
+                    }
+                    return Ok(published);
                 }
                 Err(PushError::TooLarge { len, max }) => {
                     return Err(Error::MessageTooLarge { len: len as usize, max: max as usize })
