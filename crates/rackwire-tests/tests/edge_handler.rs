@@ -50,3 +50,26 @@ fn edge_messages_reach_the_handler_in_order() {
     let left = receiver.recv_timeout(Duration::from_millis(50));
     assert!(matches!(left, Err(Error::Timeout)), "a message was left for recv: {left:?}");
 }
+
+// Checks that an edge connection's liveness, which the receive calls look up without the
+// endpoint's lock while no connection closed, still follows a close: a connection to a peer
+// is alive (looked at twice: the second answer comes from what the first looked up), then,
+// once the peer closes its fabric (its close frames reach us), it reads as not alive within
+// ten seconds, and a send on it fails.
+#[test]
+fn an_edge_connection_reads_as_closed_once_its_peer_closes() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
+    let a = rackwire_tests::thread_node(&mh, SECRET, "alive-a", true);
+    let b = rackwire_tests::thread_node(&mh, SECRET, "alive-b", true);
+    let conn = a.connect(b.id()).unwrap();
+    conn.send(b"hello").wait().unwrap();
+    assert!(conn.is_alive() && conn.is_alive(), "a fresh connection reads as closed");
+    b.close();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while conn.is_alive() {
+        assert!(Instant::now() < deadline, "the connection still reads as alive after its peer closed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let e = conn.send(b"after").wait();
+    assert!(e.is_err(), "a send on a closed connection succeeded");
+}

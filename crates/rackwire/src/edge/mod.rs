@@ -195,6 +195,13 @@ pub(crate) struct EdgeEndpoint {
     /// Held while handing messages over, so two threads that ran rounds one after the other
     /// hand theirs over in that order.
     handing: Mutex<()>,
+    /// How often a connection of this endpoint closed, or was told to: a peer's liveness,
+    /// once looked up under the state's lock, holds while this count stays put (the receive
+    /// calls ask on every look, and must not wait for a round to ask).
+    closings: AtomicU64,
+    /// An application thread left operations unsent for the next round (`State::unsent`,
+    /// mirrored here): the network thread's lockless spin ends for them.
+    gathered: AtomicBool,
 }
 
 impl EdgeEndpoint {
@@ -256,6 +263,8 @@ impl EdgeEndpoint {
             parked_until_us: AtomicU64::new(AWAKE),
             handed: Mutex::new(Vec::new()),
             handed_any: AtomicBool::new(false),
+            closings: AtomicU64::new(0),
+            gathered: AtomicBool::new(false),
             handing: Mutex::new(()),
         });
         let runner = ep.clone();
@@ -334,6 +343,7 @@ impl EdgeEndpoint {
             for s in st.conns.sessions_mut() {
                 s.conn_mut().close(now);
             }
+            self.closings.fetch_add(1, Ordering::Release);
             st.stale = true;
         }
         // One last round sends the closes.
@@ -389,7 +399,7 @@ impl EdgeEndpoint {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
-        Ok(Arc::new(EdgePeer { ep: self.clone(), local, peer: info.id }))
+        Ok(Arc::new(EdgePeer::new(self.clone(), local, info.id)))
     }
 }
 
@@ -400,6 +410,7 @@ impl Drive for EdgeEndpoint {
 
     fn flush(&self) {
         let mut st = lock(&self.state);
+        self.gathered.store(false, Ordering::Relaxed);
         if std::mem::take(&mut st.unsent) {
             self.transmit_here(&mut st, self.now());
             // The next round looks at the connections (timers the frames armed).

@@ -36,7 +36,13 @@ pub(crate) struct EdgePeer {
     pub(super) ep: Arc<EdgeEndpoint>,
     pub(super) local: u32,
     pub(super) peer: NodeId,
+    /// Liveness as last looked up: the endpoint's count of closings then, times two, plus one
+    /// if alive ([`LIVENESS_UNKNOWN`] before the first look).
+    liveness: AtomicU64,
 }
+
+/// [`EdgePeer::liveness`] before it was first looked up.
+const LIVENESS_UNKNOWN: u64 = u64::MAX;
 
 /// `len` bytes at `offset` lie inside the region as its handle announces it.
 pub(super) fn fits(t: &RemoteRegion, offset: u64, len: usize) -> Result<(), Error> {
@@ -103,6 +109,9 @@ impl EdgePeer {
                 || (self.ep.parked_until_us.load(Ordering::SeqCst) == AWAKE
                     && !self.ep.watching.load(Ordering::SeqCst)));
         st.unsent |= gather;
+        if gather {
+            self.ep.gathered.store(true, Ordering::Release);
+        }
         if !gather {
             self.ep.transmit_here(st, now);
         }
@@ -172,7 +181,16 @@ impl PeerTransport for EdgePeer {
     }
 
     fn is_alive(&self) -> bool {
-        lock(&self.ep.state).conns.get(self.local).is_some_and(|s| !s.is_closed())
+        // Looked up under the state's lock only when a connection closed since the last look.
+        let closings = self.ep.closings.load(Ordering::Acquire);
+        let seen = self.liveness.load(Ordering::Relaxed);
+        if seen != LIVENESS_UNKNOWN && seen >> 1 == closings {
+            return seen & 1 == 1;
+        }
+        let alive = lock(&self.ep.state).conns.get(self.local).is_some_and(|s| !s.is_closed());
+        // With the count read before the look: a closing meanwhile makes the next call look.
+        self.liveness.store(closings << 1 | alive as u64, Ordering::Relaxed);
+        alive
     }
 
     fn write(&self, t: &RemoteRegion, offset: u64, data: &[u8], f: OpFlags) -> Op {
@@ -326,6 +344,7 @@ impl PeerTransport for EdgePeer {
             if let Some(s) = st.conns.get_mut(self.local) {
                 s.conn_mut().close(now);
             }
+            self.ep.closings.fetch_add(1, Ordering::Release);
             st.stale = true;
         }
         self.ep.waker.wake();
@@ -368,6 +387,10 @@ impl PeerTransport for EdgePeer {
 }
 
 impl EdgePeer {
+    pub(super) fn new(ep: Arc<EdgeEndpoint>, local: u32, peer: NodeId) -> EdgePeer {
+        EdgePeer { ep, local, peer, liveness: AtomicU64::new(LIVENESS_UNKNOWN) }
+    }
+
     pub(super) fn links(&self) -> Vec<proto::LinkStats> {
         let st = lock(&self.ep.state);
         st.conns.get(self.local).map(|s| s.conn().stats().links).unwrap_or_default()
