@@ -42,3 +42,50 @@ fn messages_written_in_place_arrive_as_written() {
         assert!(matches!(e, Error::MessageTooLarge { .. }), "{e:?}");
     }
 }
+
+// Checks that over shared memory a message written in place never waits for room: 64 KiB
+// messages sent without the receiver taking any fill the peer's ring (1 MiB) within 64 sends,
+// after which `send_with` returns `None` at once without calling `fill`; once the receiver takes
+// one message, the next `send_with` is sent again; and every message sent arrives intact.
+#[test]
+fn a_full_ring_makes_send_with_return_without_waiting() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
+    let rx = rackwire_tests::thread_node(&mh, SECRET, "full-rx", false);
+    let tx = rackwire_tests::thread_node(&mh, SECRET, "full-tx", false);
+    let conn = tx.connect(rx.id()).unwrap();
+    let size = 64 * 1024;
+    let body = |i: usize| rackwire_tests::pattern(i as u64, 0, size);
+    let mut sent = 0;
+    let mut refused = false;
+    for i in 0..64 {
+        let mut called = false;
+        let op = conn.send_with(size, |room| {
+            called = true;
+            room.copy_from_slice(&body(i));
+            Some(size)
+        });
+        match op {
+            Some(op) => {
+                op.wait().unwrap();
+                sent += 1;
+            }
+            None => {
+                assert!(!called, "fill was called, then nothing was sent");
+                refused = true;
+                break;
+            }
+        }
+    }
+    assert!(refused, "64 messages of 64 KiB fit a 1 MiB ring");
+    let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(first.data, body(0));
+    let again = conn.send_with(size, |room| {
+        room.copy_from_slice(&body(sent));
+        Some(size)
+    });
+    again.expect("room after the receiver took one").wait().unwrap();
+    for i in 1..=sent {
+        let m = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(m.data, body(i), "message {i}");
+    }
+}

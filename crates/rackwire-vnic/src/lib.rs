@@ -63,6 +63,11 @@ pub const RX_BATCH: usize = 32;
 /// (64 B ping-pong over rw0 in one rack: 26 µs p50 against 13.4–15.2 with it, the veth's 11.5;
 /// alternated three times, docs/benchmarks.md). Only after work: an idle agent sleeps.
 pub const IO_SPIN: Duration = Duration::from_micros(30);
+/// How long the virtual NIC's thread looks again at once (yielding its core) when a peer's
+/// ring has no room, before it looks only every [`RING_FULL_NAP`].
+const RING_FULL_SPIN: Duration = Duration::from_millis(1);
+/// How long it then sleeps between looks (woken sooner by a packet for it).
+const RING_FULL_NAP: Duration = Duration::from_millis(1);
 /// Peers one virtual NIC routes to at most.
 pub const PEERS_MAX: usize = 256;
 /// The busy poll of an agent that runs a virtual NIC (its fabric's `busy_poll`, unless set
@@ -186,6 +191,16 @@ enum Read {
     Here(usize),
     /// The guessed peer's connection failed before anything was read.
     Failed(rackwire::Error),
+    /// The guessed peer's ring had no room: nothing was read.
+    NoRoom,
+}
+
+/// What became of a packet handed to [`Shared::carry`].
+enum Carried {
+    /// Sent, refused or dropped (and counted); the route it took if over shared memory.
+    Done(Option<Route>),
+    /// Its peer's ring had no room: nothing sent, the packet waits.
+    NoRoom,
 }
 
 struct Peer {
@@ -383,20 +398,38 @@ impl Shared {
         // `rw0` straight into its ring (most packets go where the last one went).
         let mut guess: Option<Route> = None;
         let mut last_work = Instant::now();
+        // A packet in `buf` whose peer's ring had no room, and since when rings were full.
+        let mut pending: Option<usize> = None;
+        let mut full_since: Option<Instant> = None;
         while !self.stop.load(Ordering::Relaxed) {
             let mut worked = false;
+            let mut full = false;
             for _ in 0..TX_BATCH {
-                let read = match &guess {
-                    Some(route) => self.read_into(route, &mut buf),
-                    None => self.tun.try_read(&mut buf).map(|n| if n == 0 { Read::Nothing } else { Read::Here(n) }),
+                let read = match (pending.take(), &guess) {
+                    (Some(n), _) => Ok(Read::Here(n)),
+                    (None, Some(route)) => self.read_into(route, &mut buf),
+                    (None, None) => {
+                        self.tun.try_read(&mut buf).map(|n| if n == 0 { Read::Nothing } else { Read::Here(n) })
+                    }
                 };
                 match read {
                     Ok(Read::Nothing) => break,
-                    Ok(Read::Sent(_)) => worked = true,
-                    Ok(Read::Here(n)) => {
-                        worked = true;
-                        guess = self.carry(&buf[..n], &mut inflight);
+                    Ok(Read::NoRoom) => {
+                        full = true;
+                        break;
                     }
+                    Ok(Read::Sent(_)) => worked = true,
+                    Ok(Read::Here(n)) => match self.carry(&buf[..n], &mut inflight) {
+                        Carried::NoRoom => {
+                            pending = Some(n);
+                            full = true;
+                            break;
+                        }
+                        Carried::Done(route) => {
+                            worked = true;
+                            guess = route;
+                        }
+                    },
                     Ok(Read::Failed(e)) => {
                         // Its peer failed before anything was read: the packet is still in
                         // `rw0`, read the plain way next.
@@ -416,8 +449,23 @@ impl Shared {
                 Err(rackwire::Error::Closed) => return,
                 Err(e) => debug!("fabric receive: {e}"),
             }
+            if !full {
+                full_since = None;
+            }
             if worked {
                 last_work = Instant::now();
+                continue;
+            }
+            if full {
+                // The peer's ring has no room (its doorbell rang: it drains). Ours are drained
+                // meanwhile (the peer may be waiting for room in them), and `rw0` is not read
+                // further: its queue holds the packets, and drops past its length, as a NIC's.
+                let since = *full_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < RING_FULL_SPIN {
+                    std::thread::yield_now();
+                } else if let Err(rackwire::Error::Closed) = self.fabric.wait_input(&[], RING_FULL_NAP) {
+                    return;
+                }
                 continue;
             }
             if last_work.elapsed() < IO_SPIN {
@@ -434,14 +482,15 @@ impl Shared {
 
     /// One packet read from `rw0` to the peer that owns its destination. Edge sends complete
     /// later: a bounded number stays in flight. Returns the route taken when it is over shared
-    /// memory (the next packet is read straight into its ring).
-    fn carry(&self, packet: &[u8], inflight: &mut VecDeque<(Op, Arc<Counts>)>) -> Option<Route> {
+    /// memory (the next packet is read straight into its ring), or that its ring had no room
+    /// (nothing sent: the packet waits).
+    fn carry(&self, packet: &[u8], inflight: &mut VecDeque<(Op, Arc<Counts>)>) -> Carried {
         let n = packet.len();
         // The offload header and the packet go together.
         let Some(dst) = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination) else {
             // IPv6 neighbour discovery and the like are not carried.
             self.malformed.fetch_add(1, Ordering::Relaxed);
-            return None;
+            return Carried::Done(None);
         };
         let route = {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
@@ -449,18 +498,29 @@ impl Shared {
                 Some(p) => Route { conn: p.conn.clone(), counts: p.counts.clone() },
                 None => {
                     self.no_route.fetch_add(1, Ordering::Relaxed);
-                    return None;
+                    return Carried::Done(None);
                 }
             }
         };
-        let mut op = route.conn.send(packet);
-        let mut shm = false;
-        match op.poll() {
-            Some(Ok(_)) => {
-                count_tx(&route.counts, n);
-                shm = route.conn.transport() == "shm";
+        let shm = route.conn.transport() == "shm";
+        let mut op = if shm {
+            // Not waiting for room (see `Conn::send_with`).
+            match route.conn.send_with(n, |slot| {
+                slot[..n].copy_from_slice(packet);
+                Some(n)
+            }) {
+                Some(op) => op,
+                None => return Carried::NoRoom,
             }
-            Some(Err(e)) => self.send_failed(&route.conn, &route.counts, e),
+        } else {
+            route.conn.send(packet)
+        };
+        match op.poll() {
+            Some(Ok(_)) => count_tx(&route.counts, n),
+            Some(Err(e)) => {
+                self.send_failed(&route.conn, &route.counts, e);
+                return Carried::Done(None);
+            }
             None => {
                 count_tx(&route.counts, n);
                 inflight.push_back((op, route.counts.clone()));
@@ -475,7 +535,7 @@ impl Shared {
                 counts.tx_errors.fetch_add(1, Ordering::Relaxed);
             }
         }
-        shm.then_some(route)
+        Carried::Done(shm.then_some(route))
     }
 
     /// A send to `conn`'s peer failed: counted; a peer that is gone loses its routes now
@@ -493,10 +553,14 @@ impl Shared {
     /// there if that peer owns its destination; a packet for anyone else is copied into `buf`
     /// and left to [`Shared::carry`].
     fn read_into(&self, route: &Route, buf: &mut [u8]) -> std::io::Result<Read> {
-        let mut read = Ok(Read::Nothing);
+        // Left as it is when `fill` is not called: the ring had no room.
+        let mut read = Ok(Read::NoRoom);
         let op = route.conn.send_with(PACKET_BYTES_MAX, |slot| {
             let n = match self.tun.try_read(slot) {
-                Ok(0) => return None,
+                Ok(0) => {
+                    read = Ok(Read::Nothing);
+                    return None;
+                }
                 Ok(n) => n,
                 Err(e) => {
                     read = Err(e);

@@ -132,8 +132,10 @@ impl Conn {
     /// into the peer's receive ring (a device read there needs no buffer and no copy), over
     /// the edge transport through a buffer. `fill` returning `None` sends nothing, and so
     /// does this (`None`); `fill` is not called when the connection fails first (then the
-    /// operation says why). Over shared memory, room for `max` bytes is waited for (as a full
-    /// ring makes [`Conn::send`] wait) before `fill` is called.
+    /// operation says why). It never waits: over shared memory, when the peer's ring has no
+    /// room for `max` bytes now, `fill` is not called and nothing is sent (`None`; look again
+    /// later), where [`Conn::send`] waits for room. A thread that also drains its own rings (a
+    /// relay) must not wait for room in a peer's, which may be waiting for room in its own.
     pub fn send_with(&self, max: usize, fill: impl FnOnce(&mut [u8]) -> Option<usize>) -> Option<Op> {
         if max > MESSAGE_BYTES_MAX {
             return Some(Op::ready(Err(Error::MessageTooLarge { len: max, max: MESSAGE_BYTES_MAX })));

@@ -167,46 +167,13 @@ impl ShmPeer {
     /// Append a record to one of the peer's rings, waiting for room up to the op timeout,
     /// then ring its doorbell (a no-op while it is polling).
     pub(super) fn push(&self, ring: &Mutex<RingSender>, kind: u32, parts: &[&[u8]]) -> Result<(), Error> {
-        self.push_waiting(ring, |r| r.push(kind, parts).map(|()| true)).map(|_| ())
-    }
-
-    /// A message written in place into the peer's ring by `fill` (see [`Conn::send_with`]).
-    /// `None` when `fill` sent nothing.
-    pub(super) fn send_in_place(
-        &self,
-        max: usize,
-        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
-    ) -> Result<Option<usize>, Error> {
-        if !self.alive.load(Relaxed) {
-            return Err(Error::PeerGone(self.peer));
-        }
-        let mut sent = None;
-        self.push_waiting(&self.tx_msg, |r| {
-            sent = r.push_with(KIND_MESSAGE, max as u64, &mut *fill)?;
-            Ok(sent.is_some())
-        })?;
-        if sent.is_some() {
-            self.stats.messages_sent.fetch_add(1, Relaxed);
-        }
-        Ok(sent)
-    }
-
-    /// Run `attempt` on the ring until it does not find the ring full, waiting for room up to
-    /// the op timeout; ring the peer's doorbell when it published a record (it says so).
-    fn push_waiting(
-        &self,
-        ring: &Mutex<RingSender>,
-        mut attempt: impl FnMut(&mut RingSender) -> Result<bool, PushError>,
-    ) -> Result<bool, Error> {
         let mut deadline = None;
         loop {
-            let r = attempt(&mut lock(ring));
+            let r = lock(ring).push(kind, parts);
             match r {
-                Ok(published) => {
-                    if published {
-                        self.bell.ring();
-                    }
-                    return Ok(published);
+                Ok(()) => {
+                    self.bell.ring();
+                    return Ok(());
                 }
                 Err(PushError::TooLarge { len, max }) => {
                     return Err(Error::MessageTooLarge { len: len as usize, max: max as usize })
@@ -223,6 +190,38 @@ impl ShmPeer {
                     self.bell.ring();
                     std::thread::yield_now();
                 }
+            }
+        }
+    }
+
+    /// A message written in place into the peer's ring by `fill` (see [`Conn::send_with`]):
+    /// its length, or `None` when `fill` sent nothing or the ring had no room for `max` bytes
+    /// (then `fill` was not called, and the peer's doorbell rang so it drains). No waiting: a
+    /// thread that also drains rings of its own must not wait for room in a peer's.
+    pub(super) fn send_in_place(
+        &self,
+        max: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> Result<Option<usize>, Error> {
+        if !self.alive.load(Relaxed) {
+            return Err(Error::PeerGone(self.peer));
+        }
+        let r = lock(&self.tx_msg).push_with(KIND_MESSAGE, max as u64, fill);
+        match r {
+            Ok(sent) => {
+                if sent.is_some() {
+                    self.bell.ring();
+                    self.stats.messages_sent.fetch_add(1, Relaxed);
+                }
+                Ok(sent)
+            }
+            Err(PushError::Full) => {
+                self.stats.ring_full_waits.fetch_add(1, Relaxed);
+                self.bell.ring();
+                Ok(None)
+            }
+            Err(PushError::TooLarge { len, max }) => {
+                Err(Error::MessageTooLarge { len: len as usize, max: max as usize })
             }
         }
     }
