@@ -68,6 +68,9 @@ pub const IO_SPIN: Duration = Duration::from_micros(30);
 const RING_FULL_SPIN: Duration = Duration::from_millis(1);
 /// How long it then sleeps between looks (woken sooner by a packet for it).
 const RING_FULL_NAP: Duration = Duration::from_millis(1);
+/// How long a packet waits for room in its peer's ring before it is dropped (a peer that
+/// stopped draining holds up the packets to the others no longer than this, a packet).
+const RING_FULL_GIVE_UP: Duration = Duration::from_secs(1);
 /// Peers one virtual NIC routes to at most.
 pub const PEERS_MAX: usize = 256;
 /// The busy poll of an agent that runs a virtual NIC (its fabric's `busy_poll`, unless set
@@ -461,6 +464,16 @@ impl Shared {
                 // meanwhile (the peer may be waiting for room in them), and `rw0` is not read
                 // further: its queue holds the packets, and drops past its length, as a NIC's.
                 let since = *full_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= RING_FULL_GIVE_UP {
+                    // A peer that stopped draining holds up the others for this long a packet
+                    // at most: its packet is dropped (counted), the next ones read the plain way.
+                    if let Some(n) = pending.take() {
+                        self.count_unsent(&buf[..n]);
+                    }
+                    guess = None;
+                    full_since = None;
+                    continue;
+                }
                 if since.elapsed() < RING_FULL_SPIN {
                     std::thread::yield_now();
                 } else if let Err(rackwire::Error::Closed) = self.fabric.wait_input(&[], RING_FULL_NAP) {
@@ -536,6 +549,16 @@ impl Shared {
             }
         }
         Carried::Done(shm.then_some(route))
+    }
+
+    /// A packet read from `rw0` and never sent (its peer's ring stayed full): counted as a
+    /// send error of the peer that owns its destination.
+    fn count_unsent(&self, packet: &[u8]) {
+        let Some(dst) = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination) else { return };
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = table.by_addr.get(&dst).and_then(|n| table.peers.get(n)) {
+            p.counts.tx_errors.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// A send to `conn`'s peer failed: counted; a peer that is gone loses its routes now
