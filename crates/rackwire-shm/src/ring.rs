@@ -363,6 +363,22 @@ mod tests {
         (tx, rx)
     }
 
+    /// Take up to `n` records (all waiting, with `usize::MAX`), each checked against the oldest
+    /// record still expected: same kind, same bytes.
+    fn take_expected(
+        rx: &mut RingReceiver,
+        expected: &mut std::collections::VecDeque<(u32, Vec<u8>)>,
+        n: usize,
+    ) -> Result<(), TestCaseError> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let Some((k, p)) = expected.pop_front() else { break };
+            prop_assert_eq!(rx.pop(&mut out).unwrap(), Some(k));
+            prop_assert_eq!(&out, &p);
+        }
+        Ok(())
+    }
+
     // Checks, over random sequences of record sizes and drain points, that every record comes
     // out once, in order, byte-exact, including across wrap-around, and that Full is reported
     // exactly when unread bytes leave no room (nothing is ever overwritten).
@@ -371,32 +387,24 @@ mod tests {
         fn records_round_trip_in_order(sizes in proptest::collection::vec(0usize..1500, 1..300), drain_every in 1usize..20) {
             let (mut tx, mut rx) = pair(4096);
             let mut expected = std::collections::VecDeque::new();
-            let mut out = Vec::new();
             for (i, &n) in sizes.iter().enumerate() {
                 let payload: Vec<u8> = (0..n).map(|j| (i * 31 + j) as u8).collect();
                 loop {
                     match tx.push(i as u32, &[&payload]) {
                         Ok(()) => { expected.push_back((i as u32, payload.clone())); break; }
                         Err(PushError::Full) => {
-                            let (k, p) = expected.pop_front().expect("full ring must hold something");
-                            prop_assert_eq!(rx.pop(&mut out).unwrap(), Some(k));
-                            prop_assert_eq!(&out, &p);
+                            prop_assert!(!expected.is_empty(), "full ring must hold something");
+                            take_expected(&mut rx, &mut expected, 1)?;
                         }
                         Err(e) => panic!("{e}"),
                     }
                 }
                 if i % drain_every == 0 {
-                    while let Some((k, p)) = expected.pop_front() {
-                        prop_assert_eq!(rx.pop(&mut out).unwrap(), Some(k));
-                        prop_assert_eq!(&out, &p);
-                    }
+                    take_expected(&mut rx, &mut expected, usize::MAX)?;
                 }
             }
-            while let Some((k, p)) = expected.pop_front() {
-                prop_assert_eq!(rx.pop(&mut out).unwrap(), Some(k));
-                prop_assert_eq!(&out, &p);
-            }
-            prop_assert_eq!(rx.pop(&mut out).unwrap(), None);
+            take_expected(&mut rx, &mut expected, usize::MAX)?;
+            prop_assert_eq!(rx.pop(&mut Vec::new()).unwrap(), None);
         }
     }
 
@@ -414,7 +422,6 @@ mod tests {
         ) {
             let (mut tx, mut rx) = pair(4096);
             let mut expected = std::collections::VecDeque::new();
-            let mut out = Vec::new();
             for (i, &(n, extra)) in sizes.iter().enumerate() {
                 let payload: Vec<u8> = (0..n).map(|j| (i * 17 + j) as u8).collect();
                 let max = (n as u64 + extra).min(tx.payload_max());
@@ -433,25 +440,18 @@ mod tests {
                             break;
                         }
                         Err(PushError::Full) => {
-                            let (k, p) = expected.pop_front().expect("full ring must hold something");
-                            prop_assert_eq!(rx.pop(&mut out).unwrap(), Some(k));
-                            prop_assert_eq!(&out, &p);
+                            prop_assert!(!expected.is_empty(), "full ring must hold something");
+                            take_expected(&mut rx, &mut expected, 1)?;
                         }
                         other => panic!("{other:?}"),
                     }
                 }
                 if i % drain_every == 0 {
-                    while let Some((k, p)) = expected.pop_front() {
-                        prop_assert_eq!(rx.pop(&mut out).unwrap(), Some(k));
-                        prop_assert_eq!(&out, &p);
-                    }
+                    take_expected(&mut rx, &mut expected, usize::MAX)?;
                 }
             }
-            while let Some((k, p)) = expected.pop_front() {
-                prop_assert_eq!(rx.pop(&mut out).unwrap(), Some(k));
-                prop_assert_eq!(&out, &p);
-            }
-            prop_assert_eq!(rx.pop(&mut out).unwrap(), None);
+            take_expected(&mut rx, &mut expected, usize::MAX)?;
+            prop_assert_eq!(rx.pop(&mut Vec::new()).unwrap(), None);
         }
     }
 

@@ -54,6 +54,22 @@ pub fn thread_node(mh: &rackwire::MhHandle, secret: &str, name: &str, edge: bool
     rackwire::Fabric::join(cfg).expect("join")
 }
 
+/// A management host and two nodes in this process (see [`thread_node`]) called `rx_name`
+/// and `tx_name`, over the edge transport with `edge`, and the second's connection to the
+/// first. The host comes first: bound in that order, it goes last.
+pub fn thread_pair(
+    secret: &str,
+    rx_name: &str,
+    tx_name: &str,
+    edge: bool,
+) -> (rackwire::MhHandle, rackwire::Fabric, rackwire::Fabric, rackwire::Conn) {
+    let mh = rackwire::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).expect("management host");
+    let rx = thread_node(&mh, secret, rx_name, edge);
+    let tx = thread_node(&mh, secret, tx_name, edge);
+    let conn = tx.connect(rx.id()).expect("connect");
+    (mh, rx, tx, conn)
+}
+
 /// A folder for one test's state, removed on drop.
 pub struct TempDir(pub PathBuf);
 

@@ -58,10 +58,7 @@ fn edge_messages_reach_the_handler_in_order() {
 // ten seconds, and a send on it fails.
 #[test]
 fn an_edge_connection_reads_as_closed_once_its_peer_closes() {
-    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
-    let a = rackwire_tests::thread_node(&mh, SECRET, "alive-a", true);
-    let b = rackwire_tests::thread_node(&mh, SECRET, "alive-b", true);
-    let conn = a.connect(b.id()).unwrap();
+    let (_mh, b, _a, conn) = rackwire_tests::thread_pair(SECRET, "alive-b", "alive-a", true);
     conn.send(b"hello").wait().unwrap();
     assert!(conn.is_alive() && conn.is_alive(), "a fresh connection reads as closed");
     b.close();

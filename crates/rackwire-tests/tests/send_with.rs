@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rackwire::{Error, ManagementHost, MESSAGE_BYTES_MAX};
+use rackwire::{Error, MESSAGE_BYTES_MAX};
 
 const SECRET: &str = "send-with-test-secret-0123456789";
 
@@ -15,10 +15,7 @@ const SECRET: &str = "send-with-test-secret-0123456789";
 #[test]
 fn messages_written_in_place_arrive_as_written() {
     for edge in [false, true] {
-        let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
-        let rx = rackwire_tests::thread_node(&mh, SECRET, "in-place-rx", edge);
-        let tx = rackwire_tests::thread_node(&mh, SECRET, "in-place-tx", edge);
-        let conn = tx.connect(rx.id()).unwrap();
+        let (_mh, rx, tx, conn) = rackwire_tests::thread_pair(SECRET, "in-place-rx", "in-place-tx", edge);
         let body = rackwire_tests::pattern(7, 0, 1000);
 
         let op = conn.send_with(4096, |room| {
@@ -49,10 +46,7 @@ fn messages_written_in_place_arrive_as_written() {
 // one message, the next `send_with` is sent again; and every message sent arrives intact.
 #[test]
 fn a_full_ring_makes_send_with_return_without_waiting() {
-    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
-    let rx = rackwire_tests::thread_node(&mh, SECRET, "full-rx", false);
-    let tx = rackwire_tests::thread_node(&mh, SECRET, "full-tx", false);
-    let conn = tx.connect(rx.id()).unwrap();
+    let (_mh, rx, _tx, conn) = rackwire_tests::thread_pair(SECRET, "full-rx", "full-tx", false);
     let size = 64 * 1024;
     let body = |i: usize| rackwire_tests::pattern(i as u64, 0, size);
     let mut sent = 0;

@@ -6,8 +6,6 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use rackwire::ManagementHost;
-
 const SECRET: &str = "wait-input-test-secret-0123456789";
 /// Longer than any wake-up takes: a wait that returns before it was woken, not timed out.
 const LONG: Duration = Duration::from_secs(10);
@@ -19,10 +17,7 @@ const LONG: Duration = Duration::from_secs(10);
 // `recv_waiting_with` with its sender and bytes.
 #[test]
 fn a_wait_ends_on_a_readable_descriptor_or_a_message() {
-    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
-    let rx = rackwire_tests::thread_node(&mh, SECRET, "wait-rx", false);
-    let tx = rackwire_tests::thread_node(&mh, SECRET, "wait-tx", false);
-    let conn = tx.connect(rx.id()).unwrap();
+    let (_mh, rx, tx, conn) = rackwire_tests::thread_pair(SECRET, "wait-rx", "wait-tx", false);
 
     let (a, mut b) = UnixStream::pair().unwrap();
     let writer = std::thread::spawn(move || {
@@ -58,10 +53,7 @@ fn a_wait_ends_on_a_readable_descriptor_or_a_message() {
 // once (given ten seconds, it returns within five).
 #[test]
 fn recv_waiting_takes_at_most_what_is_asked_in_order() {
-    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
-    let rx = rackwire_tests::thread_node(&mh, SECRET, "batch-rx", false);
-    let tx = rackwire_tests::thread_node(&mh, SECRET, "batch-tx", false);
-    let conn = tx.connect(rx.id()).unwrap();
+    let (_mh, rx, _tx, conn) = rackwire_tests::thread_pair(SECRET, "batch-rx", "batch-tx", false);
     // The receiver learns of the connection when the sender's first message arrives (over
     // shared memory the sender's connect sets up the rings): send one and take it first.
     conn.send(&[255]).wait().unwrap();

@@ -111,8 +111,7 @@ impl EdgePeer {
         st.unsent |= gather;
         if gather {
             self.ep.gathered.store(true, Ordering::Release);
-        }
-        if !gather {
+        } else {
             self.ep.transmit_here(st, now);
         }
         // Wake the network thread only if this connection now needs it before it would wake

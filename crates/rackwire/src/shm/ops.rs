@@ -56,11 +56,30 @@ impl PeerTransport for ShmPeer {
         Op::ready(r)
     }
 
+    /// Written in place into the peer's ring; `None` when `fill` sent nothing or the ring had
+    /// no room for `max` bytes (then `fill` was not called, and the peer's doorbell rang so it
+    /// drains). No waiting: a thread that also drains rings of its own must not wait for room
+    /// in a peer's.
     fn send_with(&self, max: usize, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> Option<Op> {
-        match self.send_in_place(max, fill) {
-            Ok(Some(_)) => Some(Op::ready(Ok(Completion::Done))),
+        if !self.alive.load(Relaxed) {
+            return Some(Op::ready(Err(Error::PeerGone(self.peer))));
+        }
+        let r = lock(&self.tx_msg).push_with(KIND_MESSAGE, max as u64, fill);
+        match r {
+            Ok(Some(_)) => {
+                self.bell.ring();
+                self.stats.messages_sent.fetch_add(1, Relaxed);
+                Some(Op::ready(Ok(Completion::Done)))
+            }
             Ok(None) => None,
-            Err(e) => Some(Op::ready(Err(e))),
+            Err(PushError::Full) => {
+                self.stats.ring_full_waits.fetch_add(1, Relaxed);
+                self.bell.ring();
+                None
+            }
+            Err(PushError::TooLarge { len, max }) => {
+                Some(Op::ready(Err(Error::MessageTooLarge { len: len as usize, max: max as usize })))
+            }
         }
     }
 
@@ -190,38 +209,6 @@ impl ShmPeer {
                     self.bell.ring();
                     std::thread::yield_now();
                 }
-            }
-        }
-    }
-
-    /// A message written in place into the peer's ring by `fill` (see [`Conn::send_with`]):
-    /// its length, or `None` when `fill` sent nothing or the ring had no room for `max` bytes
-    /// (then `fill` was not called, and the peer's doorbell rang so it drains). No waiting: a
-    /// thread that also drains rings of its own must not wait for room in a peer's.
-    pub(super) fn send_in_place(
-        &self,
-        max: usize,
-        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
-    ) -> Result<Option<usize>, Error> {
-        if !self.alive.load(Relaxed) {
-            return Err(Error::PeerGone(self.peer));
-        }
-        let r = lock(&self.tx_msg).push_with(KIND_MESSAGE, max as u64, fill);
-        match r {
-            Ok(sent) => {
-                if sent.is_some() {
-                    self.bell.ring();
-                    self.stats.messages_sent.fetch_add(1, Relaxed);
-                }
-                Ok(sent)
-            }
-            Err(PushError::Full) => {
-                self.stats.ring_full_waits.fetch_add(1, Relaxed);
-                self.bell.ring();
-                Ok(None)
-            }
-            Err(PushError::TooLarge { len, max }) => {
-                Err(Error::MessageTooLarge { len: len as usize, max: max as usize })
             }
         }
     }
