@@ -1,0 +1,298 @@
+//! The data path: packets from `rw0` to their peers, and from peers into `rw0`.
+
+use super::*;
+
+/// Where a packet goes: the connection to its peer, and that peer's counters.
+struct Route {
+    conn: Conn,
+    counts: Arc<Counts>,
+}
+
+/// What one read from `rw0` came to.
+enum Read {
+    /// Nothing was waiting.
+    Nothing,
+    /// A packet of this many bytes, read straight into the guessed peer's ring and sent.
+    Sent(usize),
+    /// A packet of this many bytes, in the buffer, for [`Shared::carry`].
+    Here(usize),
+    /// The guessed peer's connection failed before anything was read.
+    Failed(rackwire::Error),
+    /// The guessed peer's ring had no room: nothing was read.
+    NoRoom,
+}
+
+/// What became of a packet handed to [`Shared::carry`].
+enum Carried {
+    /// Sent, refused or dropped (and counted); the route it took if over shared memory.
+    Done(Option<Route>),
+    /// Its peer's ring had no room: nothing sent, the packet waits.
+    NoRoom,
+}
+
+impl Shared {
+    /// Packets both ways, from one thread: from the kernel to their peers (read from `rw0`),
+    /// and from peers to the kernel (written into `rw0` from the shared-memory ring where they
+    /// lie). One thread for both, as a bare relay has one per direction: a packet written
+    /// into `rw0` often makes the kernel answer at once (a TCP acknowledgement), and the same
+    /// thread, still awake, carries the answer without another thread's wake-up. It sleeps
+    /// in the kernel on both at once when neither has had work for [`IO_SPIN`].
+    pub(crate) fn io_loop(&self) {
+        let mut buf = vec![0u8; PACKET_BYTES_MAX];
+        let mut inflight: VecDeque<(Op, Arc<Counts>)> = VecDeque::new();
+        // The peer over shared memory the last packet went to: the next packet is read from
+        // `rw0` straight into its ring (most packets go where the last one went).
+        let mut guess: Option<Route> = None;
+        let mut last_work = Instant::now();
+        // A packet in `buf` whose peer's ring had no room, and since when rings were full.
+        let mut pending: Option<usize> = None;
+        let mut full_since: Option<Instant> = None;
+        while !self.stop.load(Ordering::Relaxed) {
+            let mut worked = false;
+            let mut full = false;
+            for _ in 0..TX_BATCH {
+                let read = match (pending.take(), &guess) {
+                    (Some(n), _) => Ok(Read::Here(n)),
+                    (None, Some(route)) => self.read_into(route, &mut buf),
+                    (None, None) => {
+                        self.tun.try_read(&mut buf).map(|n| if n == 0 { Read::Nothing } else { Read::Here(n) })
+                    }
+                };
+                match read {
+                    Ok(Read::Nothing) => break,
+                    Ok(Read::NoRoom) => {
+                        full = true;
+                        break;
+                    }
+                    Ok(Read::Sent(_)) => worked = true,
+                    Ok(Read::Here(n)) => match self.carry(&buf[..n], &mut inflight) {
+                        Carried::NoRoom => {
+                            pending = Some(n);
+                            full = true;
+                            break;
+                        }
+                        Carried::Done(route) => {
+                            worked = true;
+                            guess = route;
+                        }
+                    },
+                    Ok(Read::Failed(e)) => {
+                        // Its peer failed before anything was read: the packet is still in
+                        // `rw0`, read the plain way next.
+                        if let Some(route) = guess.take() {
+                            self.send_failed(&route.conn, &route.counts, e);
+                        }
+                    }
+                    Err(e) => {
+                        warn!("reading {VNIC_NAME}: {e}");
+                        std::thread::sleep(STOP_CHECK);
+                        break;
+                    }
+                }
+            }
+            match self.fabric.recv_waiting_with(RX_BATCH, |from, data| self.deliver(from, data)) {
+                Ok(n) => worked |= n > 0,
+                Err(rackwire::Error::Closed) => return,
+                Err(e) => debug!("fabric receive: {e}"),
+            }
+            if !full {
+                full_since = None;
+            }
+            if worked {
+                last_work = Instant::now();
+                continue;
+            }
+            if full {
+                // The peer's ring has no room (its doorbell rang: it drains). Ours are drained
+                // meanwhile (the peer may be waiting for room in them), and `rw0` is not read
+                // further: its queue holds the packets, and drops past its length, as a NIC's.
+                let since = *full_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= RING_FULL_GIVE_UP {
+                    // A peer that stopped draining holds up the others for this long a packet
+                    // at most: its packet is dropped (counted), the next ones read the plain way.
+                    if let Some(n) = pending.take() {
+                        self.count_unsent(&buf[..n]);
+                    }
+                    guess = None;
+                    full_since = None;
+                    continue;
+                }
+                if since.elapsed() < RING_FULL_SPIN {
+                    std::thread::yield_now();
+                } else if let Err(rackwire::Error::Closed) = self.fabric.wait_input(&[], RING_FULL_NAP) {
+                    return;
+                }
+                continue;
+            }
+            if last_work.elapsed() < IO_SPIN {
+                std::thread::yield_now();
+                continue;
+            }
+            match self.fabric.wait_input(&[self.tun.as_fd()], STOP_CHECK) {
+                Ok(()) => {}
+                Err(rackwire::Error::Closed) => return,
+                Err(e) => debug!("waiting for packets: {e}"),
+            }
+        }
+    }
+
+    /// One packet read from `rw0` to the peer that owns its destination. Edge sends complete
+    /// later: a bounded number stays in flight. Returns the route taken when it is over shared
+    /// memory (the next packet is read straight into its ring), or that its ring had no room
+    /// (nothing sent: the packet waits).
+    fn carry(&self, packet: &[u8], inflight: &mut VecDeque<(Op, Arc<Counts>)>) -> Carried {
+        let n = packet.len();
+        // The offload header and the packet go together.
+        let Some(dst) = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination) else {
+            // IPv6 neighbour discovery and the like are not carried.
+            self.malformed.fetch_add(1, Ordering::Relaxed);
+            return Carried::Done(None);
+        };
+        let route = {
+            let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+            match table.by_addr.get(&dst).and_then(|n| table.peers.get(n)) {
+                Some(p) => Route { conn: p.conn.clone(), counts: p.counts.clone() },
+                None => {
+                    self.no_route.fetch_add(1, Ordering::Relaxed);
+                    return Carried::Done(None);
+                }
+            }
+        };
+        let shm = route.conn.transport() == "shm";
+        let mut op = if shm {
+            // Not waiting for room (see `Conn::send_with`).
+            match route.conn.send_with(n, |slot| {
+                slot[..n].copy_from_slice(packet);
+                Some(n)
+            }) {
+                Some(op) => op,
+                None => return Carried::NoRoom,
+            }
+        } else {
+            route.conn.send(packet)
+        };
+        match op.poll() {
+            Some(Ok(_)) => count_tx(&route.counts, n),
+            Some(Err(e)) => {
+                self.send_failed(&route.conn, &route.counts, e);
+                return Carried::Done(None);
+            }
+            None => {
+                count_tx(&route.counts, n);
+                inflight.push_back((op, route.counts.clone()));
+            }
+        }
+        while let Some((op, _)) = inflight.front() {
+            if inflight.len() < TX_INFLIGHT_MAX && !op.is_done() {
+                break;
+            }
+            let (op, counts) = inflight.pop_front().expect("front exists");
+            if op.wait().is_err() {
+                counts.tx_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Carried::Done(shm.then_some(route))
+    }
+
+    /// A packet read from `rw0` and never sent (its peer's ring stayed full): counted as a
+    /// send error of the peer that owns its destination.
+    fn count_unsent(&self, packet: &[u8]) {
+        let Some(dst) = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination) else { return };
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = table.by_addr.get(&dst).and_then(|n| table.peers.get(n)) {
+            p.counts.tx_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A send to `conn`'s peer failed: counted; a peer that is gone loses its routes now
+    /// (its traffic goes back to Ethernet), not at the next look for peers.
+    fn send_failed(&self, conn: &Conn, counts: &Counts, e: rackwire::Error) {
+        debug!("send to {}: {e}", conn.peer());
+        counts.tx_errors.fetch_add(1, Ordering::Relaxed);
+        if matches!(e, rackwire::Error::PeerGone(_) | rackwire::Error::Closed) {
+            let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+            self.forget(&mut table, conn.peer());
+        }
+    }
+
+    /// Read the next packet from `rw0` straight into the ring of `route`'s peer and send it
+    /// there if that peer owns its destination; a packet for anyone else is copied into `buf`
+    /// and left to [`Shared::carry`].
+    fn read_into(&self, route: &Route, buf: &mut [u8]) -> std::io::Result<Read> {
+        // Left as it is when `fill` is not called: the ring had no room.
+        let mut read = Ok(Read::NoRoom);
+        let op = route.conn.send_with(PACKET_BYTES_MAX, |slot| {
+            let n = match self.tun.try_read(slot) {
+                Ok(0) => {
+                    read = Ok(Read::Nothing);
+                    return None;
+                }
+                Ok(n) => n,
+                Err(e) => {
+                    read = Err(e);
+                    return None;
+                }
+            };
+            let packet = &slot[..n];
+            let dst = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination);
+            let owner = dst.and_then(|d| self.table.read().unwrap_or_else(|e| e.into_inner()).by_addr.get(&d).copied());
+            if owner == Some(route.conn.peer()) {
+                read = Ok(Read::Sent(n));
+                Some(n)
+            } else {
+                buf[..n].copy_from_slice(packet);
+                read = Ok(Read::Here(n));
+                None
+            }
+        });
+        match op.map(|mut op| op.poll()) {
+            // Over shared memory a send is done when it returns.
+            Some(Some(Err(e))) => Ok(Read::Failed(e)),
+            _ => {
+                if let Ok(Read::Sent(n)) = &read {
+                    count_tx(&route.counts, *n);
+                }
+                read
+            }
+        }
+    }
+
+    pub(crate) fn deliver(&self, from: NodeId, data: &[u8]) {
+        // Every sender is an admitted, authenticated fabric node, and speaks for no other
+        // (see `check_from_peer`). One this side has not routed yet (it saw us first) is
+        // delivered too, and counted apart.
+        let (checked, counts) = {
+            let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+            let owners = |a: Ipv4Addr| table.owners.get(&a).map(Vec::as_slice);
+            let checked = check_from_peer(data, from, owners, &self.my_addrs);
+            (checked, table.peers.get(&from).map(|p| p.counts.clone()))
+        };
+        let refused = match checked {
+            Ok(()) => None,
+            Err(RxRefusal::Malformed) => Some(&self.malformed),
+            Err(RxRefusal::Spoofed) => Some(&self.rx_spoofed),
+            Err(RxRefusal::BadOffload) => Some(&self.rx_bad_offload),
+        };
+        if let Some(counter) = refused {
+            counter.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match self.tun.write(data) {
+            Ok(()) => match counts {
+                Some(c) => {
+                    c.rx_packets.fetch_add(1, Ordering::Relaxed);
+                    c.rx_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
+                None => {
+                    self.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            Err(e) => debug!("writing {VNIC_NAME}: {e}"),
+        }
+    }
+}
+
+fn count_tx(c: &Counts, n: usize) {
+    c.tx_packets.fetch_add(1, Ordering::Relaxed);
+    c.tx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+}
