@@ -1,9 +1,13 @@
 //! Messages over the edge transport handed to a handler as they arrive.
 
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rackwire::{Error, ManagementHost};
+use rackwire::{EdgeWatch, Error, ManagementHost, Op};
 
 const SECRET: &str = "edge-handler-test-secret-0123456";
 /// Messages the test sends (a bounded load).
@@ -69,4 +73,89 @@ fn an_edge_connection_reads_as_closed_once_its_peer_closes() {
     }
     let e = conn.send(b"after").wait();
     assert!(e.is_err(), "a send on a closed connection succeeded");
+}
+
+/// Pings of the edge watch test (a bounded load).
+const PINGS: usize = 200;
+
+/// The test's stand-in for `rw0`: a socket where "answers" appear, which the watch reads and
+/// sends back over the connection; and what it saw.
+struct Echo {
+    answers: UnixStream,
+    conn: rackwire::Conn,
+    watching: AtomicBool,
+    /// Bytes taken, by the edge transport's network thread while it was watching.
+    taken: AtomicUsize,
+    /// Anything taken elsewhere, or while not watching.
+    wrong: AtomicUsize,
+    sent: Mutex<Vec<Op>>,
+}
+
+impl EdgeWatch for Echo {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.answers.as_fd()
+    }
+
+    fn watching(&self, on: bool) {
+        self.watching.store(on, Ordering::SeqCst);
+    }
+
+    fn take(&self) -> bool {
+        let mut got = [0u8; 64];
+        let Ok(n) = (&self.answers).read(&mut got) else { return false };
+        let right = std::thread::current().name() == Some("rw-edge") && self.watching.load(Ordering::SeqCst);
+        let count = if right { &self.taken } else { &self.wrong };
+        count.fetch_add(n, Ordering::SeqCst);
+        for b in &got[..n] {
+            // Sent, not waited for (the watch must not wait).
+            self.sent.lock().unwrap().push(self.conn.send(&[*b]));
+        }
+        n > 0
+    }
+}
+
+// Checks the edge watch (`Fabric::set_edge_watch`): a node whose edge message handler makes
+// an "answer" appear on a socket of its own (as the virtual NIC's packets make answers appear
+// in rw0), with nothing else reading that socket, gets every answer read by the edge
+// transport's network thread while it says it watches, and sent back: each of 200 one-byte
+// pings is answered with the same byte within 5 s. Once the pings stop, the thread says it
+// stopped watching (before it sleeps) within 5 s; every answer's send succeeds. Clearing the
+// watch leaves an answer unread (nothing takes it within 100 ms).
+#[test]
+fn the_network_thread_takes_answers_from_the_watched_descriptor() {
+    let (_mh, b, a, conn) = rackwire_tests::thread_pair(SECRET, "watch-b", "watch-a", true);
+    let (handler_end, watched_end) = UnixStream::pair().unwrap();
+    watched_end.set_nonblocking(true).unwrap();
+    let handler_end = Mutex::new(handler_end);
+    b.set_edge_message_handler(move |_, data| handler_end.lock().unwrap().write_all(data).unwrap()).unwrap();
+    let echo = Arc::new(Echo {
+        answers: watched_end.try_clone().unwrap(),
+        conn: b.connect(a.id()).unwrap(),
+        watching: AtomicBool::new(false),
+        taken: AtomicUsize::new(0),
+        wrong: AtomicUsize::new(0),
+        sent: Mutex::default(),
+    });
+    b.set_edge_watch(echo.clone());
+    for i in 0..PINGS {
+        let ping = [(i % 251) as u8];
+        conn.send(&ping).wait().unwrap();
+        let pong = a.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|e| panic!("ping {i} unanswered: {e}"));
+        assert_eq!(pong.data, ping, "ping {i} answered with something else");
+    }
+    assert_eq!(echo.taken.load(Ordering::SeqCst), PINGS, "answers taken by the network thread while watching");
+    assert_eq!(echo.wrong.load(Ordering::SeqCst), 0, "answers taken on another thread or while not watching");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while echo.watching.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the network thread still says it watches, 5 s after the last ping");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for op in echo.sent.lock().unwrap().drain(..) {
+        op.wait().unwrap();
+    }
+    b.clear_edge_watch();
+    conn.send(&[7]).wait().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut left = [0u8; 8];
+    assert_eq!((&watched_end).read(&mut left).ok(), Some(1), "an answer was taken after the watch was cleared");
 }

@@ -535,14 +535,44 @@ impl Waker {
 /// Block until a socket is readable, the waker is woken, or `timeout` passes (a zero timeout
 /// only looks). True when a socket is readable or the waker was woken.
 pub fn wait(socks: &[LinkSocket], waker: &Waker, timeout: Option<Duration>) -> bool {
+    wait_with(socks, waker, None, timeout).links
+}
+
+/// What [`wait_with`] found ready.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ready {
+    /// A socket is readable, or the waker was woken.
+    pub links: bool,
+    /// The caller's own descriptor is readable.
+    pub also: bool,
+}
+
+/// [`wait`], watching one more descriptor of the caller's (readable input it takes itself),
+/// whose readiness is told apart.
+pub fn wait_with(
+    socks: &[LinkSocket],
+    waker: &Waker,
+    also: Option<BorrowedFd<'_>>,
+    timeout: Option<Duration>,
+) -> Ready {
     let mut fds: Vec<PollFd<'_>> = socks.iter().map(|s| PollFd::new(s, PollFlags::IN)).collect();
     fds.push(PollFd::new(&waker.fd, PollFlags::IN));
+    if let Some(fd) = &also {
+        fds.push(PollFd::new(fd, PollFlags::IN));
+    }
     let ts = timeout.map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as _ });
-    let ready = rustix::event::poll(&mut fds, ts.as_ref()).unwrap_or(0) > 0;
-    if fds.last().is_some_and(|w| !w.revents().is_empty()) {
+    if rustix::event::poll(&mut fds, ts.as_ref()).unwrap_or(0) == 0 {
+        return Ready::default();
+    }
+    let ready = |f: &PollFd<'_>| !f.revents().is_empty();
+    let woken = ready(&fds[socks.len()]);
+    if woken {
         waker.drain();
     }
-    ready
+    Ready {
+        links: woken || fds[..socks.len()].iter().any(ready),
+        also: also.is_some() && fds.last().is_some_and(ready),
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,10 @@
 //! The data path: packets from `rw0` to their peers, and from peers into `rw0`.
 
+use std::os::fd::BorrowedFd;
+use std::sync::Weak;
+
+use rackwire::EdgeWatch;
+
 use super::*;
 
 /// Where a packet goes: the connection to its peer, and that peer's counters.
@@ -30,6 +35,62 @@ enum Carried {
     NoRoom,
 }
 
+/// The sending side's state: what reading packets from `rw0` and sending them needs. Held by
+/// whichever thread reads `rw0` (the virtual NIC's, or the edge transport's network thread
+/// while it looks for answers: see [`Shared::take_answers`]), so packets leave in the order
+/// they were read.
+pub(crate) struct Tx {
+    buf: Vec<u8>,
+    inflight: VecDeque<(Op, Arc<Counts>)>,
+    /// The peer over shared memory the last packet went to: the next packet is read from
+    /// `rw0` straight into its ring (most packets go where the last one went).
+    guess: Option<Route>,
+    /// A packet in `buf` whose peer's ring had no room.
+    pending: Option<usize>,
+}
+
+impl Tx {
+    pub(crate) fn new() -> Tx {
+        Tx { buf: vec![0u8; PACKET_BYTES_MAX], inflight: VecDeque::new(), guess: None, pending: None }
+    }
+}
+
+/// `rw0` as the edge transport's network thread watches it (see [`rackwire::EdgeWatch`]).
+pub(crate) struct Answers {
+    pub(crate) shared: Weak<Shared>,
+    /// A descriptor of `rw0` of its own (closed when the fabric drops the watch).
+    pub(crate) rw0: OwnedFd,
+}
+
+impl EdgeWatch for Answers {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.rw0.as_fd()
+    }
+
+    fn watching(&self, on: bool) {
+        let Some(s) = self.shared.upgrade() else { return };
+        s.edge_watching.store(on, Ordering::SeqCst);
+        if !on && s.blind.load(Ordering::SeqCst) {
+            s.nudge();
+        }
+    }
+
+    fn take(&self) -> bool {
+        self.shared.upgrade().is_some_and(|s| s.take_answers())
+    }
+}
+
+/// What a run of reads from `rw0` came to.
+#[derive(Default)]
+struct Ran {
+    /// Some packet was carried.
+    worked: bool,
+    /// A peer's ring had no room (a packet may wait in `Tx::pending`).
+    full: bool,
+    /// Reading `rw0` failed.
+    failed: bool,
+}
+
 impl Shared {
     /// Packets both ways, from one thread: from the kernel to their peers (read from `rw0`),
     /// and from peers to the kernel (written into `rw0` from the shared-memory ring where they
@@ -38,71 +99,31 @@ impl Shared {
     /// thread, still awake, carries the answer without another thread's wake-up. It sleeps
     /// in the kernel on both at once when neither has had work for [`IO_SPIN`].
     pub(crate) fn io_loop(&self) {
-        let mut buf = vec![0u8; PACKET_BYTES_MAX];
-        let mut inflight: VecDeque<(Op, Arc<Counts>)> = VecDeque::new();
-        // The peer over shared memory the last packet went to: the next packet is read from
-        // `rw0` straight into its ring (most packets go where the last one went).
-        let mut guess: Option<Route> = None;
         let mut last_work = Instant::now();
-        // A packet in `buf` whose peer's ring had no room, and since when rings were full.
-        let mut pending: Option<usize> = None;
+        // Since when rings were full.
         let mut full_since: Option<Instant> = None;
         while !self.stop.load(Ordering::Relaxed) {
-            let mut worked = false;
-            let mut full = false;
-            for _ in 0..TX_BATCH {
-                let read = match (pending.take(), &guess) {
-                    (Some(n), _) => Ok(Read::Here(n)),
-                    (None, Some(route)) => self.read_into(route, &mut buf),
-                    (None, None) => {
-                        self.tun.try_read(&mut buf).map(|n| if n == 0 { Read::Nothing } else { Read::Here(n) })
-                    }
-                };
-                match read {
-                    Ok(Read::Nothing) => break,
-                    Ok(Read::NoRoom) => {
-                        full = true;
-                        break;
-                    }
-                    Ok(Read::Sent(_)) => worked = true,
-                    Ok(Read::Here(n)) => match self.carry(&buf[..n], &mut inflight) {
-                        Carried::NoRoom => {
-                            pending = Some(n);
-                            full = true;
-                            break;
-                        }
-                        Carried::Done(route) => {
-                            worked = true;
-                            guess = route;
-                        }
-                    },
-                    Ok(Read::Failed(e)) => {
-                        // Its peer failed before anything was read: the packet is still in
-                        // `rw0`, read the plain way next.
-                        if let Some(route) = guess.take() {
-                            self.send_failed(&route.conn, &route.counts, e);
-                        }
-                    }
-                    Err(e) => {
-                        warn!("reading {VNIC_NAME}: {e}");
-                        std::thread::sleep(STOP_CHECK);
-                        break;
-                    }
-                }
+            let ran = {
+                let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+                self.send_some(&mut tx, TX_BATCH)
+            };
+            if ran.failed {
+                std::thread::sleep(STOP_CHECK);
             }
+            let mut worked = ran.worked;
             match self.fabric.recv_waiting_with(RX_BATCH, |from, data| self.deliver(from, data)) {
                 Ok(n) => worked |= n > 0,
                 Err(rackwire::Error::Closed) => return,
                 Err(e) => debug!("fabric receive: {e}"),
             }
-            if !full {
+            if !ran.full {
                 full_since = None;
             }
             if worked {
                 last_work = Instant::now();
                 continue;
             }
-            if full {
+            if ran.full {
                 // The peer's ring has no room (its doorbell rang: it drains). Ours are drained
                 // meanwhile (the peer may be waiting for room in them), and `rw0` is not read
                 // further: its queue holds the packets, and drops past its length, as a NIC's.
@@ -110,10 +131,11 @@ impl Shared {
                 if since.elapsed() >= RING_FULL_GIVE_UP {
                     // A peer that stopped draining holds up the others for this long a packet
                     // at most: its packet is dropped (counted), the next ones read the plain way.
-                    if let Some(n) = pending.take() {
-                        self.count_unsent(&buf[..n]);
+                    let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(n) = tx.pending.take() {
+                        self.count_unsent(&tx.buf[..n]);
                     }
-                    guess = None;
+                    tx.guess = None;
                     full_since = None;
                     continue;
                 }
@@ -128,12 +150,95 @@ impl Shared {
                 std::thread::yield_now();
                 continue;
             }
-            match self.fabric.wait_input(&[self.tun.as_fd()], STOP_CHECK) {
+            // While the edge transport's network thread watches `rw0`, this thread sleeps
+            // without (it would be woken for a packet that one takes). Said before looking:
+            // the network thread, when it stops watching, sees it and wakes this one.
+            self.blind.store(true, Ordering::SeqCst);
+            let slept = if self.edge_watching.load(Ordering::SeqCst) {
+                self.fabric.wait_input(&[self.nudge.as_fd()], STOP_CHECK)
+            } else {
+                self.fabric.wait_input(&[self.tun.as_fd(), self.nudge.as_fd()], STOP_CHECK)
+            };
+            self.blind.store(false, Ordering::SeqCst);
+            match slept {
                 Ok(()) => {}
                 Err(rackwire::Error::Closed) => return,
                 Err(e) => debug!("waiting for packets: {e}"),
             }
+            if self.nudged.swap(false, Ordering::Acquire) {
+                let _ = rustix::io::read(&self.nudge, &mut [0u8; 8]);
+            }
         }
+    }
+
+    /// The edge transport's network thread, looking for more work after handing packets from
+    /// other racks over (into `rw0`), found `rw0` readable: it reads and sends what is there
+    /// (the answers, most likely), unless this agent's thread is at it. Never waits: not for
+    /// room in a ring (a packet that finds none is left to this agent's thread, woken for it),
+    /// nor for edge sends to complete (it reads no more than leaves room for in flight).
+    /// True when it carried some.
+    pub(crate) fn take_answers(&self) -> bool {
+        let Ok(mut tx) = self.tx.try_lock() else { return false };
+        if tx.pending.is_some() || tx.inflight.len() + ANSWERS_MAX >= TX_INFLIGHT_MAX {
+            return false;
+        }
+        let ran = self.send_some(&mut tx, ANSWERS_MAX);
+        if ran.full || ran.failed {
+            self.nudge();
+        }
+        ran.worked
+    }
+
+    /// Wake the virtual NIC's thread.
+    fn nudge(&self) {
+        self.nudged.store(true, Ordering::Release);
+        let _ = rustix::io::write(&self.nudge, &1u64.to_ne_bytes());
+    }
+
+    /// Read up to `max` packets from `rw0` (a packet waiting for room first) and send each to
+    /// the peer that owns its destination, until `rw0` is empty or a ring has no room.
+    fn send_some(&self, tx: &mut Tx, max: usize) -> Ran {
+        let mut ran = Ran::default();
+        let Tx { buf, inflight, guess, pending } = tx;
+        for _ in 0..max {
+            let read = match (pending.take(), &*guess) {
+                (Some(n), _) => Ok(Read::Here(n)),
+                (None, Some(route)) => self.read_into(route, buf),
+                (None, None) => self.tun.try_read(buf).map(|n| if n == 0 { Read::Nothing } else { Read::Here(n) }),
+            };
+            match read {
+                Ok(Read::Nothing) => break,
+                Ok(Read::NoRoom) => {
+                    ran.full = true;
+                    break;
+                }
+                Ok(Read::Sent(_)) => ran.worked = true,
+                Ok(Read::Here(n)) => match self.carry(&buf[..n], inflight) {
+                    Carried::NoRoom => {
+                        *pending = Some(n);
+                        ran.full = true;
+                        break;
+                    }
+                    Carried::Done(route) => {
+                        ran.worked = true;
+                        *guess = route;
+                    }
+                },
+                Ok(Read::Failed(e)) => {
+                    // Its peer failed before anything was read: the packet is still in
+                    // `rw0`, read the plain way next.
+                    if let Some(route) = guess.take() {
+                        self.send_failed(&route.conn, &route.counts, e);
+                    }
+                }
+                Err(e) => {
+                    warn!("reading {VNIC_NAME}: {e}");
+                    ran.failed = true;
+                    break;
+                }
+            }
+        }
+        ran
     }
 
     /// One packet read from `rw0` to the peer that owns its destination. Edge sends complete

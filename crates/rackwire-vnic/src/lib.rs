@@ -27,7 +27,9 @@ mod tun;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::event::EventfdFlags;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -59,6 +61,11 @@ const PACKET_BYTES_MAX: usize = VNET_HDR_LEN + VNIC_MTU + 1;
 pub const TX_BATCH: usize = 32;
 /// Packets it takes from the rings in a row before it reads `rw0` again.
 pub const RX_BATCH: usize = 32;
+/// Packets the edge transport's network thread reads from `rw0` in a row when it finds some
+/// there while it looks for more work (answers to packets it wrote into `rw0`: see
+/// [`rackwire::Fabric::set_edge_watch`]).
+pub const ANSWERS_MAX: usize = 8;
+const _: () = assert!(ANSWERS_MAX < TX_INFLIGHT_MAX);
 /// How long the virtual NIC's thread keeps looking for packets after its last one, yielding
 /// its core between looks, before it sleeps: a reply (the pong of a ping-pong, a TCP
 /// acknowledgement) usually comes within it, and is taken without a wake-up on either side
@@ -79,9 +86,10 @@ pub const PEERS_MAX: usize = 256;
 /// otherwise): none. Its threads sleep in the kernel between packets (the virtual NIC's after
 /// a short look for a reply, [`IO_SPIN`]) and are woken for each:
 /// the edge transport's network thread for frames from other racks (it writes their packets
-/// into rw0 itself), the virtual NIC's thread by `rw0` or the doorbell for packets over shared
-/// memory. The
-/// applications whose packets these are need the cores: with spinning receivers (200 µs), on
+/// into rw0 itself, and reads their answers from `rw0` while it looks for more work, the
+/// virtual NIC's thread then sleeping without watching `rw0`: see `io::Answers`), the virtual
+/// NIC's thread by `rw0` or the doorbell for packets over shared memory. The applications
+/// whose packets these are need the cores: with spinning receivers (200 µs), on
 /// two cores, 64 B ping-pongs across racks took 48–98 µs p50 against 45–64 without, in one rack
 /// 26–39 against 24–31, and TCP over rw0 gave 0.53–0.65 of the veth's against 0.49–0.68 (the
 /// veth itself 1.9–3.0 GB/s; alternated five and three times, docs/benchmarks.md).
@@ -208,6 +216,15 @@ struct Shared {
     /// The management host's addresses (never routed to a peer).
     mh_addrs: Vec<Ipv4Addr>,
     table: RwLock<Table>,
+    /// The sending side (see [`io::Tx`]).
+    tx: Mutex<io::Tx>,
+    /// Wakes the virtual NIC's thread (an event counter; `nudged` says it was written): for a
+    /// packet another thread left it, or when it sleeps without watching `rw0` (`blind`) and
+    /// the edge transport's network thread stops watching it (`edge_watching`).
+    nudge: OwnedFd,
+    nudged: AtomicBool,
+    blind: AtomicBool,
+    edge_watching: AtomicBool,
     stop: AtomicBool,
     no_route: AtomicU64,
     malformed: AtomicU64,
@@ -296,6 +313,13 @@ impl Vnic {
             my_addrs,
             mh_addrs: ipv4_of(mh),
             table: RwLock::new(Table::default()),
+            tx: Mutex::new(io::Tx::new()),
+            nudge: rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| {
+                rackwire::Error::sys("making the virtual NIC's event counter", &std::io::Error::from(e))
+            })?,
+            nudged: AtomicBool::new(false),
+            blind: AtomicBool::new(false),
+            edge_watching: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             no_route: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
@@ -314,6 +338,11 @@ impl Vnic {
                 s.deliver(from, data);
             }
         })?;
+        // Answers to those packets, once in `rw0`, are read by the network thread that wrote
+        // them, while it looks for more work (see `io::Answers`).
+        let rw0 =
+            shared.tun.as_fd().try_clone_to_owned().map_err(|err| VnicError::Tun { name: VNIC_NAME.into(), err })?;
+        shared.fabric.set_edge_watch(Arc::new(io::Answers { shared: Arc::downgrade(&shared), rw0 }));
         shared.refresh();
         let mut threads = Vec::new();
         for (name, f) in
@@ -343,6 +372,8 @@ impl Vnic {
     /// Stop: threads end, routes go, `rw0` goes when the last handle closes.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
+        // The network thread lets go of `rw0` (its copy of the descriptor closes).
+        self.shared.fabric.clear_edge_watch();
         let threads: Vec<_> = self.threads.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
         for t in threads {
             let _ = t.join();

@@ -20,7 +20,7 @@ use crate::grants::{Acl, RegionInner, RegionTable};
 use crate::op::Drive;
 use crate::sync::{lock, read, write, CLOCK_EVERY_SPINS, YIELD_AFTER};
 use crate::transport::PeerTransport;
-use crate::{Error, FabricConfig, NodeId, PEERS_MAX};
+use crate::{EdgeWatch, Error, FabricConfig, NodeId, PEERS_MAX};
 
 /// How long a blocked receiver sleeps at most before it looks again (covers peers that
 /// joined after it went to sleep).
@@ -108,6 +108,9 @@ pub(crate) struct Node {
     /// Where messages arriving over the edge transport go at once, if set (see
     /// [`crate::Fabric::set_edge_message_handler`]).
     pub edge_messages: OnceLock<MessageHandler>,
+    /// A descriptor the edge transport's network thread watches while it looks for more
+    /// work, and what takes its input (see [`crate::Fabric::set_edge_watch`]).
+    pub edge_watch: RwLock<Option<Arc<dyn EdgeWatch>>>,
 }
 
 /// A function that takes each message (its sender and bytes) as it arrives.
@@ -149,6 +152,7 @@ impl Node {
             weak: weak.clone(),
             driver: OnceLock::new(),
             edge_messages: OnceLock::new(),
+            edge_watch: RwLock::new(None),
         })
     }
 

@@ -4,6 +4,9 @@
 
 use rackwire_udp::RecvLink;
 
+use crate::sync::read;
+use crate::EdgeWatch;
+
 use super::*;
 
 impl EdgeEndpoint {
@@ -218,15 +221,26 @@ impl EdgeEndpoint {
     /// then blocks until a frame arrives, a timer is due or an operation is submitted. Latency
     /// comes from the waiting application threads, which poll (see [`EdgeEndpoint::pump`]);
     /// while one does, this thread leaves it the sockets and the core (see [`PUMP_WATCH`]).
+    /// While it is awake after work, it also watches the edge message handler's descriptor,
+    /// if one is set ([`crate::EdgeWatch`]).
     pub(super) fn run(self: Arc<Self>) {
         let mut io = Io::new(self.socks.len());
         let mut target = FabricTarget { fabric: &self.fabric };
         let mut last_work = Instant::now();
         let watch_us = |i: usize| Duration::from_micros(self.watch_us[i].load(Ordering::Relaxed));
         let mut watch = watch_us(0);
+        // The edge watch, while this thread watches it: from its first spin after work until
+        // it sleeps or leaves the work to a polling thread.
+        let mut answers: Option<Arc<dyn EdgeWatch>> = None;
+        let unwatch = |answers: &mut Option<Arc<dyn EdgeWatch>>| {
+            if let Some(w) = answers.take() {
+                w.watching(false);
+            }
+        };
         loop {
             let stopping = self.stop.load(Ordering::SeqCst);
             if !stopping && self.polled_lately(self.now()) {
+                unwatch(&mut answers);
                 // Said before looking again: a thread that stops polling after the look below
                 // sees it and wakes this one (see `Drive::rest`).
                 self.watching.store(true, Ordering::SeqCst);
@@ -254,10 +268,16 @@ impl EdgeEndpoint {
             drop(st);
             self.hand_over();
             if stopping {
+                unwatch(&mut answers);
                 return;
             }
             if !idle {
                 last_work = Instant::now();
+                // Between rounds too, while the handler's own thread leaves its descriptor
+                // to this one (a stream's answers come while frames keep coming).
+                if let Some(w) = &answers {
+                    w.take();
+                }
                 // Another round at once, unless this one handed messages over (into rw0) and
                 // there is no more to take (a socket readable) or send (operations gathered):
                 // then the lockless spin below, as a round now would hold the state's lock
@@ -282,14 +302,28 @@ impl EdgeEndpoint {
             // lock: a thread that sends takes that lock, and rounds taken back to back held it
             // off for the whole spin (each reply through rw0 across racks waited for it).
             // A timer due meanwhile ends the spin.
+            // The edge message handler's own descriptor is watched too (see
+            // `crate::EdgeWatch`): what this thread just handed over is often answered there
+            // within the spin, and taken at once, without waking another thread.
             if last_work.elapsed() < NET_SPIN {
                 self.parked_until_us.store(AWAKE, Ordering::SeqCst);
                 let due = Instant::now() + wait;
+                if answers.is_none() {
+                    answers = self.fabric.upgrade().and_then(|n| read(&n.edge_watch).clone());
+                    if let Some(w) = &answers {
+                        w.watching(true);
+                    }
+                }
                 loop {
                     // A thread of this core that has work (the one this frame woke, on a
                     // small host) goes first.
                     std::thread::yield_now();
-                    if rackwire_udp::wait(&self.socks, &self.waker, Some(Duration::ZERO))
+                    let fd = answers.as_ref().map(|w| w.fd());
+                    let ready = rackwire_udp::wait_with(&self.socks, &self.waker, fd, Some(Duration::ZERO));
+                    if ready.also && answers.as_ref().is_some_and(|w| w.take()) {
+                        last_work = Instant::now();
+                    }
+                    if ready.links
                         || self.gathered.load(Ordering::Acquire)
                         || last_work.elapsed() >= NET_SPIN
                         || Instant::now() >= due
@@ -299,6 +333,7 @@ impl EdgeEndpoint {
                 }
                 continue;
             }
+            unwatch(&mut answers);
             rackwire_udp::wait(&self.socks, &self.waker, Some(wait));
             self.parked_until_us.store(AWAKE, Ordering::SeqCst);
         }
