@@ -151,15 +151,18 @@ impl Shared {
                 continue;
             }
             // While the edge transport's network thread watches `rw0`, this thread sleeps
-            // without (it would be woken for a packet that one takes). Said before looking:
-            // the network thread, when it stops watching, sees it and wakes this one.
+            // without (it would be woken for a packet that one takes). `blind` is said before
+            // looking: the network thread, when it stops watching, sees it and wakes this one.
+            self.asleep.store(true, Ordering::SeqCst);
             self.blind.store(true, Ordering::SeqCst);
             let slept = if self.edge_watching.load(Ordering::SeqCst) {
                 self.fabric.wait_input(&[self.nudge.as_fd()], STOP_CHECK)
             } else {
+                self.blind.store(false, Ordering::SeqCst);
                 self.fabric.wait_input(&[self.tun.as_fd(), self.nudge.as_fd()], STOP_CHECK)
             };
             self.blind.store(false, Ordering::SeqCst);
+            self.asleep.store(false, Ordering::SeqCst);
             match slept {
                 Ok(()) => {}
                 Err(rackwire::Error::Closed) => return,
@@ -173,11 +176,15 @@ impl Shared {
 
     /// The edge transport's network thread, looking for more work after handing packets from
     /// other racks over (into `rw0`), found `rw0` readable: it reads and sends what is there
-    /// (the answers, most likely), unless this agent's thread is at it. Never waits: not for
+    /// (the answers, most likely), unless this agent's thread is awake. Never waits: not for
     /// room in a ring (a packet that finds none is left to this agent's thread, woken for it),
     /// nor for edge sends to complete (it reads no more than leaves room for in flight).
     /// True when it carried some.
     pub(crate) fn take_answers(&self) -> bool {
+        // An awake virtual NIC thread reads `rw0` itself (it looks again within microseconds).
+        if !self.asleep.load(Ordering::Relaxed) {
+            return false;
+        }
         let Ok(mut tx) = self.tx.try_lock() else { return false };
         if tx.pending.is_some() || tx.inflight.len() + ANSWERS_MAX >= TX_INFLIGHT_MAX {
             return false;

@@ -223,6 +223,8 @@ struct Shared {
     /// the edge transport's network thread stops watching it (`edge_watching`).
     nudge: OwnedFd,
     nudged: AtomicBool,
+    /// The virtual NIC's thread sleeps (or is about to): the network thread may read `rw0`.
+    asleep: AtomicBool,
     blind: AtomicBool,
     edge_watching: AtomicBool,
     stop: AtomicBool,
@@ -318,6 +320,7 @@ impl Vnic {
                 rackwire::Error::sys("making the virtual NIC's event counter", &std::io::Error::from(e))
             })?,
             nudged: AtomicBool::new(false),
+            asleep: AtomicBool::new(false),
             blind: AtomicBool::new(false),
             edge_watching: AtomicBool::new(false),
             stop: AtomicBool::new(false),
