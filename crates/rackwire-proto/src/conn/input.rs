@@ -37,7 +37,7 @@ impl Connection {
             (Some(keys), true) => {
                 let mut opened = std::mem::take(&mut self.opened);
                 match keys.open(bytes, &mut opened) {
-                    Ok(()) => self.handle_checked(now, link, Frame::new_opened(&opened[..]), target),
+                    Ok(n) => self.handle_checked(now, link, Frame::new_opened(&opened[..n]), target),
                     Err(Unsealed::Forged) => self.stats.forged += 1,
                     Err(Unsealed::Replayed) => self.stats.replayed += 1,
                     Err(Unsealed::Malformed) => self.stats.malformed += 1,

@@ -104,7 +104,7 @@ impl Connection {
     }
 
     /// A data frame: header and segment into `buf`, the body shared; on a sealed connection
-    /// the body is copied in behind them and the whole frame sealed in `buf`.
+    /// the body is sealed from where it lies into `buf` behind them (see `Keys::seal_with`).
     pub(super) fn emit_data(
         &mut self,
         now: Time,
@@ -124,10 +124,7 @@ impl Connection {
         repr.emit_header(buf, if self.keys.is_some() { 0 } else { payload.crc() });
         buf[HEADER_LEN..head_len].copy_from_slice(seg);
         if let Some(keys) = &mut self.keys {
-            if let Some(body) = &payload.body {
-                buf[head_len..len].copy_from_slice(body);
-            }
-            let sealed = keys.seal(buf, len);
+            let sealed = keys.seal_with(buf, head_len, payload.body.as_deref().unwrap_or_default());
             self.count_sent(&repr, sealed);
             return Some(SplitTransmit { link, head_len: sealed, body: None });
         }
