@@ -2,7 +2,6 @@
 //! node's shared state lives in [`crate::node`]; this module chooses and starts the
 //! transports on top of it.
 
-use std::os::fd::BorrowedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -19,29 +18,10 @@ use crate::node::{poll_until, Node, Peer, PeerView};
 use crate::op::{Drive, Notification};
 use crate::shm::ShmPeer;
 use crate::sync::{lock, write};
+use crate::watch::EdgeWatch;
 use crate::{
     Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RemoteRegion, TransportChoice, REGIONS_MAX,
 };
-
-/// A descriptor on which an edge message handler's messages get answered, watched by the
-/// edge transport's network thread (see [`Fabric::set_edge_watch`]). That thread, after it
-/// hands messages over, looks for more work for a moment before it sleeps (a spin); while it
-/// does, it also watches this descriptor and, when it is readable, calls [`EdgeWatch::take`].
-/// The virtual NIC writes packets from other racks into `rw0`, where the program they were for
-/// (or the kernel) answers within microseconds: the thread that wrote them, still awake,
-/// carries the answer off without another thread's wake-up.
-pub trait EdgeWatch: Send + Sync + 'static {
-    /// The descriptor to watch for input.
-    fn fd(&self) -> BorrowedFd<'_>;
-    /// The network thread starts (`true`) or stops (`false`) watching: a thread of the
-    /// handler's own that sleeps on the descriptor may leave it to the network thread
-    /// meanwhile (and must be awake on it again once told `false`).
-    fn watching(&self, on: bool);
-    /// The descriptor is readable: take what is there without blocking. Runs on the network
-    /// thread without the transport's locks held: it may send, not wait for an operation to
-    /// complete. True when there was something.
-    fn take(&self) -> bool;
-}
 
 /// A message from a peer.
 #[derive(Clone, Debug, PartialEq, Eq)]

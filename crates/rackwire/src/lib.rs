@@ -52,6 +52,7 @@ mod region;
 mod shm;
 mod sync;
 mod transport;
+mod watch;
 
 pub use access::{Access, ParseAccessError};
 pub use bytes::Bytes;
@@ -61,7 +62,7 @@ pub use config::{
 };
 pub use conn::Conn;
 pub use error::{Error, MhErrorText};
-pub use fabric::{EdgeWatch, Fabric, Message};
+pub use fabric::{Fabric, Message};
 pub use handle::{RemoteRegion, REMOTE_REGION_BYTES};
 pub use id::RegionId;
 pub use op::{BatchOptions, Cmp, Completion, Notification, Op, OpFlags, Signal, SignalOp};
@@ -70,6 +71,7 @@ pub use rackwire_mh::{JobMember, JobRound, ManagementHost, MhHandle, NodeId, Nod
 pub use rackwire_shm::{copy_bytes, COPY_CHANNELS_MAX};
 pub use region::{Region, RevokeOutcome, WORD_WAIT_NAP};
 pub use transport::ConnStats;
+pub use watch::EdgeWatch;
 
 use std::time::Duration;
 

@@ -20,7 +20,8 @@ use crate::grants::{Acl, RegionInner, RegionTable};
 use crate::op::Drive;
 use crate::sync::{lock, read, write, CLOCK_EVERY_SPINS, YIELD_AFTER};
 use crate::transport::PeerTransport;
-use crate::{EdgeWatch, Error, FabricConfig, NodeId, PEERS_MAX};
+use crate::watch::EdgeWatch;
+use crate::{Error, FabricConfig, NodeId, PEERS_MAX};
 
 /// How long a blocked receiver sleeps at most before it looks again (covers peers that
 /// joined after it went to sleep).

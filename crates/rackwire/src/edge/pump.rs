@@ -5,7 +5,7 @@
 use rackwire_udp::RecvLink;
 
 use crate::sync::read;
-use crate::EdgeWatch;
+use crate::watch::EdgeWatch;
 
 use super::*;
 

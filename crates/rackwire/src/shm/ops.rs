@@ -243,16 +243,22 @@ impl ShmPeer {
         data: &[u8],
         flags: OpFlags,
     ) -> Result<Completion, Error> {
+        let len = data.len() as u64;
         self.with_mapping(t, Access::WRITE, |m| {
+            if offset.checked_add(len).is_none_or(|end| end > m.mem.len() as u64) {
+                return Err(self.refused(Self::oob(t, m, offset, len)));
+            }
+            // Counted before the stores: an atomic instruction after them would wait for
+            // them to reach the peer's cache, and this call need not.
+            self.stats.writes.fetch_add(1, Relaxed);
+            self.stats.bytes_written.fetch_add(len, Relaxed);
             if m.mem.write_at(offset, data) {
                 Ok(())
             } else {
-                Err(self.refused(Self::oob(t, m, offset, data.len() as u64)))
+                Err(self.refused(Self::oob(t, m, offset, len)))
             }
         })?;
-        self.stats.writes.fetch_add(1, Relaxed);
-        self.stats.bytes_written.fetch_add(data.len() as u64, Relaxed);
-        self.notify_after(t.region, offset, data.len() as u64, flags)?;
+        self.notify_after(t.region, offset, len, flags)?;
         Ok(Completion::Done)
     }
 
