@@ -197,37 +197,79 @@ fn in_ns(ns: &Option<String>, prog: &str) -> Command {
     }
 }
 
-/// iperf3, one stream from client to server over `path` with `size`-byte writes (TCP) or
-/// datagrams (`udp`, sent as fast as they go); the rate received, named `transport`.
-pub fn iperf3_path(path: &NetPath, udp: bool, size: u64, secs: u64, transport: &str) -> Result<Row, String> {
+/// iperf3, one TCP stream from client to server over `path` with `size`-byte writes, for
+/// `secs` seconds; the rate received, named `transport`.
+pub fn iperf3_path(path: &NetPath, size: u64, secs: u64, transport: &str) -> Result<Row, String> {
+    let out = iperf3_run(path, size, secs, None)?;
+    let end = out.find("\"sum_received\"").ok_or("iperf3 printed no result")?;
+    let rate = number_after(&out[end..], "\"bits_per_second\":").ok_or("iperf3 result without a rate")?;
+    Ok(oneway_row(transport, size, rate / 8.0 / 1e6))
+}
+
+/// The most datagrams lost that a UDP rate counts as carried by its path (percent).
+pub const UDP_LOSS_MAX_PERCENT: f64 = 1.0;
+/// Rates [`iperf3_udp_capacity`] tries.
+pub const UDP_PROBES: usize = 5;
+/// The rate it tries first (bits per second), doubled or halved from there.
+const UDP_FIRST_RATE: f64 = 4e9;
+
+/// iperf3 UDP over `path`, `size`-byte datagrams, at the highest rate that path carries with at
+/// most [`UDP_LOSS_MAX_PERCENT`] lost: [`UDP_PROBES`] runs of `secs` seconds, each at a set rate
+/// (iperf3 `-b`, paced as its users pace UDP), doubling from [`UDP_FIRST_RATE`] while the loss
+/// stays under the bound and halving the gap to the last rate that kept it after one that did
+/// not. The row is the rate received at the best rate kept; an error when none was. Sent
+/// unpaced, datagrams measure how much the receiving end drops when flooded, which depends on
+/// who gets the cores, not on the path.
+pub fn iperf3_udp_capacity(path: &NetPath, size: u64, secs: u64, transport: &str) -> Result<Row, String> {
+    let (mut kept, mut lost_at): (f64, Option<f64>) = (0.0, None);
+    let mut rate = UDP_FIRST_RATE;
+    let mut best: Option<f64> = None;
+    for _ in 0..UDP_PROBES {
+        let out = iperf3_run(path, size, secs, Some(rate))?;
+        let end = out.find("\"end\"").ok_or("iperf3 printed no result")?;
+        let sum = out[end..].find("\"sum\"").map(|i| end + i).ok_or("iperf3 printed no sum")?;
+        let sent = number_after(&out[sum..], "\"bits_per_second\":").ok_or("iperf3 result without a rate")?;
+        let lost = number_after(&out[sum..], "\"lost_percent\":").ok_or("iperf3 result without a loss")?;
+        if lost <= UDP_LOSS_MAX_PERCENT {
+            let received = sent * (1.0 - lost / 100.0) / 8.0 / 1e6;
+            best = Some(best.map_or(received, |b: f64| b.max(received)));
+            kept = kept.max(rate);
+        } else {
+            lost_at = Some(lost_at.map_or(rate, |l: f64| l.min(rate)));
+        }
+        rate = match lost_at {
+            None => rate * 2.0,
+            Some(l) if kept > 0.0 => (kept + l) / 2.0,
+            Some(l) => l / 2.0,
+        };
+    }
+    let best = best.ok_or_else(|| format!("every rate tried lost over {UDP_LOSS_MAX_PERCENT}% of the datagrams"))?;
+    Ok(oneway_row(transport, size, best))
+}
+
+/// Run iperf3's client against a fresh server over `path` (`udp_rate`: UDP at that many bits
+/// per second); its JSON output.
+fn iperf3_run(path: &NetPath, size: u64, secs: u64, udp_rate: Option<f64>) -> Result<String, String> {
     let port = free_port().ok_or("no free port")?.to_string();
     let mut server = in_ns(&path.server_ns, "iperf3");
     server.args(["-s", "-1", "-p", &port]);
     let mut client = in_ns(&path.client_ns, "iperf3");
     client.args(["-c", &path.addr, "-p", &port, "-l", &size.to_string(), "-t", &secs.to_string(), "-J"]);
-    if udp {
-        client.args(["-u", "-b", "0"]);
+    if let Some(rate) = udp_rate {
+        client.args(["-u", "-b", &format!("{}", rate as u64)]);
     }
-    let out = run_pair(server, client, Duration::from_secs(secs + 30))?;
-    let mb_per_s = if udp {
-        // What arrived: the sender's rate less the share the receiver lost.
-        let end = out.find("\"end\"").ok_or("iperf3 printed no result")?;
-        let sum = out[end..].find("\"sum\"").map(|i| end + i).ok_or("iperf3 printed no sum")?;
-        let bps = number_after(&out[sum..], "\"bits_per_second\":").ok_or("iperf3 result without a rate")?;
-        let lost = number_after(&out[sum..], "\"lost_percent\":").unwrap_or(0.0);
-        bps * (1.0 - lost / 100.0) / 8.0 / 1e6
-    } else {
-        let end = out.find("\"sum_received\"").ok_or("iperf3 printed no result")?;
-        number_after(&out[end..], "\"bits_per_second\":").ok_or("iperf3 result without a rate")? / 8.0 / 1e6
-    };
-    Ok(Row {
+    run_pair(server, client, Duration::from_secs(secs + 30))
+}
+
+fn oneway_row(transport: &str, size: u64, mb_per_s: f64) -> Row {
+    Row {
         transport: transport.into(),
         pattern: "oneway".into(),
         size,
         iters: 0,
         mb_per_s: Some(mb_per_s),
         ..Row::default()
-    })
+    }
 }
 
 /// sockperf UDP (or, with `tcp`, TCP) ping-pong at `size` over `path`: half round trips, as
@@ -309,11 +351,7 @@ pub(crate) fn network_rows(patterns: &[Pattern], sizes: &[u64], scale: f64, repo
     };
     for &size in sizes {
         if patterns.contains(&Pattern::Oneway) && installed("iperf3") {
-            push(
-                iperf3_path(&NetPath::loopback(), false, size, secs, "iperf3-tcp"),
-                format!("iperf3-tcp {size}"),
-                report,
-            );
+            push(iperf3_path(&NetPath::loopback(), size, secs, "iperf3-tcp"), format!("iperf3-tcp {size}"), report);
         }
         if patterns.contains(&Pattern::Pingpong) {
             if installed("sockperf") && size <= 65_000 {

@@ -200,7 +200,7 @@ fn measure_once(
     ));
     let path =
         NetPath { server_ns: Some(dst.ns.clone()), client_ns: Some(src.ns.clone()), addr: dst.addrs[0].to_string() };
-    match iperf3_path(&path, false, 131_072, tcp_secs, "iperf3-tcp") {
+    match iperf3_path(&path, 131_072, tcp_secs, "iperf3-tcp") {
         Ok(r) => report.rows.push(r),
         Err(e) => report.notes.push(format!("iperf3-tcp: {e}")),
     }
