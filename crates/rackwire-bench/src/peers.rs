@@ -212,10 +212,15 @@ pub const UDP_LOSS_MAX_PERCENT: f64 = 1.0;
 pub const UDP_PROBES: usize = 5;
 /// The rate it tries first (bits per second), doubled or halved from there.
 const UDP_FIRST_RATE: f64 = 4e9;
+/// Socket buffers of a UDP run (iperf3 `-w`), as its users size them for a fast UDP test: with
+/// the default (208 KiB here), a few 60000-byte datagrams of one of iperf3's paced bursts fill
+/// the receiver's and the rest is dropped at any rate (2 Gbit/s over rw0: 5.4% lost, with
+/// 4 MiB none).
+const UDP_SOCKET_BUFFER: &str = "4M";
 
 /// iperf3 UDP over `path`, `size`-byte datagrams, at the highest rate that path carries with at
 /// most [`UDP_LOSS_MAX_PERCENT`] lost: [`UDP_PROBES`] runs of `secs` seconds, each at a set rate
-/// (iperf3 `-b`, paced as its users pace UDP), doubling from [`UDP_FIRST_RATE`] while the loss
+/// (iperf3 `-b`, paced as its users pace UDP, with [`UDP_SOCKET_BUFFER`]), doubling from [`UDP_FIRST_RATE`] while the loss
 /// stays under the bound and halving the gap to the last rate that kept it after one that did
 /// not. The row is the rate received at the best rate kept; an error when none was. Sent
 /// unpaced, datagrams measure how much the receiving end drops when flooded, which depends on
@@ -256,7 +261,7 @@ fn iperf3_run(path: &NetPath, size: u64, secs: u64, udp_rate: Option<f64>) -> Re
     let mut client = in_ns(&path.client_ns, "iperf3");
     client.args(["-c", &path.addr, "-p", &port, "-l", &size.to_string(), "-t", &secs.to_string(), "-J"]);
     if let Some(rate) = udp_rate {
-        client.args(["-u", "-b", &format!("{}", rate as u64)]);
+        client.args(["-u", "-b", &format!("{}", rate as u64), "-w", UDP_SOCKET_BUFFER]);
     }
     run_pair(server, client, Duration::from_secs(secs + 30))
 }
