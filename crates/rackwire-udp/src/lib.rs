@@ -74,14 +74,20 @@ fn interface_frame_max(dev: &str, ip: std::net::IpAddr) -> Option<usize> {
 /// peer, same size (the last may be shorter), small enough, within the kernel's limits.
 fn gso_run(frames: &[OutFrame<'_>], gso_max: usize) -> usize {
     let Some(first) = frames.first() else { return 0 };
-    let size = first.len();
+    run_of(frames.len(), |i| (frames[i].to == first.to).then(|| frames[i].len()), gso_max)
+}
+
+/// [`gso_run`] over `count` frames whose lengths `len_of` gives (`None`: the frame cannot join,
+/// it goes elsewhere).
+fn run_of(count: usize, len_of: impl Fn(usize) -> Option<usize>, gso_max: usize) -> usize {
+    let Some(size) = (count > 0).then(|| len_of(0)).flatten() else { return 0 };
     if size == 0 || size > GSO_FRAME_MAX {
         return 1;
     }
     let max = gso_max.min(GSO_BYTES_MAX / size);
     let mut n = 1;
-    while n < frames.len() && n < max && frames[n].to == first.to {
-        let l = frames[n].len();
+    while n < count && n < max {
+        let Some(l) = len_of(n) else { break };
         if l > size {
             break;
         }
@@ -367,19 +373,61 @@ impl LinkSocket {
             buf.extend_from_slice(f.head);
             buf.extend_from_slice(f.body);
         }
-        let t = Transmit {
-            destination: run[0].to,
-            ecn: None,
-            contents: &buf,
-            segment_size: Some(run[0].len()),
-            src_ip: None,
-        };
+        self.send_segments(&buf, run[0].len(), run[0].to)
+    }
+
+    /// Frames of `size` bytes (the last may be shorter) laid end to end in `contents`, to
+    /// `to`, as one send the kernel cuts up. False when the socket buffer is full.
+    fn send_segments(&self, contents: &[u8], size: usize, to: SocketAddr) -> io::Result<bool> {
+        let t = Transmit { destination: to, ecn: None, contents, segment_size: Some(size), src_ip: None };
         match self.state.try_send(UdpSockRef::from(&self.sock), &t) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => Ok(false),
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOBUFS.raw_os_error()) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Frames laid end to end in `buf`, of the lengths `lens` in order, all to `to`: as
+    /// [`LinkSocket::send_batch`], but a run of equal lengths goes as one segmentation-offload
+    /// send straight from `buf`, without first being gathered into a buffer of its own (a
+    /// sealed connection's frames lie whole, one after another, in the buffer they were
+    /// gathered in). Returns how many went out.
+    pub fn send_laid(&self, buf: &[u8], lens: &[usize], to: SocketAddr) -> io::Result<usize> {
+        let total: usize = lens.iter().sum();
+        if total > buf.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "frames longer than their buffer"));
+        }
+        let gso_max = self.gso_segments_max();
+        let (mut sent, mut at, mut i) = (0, 0, 0);
+        // Frames outside runs, gathered for one `sendmmsg`.
+        let mut plain: Vec<OutFrame<'_>> = Vec::new();
+        while i < lens.len() {
+            let run = if gso_max > 1 { run_of(lens.len() - i, |k| Some(lens[i + k]), gso_max) } else { 1 };
+            let bytes: usize = lens[i..i + run].iter().sum();
+            if run < 2 {
+                plain.push(OutFrame { head: &buf[at..at + bytes], body: &[], to });
+            } else {
+                if !plain.is_empty() {
+                    let n = self.send_plain(&plain)?;
+                    sent += n;
+                    if n < plain.len() {
+                        return Ok(sent);
+                    }
+                    plain.clear();
+                }
+                if !self.send_segments(&buf[at..at + bytes], lens[i], to)? {
+                    return Ok(sent);
+                }
+                sent += run;
+            }
+            i += run;
+            at += bytes;
+        }
+        if !plain.is_empty() {
+            sent += self.send_plain(&plain)?;
+        }
+        Ok(sent)
     }
 
     /// Frames with `sendmmsg`, each in two parts.
@@ -790,6 +838,36 @@ mod tests {
             }
             assert_eq!(got, want);
         }
+    }
+
+    // Checks frames sent straight from the buffer they lie in (`send_laid`): runs of equal
+    // frames, shorter frames between them and a lone large one, laid end to end in one buffer,
+    // arrive as separate datagrams, each intact and in order; lengths longer than the buffer are
+    // refused with a clear error, nothing sent.
+    #[test]
+    fn frames_laid_end_to_end_go_from_where_they_lie() {
+        let a = LinkSocket::bind("127.0.0.1:0", 9000).unwrap();
+        let b = LinkSocket::bind("127.0.0.1:0", 9000).unwrap();
+        let lens: Vec<usize> = [vec![8972; 9], vec![100, 8972, 8972, 4000], vec![1200; 30], vec![8972]].concat();
+        let frames: Vec<Vec<u8>> = lens.iter().enumerate().map(|(i, &l)| vec![i as u8; l]).collect();
+        let buf = frames.concat();
+        assert_eq!(a.send_laid(&buf, &lens, b.local_addr()).unwrap(), lens.len());
+        let waker = Waker::new().unwrap();
+        let mut bufs = RecvBufs::default();
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() < frames.len() && std::time::Instant::now() < deadline {
+            let keep = |d: &[u8], _| {
+                got.push(d.to_vec());
+                ControlFlow::Continue(())
+            };
+            if b.recv_batch(&mut bufs, keep).unwrap() == 0 {
+                wait(std::slice::from_ref(&b), &waker, Some(Duration::from_millis(100)));
+            }
+        }
+        assert_eq!(got, frames);
+        let e = a.send_laid(&buf[..100], &lens, b.local_addr()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
 
     // Checks that a MTU outside what UDP can carry is refused with a clear error.

@@ -225,7 +225,9 @@ struct Shared {
     nudged: AtomicBool,
     /// The virtual NIC's thread sleeps (or is about to): the network thread may read `rw0`.
     asleep: AtomicBool,
+    /// The virtual NIC's thread sleeps (or is about to) without watching `rw0`.
     blind: AtomicBool,
+    /// The edge transport's network thread watches `rw0` (see `io::Answers`).
     edge_watching: AtomicBool,
     stop: AtomicBool,
     no_route: AtomicU64,

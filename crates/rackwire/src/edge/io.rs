@@ -95,6 +95,12 @@ impl EdgeEndpoint {
             }
             // One frame (the latency case): nothing to gather.
             (None, [one]) => link.send_batch(std::slice::from_ref(&out_frame(heads, one))),
+            // Whole frames (a sealed connection's) to one peer lie end to end in `heads`:
+            // runs of them go to the kernel from there, not gathered again.
+            (None, frames @ [first, ..]) if frames.iter().all(|f| f.2.is_none() && f.3 == first.3) => {
+                let lens: Vec<usize> = frames.iter().map(|f| f.1).collect();
+                link.send_laid(heads, &lens, first.3)
+            }
             (None, frames) => {
                 let list: Vec<OutFrame<'_>> = frames.iter().map(|f| out_frame(heads, f)).collect();
                 link.send_batch(&list)
