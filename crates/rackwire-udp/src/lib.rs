@@ -15,19 +15,19 @@
 #![deny(unsafe_code)]
 
 mod faults;
+mod wait;
 
 pub use faults::{FaultInjector, FaultSpec};
+pub use wait::{wait, wait_with, Ready, Waker};
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::ops::ControlFlow;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Mutex;
-use std::time::Duration;
 
 use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
 
-use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::net::{MMsgHdr, RecvFlags, SendFlags, SocketAddrAny};
 
 /// The largest UDP payload on any link (IPv4, 64 KiB less headers).
@@ -559,72 +559,10 @@ impl AsFd for LinkSocket {
     }
 }
 
-/// Wakes a thread blocked in [`wait`].
-#[derive(Debug)]
-pub struct Waker {
-    fd: OwnedFd,
-}
-
-impl Waker {
-    /// A new waker.
-    pub fn new() -> io::Result<Self> {
-        Ok(Waker { fd: rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)? })
-    }
-    /// Wake the waiter (coalesces).
-    pub fn wake(&self) {
-        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
-    }
-    fn drain(&self) {
-        let mut b = [0u8; 8];
-        let _ = rustix::io::read(&self.fd, &mut b);
-    }
-}
-
-/// Block until a socket is readable, the waker is woken, or `timeout` passes (a zero timeout
-/// only looks). True when a socket is readable or the waker was woken.
-pub fn wait(socks: &[LinkSocket], waker: &Waker, timeout: Option<Duration>) -> bool {
-    wait_with(socks, waker, None, timeout).links
-}
-
-/// What [`wait_with`] found ready.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Ready {
-    /// A socket is readable, or the waker was woken.
-    pub links: bool,
-    /// The caller's own descriptor is readable.
-    pub also: bool,
-}
-
-/// [`wait`], watching one more descriptor of the caller's (readable input it takes itself),
-/// whose readiness is told apart.
-pub fn wait_with(
-    socks: &[LinkSocket],
-    waker: &Waker,
-    also: Option<BorrowedFd<'_>>,
-    timeout: Option<Duration>,
-) -> Ready {
-    let mut fds: Vec<PollFd<'_>> = socks.iter().map(|s| PollFd::new(s, PollFlags::IN)).collect();
-    fds.push(PollFd::new(&waker.fd, PollFlags::IN));
-    if let Some(fd) = &also {
-        fds.push(PollFd::new(fd, PollFlags::IN));
-    }
-    let ts = timeout.map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as _ });
-    if rustix::event::poll(&mut fds, ts.as_ref()).unwrap_or(0) == 0 {
-        return Ready::default();
-    }
-    let ready = |f: &PollFd<'_>| !f.revents().is_empty();
-    let woken = ready(&fds[socks.len()]);
-    if woken {
-        waker.drain();
-    }
-    Ready {
-        links: woken || fds[..socks.len()].iter().any(ready),
-        also: also.is_some() && fds.last().is_some_and(ready),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// A link that keeps what it is asked to send.
@@ -739,29 +677,6 @@ mod tests {
         assert_eq!(got, frames);
         assert_eq!(b.recv_batch(&mut bufs, |_, _| ControlFlow::Continue(())).unwrap(), 0);
         assert!(bufs.drained(), "an empty socket reads as drained");
-    }
-
-    // Checks `wait` as a look (zero timeout): false with nothing to read, true once a datagram
-    // waits on the socket (which it leaves there: the next look still sees it), and true once
-    // the waker was woken (which it consumes: the look after that is false again).
-    #[test]
-    fn a_zero_wait_only_looks() {
-        let a = LinkSocket::bind("127.0.0.1:0", 1500).unwrap();
-        let b = LinkSocket::bind("127.0.0.1:0", 1500).unwrap();
-        let waker = Waker::new().unwrap();
-        let socks = std::slice::from_ref(&b);
-        assert!(!wait(socks, &waker, Some(Duration::ZERO)));
-        let frame = [OutFrame { head: b"look", body: &[], to: b.local_addr() }];
-        assert_eq!(a.send_batch(&frame).unwrap(), 1);
-        // Loopback delivers at once, but give the kernel a moment on a loaded host.
-        assert!(wait(socks, &waker, Some(Duration::from_secs(5))));
-        assert!(wait(socks, &waker, Some(Duration::ZERO)), "the datagram is still there");
-        let mut bufs = RecvBufs::default();
-        assert_eq!(b.recv_batch(&mut bufs, |_, _| ControlFlow::Continue(())).unwrap(), 1);
-        assert!(!wait(socks, &waker, Some(Duration::ZERO)));
-        waker.wake();
-        assert!(wait(&[], &waker, Some(Duration::ZERO)));
-        assert!(!wait(&[], &waker, Some(Duration::ZERO)), "the wake was consumed");
     }
 
     // Checks that a receiver can have a frame acted on before more are taken: on a jumbo link
