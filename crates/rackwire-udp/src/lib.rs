@@ -737,22 +737,27 @@ mod tests {
         assert_eq!(gso_run(&list, 64), 38, "a run stops where the peer changes");
         assert_eq!(gso_run(&list[38..], 64), 3, "a shorter frame ends a run, itself included");
         assert_eq!(a.send_batch(&list).unwrap(), 41);
+        for (sock, want) in [(&b, &frames[..38]), (&c, &frames[38..])] {
+            assert_eq!(receive(sock, want.len()), want);
+        }
+    }
+
+    /// Up to `count` datagrams from `sock`, in the order taken, waiting at most 5 s for them.
+    fn receive(sock: &LinkSocket, count: usize) -> Vec<Vec<u8>> {
         let waker = Waker::new().unwrap();
         let mut bufs = RecvBufs::default();
-        for (sock, want) in [(&b, &frames[..38]), (&c, &frames[38..])] {
-            let mut got = Vec::new();
-            let deadline = std::time::Instant::now() + Duration::from_secs(5);
-            while got.len() < want.len() && std::time::Instant::now() < deadline {
-                let keep = |d: &[u8], _| {
-                    got.push(d.to_vec());
-                    ControlFlow::Continue(())
-                };
-                if sock.recv_batch(&mut bufs, keep).unwrap() == 0 {
-                    wait(std::slice::from_ref(sock), &waker, Some(Duration::from_millis(100)));
-                }
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() < count && std::time::Instant::now() < deadline {
+            let keep = |d: &[u8], _| {
+                got.push(d.to_vec());
+                ControlFlow::Continue(())
+            };
+            if sock.recv_batch(&mut bufs, keep).unwrap() == 0 {
+                wait(std::slice::from_ref(sock), &waker, Some(Duration::from_millis(100)));
             }
-            assert_eq!(got, want);
         }
+        got
     }
 
     // Checks frames sent straight from the buffer they lie in (`send_laid`): runs of equal
@@ -767,20 +772,7 @@ mod tests {
         let frames: Vec<Vec<u8>> = lens.iter().enumerate().map(|(i, &l)| vec![i as u8; l]).collect();
         let buf = frames.concat();
         assert_eq!(a.send_laid(&buf, &lens, b.local_addr()).unwrap(), lens.len());
-        let waker = Waker::new().unwrap();
-        let mut bufs = RecvBufs::default();
-        let mut got = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while got.len() < frames.len() && std::time::Instant::now() < deadline {
-            let keep = |d: &[u8], _| {
-                got.push(d.to_vec());
-                ControlFlow::Continue(())
-            };
-            if b.recv_batch(&mut bufs, keep).unwrap() == 0 {
-                wait(std::slice::from_ref(&b), &waker, Some(Duration::from_millis(100)));
-            }
-        }
-        assert_eq!(got, frames);
+        assert_eq!(receive(&b, frames.len()), frames);
         let e = a.send_laid(&buf[..100], &lens, b.local_addr()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }

@@ -31,6 +31,8 @@ pub(super) struct TxLink {
     pub(super) frames: Vec<(usize, usize, Option<Bytes>, SocketAddr)>,
     /// Bytes of the gathered frames.
     pub(super) bytes: usize,
+    /// The frames' lengths, for a send of whole frames from `heads` (reused from batch to batch).
+    lens: Vec<usize>,
 }
 
 /// One gathered frame as the link sends it: its head from `heads`, its body shared.
@@ -86,9 +88,10 @@ impl EdgeEndpoint {
 
     /// Send one link's gathered frames and empty its queue (keeping the buffers).
     pub(super) fn flush(&self, l: usize, q: &mut TxLink, faults: &mut [Option<FaultInjector>]) -> usize {
-        let heads = &q.heads[..];
+        let TxLink { heads, frames, lens, .. } = q;
+        let heads = &heads[..];
         let link = &self.socks[l];
-        let result = match (faults.get_mut(l).and_then(Option::as_mut), &q.frames[..]) {
+        let result = match (faults.get_mut(l).and_then(Option::as_mut), &frames[..]) {
             (Some(faults), frames) => {
                 let list: Vec<OutFrame<'_>> = frames.iter().map(|f| out_frame(heads, f)).collect();
                 Faulty { inner: link, faults }.send_batch(&list)
@@ -98,8 +101,9 @@ impl EdgeEndpoint {
             // Whole frames (a sealed connection's) to one peer lie end to end in `heads`:
             // runs of them go to the kernel from there, not gathered again.
             (None, frames @ [first, ..]) if frames.iter().all(|f| f.2.is_none() && f.3 == first.3) => {
-                let lens: Vec<usize> = frames.iter().map(|f| f.1).collect();
-                link.send_laid(heads, &lens, first.3)
+                lens.clear();
+                lens.extend(frames.iter().map(|f| f.1));
+                link.send_laid(heads, lens, first.3)
             }
             (None, frames) => {
                 let list: Vec<OutFrame<'_>> = frames.iter().map(|f| out_frame(heads, f)).collect();
