@@ -13,8 +13,12 @@
 //! racks) over rw0 and over the veth. Beside them, the same TCP stream and ping-pong between
 //! `h1` and `h2` through a bare TUN-to-TUN relay (`rackwire_vnic::TunRelay`: a device in each
 //! host set up as rw0 is, one thread per direction copying packets across, nothing else): the
-//! limit of any virtual NIC built on a TUN device. `--repeat N` runs the whole comparison N
-//! times and gives each ratio's median and spread.
+//! limit of any virtual NIC built on a TUN device; and the same cross-rack ping-pong between
+//! `h1` and `h3` through a bare TUN-over-UDP tunnel (`rackwire_vnic::UdpTunnel`: a device in
+//! each host, its packets carried whole as UDP datagrams over the veth, waiting as the edge
+//! transport's network thread does, nothing else): the limit of any virtual NIC that carries
+//! a TUN device's packets between hosts over UDP, as rw0 does across racks. `--repeat N` runs
+//! the whole comparison N times and gives each ratio's median and spread.
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use rackwire_bench::{iperf3_path, iperf3_udp_capacity, print_table, sockperf_path, NetPath, Report, Row};
 use rackwire_rack::RackConfig;
-use rackwire_vnic::{RelayEnd, TunRelay};
+use rackwire_vnic::{RelayEnd, TunRelay, TunnelEnd, UdpTunnel};
 
 use rackwire_bench::repeat::median_spread;
 
@@ -36,6 +40,8 @@ const PING_SIZE: u64 = 64;
 const RACK: &str = "bvnic";
 /// The bare TUN relay's subnet (a /24): h1's end is .1, h2's .2.
 const RELAY_SUBNET: [u8; 3] = [198, 19, 100];
+/// The bare UDP tunnel's subnet (a /24): h1's end is .1, h3's .3.
+const TUNNEL_SUBNET: [u8; 3] = [198, 19, 101];
 /// Most repeats of the whole comparison.
 const REPEAT_MAX: usize = 20;
 
@@ -124,6 +130,24 @@ const RATIOS: &[Ratio] = &[
         theirs: "xrack-veth-tcp",
         figure: p50,
     },
+    Ratio {
+        name: "across racks, 64 B UDP latency p50 over rw0 / over a bare UDP tunnel",
+        ours: "xrack-vnic-udp",
+        theirs: "xrack-tunnel-udp",
+        figure: p50,
+    },
+    Ratio {
+        name: "across racks, 64 B UDP latency p50 over a bare UDP tunnel / over the veth",
+        ours: "xrack-tunnel-udp",
+        theirs: "xrack-veth-udp",
+        figure: p50,
+    },
+    Ratio {
+        name: "across racks, 64 B TCP latency p50 over rw0 / over a bare UDP tunnel",
+        ours: "xrack-vnic-tcp",
+        theirs: "xrack-tunnel-tcp",
+        figure: p50,
+    },
     Ratio { name: "TCP over rw0 / over a bare TUN relay", ours: "vnic-tcp", theirs: "tun-relay-tcp", figure: mb },
     Ratio { name: "TCP over a bare TUN relay / over the veth", ours: "tun-relay-tcp", theirs: "veth-tcp", figure: mb },
     Ratio {
@@ -195,6 +219,14 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
         &RelayEnd { netns: h2.clone(), addr: relay_addr(2) },
     )
     .context("the bare TUN relay between h1 and h2")?;
+    // Its datagrams go over the unshaped rail, between the hosts' Ethernet-only addresses.
+    let tunnel_addr = |i: u8| Ipv4Addr::new(TUNNEL_SUBNET[0], TUNNEL_SUBNET[1], TUNNEL_SUBNET[2], i);
+    let carrier = |i: usize| plain_addr(i, 0).parse::<Ipv4Addr>().expect("an IPv4 address");
+    let _tunnel = UdpTunnel::start(
+        &TunnelEnd { netns: h1.clone(), addr: tunnel_addr(1), carrier: carrier(0) },
+        &TunnelEnd { netns: h3.clone(), addr: tunnel_addr(3), carrier: carrier(2) },
+    )
+    .context("the bare UDP tunnel between h1 and h3")?;
     let path =
         |server: &str, addr: String| NetPath { server_ns: Some(server.into()), client_ns: Some(h1.clone()), addr };
     let vnic = path(&h2, "198.18.0.2".into());
@@ -202,6 +234,7 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
     let relay = path(&h2, relay_addr(2).to_string());
     let far_vnic = path(&h3, "198.18.0.3".into());
     let far_veth = path(&h3, plain_addr(2, 0));
+    let far_tunnel = path(&h3, tunnel_addr(3).to_string());
     let (one_g, ten_g) = (path(&h2, plain_addr(1, 1)), path(&h2, plain_addr(1, 2)));
     let runs: Vec<(&str, Measure<'_>)> = vec![
         ("vnic-tcp", Box::new(|| iperf3_path(&vnic, TCP_WRITE, secs, "vnic-tcp"))),
@@ -214,8 +247,10 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
         ("tun-relay-sockperf", Box::new(|| sockperf_path(&relay, PING_SIZE, secs, false, false, "tun-relay-sockperf"))),
         ("xrack-vnic-udp", Box::new(|| sockperf_path(&far_vnic, PING_SIZE, secs, false, false, "xrack-vnic-udp"))),
         ("xrack-veth-udp", Box::new(|| sockperf_path(&far_veth, PING_SIZE, secs, false, false, "xrack-veth-udp"))),
+        ("xrack-tunnel-udp", Box::new(|| sockperf_path(&far_tunnel, PING_SIZE, secs, false, false, "xrack-tunnel-udp"))),
         ("xrack-vnic-tcp", Box::new(|| sockperf_path(&far_vnic, PING_SIZE, secs, false, true, "xrack-vnic-tcp"))),
         ("xrack-veth-tcp", Box::new(|| sockperf_path(&far_veth, PING_SIZE, secs, false, true, "xrack-veth-tcp"))),
+        ("xrack-tunnel-tcp", Box::new(|| sockperf_path(&far_tunnel, PING_SIZE, secs, false, true, "xrack-tunnel-tcp"))),
         ("veth-1g-tcp", Box::new(|| iperf3_path(&one_g, TCP_WRITE, secs, "veth-1g-tcp"))),
         ("veth-10g-tcp", Box::new(|| iperf3_path(&ten_g, TCP_WRITE, secs, "veth-10g-tcp"))),
     ];

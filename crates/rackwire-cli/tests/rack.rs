@@ -306,7 +306,7 @@ fn killing_an_agent_leaves_the_others_flowing() {
 // Checks that the rack benchmarks run end to end at tiny scale (so they do not rot): `bench
 // stripe` moves its stream byte-exact over two shaped rails and reports an edge row and an
 // iperf3 row with positive rates; `bench vnic` reports every row it promises (when sockperf
-// is installed) with positive figures; `bench coll --rack` (hosts in memory domains of their
+// is installed) with positive figures, the bare UDP tunnel's cross-rack rows among them; `bench coll --rack` (hosts in memory domains of their
 // own) gives `udp` rows for its collectives and, where Open MPI is installed, `openmpi-tcp`
 // rows measured over the same rails, and takes its rack down.
 #[test]
@@ -391,6 +391,8 @@ fn rack_benchmarks_run_end_to_end() {
         "xrack-veth-udp",
         "xrack-vnic-tcp",
         "xrack-veth-tcp",
+        "xrack-tunnel-udp",
+        "xrack-tunnel-tcp",
     ] {
         let row = v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t);
         let figure = row.and_then(|r| r["mb_per_s"].as_f64().or(r["lat_us_avg"].as_f64()));
@@ -401,8 +403,11 @@ fn rack_benchmarks_run_end_to_end() {
     let cross = ratios.values().find(|r| r["ours"] == "xrack-vnic-tcp").expect("the cross-rack TCP ratio");
     assert_eq!(cross["runs"].as_array().map(Vec::len), Some(1));
     assert!(cross["median"].as_f64().is_some_and(|m| m > 0.0), "{cross}");
-    // The bare TUN relay's own ratio is there too, and its devices went with the rack.
+    // The bare TUN relay's and the bare UDP tunnel's own ratios are there too (the tunnel's
+    // rows above carried sockperf's ping-pong both ways, over UDP and TCP), and their devices
+    // went with the rack.
     assert!(ratios.values().any(|r| r["ours"] == "vnic-tcp" && r["theirs"] == "tun-relay-tcp"), "{ratios:?}");
+    assert!(ratios.values().any(|r| r["ours"] == "xrack-vnic-udp" && r["theirs"] == "xrack-tunnel-udp"), "{ratios:?}");
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
 }
 

@@ -24,6 +24,7 @@ mod relay;
 // The TUN ioctl is the one place that needs `unsafe`.
 #[allow(unsafe_code)]
 mod tun;
+mod tunnel;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -43,6 +44,7 @@ use tracing::{debug, info, warn};
 pub use check::{check_from_peer, ipv4_of, routable, RxRefusal};
 pub use relay::{RelayEnd, TunRelay, RELAY_NAME};
 pub use tun::{Tun, IFNAME_MAX, VNET_HDR_LEN};
+pub use tunnel::{TunnelEnd, UdpTunnel, TUNNEL_MTU, TUNNEL_NAME, TUNNEL_SPIN};
 
 /// The virtual NIC's interface name.
 pub const VNIC_NAME: &str = "rw0";

@@ -36,10 +36,10 @@ pub struct RelayEnd {
 
 /// Packets and bytes relayed, per direction, and packets the far device did not take.
 #[derive(Debug, Default)]
-struct Counts {
-    packets: AtomicU64,
-    bytes: AtomicU64,
-    dropped: AtomicU64,
+pub(crate) struct Counts {
+    pub(crate) packets: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) dropped: AtomicU64,
 }
 
 /// A running relay; stopping or dropping it removes both devices.
@@ -60,20 +60,12 @@ impl TunRelay {
         // made in, whichever thread then reads it).
         let (ta, tb) = {
             let (a, b) = (a.netns.clone(), b.netns.clone());
-            std::thread::spawn(move || Ok::<_, VnicError>((tun_in(&a)?, tun_in(&b)?)))
+            std::thread::spawn(move || Ok::<_, VnicError>((tun_in(&a, RELAY_NAME)?, tun_in(&b, RELAY_NAME)?)))
                 .join()
                 .map_err(|_| VnicError::Relay("its set-up thread panicked".into()))??
         };
-        for (end, tun) in [(a, &ta), (b, &tb)] {
-            let ns = end.netns.as_str();
-            let mtu = VNIC_MTU.to_string();
-            ip(&["-n", ns, "link", "set", "dev", RELAY_NAME, "mtu", &mtu, "up"])?;
-            // As `rw0`: segmentation offload only where super-packets fit one read.
-            if ip(&["-n", ns, "link", "set", "dev", RELAY_NAME, "gso_max_size", &mtu]).is_err() {
-                tun.set_offload(false).map_err(|err| VnicError::Tun { name: RELAY_NAME.into(), err })?;
-            }
-            ip(&["-n", ns, "addr", "add", &format!("{}/{RELAY_PREFIX}", end.addr), "dev", RELAY_NAME])?;
-        }
+        set_up(&a.netns, &ta, VNIC_MTU, a.addr, RELAY_PREFIX)?;
+        set_up(&b.netns, &tb, VNIC_MTU, b.addr, RELAY_PREFIX)?;
         let (ta, tb) = (Arc::new(ta), Arc::new(tb));
         let stop = Arc::new(AtomicBool::new(false));
         let counts: Arc<[Counts; 2]> = Arc::new([Counts::default(), Counts::default()]);
@@ -119,13 +111,29 @@ impl Drop for TunRelay {
     }
 }
 
-/// Make the relay's device in namespace `netns` (this thread moves into it).
-fn tun_in(netns: &str) -> Result<Tun, VnicError> {
-    let err = |e: std::io::Error| VnicError::Tun { name: format!("{RELAY_NAME} in {netns}"), err: e };
-    let ns = std::fs::File::open(format!("/run/netns/{netns}")).map_err(err)?;
-    rustix::thread::move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network))
-        .map_err(|e| err(e.into()))?;
-    Tun::create(RELAY_NAME).map_err(err)
+/// Make a TUN device named `name` in namespace `netns` (this thread moves into it).
+pub(crate) fn tun_in(netns: &str, name: &str) -> Result<Tun, VnicError> {
+    enter(netns).map_err(|err| VnicError::Tun { name: format!("{name} in {netns}"), err })?;
+    Tun::create(name).map_err(|err| VnicError::Tun { name: format!("{name} in {netns}"), err })
+}
+
+/// Move this thread into network namespace `netns` (`/run/netns/NAME`).
+fn enter(netns: &str) -> std::io::Result<()> {
+    let ns = std::fs::File::open(format!("/run/netns/{netns}"))?;
+    rustix::thread::move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network))?;
+    Ok(())
+}
+
+/// Bring a device made by [`tun_in`] up in `netns` as `rw0` is (`mtu`; segmentation offload
+/// only where super-packets fit one read) and give it `addr/prefix`.
+pub(crate) fn set_up(netns: &str, tun: &Tun, mtu: usize, addr: Ipv4Addr, prefix: u8) -> Result<(), VnicError> {
+    let name = tun.name();
+    let mtu = mtu.to_string();
+    ip(&["-n", netns, "link", "set", "dev", name, "mtu", &mtu, "up"])?;
+    if ip(&["-n", netns, "link", "set", "dev", name, "gso_max_size", &mtu]).is_err() {
+        tun.set_offload(false).map_err(|err| VnicError::Tun { name: name.into(), err })?;
+    }
+    ip(&["-n", netns, "addr", "add", &format!("{addr}/{prefix}"), "dev", name])
 }
 
 /// Packets from `from` into `to` until told to stop.
