@@ -1,9 +1,10 @@
 //! The data path: packets from `rw0` to their peers, and from peers into `rw0`.
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Weak;
 
 use rackwire::EdgeWatch;
+use rustix::event::epoll;
 
 use super::*;
 
@@ -69,14 +70,69 @@ impl EdgeWatch for Answers {
 
     fn watching(&self, on: bool) {
         let Some(s) = self.shared.upgrade() else { return };
-        s.edge_watching.store(on, Ordering::SeqCst);
-        if !on && s.blind.load(Ordering::SeqCst) {
+        if let Err(e) = open_gate(&s.gate, &s.tun, !on) {
+            // The virtual NIC's thread still looks at `rw0` every `STOP_CHECK`.
+            warn!("the virtual NIC's wait on {VNIC_NAME}: {e}");
             s.nudge();
         }
     }
 
     fn take(&self) -> bool {
         self.shared.upgrade().is_some_and(|s| s.take_answers())
+    }
+}
+
+/// An epoll set holding `dev` (`rw0`), its interest on (see `Shared::gate`).
+pub(crate) fn gate(dev: impl AsFd) -> std::io::Result<OwnedFd> {
+    let gate = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+    epoll::add(&gate, dev, epoll::EventData::new_u64(0), epoll::EventFlags::IN)?;
+    Ok(gate)
+}
+
+/// Turn `gate`'s interest in `dev` on or off. On, with a packet waiting, it wakes a thread
+/// asleep on the set (the kernel looks at the device as it changes the interest).
+fn open_gate(gate: &OwnedFd, dev: impl AsFd, on: bool) -> std::io::Result<()> {
+    let flags = if on { epoll::EventFlags::IN } else { epoll::EventFlags::empty() };
+    Ok(epoll::modify(gate, dev, epoll::EventData::new_u64(0), flags)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::time::Duration;
+
+    use rustix::event::{PollFd, PollFlags};
+
+    use super::*;
+
+    /// Whether `fd` is readable within `wait`.
+    fn readable(fd: &OwnedFd, wait: Duration) -> bool {
+        let ts = rustix::time::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: wait.subsec_nanos() as _ };
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0) == 1
+    }
+
+    // Checks the gate the virtual NIC's thread sleeps on, with a socket pair standing in for
+    // `rw0`: readable while its interest is on and input waits; not readable while it is off,
+    // though input still waits (a sleeper is not woken for what the network thread takes);
+    // and turning it on again with input waiting wakes a thread already asleep on it (no
+    // packet is left behind without a nudge).
+    #[test]
+    fn the_gate_shows_rw0_only_while_open_and_opening_it_wakes_the_sleeper() {
+        let (mut tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        let gate = Arc::new(gate(&rx).unwrap());
+        assert!(!readable(&gate, Duration::ZERO), "nothing waits yet");
+        tx.write_all(b"p").unwrap();
+        assert!(readable(&gate, Duration::from_secs(5)));
+        open_gate(&gate, &rx, false).unwrap();
+        assert!(!readable(&gate, Duration::ZERO), "closed: input waits unseen");
+        let sleeper = {
+            let gate = gate.clone();
+            std::thread::spawn(move || readable(&gate, Duration::from_secs(10)))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        open_gate(&gate, &rx, true).unwrap();
+        assert!(sleeper.join().unwrap(), "opening the gate woke the sleeper");
     }
 }
 
@@ -150,18 +206,10 @@ impl Shared {
                 std::thread::yield_now();
                 continue;
             }
-            // While the edge transport's network thread watches `rw0`, this thread sleeps
-            // without (it would be woken for a packet that one takes). `blind` is said before
-            // looking: the network thread, when it stops watching, sees it and wakes this one.
+            // Asleep on `rw0` through its gate: while the edge transport's network thread
+            // watches `rw0`, a packet there does not wake this thread (see `Shared::gate`).
             self.asleep.store(true, Ordering::SeqCst);
-            self.blind.store(true, Ordering::SeqCst);
-            let slept = if self.edge_watching.load(Ordering::SeqCst) {
-                self.fabric.wait_input(&[self.nudge.as_fd()], STOP_CHECK)
-            } else {
-                self.blind.store(false, Ordering::SeqCst);
-                self.fabric.wait_input(&[self.tun.as_fd(), self.nudge.as_fd()], STOP_CHECK)
-            };
-            self.blind.store(false, Ordering::SeqCst);
+            let slept = self.fabric.wait_input(&[self.gate.as_fd(), self.nudge.as_fd()], STOP_CHECK);
             self.asleep.store(false, Ordering::SeqCst);
             match slept {
                 Ok(()) => {}

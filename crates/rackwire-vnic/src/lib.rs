@@ -221,16 +221,18 @@ struct Shared {
     /// The sending side (see [`io::Tx`]).
     tx: Mutex<io::Tx>,
     /// Wakes the virtual NIC's thread (an event counter; `nudged` says it was written): for a
-    /// packet another thread left it, or when it sleeps without watching `rw0` (`blind`) and
-    /// the edge transport's network thread stops watching it (`edge_watching`).
+    /// packet another thread left it.
     nudge: OwnedFd,
     nudged: AtomicBool,
+    /// `rw0` as the virtual NIC's thread sleeps on it: an epoll set holding `rw0` alone, whose
+    /// interest is off while the edge transport's network thread watches `rw0` (see
+    /// `io::Answers`) and on again when it stops. The thread, asleep, is then neither woken
+    /// for a packet the network thread takes nor left asleep on one it leaves (turning the
+    /// interest on finds a packet already waiting and wakes the sleeper), and nobody has to
+    /// wake it to change what it sleeps on.
+    gate: OwnedFd,
     /// The virtual NIC's thread sleeps (or is about to): the network thread may read `rw0`.
     asleep: AtomicBool,
-    /// The virtual NIC's thread sleeps (or is about to) without watching `rw0`.
-    blind: AtomicBool,
-    /// The edge transport's network thread watches `rw0` (see `io::Answers`).
-    edge_watching: AtomicBool,
     stop: AtomicBool,
     no_route: AtomicU64,
     malformed: AtomicU64,
@@ -313,6 +315,7 @@ impl Vnic {
         let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{VNIC_NAME}/rp_filter"), "0");
         let marker = fabric.alloc(64, Access::READ)?;
         marker.publish(&format!("{VNIC_REGION_PREFIX}{}", fabric.name()))?;
+        let gate = io::gate(&tun).map_err(|err| VnicError::Tun { name: VNIC_NAME.into(), err })?;
         let shared = Arc::new(Shared {
             fabric,
             tun,
@@ -324,9 +327,8 @@ impl Vnic {
                 rackwire::Error::sys("making the virtual NIC's event counter", &std::io::Error::from(e))
             })?,
             nudged: AtomicBool::new(false),
+            gate,
             asleep: AtomicBool::new(false),
-            blind: AtomicBool::new(false),
-            edge_watching: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             no_route: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
