@@ -15,6 +15,7 @@
 mod io;
 mod peer;
 mod pump;
+mod spin;
 mod target;
 
 use std::net::SocketAddr;
@@ -81,8 +82,6 @@ const PUMP_WATCH_MAX: Duration = Duration::from_millis(2);
 const ANSWER_HOLD_US: proto::Time = 200;
 /// Longest the network thread sleeps without looking at its timers.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
-/// How long the network thread keeps looking after its last piece of work before it sleeps.
-const NET_SPIN: Duration = Duration::from_micros(50);
 /// A link's gathered frames go out once they hold this many bytes: a run of large frames
 /// starts moving (and the peer starts receiving) while the rest are still being prepared.
 const TX_FLUSH_BYTES: usize = 64 * 1024;

@@ -7,6 +7,8 @@ use rackwire_udp::RecvLink;
 use crate::sync::read;
 use crate::watch::EdgeWatch;
 
+use super::spin::Spin;
+
 use super::*;
 
 impl EdgeEndpoint {
@@ -217,7 +219,8 @@ impl EdgeEndpoint {
         now.saturating_sub(self.last_pump_us.load(Ordering::SeqCst)) < PUMP_RECENT_US
     }
 
-    /// The network thread: works while there is work, looks again for [`NET_SPIN`] after it,
+    /// The network thread: works while there is work, looks again for a while after it (see
+    /// [`Spin`]: long enough to see the answer to what it sent, if answers came that soon),
     /// then blocks until a frame arrives, a timer is due or an operation is submitted. Latency
     /// comes from the waiting application threads, which poll (see [`EdgeEndpoint::pump`]);
     /// while one does, this thread leaves it the sockets and the core (see [`PUMP_WATCH`]).
@@ -227,6 +230,7 @@ impl EdgeEndpoint {
         let mut io = Io::new(self.socks.len());
         let mut target = FabricTarget { fabric: &self.fabric };
         let mut last_work = Instant::now();
+        let mut spin = Spin::new();
         let watch_us = |i: usize| Duration::from_micros(self.watch_us[i].load(Ordering::Relaxed));
         let mut watch = watch_us(0);
         // The edge watch, while this thread watches it: from its first spin after work until
@@ -254,6 +258,12 @@ impl EdgeEndpoint {
             watch = watch_us(0);
             let mut st = lock(&self.state);
             let (got, sent) = self.round(&mut st, &mut io, &mut target, self.now(), false);
+            if got > 0 {
+                spin.received(Instant::now());
+            }
+            if sent > 0 {
+                spin.sent(Instant::now());
+            }
             let next = st.next_due();
             let now = self.now();
             let wait = next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX));
@@ -275,8 +285,8 @@ impl EdgeEndpoint {
                 last_work = Instant::now();
                 // Between rounds too, while the handler's own thread leaves its descriptor
                 // to this one (a stream's answers come while frames keep coming).
-                if let Some(w) = &answers {
-                    w.take();
+                if answers.as_ref().is_some_and(|w| w.take()) {
+                    spin.sent(Instant::now());
                 }
                 // Another round at once, unless this one handed messages over (into rw0) and
                 // there is no more to take (a socket readable) or send (operations gathered):
@@ -305,7 +315,8 @@ impl EdgeEndpoint {
             // The edge message handler's own descriptor is watched too (see
             // `crate::EdgeWatch`): what this thread just handed over is often answered there
             // within the spin, and taken at once, without waking another thread.
-            if last_work.elapsed() < NET_SPIN {
+            let spin_for = spin.length();
+            if last_work.elapsed() < spin_for {
                 self.parked_until_us.store(AWAKE, Ordering::SeqCst);
                 let due = Instant::now() + wait;
                 if answers.is_none() {
@@ -321,11 +332,14 @@ impl EdgeEndpoint {
                     let fd = answers.as_ref().map(|w| w.fd());
                     let ready = rackwire_udp::wait_with(&self.socks, &self.waker, fd, Some(Duration::ZERO));
                     if ready.also && answers.as_ref().is_some_and(|w| w.take()) {
+                        // What it took went out at once, or is gathered for the next round:
+                        // either way, an answer to it is what comes next.
                         last_work = Instant::now();
+                        spin.sent(last_work);
                     }
                     if ready.links
                         || self.gathered.load(Ordering::Acquire)
-                        || last_work.elapsed() >= NET_SPIN
+                        || last_work.elapsed() >= spin_for
                         || Instant::now() >= due
                     {
                         break;
