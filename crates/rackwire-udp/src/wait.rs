@@ -42,6 +42,10 @@ pub struct Ready {
     pub links: bool,
     /// The caller's own descriptor is readable.
     pub also: bool,
+    /// The sockets found readable, one bit each (socket `i`: bit `i`; sockets past the 64th
+    /// set every bit when readable); every bit when the waker was woken (whoever woke it
+    /// wants every socket looked at).
+    pub readable: u64,
 }
 
 /// [`wait`], watching one more descriptor of the caller's (readable input it takes itself),
@@ -66,10 +70,13 @@ pub fn wait_with(
     if woken {
         waker.drain();
     }
-    Ready {
-        links: woken || fds[..socks.len()].iter().any(ready),
-        also: also.is_some() && fds.last().is_some_and(ready),
-    }
+    let bit = |i: usize| if i < 64 { 1u64 << i } else { u64::MAX };
+    let readable = if woken {
+        u64::MAX
+    } else {
+        fds[..socks.len()].iter().enumerate().filter(|(_, f)| ready(f)).fold(0, |m, (i, _)| m | bit(i))
+    };
+    Ready { links: readable != 0, also: also.is_some() && fds.last().is_some_and(ready), readable }
 }
 
 #[cfg(test)]
@@ -83,7 +90,8 @@ mod tests {
     // Checks `wait` as a look (zero timeout): false with nothing to read, true once a datagram
     // waits on the socket (which it leaves there: the next look still sees it), and true once
     // the waker was woken (which it consumes: the look after that is false again); with a
-    // descriptor of the caller's watched too, its readiness is reported apart from the links'.
+    // descriptor of the caller's watched too, its readiness is reported apart from the links';
+    // and which links are readable is told link by link (all of them after a wake).
     #[test]
     fn a_zero_wait_only_looks() {
         let a = LinkSocket::bind("127.0.0.1:0", 1500).unwrap();
@@ -107,9 +115,15 @@ mod tests {
         let look = |fd| wait_with(socks, &waker, Some(fd), Some(Duration::ZERO));
         assert_eq!(look(r.as_fd()), Ready::default());
         std::io::Write::write_all(&mut w, b"x").unwrap();
-        assert_eq!(look(r.as_fd()), Ready { links: false, also: true });
+        assert_eq!(look(r.as_fd()), Ready { links: false, also: true, readable: 0 });
         assert_eq!(a.send_batch(&frame).unwrap(), 1);
         assert!(wait(socks, &waker, Some(Duration::from_secs(5))));
-        assert_eq!(look(r.as_fd()), Ready { links: true, also: true });
+        assert_eq!(look(r.as_fd()), Ready { links: true, also: true, readable: 1 });
+        // Of two links, only the readable one's bit is set; a woken waker sets them all.
+        let two = [a, b];
+        let ready = wait_with(&two, &waker, None, Some(Duration::ZERO));
+        assert_eq!(ready.readable, 0b10, "{ready:?}");
+        waker.wake();
+        assert_eq!(wait_with(&two, &waker, None, Some(Duration::ZERO)).readable, u64::MAX);
     }
 }
