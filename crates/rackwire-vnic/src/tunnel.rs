@@ -139,7 +139,12 @@ fn carry(tun: &Tun, sock: &UdpSocket, stop: &AtomicBool, counts: &Counts) {
         let mut worked = false;
         for _ in 0..TUNNEL_BURST {
             match tun.try_read(&mut buf) {
-                Ok(0) | Err(_) => break,
+                Ok(0) => break,
+                Err(_) => {
+                    // A device that fails is not looked at again at once (as the relay's).
+                    std::thread::sleep(STOP_CHECK);
+                    break;
+                }
                 Ok(n) => {
                     worked = true;
                     match sock.send(&buf[..n]) {
