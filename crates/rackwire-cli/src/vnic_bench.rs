@@ -247,7 +247,10 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
         ("tun-relay-sockperf", Box::new(|| sockperf_path(&relay, PING_SIZE, secs, false, false, "tun-relay-sockperf"))),
         ("xrack-vnic-udp", Box::new(|| sockperf_path(&far_vnic, PING_SIZE, secs, false, false, "xrack-vnic-udp"))),
         ("xrack-veth-udp", Box::new(|| sockperf_path(&far_veth, PING_SIZE, secs, false, false, "xrack-veth-udp"))),
-        ("xrack-tunnel-udp", Box::new(|| sockperf_path(&far_tunnel, PING_SIZE, secs, false, false, "xrack-tunnel-udp"))),
+        (
+            "xrack-tunnel-udp",
+            Box::new(|| sockperf_path(&far_tunnel, PING_SIZE, secs, false, false, "xrack-tunnel-udp")),
+        ),
         ("xrack-vnic-tcp", Box::new(|| sockperf_path(&far_vnic, PING_SIZE, secs, false, true, "xrack-vnic-tcp"))),
         ("xrack-veth-tcp", Box::new(|| sockperf_path(&far_veth, PING_SIZE, secs, false, true, "xrack-veth-tcp"))),
         ("xrack-tunnel-tcp", Box::new(|| sockperf_path(&far_tunnel, PING_SIZE, secs, false, true, "xrack-tunnel-tcp"))),

@@ -207,7 +207,9 @@ mod tests {
     // tunnel's device and the namespace, and leaves no thread running.
     #[test]
     fn a_missing_namespace_is_named_in_the_error() {
-        let e = UdpTunnel::start(&end("rwr-no-such-ns-c", 1), &end("rwr-no-such-ns-d", 2)).err().expect("no such namespace");
+        let e = UdpTunnel::start(&end("rwr-no-such-ns-c", 1), &end("rwr-no-such-ns-d", 2))
+            .err()
+            .expect("no such namespace");
         assert!(e.to_string().contains("rwr-no-such-ns-c") && e.to_string().contains(TUNNEL_NAME), "{e}");
     }
 }
