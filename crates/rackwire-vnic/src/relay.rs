@@ -42,12 +42,56 @@ pub(crate) struct Counts {
     pub(crate) dropped: AtomicU64,
 }
 
-/// A running relay; stopping or dropping it removes both devices.
-pub struct TunRelay {
+/// Two threads that move packets until told to stop, each with its counters; stopped (and
+/// joined) when dropped. What the relay and the tunnel (`crate::tunnel`) share.
+pub(crate) struct Pair {
     stop: Arc<AtomicBool>,
     counts: Arc<[Counts; 2]>,
     threads: Vec<JoinHandle<()>>,
 }
+
+/// What one of a [`Pair`]'s threads runs: until the flag says stop, counting into its counters.
+pub(crate) type Work = Box<dyn FnOnce(&AtomicBool, &Counts) + Send>;
+
+impl Pair {
+    /// Start `work[k]` on a thread named `{name}-{k}`.
+    pub(crate) fn start(name: &str, work: [Work; 2]) -> Result<Pair, VnicError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counts: Arc<[Counts; 2]> = Arc::new([Counts::default(), Counts::default()]);
+        let mut pair = Pair { stop, counts, threads: Vec::new() };
+        for (k, w) in work.into_iter().enumerate() {
+            let (stop, counts) = (pair.stop.clone(), pair.counts.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("{name}-{k}"))
+                .spawn(move || w(&stop, &counts[k]))
+                .map_err(|e| VnicError::Relay(format!("starting a thread: {e}")))?;
+            pair.threads.push(h);
+        }
+        Ok(pair)
+    }
+
+    /// One counter of both threads.
+    pub(crate) fn count(&self, which: impl Fn(&Counts) -> &AtomicU64) -> [u64; 2] {
+        [0, 1].map(|k| which(&self.counts[k]).load(Ordering::Relaxed))
+    }
+
+    /// Stop both threads and wait for them.
+    pub(crate) fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A running relay; stopping or dropping it removes both devices.
+pub struct TunRelay(Pair);
 
 impl TunRelay {
     /// Create the relay's device in both namespaces, address them, and start relaying.
@@ -67,47 +111,29 @@ impl TunRelay {
         set_up(&a.netns, &ta, VNIC_MTU, a.addr, RELAY_PREFIX)?;
         set_up(&b.netns, &tb, VNIC_MTU, b.addr, RELAY_PREFIX)?;
         let (ta, tb) = (Arc::new(ta), Arc::new(tb));
-        let stop = Arc::new(AtomicBool::new(false));
-        let counts: Arc<[Counts; 2]> = Arc::new([Counts::default(), Counts::default()]);
-        let mut threads = Vec::new();
-        for (k, (from, to)) in [(ta.clone(), tb.clone()), (tb, ta)].into_iter().enumerate() {
-            let (stop, counts) = (stop.clone(), counts.clone());
-            let h = std::thread::Builder::new()
-                .name(format!("rw-relay-{k}"))
-                .spawn(move || relay(&from, &to, &stop, &counts[k]))
-                .map_err(|e| VnicError::Relay(format!("starting a thread: {e}")))?;
-            threads.push(h);
-        }
-        Ok(TunRelay { stop, counts, threads })
+        let work =
+            |from: Arc<Tun>, to: Arc<Tun>| -> Work { Box::new(move |stop, counts| relay(&from, &to, stop, counts)) };
+        Ok(TunRelay(Pair::start("rw-relay", [work(ta.clone(), tb.clone()), work(tb, ta)])?))
     }
 
     /// Packets relayed so far, a to b and b to a.
     pub fn packets(&self) -> [u64; 2] {
-        [0, 1].map(|k| self.counts[k].packets.load(Ordering::Relaxed))
+        self.0.count(|c| &c.packets)
     }
 
     /// Bytes relayed so far (offload headers included), a to b and b to a.
     pub fn bytes(&self) -> [u64; 2] {
-        [0, 1].map(|k| self.counts[k].bytes.load(Ordering::Relaxed))
+        self.0.count(|c| &c.bytes)
     }
 
     /// Packets the far device refused, a to b and b to a.
     pub fn dropped(&self) -> [u64; 2] {
-        [0, 1].map(|k| self.counts[k].dropped.load(Ordering::Relaxed))
+        self.0.count(|c| &c.dropped)
     }
 
     /// Stop relaying; the devices go with the last handle (the relaying threads hold them).
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for TunRelay {
-    fn drop(&mut self) {
-        self.stop();
+        self.0.stop();
     }
 }
 

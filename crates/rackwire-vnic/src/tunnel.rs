@@ -16,13 +16,11 @@
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
 
-use crate::relay::{set_up, tun_in, Counts};
+use crate::relay::{set_up, tun_in, Counts, Pair, Work};
 use crate::{Tun, VnicError, STOP_CHECK, VNET_HDR_LEN};
 
 /// The tunnel's interface name in both namespaces.
@@ -53,11 +51,7 @@ pub struct TunnelEnd {
 }
 
 /// A running tunnel; stopping or dropping it removes both devices.
-pub struct UdpTunnel {
-    stop: Arc<AtomicBool>,
-    counts: Arc<[Counts; 2]>,
-    threads: Vec<JoinHandle<()>>,
-}
+pub struct UdpTunnel(Pair);
 
 impl UdpTunnel {
     /// Create the tunnel's device and socket in both namespaces, address them, and start
@@ -81,42 +75,24 @@ impl UdpTunnel {
         sb.connect(addr_a).map_err(err)?;
         set_up(&a.netns, &ta, TUNNEL_MTU, a.addr, TUNNEL_PREFIX)?;
         set_up(&b.netns, &tb, TUNNEL_MTU, b.addr, TUNNEL_PREFIX)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let counts: Arc<[Counts; 2]> = Arc::new([Counts::default(), Counts::default()]);
-        let mut threads = Vec::new();
-        for (k, (tun, sock)) in [(ta, sa), (tb, sb)].into_iter().enumerate() {
-            let (stop, counts) = (stop.clone(), counts.clone());
-            let h = std::thread::Builder::new()
-                .name(format!("rw-tunnel-{k}"))
-                .spawn(move || carry(&tun, &sock, &stop, &counts[k]))
-                .map_err(|e| VnicError::Relay(format!("starting a thread: {e}")))?;
-            threads.push(h);
-        }
-        Ok(UdpTunnel { stop, counts, threads })
+        let work =
+            |tun: Tun, sock: UdpSocket| -> Work { Box::new(move |stop, counts| carry(&tun, &sock, stop, counts)) };
+        Ok(UdpTunnel(Pair::start("rw-tunnel", [work(ta, sa), work(tb, sb)])?))
     }
 
     /// Packets each end sent into the tunnel so far, a's and b's.
     pub fn packets(&self) -> [u64; 2] {
-        [0, 1].map(|k| self.counts[k].packets.load(Ordering::Relaxed))
+        self.0.count(|c| &c.packets)
     }
 
     /// Packets or datagrams each end could not pass on (its socket or device refused them).
     pub fn dropped(&self) -> [u64; 2] {
-        [0, 1].map(|k| self.counts[k].dropped.load(Ordering::Relaxed))
+        self.0.count(|c| &c.dropped)
     }
 
     /// Stop carrying; the devices go with the threads that hold them.
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for UdpTunnel {
-    fn drop(&mut self) {
-        self.stop();
+        self.0.stop();
     }
 }
 
