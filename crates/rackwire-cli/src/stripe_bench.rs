@@ -3,10 +3,11 @@
 //!
 //! The rack (MultiEdge's 1L-1G, 2L-1G or 1L-10G from `examples/racks/`) comes up with its
 //! first two hosts in different memory domains and without virtual NICs, so they reach each
-//! other only over the edge transport on their rails. A writer in the first host streams a
-//! seeded pattern into a region of the second (at most 64 MiB, wrapped around), 1 MiB writes
-//! with up to 32 in flight; the owner checks every byte of the last pass once the last write
-//! has notified it. The rails' nominal rate is the limit.
+//! other only over the edge transport on their rails. A writer in the first host streams
+//! seeded patterns into a region of the second (at most 64 MiB, wrapped around), 1 MiB writes
+//! with up to 32 in flight, each MiB of the region getting its own bytes and its last write
+//! other bytes again; the owner checks every byte of the region once the last write has
+//! notified it. The rails' nominal rate is the limit.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -52,19 +53,33 @@ fn region_bytes(total: u64) -> u64 {
     total.min(REGION_BYTES_MAX).div_ceil(CHUNK) * CHUNK
 }
 
-/// The stream offset whose bytes end up at region offset `at` (the last pass over it).
-fn last_stream_offset(total: u64, region: u64, at: u64) -> u64 {
-    let passes = total.div_ceil(region);
-    let last = (passes - 1) * region + at;
-    if last < total {
-        last
-    } else {
-        last - region
-    }
+/// The tag of the `i`th of `n` writes into a region of `slots` MiB: which MiB of the region it
+/// lands in, and whether it is the last write there (whose bytes the owner finds at the end).
+/// Writes with different tags carry different bytes, so a write that lands in the wrong MiB,
+/// or a last pass that never arrived, shows in the owner's check.
+fn chunk_tag(i: u64, n: u64, slots: u64) -> u64 {
+    let slot = i % slots;
+    2 * slot + u64::from(i + slots >= n)
 }
 
-fn pattern(off: u64, len: usize) -> Vec<u8> {
-    (off..off + len as u64).map(|i| (i.wrapping_mul(31) ^ (i >> 12) ^ SEED) as u8).collect()
+/// The index of the last of `n` writes that lands in MiB `slot` of a region of `slots` MiB
+/// (`n` at least `slots`).
+fn last_into(slot: u64, n: u64, slots: u64) -> u64 {
+    n - 1 - (n - 1 - slot) % slots
+}
+
+/// The bytes of a write tagged `tag`: a seeded pseudo-random stream (splitmix64 over the tag and
+/// the word's index), so two tags differ in nearly every word.
+fn pattern(tag: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    for w in 0..len.div_ceil(8) as u64 {
+        let mut z = (SEED ^ (tag << 40) ^ w).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }
 
 /// The benchmark, run as root from the command line.
@@ -248,6 +263,9 @@ fn udp_rcvbuf_errors(ns: &str) -> u64 {
 
 /// One side of the stream, in its host (started by [`run`]); `role` is `owner` or `writer`.
 pub(crate) fn worker(role: &str, total: u64) -> Result<()> {
+    if total == 0 || total % CHUNK != 0 || total > STREAM_MIB_MAX * CHUNK {
+        bail!("a stream is 1..={STREAM_MIB_MAX} whole MiB, not {total} bytes");
+    }
     let mut cfg = rackwire::FabricConfig::from_env()?;
     cfg.op_timeout = STEP_TIMEOUT;
     let deadline = Instant::now() + STEP_TIMEOUT;
@@ -276,20 +294,17 @@ pub(crate) fn worker(role: &str, total: u64) -> Result<()> {
             region.grant(src, Access::WRITE)?;
             region.publish(REGION_NAME)?;
             fabric.wait_notification(STEP_TIMEOUT)?;
-            // Every MiB of the region holds the last pass's bytes.
-            let mut at = 0;
-            let verdict = loop {
-                if at >= len.min(total) {
-                    break "ok".to_string();
+            // Every MiB of the region holds the bytes of the last write into it.
+            let slots = len / CHUNK;
+            let n = total / CHUNK;
+            let mut verdict = "ok".to_string();
+            for slot in 0..slots {
+                let got = region.to_vec(slot * CHUNK, CHUNK as usize)?;
+                if got != pattern(chunk_tag(last_into(slot, n, slots), n, slots), CHUNK as usize) {
+                    verdict = format!("bytes differ in MiB {slot} of the region");
+                    break;
                 }
-                let s = last_stream_offset(total, len, at);
-                let n = CHUNK.min(total - s) as usize;
-                let got = region.to_vec(at, n)?;
-                if got != pattern(s, n) {
-                    break format!("bytes differ in the MiB at stream offset {s}");
-                }
-                at += CHUNK;
-            };
+            }
             writeln!(out, "{verdict}")?;
         }
         "writer" => {
@@ -301,21 +316,33 @@ pub(crate) fn worker(role: &str, total: u64) -> Result<()> {
                 }
             };
             let conn = fabric.connect(target.node())?;
-            // The region length is a multiple of the write size, so no write wraps.
-            let chunks: Vec<Bytes> = (0..total.div_ceil(CHUNK))
-                .map(|i| Bytes::from(pattern(i * CHUNK, CHUNK.min(total - i * CHUNK) as usize)))
+            // The region is a whole number of writes, so no write wraps. The writes' bytes come
+            // from a pool of one buffer per tag (at most two per MiB of the region), shared by
+            // the writes that carry them, as a streaming program reuses its buffers.
+            let (n, slots) = (total / CHUNK, target.len() / CHUNK);
+            if slots == 0 || target.len() % CHUNK != 0 || n < slots {
+                bail!("the owner's region ({} bytes) does not fit a stream of {n} MiB", target.len());
+            }
+            let pool: Vec<Bytes> = (0..2 * slots)
+                .map(|tag| {
+                    if (tag & 1 == 0) && n == slots {
+                        Bytes::new()
+                    } else {
+                        Bytes::from(pattern(tag, CHUNK as usize))
+                    }
+                })
                 .collect();
             let t0 = Instant::now();
             let mut flight = std::collections::VecDeque::new();
-            let n = chunks.len();
-            for (i, c) in chunks.into_iter().enumerate() {
+            for i in 0..n {
                 if flight.len() == IN_FLIGHT {
                     let op: rackwire::Op = flight.pop_front().expect("full");
                     op.wait()?;
                 }
                 let last = i + 1 == n;
+                let c = pool[chunk_tag(i, n, slots) as usize].clone();
                 let flags = if last { OpFlags::NONE.notify(1).fence_before() } else { OpFlags::NONE };
-                let at = (i as u64 * CHUNK) % target.len();
+                let at = (i % slots) * CHUNK;
                 flight.push_back(conn.write_bytes(&target, at, c, flags));
             }
             for op in flight {
@@ -348,16 +375,26 @@ pub(crate) fn worker(role: &str, total: u64) -> Result<()> {
 mod tests {
     use super::*;
 
-    // Checks which stream offset's bytes a wrapped region holds at the end: the last pass's,
-    // including when the last pass is short (then the tail holds the pass before).
+    // Checks the writes' tags on a region of 4 MiB: the i-th write's MiB is i mod 4, only the
+    // last write into each MiB is marked last (including when the stream is one pass) and is the
+    // one the owner checks, and the
+    // pattern gives each tag its own bytes.
     #[test]
-    fn last_pass_offsets() {
-        let (r, mib) = (4 * CHUNK, CHUNK);
-        assert_eq!(last_stream_offset(10 * mib, r, 0), 8 * mib);
-        assert_eq!(last_stream_offset(10 * mib, r, mib), 9 * mib);
-        assert_eq!(last_stream_offset(10 * mib, r, 2 * mib), 6 * mib);
-        assert_eq!(last_stream_offset(8 * mib, r, 3 * mib), 7 * mib);
-        assert_eq!(last_stream_offset(3 * mib, region_bytes(3 * mib), 2 * mib), 2 * mib);
+    fn each_region_mib_ends_with_its_last_write() {
+        let mib = CHUNK;
+        let tags: Vec<u64> = (0..10).map(|i| chunk_tag(i, 10, 4)).collect();
+        assert_eq!(tags, [0, 2, 4, 6, 0, 2, 5, 7, 1, 3]);
+        assert_eq!((0..4).map(|i| chunk_tag(i, 4, 4)).collect::<Vec<_>>(), [1, 3, 5, 7]);
+        assert_eq!((0..4).map(|s| last_into(s, 10, 4)).collect::<Vec<_>>(), [8, 9, 6, 7]);
+        assert_eq!((0..4).map(|s| chunk_tag(last_into(s, 10, 4), 10, 4)).collect::<Vec<_>>(), [1, 3, 5, 7]);
+        let bytes: Vec<Vec<u8>> = (0..8).map(|t| pattern(t, 4096)).collect();
+        for (a, x) in bytes.iter().enumerate() {
+            for y in &bytes[a + 1..] {
+                assert!(x.chunks(8).zip(y.chunks(8)).filter(|(p, q)| p == q).count() < 4);
+            }
+        }
+        assert_eq!(pattern(3, 13), pattern(3, 16)[..13]);
+        assert_eq!(region_bytes(3 * mib), 3 * mib);
         assert_eq!(region_bytes(1000 * mib), REGION_BYTES_MAX);
         // Streams last about as long as iperf3 runs on shaped rails: 1 Gbit/s for 3 s is
         // 357 MiB; 10 Gbit/s for 30 s is more than one run streams; unshaped, the fixed amount.
