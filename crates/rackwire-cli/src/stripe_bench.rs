@@ -263,7 +263,7 @@ fn udp_rcvbuf_errors(ns: &str) -> u64 {
 
 /// One side of the stream, in its host (started by [`run`]); `role` is `owner` or `writer`.
 pub(crate) fn worker(role: &str, total: u64) -> Result<()> {
-    if total == 0 || total % CHUNK != 0 || total > STREAM_MIB_MAX * CHUNK {
+    if total == 0 || !total.is_multiple_of(CHUNK) || total > STREAM_MIB_MAX * CHUNK {
         bail!("a stream is 1..={STREAM_MIB_MAX} whole MiB, not {total} bytes");
     }
     let mut cfg = rackwire::FabricConfig::from_env()?;
@@ -320,7 +320,7 @@ pub(crate) fn worker(role: &str, total: u64) -> Result<()> {
             // from a pool of one buffer per tag (at most two per MiB of the region), shared by
             // the writes that carry them, as a streaming program reuses its buffers.
             let (n, slots) = (total / CHUNK, target.len() / CHUNK);
-            if slots == 0 || target.len() % CHUNK != 0 || n < slots {
+            if slots == 0 || !target.len().is_multiple_of(CHUNK) || n < slots {
                 bail!("the owner's region ({} bytes) does not fit a stream of {n} MiB", target.len());
             }
             let pool: Vec<Bytes> = (0..2 * slots)
