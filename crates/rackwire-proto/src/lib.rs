@@ -67,7 +67,9 @@ mod target;
 
 pub use bytes::Bytes;
 pub use config::Config;
-pub use conn::{CloseReason, Connection, Credentials, Event, SplitTransmit, State, Transmit, GATHER_IN_FLIGHT_MIN};
+pub use conn::{
+    CloseReason, Connection, Credentials, Event, FrameBufs, SplitTransmit, State, Transmit, GATHER_IN_FLIGHT_MIN,
+};
 pub use delivery::{Delivery, Note};
 pub use endpoint::{
     earliest, Endpoint, Happened, Incoming, Polled, Routed, Session, CONNECTIONS_MAX, HANDSHAKES_ACCEPTED_MAX,

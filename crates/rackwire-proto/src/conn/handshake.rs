@@ -26,7 +26,7 @@ use rackwire_wire::payload::HANDSHAKE_LEN;
 use rackwire_wire::{FrameKind, HandshakeRepr, HandshakeStep, HEADER_LEN};
 
 use super::CloseReason;
-use super::{own_payload_max, Connection, Event, Role, SplitTransmit, State, CLOSE_AUTH};
+use super::{own_payload_max, Connection, Event, FrameBufs, Role, SplitTransmit, State, CLOSE_AUTH};
 use crate::seal::TRAILER_LEN;
 use crate::Time;
 
@@ -307,7 +307,7 @@ impl Connection {
         self.events.push_back(Event::Connected { peer: self.peer });
     }
 
-    pub(super) fn poll_handshake(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
+    pub(super) fn poll_handshake(&mut self, now: Time, buf: &mut dyn FrameBufs) -> Option<SplitTransmit> {
         let step = self.hs_send?;
         let waiting_reply = matches!(step, HandshakeStep::Hello | HandshakeStep::Challenge | HandshakeStep::Proof);
         if let Some(last) = self.hs_last {

@@ -130,6 +130,23 @@ impl SplitTransmit {
     }
 }
 
+/// Where a connection writes a frame it sends, asked once the frame's link is chosen
+/// ([`Connection::poll_transmit_to`]): a driver that lays each link's frames end to end gives
+/// the free end of that link's batch, so the frame is written where it goes out from.
+pub trait FrameBufs {
+    /// A buffer for a frame on `link`, at least as large as the largest frame.
+    fn frame_buf(&mut self, link: usize) -> &mut [u8];
+}
+
+/// One buffer for every link.
+pub(crate) struct OneBuf<'a>(pub(crate) &'a mut [u8]);
+
+impl FrameBufs for OneBuf<'_> {
+    fn frame_buf(&mut self, _link: usize) -> &mut [u8] {
+        self.0
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
     Initiator,

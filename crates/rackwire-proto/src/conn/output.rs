@@ -8,7 +8,7 @@ use rackwire_wire::{
     SEGMENTS_PER_FRAME_MAX, SEGMENT_LEN,
 };
 
-use super::{Connection, Role, Sent, SplitTransmit, State, Transmit};
+use super::{Connection, FrameBufs, OneBuf, Role, Sent, SplitTransmit, State, Transmit};
 use crate::chunk::{DataPayload, Piece, ANSWERS_PACKED_MAX, CHAINED_SEGMENT_MAX};
 use crate::link::Link;
 use crate::seal::TRAILER_LEN;
@@ -79,13 +79,14 @@ impl Connection {
     pub(super) fn emit(
         &mut self,
         now: Time,
-        buf: &mut [u8],
+        bufs: &mut dyn FrameBufs,
         link: usize,
         kind: FrameKind,
         seq: u64,
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Option<SplitTransmit> {
+        let buf = bufs.frame_buf(link);
         let repr = self.frame_repr(now, link, kind, seq, payload_len);
         let seal = self.keys.is_some() && kind != FrameKind::Handshake;
         let len = repr.buffer_len();
@@ -108,11 +109,12 @@ impl Connection {
     pub(super) fn emit_data(
         &mut self,
         now: Time,
-        buf: &mut [u8],
+        bufs: &mut dyn FrameBufs,
         link: usize,
         seq: u64,
         payload: &DataPayload,
     ) -> Option<SplitTransmit> {
+        let buf = bufs.frame_buf(link);
         let repr = self.frame_repr(now, link, FrameKind::Data, seq, payload.len());
         let seg = payload.head();
         let head_len = HEADER_LEN + seg.len();
@@ -197,12 +199,19 @@ impl Connection {
     /// body shared with its operation, so a driver sends both without copying the body. Call
     /// until `None`.
     pub fn poll_transmit_split(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
-        let t = self.next_transmit(now, buf);
+        self.poll_transmit_to(now, &mut OneBuf(buf))
+    }
+
+    /// [`Connection::poll_transmit_split`] into the buffer `bufs` gives for the frame's link,
+    /// once the link is chosen: a driver that gathers each link's frames end to end has them
+    /// written where they are gathered, not copied there after.
+    pub fn poll_transmit_to(&mut self, now: Time, bufs: &mut dyn FrameBufs) -> Option<SplitTransmit> {
+        let t = self.next_transmit(now, bufs);
         self.check_invariants();
         t
     }
 
-    fn next_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
+    fn next_transmit(&mut self, now: Time, buf: &mut dyn FrameBufs) -> Option<SplitTransmit> {
         if let Some(code) = self.close_send.take() {
             let link = self.any_link_up().unwrap_or(0);
             return self.emit(now, buf, link, FrameKind::Close, 0, CLOSE_LEN, |p| CloseRepr { reason: code }.emit(p));
@@ -280,7 +289,7 @@ impl Connection {
     /// A new data frame, if the windows allow: answers the target owes ride ahead of its last
     /// segment, which is owed read data if any, else the next fragment of an operation, else
     /// one more answer. Answers alone wait while held ([`Connection::hold_answers`]).
-    pub(super) fn poll_new_data(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
+    pub(super) fn poll_new_data(&mut self, now: Time, buf: &mut dyn FrameBufs) -> Option<SplitTransmit> {
         if self.inflight.len() >= self.cfg.window_frames_max
             || !self.inflight.has_room()
             || self.incoming.len() >= crate::OPS_MAX

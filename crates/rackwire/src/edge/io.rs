@@ -1,6 +1,7 @@
 //! Frames in and out: a thread's receive and transmit buffers, and sending what the
 //! connections have to send, per link in batches (`sendmmsg`, GSO where the link has it).
 
+use proto::FrameBufs;
 use rackwire_udp::{Faulty, SendLink};
 
 use super::*;
@@ -23,16 +24,49 @@ impl Io {
     }
 }
 
+/// Bytes of a link's heads buffer: a batch goes out once it holds [`TX_FLUSH_BYTES`], so
+/// there is always room for one more frame of the largest size.
+const HEADS_BYTES: usize = TX_FLUSH_BYTES + rackwire_udp::UDP_PAYLOAD_MAX + 1;
+
 /// Frames waiting to go out on one link: their heads laid end to end in one buffer (reused
-/// from batch to batch), their bodies shared with the operations they carry.
+/// from batch to batch; the connections write them there), their bodies shared with the
+/// operations they carry.
 #[derive(Default)]
 pub(super) struct TxLink {
-    pub(super) heads: Vec<u8>,
+    /// [`HEADS_BYTES`] once the link has sent; the heads gathered are `heads[..used]`.
+    heads: Vec<u8>,
+    used: usize,
     pub(super) frames: Vec<(usize, usize, Option<Bytes>, SocketAddr)>,
     /// Bytes of the gathered frames.
     pub(super) bytes: usize,
     /// The frames' lengths, for a send of whole frames from `heads` (reused from batch to batch).
     lens: Vec<usize>,
+}
+
+impl TxLink {
+    /// Where the next frame's head goes: behind the ones gathered.
+    fn free(&mut self) -> &mut [u8] {
+        if self.heads.len() < HEADS_BYTES {
+            self.heads.resize(HEADS_BYTES, 0);
+        }
+        &mut self.heads[self.used..]
+    }
+}
+
+/// What the connections write their frames into: the free end of the frame's link's batch
+/// (no copy into the batch after), or `out` for a link this thread has no batch for.
+struct LinkBufs<'a> {
+    tx: &'a mut [TxLink],
+    out: &'a mut [u8],
+}
+
+impl FrameBufs for LinkBufs<'_> {
+    fn frame_buf(&mut self, link: usize) -> &mut [u8] {
+        match self.tx.get_mut(link) {
+            Some(q) => q.free(),
+            None => self.out,
+        }
+    }
 }
 
 /// One gathered frame as the link sends it: its head from `heads`, its body shared.
@@ -55,11 +89,14 @@ impl EdgeEndpoint {
         let mut sent = 0;
         let State { conns, faults, .. } = st;
         for s in conns.sessions_mut() {
-            while let Some(t) = s.conn_mut().poll_transmit_split(now, &mut io.out) {
+            loop {
+                let mut bufs = LinkBufs { tx: &mut io.tx, out: &mut io.out };
+                let Some(t) = s.conn_mut().poll_transmit_to(now, &mut bufs) else { break };
                 let Some(addr) = s.addr(t.link) else { continue };
                 let Some(q) = io.tx.get_mut(t.link) else { continue };
-                let at = q.heads.len();
-                q.heads.extend_from_slice(&io.out[..t.head_len]);
+                // The head is already in place, behind the ones gathered.
+                let at = q.used;
+                q.used += t.head_len;
                 q.bytes += t.head_len + t.body.as_ref().map_or(0, Bytes::len);
                 q.frames.push((at, t.head_len, t.body, addr));
                 if q.frames.len() >= SEND_BATCH_MAX || q.bytes >= TX_FLUSH_BYTES {
@@ -88,8 +125,8 @@ impl EdgeEndpoint {
 
     /// Send one link's gathered frames and empty its queue (keeping the buffers).
     pub(super) fn flush(&self, l: usize, q: &mut TxLink, faults: &mut [Option<FaultInjector>]) -> usize {
-        let TxLink { heads, frames, lens, .. } = q;
-        let heads = &heads[..];
+        let TxLink { heads, used, frames, lens, .. } = q;
+        let heads = &heads[..*used];
         let link = &self.socks[l];
         let result = match (faults.get_mut(l).and_then(Option::as_mut), &frames[..]) {
             (Some(faults), frames) => {
@@ -110,7 +147,7 @@ impl EdgeEndpoint {
                 link.send_batch(&list)
             }
         };
-        q.heads.clear();
+        q.used = 0;
         q.frames.clear();
         q.bytes = 0;
         match result {
