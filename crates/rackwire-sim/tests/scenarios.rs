@@ -1,6 +1,6 @@
 //! Two-node scenarios on the simulator: a link black-holed mid-transfer, all links down,
 //! reordering without loss, random loss against a lossless baseline, links weighted by capacity,
-//! a burst striped over links of different delay, and two transfers at once in opposite
+//! a burst striped over links of different delay, lone frames on the quickest link, and two transfers at once in opposite
 //! directions.
 
 use rackwire_proto::{Completion, Config, Event, OpError, OpFlags, RegionRef, Time};
@@ -237,6 +237,36 @@ fn a_burst_is_striped_over_near_links() {
     let (near, far) = (s.links[0].frames_sent - before[0], s.links[1].frames_sent - before[1]);
     assert!(far * 3 >= near + far, "frames on the 50 µs link {near}, on the 80 µs link {far}");
     assert!(elapsed < 524, "took {elapsed} µs");
+}
+
+// Checks that lone frames take the quickest link: over two links of 50 and 80 µs one-way
+// delay, once both are measured (a burst, then one small write to let its answers settle),
+// twenty small writes one after another (each awaited) go out on the 50 µs link only, and
+// each completes within 120 µs (a round trip on it is 100 µs and change; one way on the other
+// link makes it 130 or more, as taking the links in turn did).
+#[test]
+fn lone_frames_take_the_quickest_link() {
+    let mut w = World::new(
+        8,
+        2,
+        2,
+        |_, _, l| LinkParams::clean(if l == 0 { 50 } else { 80 }, 1_000_000_000, 1472),
+        default_cfg,
+    );
+    w.targets[1].add_region(REGION, KEY, 1 << 20, &[node_id(0)]);
+    assert!(w.run_while(1_000_000, |w| w.conn(0, 1).state() == rackwire_proto::State::Established));
+    transfer(&mut w, 64 * 1024, 64 * 1024, 1_000_000, |_| {});
+    transfer(&mut w, 64, 64, 1_000_000, |_| {});
+    w.take_events();
+    let before: Vec<u64> = w.conn(0, 1).stats().links.iter().map(|l| l.frames_sent).collect();
+    let mut slowest = 0;
+    for _ in 0..20 {
+        slowest = slowest.max(transfer(&mut w, 64, 64, 1_000_000, |_| {}).0);
+    }
+    let s = w.conn(0, 1).stats();
+    let (near, far) = (s.links[0].frames_sent - before[0], s.links[1].frames_sent - before[1]);
+    assert!(near >= 20 && far == 0, "frames on the 50 µs link {near}, on the 80 µs link {far}");
+    assert!(slowest < 120, "the slowest lone write took {slowest} µs");
 }
 
 // Checks that two bulk transfers in opposite directions both run at the links' rate: nodes 0

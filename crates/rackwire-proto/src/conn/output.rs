@@ -147,12 +147,18 @@ impl Connection {
         // frames in flight goes first, ties in turn: a burst alternates over equal links
         // (rather than queueing on the one whose smoothed round trip, swollen by its own
         // queue, happens to be lower), and a faster link, whose frames leave sooner, takes
-        // more of them. A link not measured yet counts as near.
+        // more of them. A link not measured yet counts as near. A frame sent while nothing is
+        // in flight (a ping-pong's) takes the link of quickest round trip, not each in turn
+        // (a link not measured yet counts as quickest, so it gets measured).
         let nearest = self.links.iter().filter_map(Link::min_rtt).min().unwrap_or(0);
         let reach = nearest.saturating_mul(DETOUR_RTT_FACTOR).saturating_add(DETOUR_RTT_SLACK_US);
-        let cost = |l: &Link| (l.min_rtt().is_some_and(|m| m > reach), l.inflight);
+        let lone = self.links.iter().all(|l| l.inflight == 0);
+        let cost = |l: &Link| {
+            let rtt = l.min_rtt();
+            (rtt.is_some_and(|m| m > reach), l.inflight, if lone { rtt.unwrap_or(0) } else { 0 })
+        };
         let pick = |strict: bool, skip: Option<usize>| -> Option<usize> {
-            let mut best: Option<((bool, usize), usize)> = None;
+            let mut best: Option<((bool, usize, Time), usize)> = None;
             for i in 0..n {
                 let c = (self.rr + i) % n;
                 let l = &self.links[c];
