@@ -376,9 +376,9 @@ mod tests {
     use super::*;
 
     // Checks the writes' tags on a region of 4 MiB: the i-th write's MiB is i mod 4, only the
-    // last write into each MiB is marked last (including when the stream is one pass) and is the
-    // one the owner checks, and the
-    // pattern gives each tag its own bytes.
+    // last write into each MiB is marked last (including when the stream is one pass) and is
+    // the one the owner checks, and the pattern gives each tag its own bytes (fewer than 4 of
+    // 512 words alike between any two tags).
     #[test]
     fn each_region_mib_ends_with_its_last_write() {
         let mib = CHUNK;

@@ -1,7 +1,7 @@
 //! Two-node scenarios on the simulator: a link black-holed mid-transfer, all links down,
 //! reordering without loss, random loss against a lossless baseline, links weighted by capacity,
-//! a burst striped over links of different delay, lone frames on the quickest link, and two transfers at once in opposite
-//! directions.
+//! a burst striped over links of different delay, lone frames on the quickest link, and two
+//! transfers at once in opposite directions.
 
 use rackwire_proto::{Completion, Config, Event, OpError, OpFlags, RegionRef, Time};
 use rackwire_sim::net::LinkParams;

@@ -307,7 +307,7 @@ impl Connection {
         self.events.push_back(Event::Connected { peer: self.peer });
     }
 
-    pub(super) fn poll_handshake(&mut self, now: Time, buf: &mut dyn FrameBufs) -> Option<SplitTransmit> {
+    pub(super) fn poll_handshake(&mut self, now: Time, bufs: &mut dyn FrameBufs) -> Option<SplitTransmit> {
         let step = self.hs_send?;
         let waiting_reply = matches!(step, HandshakeStep::Hello | HandshakeStep::Challenge | HandshakeStep::Proof);
         if let Some(last) = self.hs_last {
@@ -349,6 +349,6 @@ impl Connection {
         } else {
             self.hs_last = Some(now);
         }
-        self.emit(now, buf, link, FrameKind::Handshake, 0, HANDSHAKE_LEN, |b| h.emit(b))
+        self.emit(now, bufs, link, FrameKind::Handshake, 0, HANDSHAKE_LEN, |b| h.emit(b))
     }
 }

@@ -73,8 +73,8 @@ impl Connection {
         self.links[link].sent(len);
     }
 
-    /// A control frame, whole, into `buf` (sealed, on a sealed connection, unless it is a
-    /// handshake frame).
+    /// A control frame, whole, into the buffer `bufs` gives for `link` (sealed, on a sealed
+    /// connection, unless it is a handshake frame).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn emit(
         &mut self,
@@ -104,8 +104,9 @@ impl Connection {
         Some(SplitTransmit { link, head_len, body: None })
     }
 
-    /// A data frame: header and segment into `buf`, the body shared; on a sealed connection
-    /// the body is sealed from where it lies into `buf` behind them (see `Keys::seal_with`).
+    /// A data frame: header and segment into the buffer `bufs` gives for `link`, the body
+    /// shared; on a sealed connection the body is sealed from where it lies into that buffer
+    /// behind them (see `Keys::seal_with`).
     pub(super) fn emit_data(
         &mut self,
         now: Time,
@@ -217,20 +218,20 @@ impl Connection {
         t
     }
 
-    fn next_transmit(&mut self, now: Time, buf: &mut dyn FrameBufs) -> Option<SplitTransmit> {
+    fn next_transmit(&mut self, now: Time, bufs: &mut dyn FrameBufs) -> Option<SplitTransmit> {
         if let Some(code) = self.close_send.take() {
             let link = self.any_link_up().unwrap_or(0);
-            return self.emit(now, buf, link, FrameKind::Close, 0, CLOSE_LEN, |p| CloseRepr { reason: code }.emit(p));
+            return self.emit(now, bufs, link, FrameKind::Close, 0, CLOSE_LEN, |p| CloseRepr { reason: code }.emit(p));
         }
         if matches!(self.state, State::Closed(_)) {
             return None;
         }
-        if let Some(t) = self.poll_handshake(now, buf) {
+        if let Some(t) = self.poll_handshake(now, bufs) {
             return Some(t);
         }
         if let Some((link, token, ts)) = self.probe_replies.pop_front() {
             let p = ProbeRepr { reply: true, token, echo_ts: ts };
-            return self.emit(now, buf, link, FrameKind::Probe, 0, PROBE_LEN, |b| p.emit(b));
+            return self.emit(now, bufs, link, FrameKind::Probe, 0, PROBE_LEN, |b| p.emit(b));
         }
         if self.state != State::Established {
             return None;
@@ -241,7 +242,7 @@ impl Connection {
                 let token = self.probe_token;
                 self.links[i].start_probe(token, now);
                 let p = ProbeRepr { reply: false, token, echo_ts: 0 };
-                return self.emit(now, buf, i, FrameKind::Probe, 0, PROBE_LEN, |b| p.emit(b));
+                return self.emit(now, bufs, i, FrameKind::Probe, 0, PROBE_LEN, |b| p.emit(b));
             }
         }
         if self.recv.nack_due {
@@ -250,7 +251,7 @@ impl Connection {
                 let n = RangesRepr { ranges };
                 let link = self.any_link_up().unwrap_or(0);
                 self.stats.nacks_sent += 1;
-                return self.emit(now, buf, link, FrameKind::Nack, 0, n.buffer_len(), |b| n.emit(b));
+                return self.emit(now, bufs, link, FrameKind::Nack, 0, n.buffer_len(), |b| n.emit(b));
             }
         }
         while let Some(&seq) = self.retx.front() {
@@ -270,12 +271,12 @@ impl Connection {
             let payload = s.payload.clone();
             self.links[link].count(seq, now, true);
             self.stats.retransmits += 1;
-            return self.emit_data(now, buf, link, seq, &payload);
+            return self.emit_data(now, bufs, link, seq, &payload);
         }
         // New data and answers go next; they carry the cumulative acknowledgement, so an
         // explicit one is sent only when nothing else is going out (or gaps need selective
         // ranges).
-        if let Some(t) = self.poll_new_data(now, buf) {
+        if let Some(t) = self.poll_new_data(now, bufs) {
             return Some(t);
         }
         if self.recv.ack_due(now) {
@@ -287,7 +288,7 @@ impl Connection {
                 self.any_link_up().unwrap_or(0)
             };
             self.stats.acks_sent += 1;
-            return self.emit(now, buf, link, FrameKind::Ack, 0, a.buffer_len(), |b| a.emit(b));
+            return self.emit(now, bufs, link, FrameKind::Ack, 0, a.buffer_len(), |b| a.emit(b));
         }
         None
     }
@@ -295,7 +296,7 @@ impl Connection {
     /// A new data frame, if the windows allow: answers the target owes ride ahead of its last
     /// segment, which is owed read data if any, else the next fragment of an operation, else
     /// one more answer. Answers alone wait while held ([`Connection::hold_answers`]).
-    pub(super) fn poll_new_data(&mut self, now: Time, buf: &mut dyn FrameBufs) -> Option<SplitTransmit> {
+    pub(super) fn poll_new_data(&mut self, now: Time, bufs: &mut dyn FrameBufs) -> Option<SplitTransmit> {
         if self.inflight.len() >= self.cfg.window_frames_max
             || !self.inflight.has_room()
             || self.incoming.len() >= crate::OPS_MAX
@@ -362,7 +363,7 @@ impl Connection {
         self.next_seq += 1;
         self.stats.data_frames += 1;
         self.stats.answers_packed += n as u64;
-        let t = self.emit_data(now, buf, link, seq, &payload);
+        let t = self.emit_data(now, bufs, link, seq, &payload);
         let added =
             self.inflight.push(seq, Sent { payload, counted_on: Some(link), link, sent_at: now, retransmitted: false });
         debug_assert!(added, "sequence numbers only grow");
