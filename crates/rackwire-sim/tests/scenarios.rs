@@ -213,14 +213,11 @@ fn unequal_links_are_weighted_by_capacity() {
     assert!((elapsed as f64) < 1.15 * ideal_us, "took {elapsed} µs, ideal {ideal_us:.0}");
 }
 
-// Checks that a burst is striped over near links even when their round trips differ: over two
-// 1 Gbit/s links of 50 and 80 µs one-way delay, a lone 64 KiB write sends at least a third of
-// its frames on the slower link and completes sooner than one link could serialize it (524 µs).
-// Choosing the link by smoothed round trip put the whole burst on the quicker link.
-#[test]
-fn a_burst_is_striped_over_near_links() {
+/// Two nodes over two 1 Gbit/s links of 50 and 80 µs one-way delay, connected, node 1 with a
+/// 1 MiB region node 0 may write.
+fn near_and_far(seed: u64) -> World {
     let mut w = World::new(
-        6,
+        seed,
         2,
         2,
         |_, _, l| LinkParams::clean(if l == 0 { 50 } else { 80 }, 1_000_000_000, 1472),
@@ -228,6 +225,16 @@ fn a_burst_is_striped_over_near_links() {
     );
     w.targets[1].add_region(REGION, KEY, 1 << 20, &[node_id(0)]);
     assert!(w.run_while(1_000_000, |w| w.conn(0, 1).state() == rackwire_proto::State::Established));
+    w
+}
+
+// Checks that a burst is striped over near links even when their round trips differ: over two
+// 1 Gbit/s links of 50 and 80 µs one-way delay, a lone 64 KiB write sends at least a third of
+// its frames on the slower link and completes sooner than one link could serialize it (524 µs).
+// Choosing the link by smoothed round trip put the whole burst on the quicker link.
+#[test]
+fn a_burst_is_striped_over_near_links() {
+    let mut w = near_and_far(6);
     // A few small writes first, so both links have round-trip samples.
     transfer(&mut w, 64 * 100, 100, 1_000_000, |_| {});
     w.take_events();
@@ -246,15 +253,7 @@ fn a_burst_is_striped_over_near_links() {
 // link makes it 130 or more, as taking the links in turn did).
 #[test]
 fn lone_frames_take_the_quickest_link() {
-    let mut w = World::new(
-        8,
-        2,
-        2,
-        |_, _, l| LinkParams::clean(if l == 0 { 50 } else { 80 }, 1_000_000_000, 1472),
-        default_cfg,
-    );
-    w.targets[1].add_region(REGION, KEY, 1 << 20, &[node_id(0)]);
-    assert!(w.run_while(1_000_000, |w| w.conn(0, 1).state() == rackwire_proto::State::Established));
+    let mut w = near_and_far(8);
     transfer(&mut w, 64 * 1024, 64 * 1024, 1_000_000, |_| {});
     transfer(&mut w, 64, 64, 1_000_000, |_| {});
     w.take_events();

@@ -19,7 +19,7 @@ impl Io {
         Io {
             rx: RecvBufs::default(),
             out: vec![0u8; rackwire_udp::UDP_PAYLOAD_MAX + 1],
-            tx: (0..links).map(|_| TxLink::default()).collect(),
+            tx: (0..links).map(|_| TxLink::new()).collect(),
         }
     }
 }
@@ -31,9 +31,8 @@ const HEADS_BYTES: usize = TX_FLUSH_BYTES + rackwire_udp::UDP_PAYLOAD_MAX + 1;
 /// Frames waiting to go out on one link: their heads laid end to end in one buffer (reused
 /// from batch to batch; the connections write them there), their bodies shared with the
 /// operations they carry.
-#[derive(Default)]
 pub(super) struct TxLink {
-    /// [`HEADS_BYTES`] once the link has sent; the heads gathered are `heads[..used]`.
+    /// [`HEADS_BYTES`] long; the heads gathered are `heads[..used]`.
     heads: Vec<u8>,
     used: usize,
     pub(super) frames: Vec<(usize, usize, Option<Bytes>, SocketAddr)>,
@@ -44,11 +43,12 @@ pub(super) struct TxLink {
 }
 
 impl TxLink {
+    fn new() -> TxLink {
+        TxLink { heads: vec![0; HEADS_BYTES], used: 0, frames: Vec::new(), bytes: 0, lens: Vec::new() }
+    }
+
     /// Where the next frame's head goes: behind the ones gathered.
     fn free(&mut self) -> &mut [u8] {
-        if self.heads.len() < HEADS_BYTES {
-            self.heads.resize(HEADS_BYTES, 0);
-        }
         &mut self.heads[self.used..]
     }
 }
