@@ -7,6 +7,8 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rackwire_rack::cores::on_cores;
+
 use crate::report::{Report, Row};
 use crate::stats::iterations;
 use crate::Pattern;
@@ -132,11 +134,15 @@ pub(crate) fn ucx_rows(
 }
 
 /// Start `server`, give it time to listen, run `client` with a time limit; the client's
-/// standard output. The server is killed afterwards.
-fn run_pair(mut server: Command, mut client: Command, limit: Duration) -> Result<String, String> {
-    let mut srv = server.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
+/// standard output. The server is killed afterwards. Each starts on its cores (empty: any).
+fn run_pair(server: (Command, &[usize]), client: (Command, &[usize]), limit: Duration) -> Result<String, String> {
+    let spawn = |(mut c, cores): (Command, &[usize]), out: Stdio| {
+        c.stdout(out).stderr(Stdio::null());
+        on_cores(cores, || c.spawn()).and_then(|r| r).map_err(|e| e.to_string())
+    };
+    let mut srv = spawn(server, Stdio::null())?;
     std::thread::sleep(Duration::from_millis(700));
-    let mut cli = client.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
+    let mut cli = spawn(client, Stdio::piped())?;
     let deadline = Instant::now() + limit;
     let finished = loop {
         match cli.try_wait() {
@@ -168,8 +174,9 @@ fn number_after(text: &str, key: &str) -> Option<f64> {
 }
 
 /// Where a peer tool runs: the server's and the client's network namespaces (none: this one)
-/// and the address the client reaches the server at.
-#[derive(Clone, Debug)]
+/// and cores (empty: any; a virtual host's, see `rackwire_rack::cores`), and the address the
+/// client reaches the server at.
+#[derive(Clone, Debug, Default)]
 pub struct NetPath {
     /// Namespace of the server.
     pub server_ns: Option<String>,
@@ -177,12 +184,16 @@ pub struct NetPath {
     pub client_ns: Option<String>,
     /// Server address.
     pub addr: String,
+    /// Cores the server runs on.
+    pub server_cores: Vec<usize>,
+    /// Cores the client runs on.
+    pub client_cores: Vec<usize>,
 }
 
 impl NetPath {
     /// Both ends on this machine's loopback.
     pub fn loopback() -> NetPath {
-        NetPath { server_ns: None, client_ns: None, addr: "127.0.0.1".into() }
+        NetPath { addr: "127.0.0.1".into(), ..NetPath::default() }
     }
 }
 
@@ -263,7 +274,7 @@ fn iperf3_run(path: &NetPath, size: u64, secs: u64, udp_rate: Option<f64>) -> Re
     if let Some(rate) = udp_rate {
         client.args(["-u", "-b", &format!("{}", rate as u64), "-w", UDP_SOCKET_BUFFER]);
     }
-    run_pair(server, client, Duration::from_secs(secs + 30))
+    run_pair((server, &path.server_cores), (client, &path.client_cores), Duration::from_secs(secs + 30))
 }
 
 fn oneway_row(transport: &str, size: u64, mb_per_s: f64) -> Row {
@@ -303,7 +314,7 @@ pub fn sockperf_path(
         server.arg("--nonblocked");
         client.args(["--nonblocked", "--mps=max"]);
     }
-    let out = run_pair(server, client, Duration::from_secs(secs + 30))?;
+    let out = run_pair((server, &path.server_cores), (client, &path.client_cores), Duration::from_secs(secs + 30))?;
     let avg = number_after(&out, "avg-latency").ok_or("sockperf printed no latency")?;
     let p50 = number_after(&out, "percentile 50.000");
     let p99 = number_after(&out, "percentile 99.000");
@@ -328,7 +339,7 @@ fn fabtests_row(provider: &str, transport: &str, size: u64, iters: u64) -> Resul
     server.args(args);
     let mut client = Command::new("fi_pingpong");
     client.args(args).arg("127.0.0.1");
-    let out = run_pair(server, client, Duration::from_secs(120))?;
+    let out = run_pair((server, &[]), (client, &[]), Duration::from_secs(120))?;
     let lines: Vec<&str> = out.lines().collect();
     let h = lines.iter().position(|l| l.contains("usec/xfer")).ok_or("fi_pingpong printed no result")?;
     let head: Vec<&str> = lines[h].split_whitespace().collect();

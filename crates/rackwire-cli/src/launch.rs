@@ -114,6 +114,8 @@ pub(crate) struct Place {
     pub ns: Option<String>,
     pub local_rank: usize,
     pub env: Vec<(String, String)>,
+    /// Its host's cores (empty: any).
+    pub cores: Vec<usize>,
 }
 
 /// Rank `rank` of `ranks` spread in blocks over `hosts` hosts: its host and its rank there.
@@ -165,7 +167,12 @@ fn rack_places(rack: &std::path::Path, ranks: usize) -> Result<(Vec<Place>, Opti
     let places = (0..ranks)
         .map(|rank| {
             let (h, local_rank) = block_place(rank, ranks, hosts.len());
-            Place { ns: Some(hosts[h].ns.clone()), local_rank, env: rackwire_rack::program_env(&state, hosts[h]) }
+            Place {
+                ns: Some(hosts[h].ns.clone()),
+                local_rank,
+                env: rackwire_rack::program_env(&state, hosts[h]),
+                cores: hosts[h].cores.clone(),
+            }
         })
         .collect();
     Ok((places, down))
@@ -180,7 +187,10 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
     rackwire_mh::check_name(&job).map_err(|e| anyhow::anyhow!("--job: {e}"))?;
     let (places, _rack) = match &a.rack {
         Some(rack) => rack_places(rack, a.ranks)?,
-        None => ((0..a.ranks).map(|r| Place { ns: None, local_rank: r, env: Vec::new() }).collect(), None),
+        None => (
+            (0..a.ranks).map(|r| Place { ns: None, local_rank: r, env: Vec::new(), cores: Vec::new() }).collect(),
+            None,
+        ),
     };
     // A management host of our own unless one is given (a rack has its own).
     let mut env: Vec<(String, String)> = Vec::new();
@@ -218,7 +228,8 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = match cmd.spawn() {
+        // On its host's cores, if the rack gives it some.
+        let mut child = match rackwire_rack::cores::on_cores(&place.cores, || cmd.spawn()).and_then(|r| r) {
             Ok(c) => c,
             Err(e) => {
                 stop_all(&mut children);

@@ -246,6 +246,10 @@ struct BenchArgs {
     /// Add memcpy rows for the same sizes (the physical limit), measured in the same run.
     #[arg(long)]
     with_limit: bool,
+    /// With `vnic`: give each host of the benchmark's rack a core of its own, as real hosts
+    /// have (its agent, the tools' ends and the relay's and tunnel's threads in it run there).
+    #[arg(long)]
+    host_cores: bool,
     /// Add peer rows (UCX over shared memory, from ucx_perftest) where installed.
     #[arg(long)]
     peers: bool,
@@ -382,12 +386,15 @@ fn run(cli: Cli) -> Result<()> {
             init_logging(tracing::Level::WARN);
             inspect::regions(&fabric, json)
         }
+        Cmd::Bench(b) if b.host_cores && b.suite.as_deref() != Some("vnic") => {
+            bail!("--host-cores goes with `bench vnic` (a rack of your own takes `cores = [..]` per host)")
+        }
         Cmd::Bench(b) if b.suite.as_deref() == Some("vnic") => {
             init_logging(tracing::Level::WARN);
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            vnic_bench::run(b.json, b.scale, b.repeat)
+            vnic_bench::run(b.json, b.scale, b.repeat, b.host_cores)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("stripe") => {
             init_logging(tracing::Level::WARN);

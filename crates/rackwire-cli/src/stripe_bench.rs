@@ -164,24 +164,25 @@ fn measure_once(
 ) -> Result<Report> {
     let (src, dst) = (state.hosts[0].clone(), state.hosts[1].clone());
     let link_mtu = cfg.frame_max().to_string();
-    let spawn = |ns: &str, role: &str, name: &str, host_links: String| {
-        Command::new("ip")
-            .args(["netns", "exec", ns])
+    // Each side on its host's cores, if the rack gives them some.
+    let spawn = |host: &rackwire_rack::HostState, role: &str, name: &str| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &host.ns])
             .arg(exe)
             .args(["stripe-worker", role, &(mib << 20).to_string()])
             .env("RACKWIRE_MH", &state.mh)
             .env("RACKWIRE_SECRET_FILE", &state.secret_file)
             .env("RACKWIRE_NAME", name)
-            .env("RACKWIRE_LINKS", host_links)
+            .env("RACKWIRE_LINKS", host.links())
             .env("RACKWIRE_TRANSPORT", "edge")
             .env("RACKWIRE_LINK_MTU", &link_mtu)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
+            .stderr(Stdio::inherit());
+        rackwire_rack::cores::on_cores(&host.cores, || c.spawn()).and_then(|r| r)
     };
-    let mut owner = spawn(&dst.ns, "owner", "stripe-dst", dst.links())?;
-    let mut writer = spawn(&src.ns, "writer", "stripe-src", src.links())?;
+    let mut owner = spawn(&dst, "owner", "stripe-dst")?;
+    let mut writer = spawn(&src, "writer", "stripe-src")?;
     let mut owner_out = BufReader::new(owner.stdout.take().expect("piped"));
     let mut writer_out = BufReader::new(writer.stdout.take().expect("piped"));
     let mut line = String::new();
@@ -213,8 +214,13 @@ fn measure_once(
         "frames declared lost: {} ({} by timeout); window cuts: {}, undone as spurious: {}",
         w["losses"], w["timeouts"], w["cuts"], w["undone"]
     ));
-    let path =
-        NetPath { server_ns: Some(dst.ns.clone()), client_ns: Some(src.ns.clone()), addr: dst.addrs[0].to_string() };
+    let path = NetPath {
+        server_ns: Some(dst.ns.clone()),
+        client_ns: Some(src.ns.clone()),
+        addr: dst.addrs[0].to_string(),
+        server_cores: dst.cores.clone(),
+        client_cores: src.cores.clone(),
+    };
     match iperf3_path(&path, 131_072, tcp_secs, "iperf3-tcp") {
         Ok(r) => report.rows.push(r),
         Err(e) => report.notes.push(format!("iperf3-tcp: {e}")),

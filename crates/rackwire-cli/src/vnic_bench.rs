@@ -19,13 +19,19 @@
 //! transport's network thread does, nothing else): the limit of any virtual NIC that carries
 //! a TUN device's packets between hosts over UDP, as rw0 does across racks. `--repeat N` runs
 //! the whole comparison N times and gives each ratio's median and spread.
+//!
+//! The three hosts share this machine's cores. `--host-cores` gives each a core of its own, as
+//! real hosts have (`h1` the first this process may use, `h2` the second, `h3` the third or,
+//! on a machine of two, the second again: `h2` idles while `h3` is measured, and the other
+//! way round): its agent, the peer tools' ends in it, and the relay's and the tunnel's threads
+//! that read its devices run there, for the veth rows and the rw0 rows alike.
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rackwire_bench::{iperf3_path, iperf3_udp_capacity, print_table, sockperf_path, NetPath, Report, Row};
-use rackwire_rack::RackConfig;
+use rackwire_rack::{cores, RackConfig};
 use rackwire_vnic::{RelayEnd, TunRelay, TunnelEnd, UdpTunnel};
 
 use rackwire_bench::repeat::median_spread;
@@ -166,7 +172,7 @@ const RATIOS: &[Ratio] = &[
     Ratio { name: "TCP over rw0 / veth-10g-tcp", ours: "vnic-tcp", theirs: "veth-10g-tcp", figure: mb },
 ];
 
-pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
+pub(crate) fn run(json: bool, scale: f64, repeat: usize, host_cores: bool) -> Result<()> {
     if !rustix::process::geteuid().is_root() {
         bail!("`rackwire bench vnic` builds a virtual rack: it needs root");
     }
@@ -181,7 +187,16 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
     let secs = ((5.0 * scale).round() as u64).clamp(1, 30);
     // A UDP row is several paced runs (see `iperf3_udp_capacity`), each shorter.
     let udp_secs = (secs / 2).max(1);
-    let cfg = RackConfig::parse(CONFIG)?;
+    let mut cfg = RackConfig::parse(CONFIG)?;
+    if host_cores {
+        let usable = cores::usable().context("this process's cores")?;
+        if usable.len() < 2 {
+            bail!("--host-cores needs two cores at least (this process may use {})", cores::cores_text(&usable));
+        }
+        for (i, h) in cfg.hosts.iter_mut().enumerate() {
+            h.cores = vec![usable[i.min(usable.len() - 1)]];
+        }
+    }
     let _ = rackwire_rack::down(Some(RACK));
     let exe = std::env::current_exe().context("own executable")?;
     let up = Instant::now();
@@ -191,6 +206,7 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
     let hosts: Vec<String> =
         ["h1", "h2", "h3"].iter().map(|h| state.host(h).map(|s| s.ns.clone())).collect::<Result<_, _>>()?;
     let (h1, h2, h3) = (hosts[0].clone(), hosts[1].clone(), hosts[2].clone());
+    let on = |ns: &str| state.hosts.iter().find(|h| h.ns == ns).map(|h| h.cores.clone()).unwrap_or_default();
     for (i, ns) in hosts.iter().enumerate() {
         for k in 0..cfg.rails.len() {
             rackwire_vnic::ip(&[
@@ -215,20 +231,25 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
     }
     let relay_addr = |i: u8| Ipv4Addr::new(RELAY_SUBNET[0], RELAY_SUBNET[1], RELAY_SUBNET[2], i);
     let _relay = TunRelay::start(
-        &RelayEnd { netns: h1.clone(), addr: relay_addr(1) },
-        &RelayEnd { netns: h2.clone(), addr: relay_addr(2) },
+        &RelayEnd { netns: h1.clone(), addr: relay_addr(1), cores: on(&h1) },
+        &RelayEnd { netns: h2.clone(), addr: relay_addr(2), cores: on(&h2) },
     )
     .context("the bare TUN relay between h1 and h2")?;
     // Its datagrams go over the unshaped rail, between the hosts' Ethernet-only addresses.
     let tunnel_addr = |i: u8| Ipv4Addr::new(TUNNEL_SUBNET[0], TUNNEL_SUBNET[1], TUNNEL_SUBNET[2], i);
     let carrier = |i: usize| plain_addr(i, 0).parse::<Ipv4Addr>().expect("an IPv4 address");
     let _tunnel = UdpTunnel::start(
-        &TunnelEnd { netns: h1.clone(), addr: tunnel_addr(1), carrier: carrier(0) },
-        &TunnelEnd { netns: h3.clone(), addr: tunnel_addr(3), carrier: carrier(2) },
+        &TunnelEnd { netns: h1.clone(), addr: tunnel_addr(1), carrier: carrier(0), cores: on(&h1) },
+        &TunnelEnd { netns: h3.clone(), addr: tunnel_addr(3), carrier: carrier(2), cores: on(&h3) },
     )
     .context("the bare UDP tunnel between h1 and h3")?;
-    let path =
-        |server: &str, addr: String| NetPath { server_ns: Some(server.into()), client_ns: Some(h1.clone()), addr };
+    let path = |server: &str, addr: String| NetPath {
+        server_ns: Some(server.into()),
+        client_ns: Some(h1.clone()),
+        addr,
+        server_cores: on(server),
+        client_cores: on(&h1),
+    };
     let vnic = path(&h2, "198.18.0.2".into());
     let veth = path(&h2, plain_addr(1, 0));
     let relay = path(&h2, relay_addr(2).to_string());
@@ -306,9 +327,15 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize) -> Result<()> {
         );
     }
     report.notes.push(format!("rack of 3 hosts (h3 in another memory domain) and 3 rails up in {up_ms} ms"));
+    if host_cores {
+        let each: Vec<String> =
+            state.hosts.iter().map(|h| format!("{} on core {}", h.name, cores::cores_text(&h.cores))).collect();
+        report.notes.push(format!("each host on a core of its own (--host-cores): {}", each.join(", ")));
+    }
     report.meta.insert("command".into(), std::env::args().collect::<Vec<_>>().join(" ").into());
     report.meta.insert("seconds_per_run".into(), secs.into());
     report.meta.insert("repeats".into(), repeat.into());
+    report.meta.insert("host_cores".into(), host_cores.into());
     report.meta.insert("ratios".into(), summary.into());
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -207,6 +207,55 @@ fn rack_up_then_down_leaves_nothing() {
     assert!(again.status.success() || !String::from_utf8_lossy(&again.stderr).contains("panicked"));
 }
 
+/// The `Cpus_allowed_list` line's value in a `/proc/.../status` text.
+fn allowed(status: &str) -> String {
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or_default().trim().to_string()
+}
+
+// Checks a host's cores: with `cores = [c]` on h1 (c: the last core this process may use),
+// every thread of h1's agent (and the management host, which runs in h1) and a program started
+// with `rack exec h1` are allowed core c alone (read from /proc), while h2's agent keeps every
+// core this process has; a rack naming a core this machine does not let it use is refused by
+// `rack up` with a message that says so, and leaves no namespace behind.
+#[test]
+fn a_hosts_programs_run_on_its_cores() {
+    if skip("a_hosts_programs_run_on_its_cores") {
+        return;
+    }
+    let mine = allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let last: usize = mine.rsplit([',', '-']).next().unwrap().parse().unwrap();
+    let toml =
+        format!("name = \"NAME\"\n[[rail]]\n[[host]]\nname = \"h1\"\ncores = [{last}]\n[[host]]\nname = \"h2\"\n");
+    let rack = Rack::up("tcores", &toml);
+    let pids = |h: usize| -> Vec<u64> {
+        rack.state["hosts"][h]["pids"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap()).collect()
+    };
+    let (h1, h2) = (pids(0), pids(1));
+    assert_eq!(h1.len(), 2, "h1 runs the management host and its agent");
+    for pid in h1 {
+        let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten().collect();
+        assert!(tasks.len() > 1, "process {pid} has its threads");
+        for t in tasks {
+            let st = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            assert_eq!(allowed(&st), last.to_string(), "thread {:?} of {pid}", t.file_name());
+        }
+    }
+    let st = std::fs::read_to_string(format!("/proc/{}/status", h2[0])).unwrap();
+    assert_eq!(allowed(&st), mine, "h2 has no cores of its own: it keeps ours");
+    let out = ok(&rack.exec("h1", &["grep", "Cpus_allowed_list", "/proc/self/status"]));
+    assert_eq!(allowed(&out), last.to_string(), "a program run in h1");
+    drop(rack);
+
+    let dir = TempDir::new("cores");
+    let path = dir.0.join("rack.toml");
+    std::fs::write(&path, toml.replace("NAME", "tcoresx").replace(&format!("[{last}]"), "[1000]")).unwrap();
+    let refused = rackwire(&["rack", "up", "--config", path.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("core 1000 is not one this machine lets rackwire run on"), "{err}");
+    assert!(namespaces("rwr-tcoresx-").is_empty(), "nothing made");
+}
+
 const THREE_AND_REMOTE: &str = r#"
 name = "NAME"
 [[rail]]

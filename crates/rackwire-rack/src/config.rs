@@ -10,6 +10,7 @@
 //!
 //! [[host]]
 //! name = "h1"
+//! cores = [0]           # its programs run on these cores only (default: any)
 //! [[host]]
 //! name = "h2"
 //! domain = "b"          # another rack: no shared memory with the others, edge transport only
@@ -22,6 +23,7 @@ use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cores::{CORES_PER_HOST_MAX, CORE_MAX};
 use crate::RackError;
 
 /// Hosts in one rack at most.
@@ -83,10 +85,31 @@ pub struct HostConfig {
     /// Run the virtual NIC `rw0` in this host's agent.
     #[serde(default = "yes")]
     pub vnic: bool,
+    /// The cores its agent and programs run on (see [`crate::cores`]); empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cores: Vec<usize>,
 }
 
 fn yes() -> bool {
     true
+}
+
+/// A host's cores: at most [`CORES_PER_HOST_MAX`], each at most [`CORE_MAX`], none twice.
+/// (Whether this machine has them is checked when the rack comes up.)
+fn check_cores(h: &HostConfig) -> Result<(), RackError> {
+    if h.cores.len() > CORES_PER_HOST_MAX {
+        return Err(RackError::Config(format!("host {:?}: at most {CORES_PER_HOST_MAX} cores", h.name)));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for &c in &h.cores {
+        if c > CORE_MAX {
+            return Err(RackError::Config(format!("host {:?}: core {c} is above {CORE_MAX}", h.name)));
+        }
+        if !seen.insert(c) {
+            return Err(RackError::Config(format!("host {:?}: core {c} listed twice", h.name)));
+        }
+    }
+    Ok(())
 }
 
 fn short_name(what: &str, s: &str, max: usize) -> Result<(), RackError> {
@@ -150,6 +173,7 @@ impl RackConfig {
             if let Some(d) = &h.domain {
                 short_name("memory domain", d, 16)?;
             }
+            check_cores(h)?;
         }
         let mh = self.mh_host()?;
         if mh.remote {
@@ -207,13 +231,17 @@ remote = true
 "#;
 
     // Checks a well-formed rack parses with its defaults (MTU 1500, vnic on, first local host
-    // runs the management host), and the rate parser's units.
+    // runs the management host, no cores: any), a host's cores as given, and the rate
+    // parser's units.
     #[test]
     fn parses_with_defaults() {
         let c = RackConfig::parse(GOOD).unwrap();
         assert_eq!(c.rails[0].mtu, 1500);
         assert_eq!(c.rails[1].rate, None);
         assert!(c.hosts[0].vnic && c.hosts[1].remote);
+        assert!(c.hosts[0].cores.is_empty(), "no cores given: any");
+        let pinned = RackConfig::parse(&GOOD.replace("name = \"a\"", "name = \"a\"\ncores = [0, 2]")).unwrap();
+        assert_eq!(pinned.hosts[0].cores, [0, 2]);
         assert_eq!(c.mh_host().unwrap().name, "a");
         assert_eq!(rate_bytes_per_s("1gbit"), Some(125_000_000));
         assert_eq!(rate_bytes_per_s("10Gbit"), Some(1_250_000_000));
@@ -233,6 +261,9 @@ remote = true
             (GOOD.replace("name = \"t1\"", "name = \"t1\"\nmh = \"b\""), "remote"),
             (GOOD.replace("name = \"t1\"", "name = \"t1\"\nmh = \"zz\""), "no such host"),
             (GOOD.replace("remote = true", "colour = 1"), "colour"),
+            (GOOD.replace("name = \"a\"", "name = \"a\"\ncores = [1, 1]"), "listed twice"),
+            (GOOD.replace("name = \"a\"", "name = \"a\"\ncores = [99999]"), "above"),
+            (GOOD.replace("name = \"a\"", "name = \"a\"\ncores = [-1]"), "cores"),
         ];
         for (text, want) in cases {
             let e = RackConfig::parse(&text).unwrap_err().to_string();

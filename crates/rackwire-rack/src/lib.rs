@@ -11,6 +11,7 @@
 #![deny(unsafe_code)]
 
 mod config;
+pub mod cores;
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -95,6 +96,9 @@ pub struct HostState {
     pub pids: Vec<u32>,
     /// Where its agent writes its status.
     pub status_file: Option<PathBuf>,
+    /// The cores its agent and programs run on (see [`cores`]); empty: any.
+    #[serde(default)]
+    pub cores: Vec<usize>,
 }
 
 /// The device of rail `k` in every host.
@@ -263,6 +267,7 @@ pub fn up(cfg: &RackConfig, exe: &Path) -> Result<RackState, RackError> {
     if !namespaces(&prefix).is_empty() {
         return Err(RackError::AlreadyUp(cfg.name.clone()));
     }
+    check_cores_usable(cfg)?;
     let start = Instant::now();
     match build(cfg, exe, start) {
         Ok(s) => Ok(s),
@@ -271,6 +276,24 @@ pub fn up(cfg: &RackConfig, exe: &Path) -> Result<RackState, RackError> {
             Err(e)
         }
     }
+}
+
+/// Every core a host names is one this process may run on (and so its programs).
+fn check_cores_usable(cfg: &RackConfig) -> Result<(), RackError> {
+    if cfg.hosts.iter().all(|h| h.cores.is_empty()) {
+        return Ok(());
+    }
+    let usable = cores::usable().map_err(|e| RackError::Io(format!("reading this process's cores: {e}")))?;
+    for h in &cfg.hosts {
+        if let Some(c) = h.cores.iter().find(|c| !usable.contains(c)) {
+            return Err(RackError::Config(format!(
+                "host {:?}: core {c} is not one this machine lets rackwire run on (cores {})",
+                h.name,
+                cores::cores_text(&usable)
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, RackError> {
@@ -359,6 +382,7 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
             domain: h.domain.clone().unwrap_or_else(|| "rack".into()),
             pids: Vec::new(),
             status_file: None,
+            cores: h.cores.clone(),
         });
     }
 
@@ -374,6 +398,7 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
     let mh_addr = format!("{mh_ip}:{MH_PORT}");
     let mh_pid = spawn_in(
         &hosts[mh_i].ns,
+        &hosts[mh_i].cores,
         exe,
         &["mh", "--listen", &mh_addr, "--state", &dir.join("mh").to_string_lossy()],
         &[("RACKWIRE_SECRET_FILE", secret_file.to_string_lossy().as_ref())],
@@ -399,6 +424,7 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
         let links_s = st.links();
         let pid = spawn_in(
             &st.ns,
+            &st.cores,
             exe,
             &args,
             &[
@@ -423,8 +449,15 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
     Ok(state)
 }
 
-/// Start `exe args` in namespace `ns`, detached, output to `log`.
-fn spawn_in(ns: &str, exe: &Path, args: &[&str], env: &[(&str, &str)], log: &Path) -> Result<u32, RackError> {
+/// Start `exe args` in namespace `ns` on `cores` (empty: any), detached, output to `log`.
+fn spawn_in(
+    ns: &str,
+    cores: &[usize],
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    log: &Path,
+) -> Result<u32, RackError> {
     use std::os::unix::process::CommandExt;
     let out = std::fs::File::create(log).map_err(|e| RackError::Io(format!("{}: {e}", log.display())))?;
     let err = out.try_clone().map_err(|e| RackError::Io(e.to_string()))?;
@@ -433,7 +466,7 @@ fn spawn_in(ns: &str, exe: &Path, args: &[&str], env: &[(&str, &str)], log: &Pat
     for (k, v) in env {
         c.env(k, v);
     }
-    let child = c.spawn().map_err(|e| RackError::Command {
+    let child = cores::on_cores(cores, || c.spawn()).and_then(|r| r).map_err(|e| RackError::Command {
         cmd: format!("ip netns exec {ns} {} {}", exe.display(), args.join(" ")),
         err: e.to_string(),
     })?;
@@ -571,8 +604,24 @@ pub fn program_env(state: &RackState, host: &HostState) -> Vec<(String, String)>
     ]
 }
 
+/// A program to run in a host of a rack, on that host's cores.
+pub struct HostCommand {
+    /// The command (`ip netns exec` into the host), with the host's environment.
+    pub command: Command,
+    /// The host's cores (empty: any).
+    pub cores: Vec<usize>,
+}
+
+impl HostCommand {
+    /// Run it on the host's cores and wait for it.
+    pub fn status(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        let command = &mut self.command;
+        cores::on_cores(&self.cores, || command.status()).and_then(|r| r)
+    }
+}
+
 /// A command that runs `cmd` in `host` of the rack (`None`: the only one up).
-pub fn exec_command(name: Option<&str>, host: &str, cmd: &[String]) -> Result<Command, RackError> {
+pub fn exec_command(name: Option<&str>, host: &str, cmd: &[String]) -> Result<HostCommand, RackError> {
     if cmd.is_empty() {
         return Err(RackError::Config("nothing to run: give the command after `--`".into()));
     }
@@ -584,11 +633,14 @@ pub fn exec_command(name: Option<&str>, host: &str, cmd: &[String]) -> Result<Co
     }
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &ns]).args(cmd);
+    let mut cores = Vec::new();
     if let Ok(s) = load(&rack) {
-        // Programs run in a host find its fabric, links and memory domain without being told.
+        // Programs run in a host find its fabric, links and memory domain without being told,
+        // and run on its cores.
         if let Ok(h) = s.host(host) {
             c.envs(program_env(&s, h));
+            cores = h.cores.clone();
         }
     }
-    Ok(c)
+    Ok(HostCommand { command: c, cores })
 }

@@ -24,14 +24,17 @@ pub const RELAY_NAME: &str = "rt0";
 /// Prefix length of the relay's subnet: the two ends' addresses are on one link.
 const RELAY_PREFIX: u8 = 24;
 
-/// One end of the relay: a network namespace (as `ip netns` names it) and the address the
-/// relay's device gets there.
+/// One end of the relay: a network namespace (as `ip netns` names it), the address the
+/// relay's device gets there, and the cores of the thread that reads it (empty: any).
 #[derive(Clone, Debug)]
 pub struct RelayEnd {
     /// Namespace name (`/run/netns/NAME`).
     pub netns: String,
     /// Address of the end's device, on a /24 shared with the other end's.
     pub addr: Ipv4Addr,
+    /// Cores the thread that reads this end's device runs on (its host's, in a virtual rack
+    /// whose hosts have cores of their own).
+    pub cores: Vec<usize>,
 }
 
 /// Packets and bytes relayed, per direction, and packets the far device did not take.
@@ -54,18 +57,33 @@ pub(crate) struct Pair {
 pub(crate) type Work = Box<dyn FnOnce(&AtomicBool, &Counts) + Send>;
 
 impl Pair {
-    /// Start `work[k]` on a thread named `{name}-{k}`.
-    pub(crate) fn start(name: &str, work: [Work; 2]) -> Result<Pair, VnicError> {
+    /// Start `work[k]` on a thread named `{name}-{k}`, held to `cores[k]` (empty: any).
+    pub(crate) fn start(name: &str, work: [Work; 2], cores: [&[usize]; 2]) -> Result<Pair, VnicError> {
         let stop = Arc::new(AtomicBool::new(false));
         let counts: Arc<[Counts; 2]> = Arc::new([Counts::default(), Counts::default()]);
         let mut pair = Pair { stop, counts, threads: Vec::new() };
         for (k, w) in work.into_iter().enumerate() {
             let (stop, counts) = (pair.stop.clone(), pair.counts.clone());
+            let on = cores[k].to_vec();
+            let (held, is_held) = std::sync::mpsc::sync_channel(1);
             let h = std::thread::Builder::new()
                 .name(format!("{name}-{k}"))
-                .spawn(move || w(&stop, &counts[k]))
+                .spawn(move || {
+                    let r = hold_to(&on);
+                    let ok = r.is_ok();
+                    let _ = held.send(r);
+                    if ok {
+                        w(&stop, &counts[k]);
+                    }
+                })
                 .map_err(|e| VnicError::Relay(format!("starting a thread: {e}")))?;
             pair.threads.push(h);
+            // The other thread (if started) stops when `pair` drops.
+            match is_held.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(VnicError::Relay(format!("holding {name}-{k} to cores {:?}: {e}", cores[k]))),
+                Err(_) => return Err(VnicError::Relay(format!("{name}-{k} ended before it started"))),
+            }
         }
         Ok(pair)
     }
@@ -113,7 +131,8 @@ impl TunRelay {
         let (ta, tb) = (Arc::new(ta), Arc::new(tb));
         let work =
             |from: Arc<Tun>, to: Arc<Tun>| -> Work { Box::new(move |stop, counts| relay(&from, &to, stop, counts)) };
-        Ok(TunRelay(Pair::start("rw-relay", [work(ta.clone(), tb.clone()), work(tb, ta)])?))
+        let cores = [a.cores.as_slice(), b.cores.as_slice()];
+        Ok(TunRelay(Pair::start("rw-relay", [work(ta.clone(), tb.clone()), work(tb, ta)], cores)?))
     }
 
     /// Packets relayed so far, a to b and b to a.
@@ -135,6 +154,21 @@ impl TunRelay {
     pub fn stop(&mut self) {
         self.0.stop();
     }
+}
+
+/// Hold the calling thread to `cores` (empty: leave it as it is).
+fn hold_to(cores: &[usize]) -> std::io::Result<()> {
+    if cores.is_empty() {
+        return Ok(());
+    }
+    let mut set = rustix::thread::CpuSet::new();
+    for &c in cores {
+        if c >= rustix::thread::CpuSet::MAX_CPU {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("no core {c}")));
+        }
+        set.set(c);
+    }
+    Ok(rustix::thread::sched_setaffinity(None, &set)?)
 }
 
 /// Make a TUN device named `name` in namespace `netns` (this thread moves into it).
@@ -194,7 +228,7 @@ mod tests {
     // before any device is made (no root needed: nothing reaches the kernel).
     #[test]
     fn both_ends_in_one_namespace_is_refused() {
-        let end = RelayEnd { netns: "rwr-none-h1".into(), addr: Ipv4Addr::new(198, 19, 100, 1) };
+        let end = RelayEnd { netns: "rwr-none-h1".into(), addr: Ipv4Addr::new(198, 19, 100, 1), cores: vec![] };
         let e = TunRelay::start(&end, &end).err().expect("refused");
         assert!(e.to_string().contains("one namespace"), "{e}");
     }
@@ -203,8 +237,8 @@ mod tests {
     // device and the namespace, and leaves no thread running.
     #[test]
     fn a_missing_namespace_is_named_in_the_error() {
-        let a = RelayEnd { netns: "rwr-no-such-ns-a".into(), addr: Ipv4Addr::new(198, 19, 100, 1) };
-        let b = RelayEnd { netns: "rwr-no-such-ns-b".into(), addr: Ipv4Addr::new(198, 19, 100, 2) };
+        let a = RelayEnd { netns: "rwr-no-such-ns-a".into(), addr: Ipv4Addr::new(198, 19, 100, 1), cores: vec![] };
+        let b = RelayEnd { netns: "rwr-no-such-ns-b".into(), addr: Ipv4Addr::new(198, 19, 100, 2), cores: vec![] };
         let e = TunRelay::start(&a, &b).err().expect("no such namespace");
         assert!(e.to_string().contains("rwr-no-such-ns-a"), "{e}");
     }

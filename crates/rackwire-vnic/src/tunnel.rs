@@ -48,6 +48,9 @@ pub struct TunnelEnd {
     pub addr: Ipv4Addr,
     /// The host's address on the network between the two (the tunnel's socket binds it).
     pub carrier: Ipv4Addr,
+    /// Cores the end's thread runs on (empty: any; its host's, in a virtual rack whose hosts
+    /// have cores of their own).
+    pub cores: Vec<usize>,
 }
 
 /// A running tunnel; stopping or dropping it removes both devices.
@@ -77,7 +80,8 @@ impl UdpTunnel {
         set_up(&b.netns, &tb, TUNNEL_MTU, b.addr, TUNNEL_PREFIX)?;
         let work =
             |tun: Tun, sock: UdpSocket| -> Work { Box::new(move |stop, counts| carry(&tun, &sock, stop, counts)) };
-        Ok(UdpTunnel(Pair::start("rw-tunnel", [work(ta, sa), work(tb, sb)])?))
+        let cores = [a.cores.as_slice(), b.cores.as_slice()];
+        Ok(UdpTunnel(Pair::start("rw-tunnel", [work(ta, sa), work(tb, sb)], cores)?))
     }
 
     /// Packets each end sent into the tunnel so far, a's and b's.
@@ -168,7 +172,12 @@ mod tests {
     use super::*;
 
     fn end(ns: &str, i: u8) -> TunnelEnd {
-        TunnelEnd { netns: ns.into(), addr: Ipv4Addr::new(198, 19, 101, i), carrier: Ipv4Addr::new(198, 19, 0, i) }
+        TunnelEnd {
+            netns: ns.into(),
+            addr: Ipv4Addr::new(198, 19, 101, i),
+            carrier: Ipv4Addr::new(198, 19, 0, i),
+            cores: vec![],
+        }
     }
 
     // Checks that a tunnel whose two ends name one namespace is refused with a clear error
