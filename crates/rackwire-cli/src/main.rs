@@ -250,6 +250,10 @@ struct BenchArgs {
     /// have (its agent, the tools' ends and the relay's and tunnel's threads in it run there).
     #[arg(long)]
     host_cores: bool,
+    /// With `vnic`: only the rows whose names start with one of these (comma-separated; e.g.
+    /// `xrack` for the cross-rack rows) [default: every row].
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<String>,
     /// Add peer rows (UCX over shared memory, from ucx_perftest) where installed.
     #[arg(long)]
     peers: bool,
@@ -386,15 +390,21 @@ fn run(cli: Cli) -> Result<()> {
             init_logging(tracing::Level::WARN);
             inspect::regions(&fabric, json)
         }
-        Cmd::Bench(b) if b.host_cores && b.suite.as_deref() != Some("vnic") => {
-            bail!("--host-cores goes with `bench vnic` (a rack of your own takes `cores = [..]` per host)")
+        Cmd::Bench(b) if (b.host_cores || !b.rows.is_empty()) && b.suite.as_deref() != Some("vnic") => {
+            bail!("--host-cores and --rows go with `bench vnic` (a rack of your own takes `cores = [..]` per host)")
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("vnic") => {
             init_logging(tracing::Level::WARN);
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            vnic_bench::run(b.json, b.scale, b.repeat, b.host_cores)
+            vnic_bench::run(&vnic_bench::VnicBench {
+                json: b.json,
+                scale: b.scale,
+                repeat: b.repeat,
+                host_cores: b.host_cores,
+                rows: b.rows.clone(),
+            })
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("stripe") => {
             init_logging(tracing::Level::WARN);

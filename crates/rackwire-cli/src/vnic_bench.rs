@@ -172,7 +172,50 @@ const RATIOS: &[Ratio] = &[
     Ratio { name: "TCP over rw0 / veth-10g-tcp", ours: "vnic-tcp", theirs: "veth-10g-tcp", figure: mb },
 ];
 
-pub(crate) fn run(json: bool, scale: f64, repeat: usize, host_cores: bool) -> Result<()> {
+/// How `rackwire bench vnic` runs.
+pub(crate) struct VnicBench {
+    /// One JSON document instead of a table.
+    pub json: bool,
+    /// Time scale of each row.
+    pub scale: f64,
+    /// Runs of the whole comparison.
+    pub repeat: usize,
+    /// Each host on a core of its own.
+    pub host_cores: bool,
+    /// Only the rows whose names start with one of these (none: every row).
+    pub rows: Vec<String>,
+}
+
+/// The rows, in the order they are measured.
+const ROWS: &[&str] = &[
+    "vnic-tcp",
+    "veth-tcp",
+    "tun-relay-tcp",
+    "vnic-udp",
+    "veth-udp",
+    "vnic-sockperf",
+    "veth-sockperf",
+    "tun-relay-sockperf",
+    "xrack-vnic-udp",
+    "xrack-veth-udp",
+    "xrack-tunnel-udp",
+    "xrack-vnic-tcp",
+    "xrack-veth-tcp",
+    "xrack-tunnel-tcp",
+    "veth-1g-tcp",
+    "veth-10g-tcp",
+];
+
+/// Whether `--rows` (prefixes; none: all) asks for row `name`.
+fn wanted(rows: &[String], name: &str) -> bool {
+    rows.is_empty() || rows.iter().any(|p| name.starts_with(p.as_str()))
+}
+
+pub(crate) fn run(opts: &VnicBench) -> Result<()> {
+    let VnicBench { json, scale, repeat, host_cores, .. } = *opts;
+    if let Some(p) = opts.rows.iter().find(|p| p.is_empty() || !ROWS.iter().any(|n| n.starts_with(p.as_str()))) {
+        bail!("--rows: no row starts with {p:?} (rows: {})", ROWS.join(", "));
+    }
     if !rustix::process::geteuid().is_root() {
         bail!("`rackwire bench vnic` builds a virtual rack: it needs root");
     }
@@ -278,6 +321,9 @@ pub(crate) fn run(json: bool, scale: f64, repeat: usize, host_cores: bool) -> Re
         ("veth-1g-tcp", Box::new(|| iperf3_path(&one_g, TCP_WRITE, secs, "veth-1g-tcp"))),
         ("veth-10g-tcp", Box::new(|| iperf3_path(&ten_g, TCP_WRITE, secs, "veth-10g-tcp"))),
     ];
+    assert!(runs.iter().map(|(n, _)| *n).eq(ROWS.iter().copied()), "ROWS names the rows in order");
+    let mut runs = runs;
+    runs.retain(|(name, _)| wanted(&opts.rows, name));
     let mut report = Report::default();
     // Per ratio, its value in each repeat that measured both rows.
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); RATIOS.len()];

@@ -88,6 +88,9 @@ fn bad_arguments_are_refused_clearly() {
         (&["bench", "--copy-channels", "99"][..], "copy-channels"),
         (&["nodes", "--mh", "127.0.0.1:1"][..], "management host"),
         (&["demo", "--workers", "9"][..], "workers"),
+        (&["bench", "vnic", "--rows", "xrack,nosuch"][..], "no row starts with \"nosuch\""),
+        (&["bench", "--host-cores"][..], "--host-cores and --rows go with `bench vnic`"),
+        (&["bench", "coll", "--rows", "xrack"][..], "go with `bench vnic`"),
     ] {
         let o = rackwire(args);
         assert!(!o.status.success(), "{args:?} should fail");

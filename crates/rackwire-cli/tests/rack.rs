@@ -355,7 +355,8 @@ fn killing_an_agent_leaves_the_others_flowing() {
 // Checks that the rack benchmarks run end to end at tiny scale (so they do not rot): `bench
 // stripe` moves its stream byte-exact over two shaped rails and reports an edge row and an
 // iperf3 row with positive rates; `bench vnic` reports every row it promises (when sockperf
-// is installed) with positive figures, the bare UDP tunnel's cross-rack rows among them; `bench coll --rack` (hosts in memory domains of their
+// is installed) with positive figures, the bare UDP tunnel's cross-rack rows among them, and
+// with `--host-cores --rows xrack-` just the cross-rack rows; `bench coll --rack` (hosts in memory domains of their
 // own) gives `udp` rows for its collectives and, where Open MPI is installed, `openmpi-tcp`
 // rows measured over the same rails, and takes its rack down.
 #[test]
@@ -458,6 +459,26 @@ fn rack_benchmarks_run_end_to_end() {
     assert!(ratios.values().any(|r| r["ours"] == "vnic-tcp" && r["theirs"] == "tun-relay-tcp"), "{ratios:?}");
     assert!(ratios.values().any(|r| r["ours"] == "xrack-vnic-udp" && r["theirs"] == "xrack-tunnel-udp"), "{ratios:?}");
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
+
+    // With each host on a core of its own and only the cross-rack UDP rows: those three rows
+    // and no other, the relay's and the tunnel's threads started on their hosts' cores (a
+    // failure to hold one would fail the run), and the note naming each host's core.
+    let out = ok(&rackwire(&["bench", "vnic", "--scale", "0.2", "--host-cores", "--rows", "xrack-", "--json"]));
+    let v: Value = serde_json::from_str(&out).expect("bench vnic --host-cores --json");
+    let names: Vec<&str> = v["rows"].as_array().unwrap().iter().filter_map(|r| r["transport"].as_str()).collect();
+    let want = [
+        "xrack-vnic-udp",
+        "xrack-veth-udp",
+        "xrack-tunnel-udp",
+        "xrack-vnic-tcp",
+        "xrack-veth-tcp",
+        "xrack-tunnel-tcp",
+    ];
+    assert_eq!(names, want, "{out}");
+    assert_eq!(v["meta"]["host_cores"], true);
+    let notes = v["notes"].as_array().unwrap();
+    assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("h1 on core"))), "{out}");
+    assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic --host-cores left its rack up");
 }
 
 // Checks end to end that a peer cannot speak for another node over rw0: a node on h3 sends
