@@ -85,7 +85,7 @@ pub(crate) fn run(cmd: RackCmd) -> Result<i32> {
                 println!("{}", serde_json::to_string_pretty(&state)?);
             } else {
                 let mut t = Table::new();
-                t.set_header(["host", "namespace", "addresses", "role"]);
+                t.set_header(["host", "namespace", "addresses", "role", "cores"]);
                 for h in &state.hosts {
                     let addrs: Vec<String> = h.addrs.iter().map(|a| a.to_string()).collect();
                     let role = if h.remote {
@@ -95,7 +95,7 @@ pub(crate) fn run(cmd: RackCmd) -> Result<i32> {
                     } else {
                         format!("agent ({})", h.domain)
                     };
-                    t.add_row([h.name.clone(), h.ns.clone(), addrs.join(" "), role]);
+                    t.add_row([h.name.clone(), h.ns.clone(), addrs.join(" "), role, cores_cell(&h.cores)]);
                 }
                 println!("{t}");
                 println!("rack {} up in {} ms; management host {}", cfg.name, state.up_ms, state.mh);
@@ -119,8 +119,9 @@ pub(crate) fn run(cmd: RackCmd) -> Result<i32> {
                 return Ok(0);
             }
             let mut t = Table::new();
-            t.set_header(["host", "addresses", "namespace", "running", "node", "rw0 peers (tx/rx packets)"]);
+            t.set_header(["host", "addresses", "namespace", "running", "node", "cores", "rw0 peers (tx/rx packets)"]);
             for h in &hosts {
+                let cores = state.host(&h.name).map_or_else(|_| "?".into(), |s| cores_cell(&s.cores));
                 let addrs: Vec<String> = h.addrs.iter().map(|a| a.to_string()).collect();
                 let node = h.agent.as_ref().and_then(|a| a.get("node")).map_or("-".into(), |v| v.to_string());
                 let peers = h
@@ -149,6 +150,7 @@ pub(crate) fn run(cmd: RackCmd) -> Result<i32> {
                     if h.ns_present { "present" } else { "MISSING" }.into(),
                     if h.running { "yes" } else { "no" }.into(),
                     node,
+                    cores,
                     peers,
                 ]);
             }
@@ -161,6 +163,15 @@ pub(crate) fn run(cmd: RackCmd) -> Result<i32> {
             let status = c.status().with_context(|| format!("running {}", cmd.join(" ")))?;
             Ok(status.code().unwrap_or(1))
         }
+    }
+}
+
+/// A host's cores for a table: the list, or `any`.
+fn cores_cell(cores: &[usize]) -> String {
+    if cores.is_empty() {
+        "any".into()
+    } else {
+        rackwire_rack::cores::cores_text(cores)
     }
 }
 

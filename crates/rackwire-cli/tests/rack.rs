@@ -215,7 +215,7 @@ fn allowed(status: &str) -> String {
 // Checks a host's cores: with `cores = [c]` on h1 (c: the last core this process may use),
 // every thread of h1's agent (and the management host, which runs in h1) and a program started
 // with `rack exec h1` are allowed core c alone (read from /proc), while h2's agent keeps every
-// core this process has; a rack naming a core this machine does not let it use is refused by
+// core this process has, and `rack status` shows both; a rack naming a core this machine does not let it use is refused by
 // `rack up` with a message that says so, and leaves no namespace behind.
 #[test]
 fn a_hosts_programs_run_on_its_cores() {
@@ -244,6 +244,14 @@ fn a_hosts_programs_run_on_its_cores() {
     assert_eq!(allowed(&st), mine, "h2 has no cores of its own: it keeps ours");
     let out = ok(&rack.exec("h1", &["grep", "Cpus_allowed_list", "/proc/self/status"]));
     assert_eq!(allowed(&out), last.to_string(), "a program run in h1");
+    // `rack status` says so: h1's row names its core, h2's says any.
+    let table = ok(&rackwire(&["rack", "status", "--name", "tcores"]));
+    let cells = |h: &str| -> Vec<String> {
+        let split = |l: &str| l.split(['│', '┆', '|']).map(|c| c.trim().to_string()).collect::<Vec<_>>();
+        table.lines().map(split).find(|c| c.get(1).is_some_and(|c| c == h)).unwrap_or_default()
+    };
+    assert!(cells("h1").contains(&last.to_string()), "{table}");
+    assert!(cells("h2").contains(&"any".to_string()), "{table}");
     drop(rack);
 
     let dir = TempDir::new("cores");
