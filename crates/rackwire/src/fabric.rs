@@ -409,13 +409,15 @@ impl Fabric {
     }
 
     /// Have the edge transport's network thread watch `watch`'s descriptor while it looks for
-    /// more work after its last (see [`EdgeWatch`]). Replaces the watch set before;
-    /// [`Fabric::clear_edge_watch`] removes it.
+    /// more work after its last (see [`EdgeWatch`]). Replaces the watch set before (nothing is
+    /// taken from that one once this returns); [`Fabric::clear_edge_watch`] removes it.
     pub fn set_edge_watch(&self, watch: Arc<dyn EdgeWatch>) {
         *write(&self.inner.edge_watch) = Some(watch);
     }
 
-    /// Remove the watch [`Fabric::set_edge_watch`] set, if any.
+    /// Remove the watch [`Fabric::set_edge_watch`] set, if any. Once this returns, nothing is
+    /// taken from it any more (a take under way is waited for); the network thread tells it
+    /// it stopped watching when it next finds its descriptor readable, or when it sleeps.
     pub fn clear_edge_watch(&self) {
         write(&self.inner.edge_watch).take();
     }

@@ -19,6 +19,7 @@ pub trait EdgeWatch: Send + Sync + 'static {
     fn watching(&self, on: bool);
     /// The descriptor is readable: take what is there without blocking. Runs on the network
     /// thread without the transport's locks held: it may send, not wait for an operation to
-    /// complete. True when there was something.
+    /// complete, nor set or clear the fabric's watch (which is read-locked meanwhile). True
+    /// when there was something.
     fn take(&self) -> bool;
 }

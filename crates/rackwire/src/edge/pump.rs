@@ -297,7 +297,7 @@ impl EdgeEndpoint {
                 last_work = Instant::now();
                 // Between rounds too, while the handler's own thread leaves its descriptor
                 // to this one (a stream's answers come while frames keep coming).
-                if answers.as_ref().is_some_and(|w| w.take()) {
+                if self.take_answers(&mut answers, unwatch) {
                     spin.sent(Instant::now());
                 }
                 // Another round at once, unless this one handed messages over (into rw0) and
@@ -343,7 +343,7 @@ impl EdgeEndpoint {
                     std::thread::yield_now();
                     let fd = answers.as_ref().map(|w| w.fd());
                     let ready = rackwire_udp::wait_with(&self.socks, &self.waker, fd, Some(Duration::ZERO));
-                    if ready.also && answers.as_ref().is_some_and(|w| w.take()) {
+                    if ready.also && self.take_answers(&mut answers, unwatch) {
                         // What it took went out at once, or is gathered for the next round:
                         // either way, an answer to it is what comes next.
                         last_work = Instant::now();
@@ -363,6 +363,29 @@ impl EdgeEndpoint {
             unwatch(&mut answers);
             readable = rackwire_udp::wait_with(&self.socks, &self.waker, None, Some(wait)).readable;
             self.parked_until_us.store(AWAKE, Ordering::SeqCst);
+        }
+    }
+
+    /// Take what waits on the watched descriptor, if `answers` is still the fabric's watch;
+    /// else stop watching it (`unwatch`). The fabric's watch is read-locked while the watch
+    /// takes, so once [`crate::Fabric::clear_edge_watch`] (or a new watch) returns, the watch
+    /// it replaced is never taken from again. True when something was taken.
+    fn take_answers(
+        &self,
+        answers: &mut Option<Arc<dyn EdgeWatch>>,
+        unwatch: impl Fn(&mut Option<Arc<dyn EdgeWatch>>),
+    ) -> bool {
+        let Some(mine) = answers.as_ref() else { return false };
+        let current = self.fabric.upgrade().map(|n| {
+            let w = read(&n.edge_watch);
+            w.as_ref().filter(|w| Arc::ptr_eq(w, mine)).map(|w| w.take())
+        });
+        match current.flatten() {
+            Some(took) => took,
+            None => {
+                unwatch(answers);
+                false
+            }
         }
     }
 
