@@ -360,6 +360,26 @@ fn killing_an_agent_leaves_the_others_flowing() {
     assert_eq!(rack.route_dev("h2", "198.18.0.4"), "rw0", "h4 is still reached over rw0");
 }
 
+/// Every row `bench vnic` promises, in the order it measures them.
+const VNIC_ROWS: [&str; 16] = [
+    "vnic-tcp",
+    "veth-tcp",
+    "tun-relay-tcp",
+    "vnic-udp",
+    "veth-udp",
+    "vnic-sockperf",
+    "veth-sockperf",
+    "tun-relay-sockperf",
+    "xrack-vnic-udp",
+    "xrack-veth-udp",
+    "xrack-tunnel-udp",
+    "xrack-vnic-tcp",
+    "xrack-veth-tcp",
+    "xrack-tunnel-tcp",
+    "veth-1g-tcp",
+    "veth-10g-tcp",
+];
+
 // Checks that the rack benchmarks run end to end at tiny scale (so they do not rot): `bench
 // stripe` moves its stream byte-exact over two shaped rails and reports an edge row and an
 // iperf3 row with positive rates; `bench vnic` reports every row it promises (when sockperf
@@ -434,24 +454,7 @@ fn rack_benchmarks_run_end_to_end() {
     }
     let out = ok(&rackwire(&["bench", "vnic", "--scale", "0.2", "--json"]));
     let v: Value = serde_json::from_str(&out).expect("bench vnic --json");
-    for t in [
-        "vnic-tcp",
-        "veth-tcp",
-        "vnic-udp",
-        "veth-udp",
-        "vnic-sockperf",
-        "veth-sockperf",
-        "tun-relay-tcp",
-        "tun-relay-sockperf",
-        "veth-1g-tcp",
-        "veth-10g-tcp",
-        "xrack-vnic-udp",
-        "xrack-veth-udp",
-        "xrack-vnic-tcp",
-        "xrack-veth-tcp",
-        "xrack-tunnel-udp",
-        "xrack-tunnel-tcp",
-    ] {
+    for t in VNIC_ROWS {
         let row = v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t);
         let figure = row.and_then(|r| r["mb_per_s"].as_f64().or(r["lat_us_avg"].as_f64()));
         assert!(figure.is_some_and(|f| f > 0.0), "row {t} missing or empty: {out}");
@@ -468,20 +471,13 @@ fn rack_benchmarks_run_end_to_end() {
     assert!(ratios.values().any(|r| r["ours"] == "xrack-vnic-udp" && r["theirs"] == "xrack-tunnel-udp"), "{ratios:?}");
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
 
-    // With each host on a core of its own and only the cross-rack UDP rows: those three rows
-    // and no other, the relay's and the tunnel's threads started on their hosts' cores (a
-    // failure to hold one would fail the run), and the note naming each host's core.
+    // With each host on a core of its own and only the cross-rack rows: those six rows, in
+    // order, and no other, the relay's and the tunnel's threads started on their hosts' cores
+    // (a failure to hold one would fail the run), and the note naming each host's core.
     let out = ok(&rackwire(&["bench", "vnic", "--scale", "0.2", "--host-cores", "--rows", "xrack-", "--json"]));
     let v: Value = serde_json::from_str(&out).expect("bench vnic --host-cores --json");
     let names: Vec<&str> = v["rows"].as_array().unwrap().iter().filter_map(|r| r["transport"].as_str()).collect();
-    let want = [
-        "xrack-vnic-udp",
-        "xrack-veth-udp",
-        "xrack-tunnel-udp",
-        "xrack-vnic-tcp",
-        "xrack-veth-tcp",
-        "xrack-tunnel-tcp",
-    ];
+    let want: Vec<&str> = VNIC_ROWS.into_iter().filter(|r| r.starts_with("xrack-")).collect();
     assert_eq!(names, want, "{out}");
     assert_eq!(v["meta"]["host_cores"], true);
     let notes = v["notes"].as_array().unwrap();
