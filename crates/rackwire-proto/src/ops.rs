@@ -562,6 +562,18 @@ impl Incomings {
         if s.op_len as usize > MESSAGE_BYTES_MAX {
             return refuse(self, Refusal::TooLarge);
         }
+        // The usual case: the next message, whole in one segment, and no assembly open for it
+        // (one holding a part sent before, or refused): handed over as it is, without one.
+        if s.imm == self.next_msg
+            && s.frag_off == 0
+            && body.len() as u64 == u64::from(s.op_len)
+            && !self.msgs.contains_key(&s.imm)
+        {
+            self.next_msg += 1;
+            let mut out = vec![(s.op, body.to_vec())];
+            self.take_assembled(&mut out);
+            return Ok(out);
+        }
         let a = self.msgs.entry(s.imm).or_insert_with(|| Assembly {
             op: s.op,
             buf: vec![0u8; s.op_len as usize],
@@ -578,6 +590,13 @@ impl Incomings {
         a.buf[start..start + body.len()].copy_from_slice(body);
         a.seen += body.len() as u64;
         let mut out = Vec::new();
+        self.take_assembled(&mut out);
+        Ok(out)
+    }
+
+    /// Move the messages complete (or refused) from the next expected one on into `out`, in
+    /// order.
+    fn take_assembled(&mut self, out: &mut Delivered) {
         while let Some(a) = self.msgs.get(&self.next_msg) {
             if !a.refused && a.seen < a.buf.len() as u64 {
                 break;
@@ -588,7 +607,6 @@ impl Incomings {
             }
             self.next_msg += 1;
         }
-        Ok(out)
     }
 }
 
@@ -626,5 +644,35 @@ mod tests {
         let out = inc.msg_fragment(&msg(0, 1, 3), b"one").unwrap();
         assert_eq!(out, vec![(1, b"one".to_vec()), (2, b"two".to_vec())]);
         assert!(inc.msgs.is_empty());
+    }
+
+    // Checks the path for a next message whole in one segment (no assembly opened): it comes
+    // out at once, with the complete ones queued behind it; a copy of it later is ignored; a
+    // message whose first part opened an assembly is finished by that assembly even when a
+    // whole copy follows (delivered once, nothing left open); and a refused one stays refused
+    // (its whole copy is not delivered).
+    #[test]
+    fn a_whole_next_message_skips_the_assembly_but_never_doubles_one() {
+        let mut inc = Incomings::default();
+        assert_eq!(inc.msg_fragment(&msg(0, 1, 3), b"one").unwrap(), vec![(1, b"one".to_vec())]);
+        assert!(inc.msgs.is_empty(), "no assembly for a whole next message");
+        assert_eq!(inc.msg_fragment(&msg(0, 1, 3), b"one"), Ok(Vec::new()), "a copy is ignored");
+        // Message 2 waits (1 is missing); 1 arrives whole and both come out, in order.
+        assert_eq!(inc.msg_fragment(&msg(2, 3, 5), b"three"), Ok(Vec::new()));
+        let out = inc.msg_fragment(&msg(1, 2, 3), b"two").unwrap();
+        assert_eq!(out, vec![(2, b"two".to_vec()), (3, b"three".to_vec())]);
+        // Message 3: its first half opens an assembly; a whole copy then completes that one.
+        let mut half = msg(3, 4, 4);
+        assert_eq!(inc.msg_fragment(&half, b"fo"), Ok(Vec::new()));
+        assert_eq!(inc.msg_fragment(&msg(3, 4, 4), b"four").unwrap(), vec![(4, b"four".to_vec())]);
+        half.frag_off = 2;
+        assert_eq!(inc.msg_fragment(&half, b"ur"), Ok(Vec::new()), "a late part of a delivered message");
+        assert!(inc.msgs.is_empty(), "nothing left open");
+        // Message 4 is refused (a part past its end); a whole copy after is not delivered.
+        let mut bad = msg(4, 5, 2);
+        bad.frag_off = 1;
+        assert_eq!(inc.msg_fragment(&bad, b"xyz"), Err((5, Refusal::OutOfBounds { region_len: 0 })));
+        assert_eq!(inc.msg_fragment(&msg(4, 5, 2), b"ok"), Ok(Vec::new()));
+        assert_eq!(inc.msg_fragment(&msg(5, 6, 3), b"six").unwrap(), vec![(6, b"six".to_vec())]);
     }
 }
