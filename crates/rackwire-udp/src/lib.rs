@@ -530,7 +530,10 @@ impl LinkSocket {
             bufs.meta = vec![RecvMeta::default(); GRO_BATCH];
         }
         bufs.drained = true;
-        let mut slices: Vec<IoSliceMut<'_>> = bufs.gro.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+        // On the stack: a receive per arriving frame allocates nothing.
+        let mut gro_bufs = bufs.gro.iter_mut();
+        let mut slices: [IoSliceMut<'_>; GRO_BATCH] =
+            std::array::from_fn(|_| IoSliceMut::new(gro_bufs.next().expect("GRO_BATCH buffers")));
         let n = match gro.recv(UdpSockRef::from(&self.sock), &mut slices, &mut bufs.meta) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::ConnectionRefused => {

@@ -1,7 +1,7 @@
 //! Waiting on several links and a waker at once (and one descriptor of the caller's).
 
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
@@ -48,6 +48,10 @@ pub struct Ready {
     pub readable: u64,
 }
 
+/// Descriptors [`wait_with`] watches without allocating: the most links a connection uses
+/// (eight), the waker and the caller's own.
+const WAIT_INLINE: usize = 10;
+
 /// [`wait`], watching one more descriptor of the caller's (readable input it takes itself),
 /// whose readiness is told apart.
 pub fn wait_with(
@@ -56,13 +60,25 @@ pub fn wait_with(
     also: Option<BorrowedFd<'_>>,
     timeout: Option<Duration>,
 ) -> Ready {
-    let mut fds: Vec<PollFd<'_>> = socks.iter().map(|s| PollFd::new(s, PollFlags::IN)).collect();
-    fds.push(PollFd::new(&waker.fd, PollFlags::IN));
-    if let Some(fd) = &also {
-        fds.push(PollFd::new(fd, PollFlags::IN));
-    }
+    // The spinning network thread looks here between every two rounds: the set is built on
+    // the stack (no allocation per look) unless there are more links than usual.
+    let n = socks.len() + 1 + usize::from(also.is_some());
+    let own = also.unwrap_or(waker.fd.as_fd());
+    let entry = |i: usize| match socks.get(i) {
+        Some(s) => PollFd::new(s, PollFlags::IN),
+        None if i == socks.len() => PollFd::new(&waker.fd, PollFlags::IN),
+        None => PollFd::new(&own, PollFlags::IN),
+    };
+    let mut inline: [PollFd<'_>; WAIT_INLINE] = std::array::from_fn(|i| entry(i.min(n - 1)));
+    let mut spilled: Vec<PollFd<'_>>;
+    let fds: &mut [PollFd<'_>] = if n <= WAIT_INLINE {
+        &mut inline[..n]
+    } else {
+        spilled = (0..n).map(entry).collect();
+        &mut spilled
+    };
     let ts = timeout.map(|d| rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as _ });
-    if rustix::event::poll(&mut fds, ts.as_ref()).unwrap_or(0) == 0 {
+    if rustix::event::poll(fds, ts.as_ref()).unwrap_or(0) == 0 {
         return Ready::default();
     }
     let ready = |f: &PollFd<'_>| !f.revents().is_empty();
@@ -125,5 +141,24 @@ mod tests {
         assert_eq!(ready.readable, 0b10, "{ready:?}");
         waker.wake();
         assert_eq!(wait_with(&two, &waker, None, Some(Duration::ZERO)).readable, u64::MAX);
+    }
+
+    // Checks a look at more descriptors than fit on the stack (`WAIT_INLINE`): with a
+    // datagram waiting on the last of the links, exactly that link's bit is set, and the
+    // caller's descriptor (last of all) is still told apart.
+    #[test]
+    fn more_links_than_fit_on_the_stack_are_all_looked_at() {
+        let socks: Vec<LinkSocket> = (0..WAIT_INLINE).map(|_| LinkSocket::bind("127.0.0.1:0", 1500).unwrap()).collect();
+        let waker = Waker::new().unwrap();
+        let last = socks.len() - 1;
+        let frame = [OutFrame { head: b"far", body: &[], to: socks[last].local_addr() }];
+        assert_eq!(socks[0].send_batch(&frame).unwrap(), 1);
+        assert!(wait(&socks, &waker, Some(Duration::from_secs(5))));
+        let ready = wait_with(&socks, &waker, None, Some(Duration::ZERO));
+        assert_eq!(ready.readable, 1 << last, "{ready:?}");
+        let (mut w, r) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::io::Write::write_all(&mut w, b"x").unwrap();
+        let ready = wait_with(&socks, &waker, Some(r.as_fd()), Some(Duration::ZERO));
+        assert_eq!(ready, Ready { links: true, also: true, readable: 1 << last });
     }
 }

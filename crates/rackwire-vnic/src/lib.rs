@@ -26,7 +26,7 @@ mod relay;
 mod tun;
 mod tunnel;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -200,13 +200,19 @@ struct Peer {
     routed: bool,
 }
 
+/// The routing table's maps. Looked up for every packet both ways, so with the cheap hasher
+/// for ids this node was given by someone it trusts: every key in them comes from the
+/// management host's lists (a packet's addresses are only looked up, never added, so they
+/// cannot crowd a bucket).
+type Map<K, V> = rackwire_proto::OwnIdMap<K, V>;
+
 #[derive(Default)]
 struct Table {
-    peers: HashMap<NodeId, Peer>,
-    by_addr: HashMap<Ipv4Addr, NodeId>,
+    peers: Map<NodeId, Peer>,
+    by_addr: Map<Ipv4Addr, NodeId>,
     /// Who registered each address, as the management host last listed them (to tell a
     /// packet that speaks for another node; nodes of one host share its addresses).
-    owners: HashMap<Ipv4Addr, Vec<NodeId>>,
+    owners: Map<Ipv4Addr, Vec<NodeId>>,
     /// Counters of peers that left, kept for the record.
     gone: Vec<PeerCounters>,
 }

@@ -25,7 +25,7 @@ impl Shared {
             }
         };
         let me = self.fabric.id();
-        let mut owners: HashMap<Ipv4Addr, Vec<NodeId>> = HashMap::new();
+        let mut owners: Map<Ipv4Addr, Vec<NodeId>> = Map::default();
         for n in &nodes {
             for a in link_addrs(&n.info.links) {
                 owners.entry(a).or_default().push(n.info.id);

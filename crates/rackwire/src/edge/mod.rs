@@ -192,8 +192,9 @@ pub(crate) struct EdgeEndpoint {
     /// none, so the look is a load, not a lock.
     handed_any: AtomicBool,
     /// Held while handing messages over, so two threads that ran rounds one after the other
-    /// hand theirs over in that order.
-    handing: Mutex<()>,
+    /// hand theirs over in that order; it holds the messages being handed over (it trades
+    /// places with `handed`, and is empty between hand-overs).
+    handing: Mutex<Vec<(NodeId, Vec<u8>)>>,
     /// How often a connection of this endpoint closed, or was told to: a peer's liveness,
     /// once looked up under the state's lock, holds while this count stays put (the receive
     /// calls ask on every look, and must not wait for a round to ask).
@@ -264,7 +265,7 @@ impl EdgeEndpoint {
             handed_any: AtomicBool::new(false),
             closings: AtomicU64::new(0),
             gathered: AtomicBool::new(false),
-            handing: Mutex::new(()),
+            handing: Mutex::new(Vec::new()),
         });
         let runner = ep.clone();
         let h = std::thread::Builder::new()

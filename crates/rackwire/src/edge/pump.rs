@@ -172,14 +172,15 @@ impl EdgeEndpoint {
         let Some(handler) = self.fabric.upgrade().and_then(|n| n.edge_messages.get().cloned()) else {
             return;
         };
-        let _order = lock(&self.handing);
-        let batch = {
+        // The two lists trade places (each keeps its room: no allocation per message).
+        let mut batch = lock(&self.handing);
+        {
             let mut handed = lock(&self.handed);
             self.handed_any.store(false, Ordering::Release);
-            std::mem::take(&mut *handed)
-        };
-        for (from, msg) in &batch {
-            handler(*from, msg);
+            std::mem::swap(&mut *handed, &mut *batch);
+        }
+        for (from, msg) in batch.drain(..) {
+            handler(from, &msg);
         }
     }
 
