@@ -70,6 +70,7 @@ impl EdgeWatch for Answers {
 
     fn watching(&self, on: bool) {
         let Some(s) = self.shared.upgrade() else { return };
+        s.edge_watching.store(on, Ordering::SeqCst);
         if let Err(e) = open_gate(&s.gate, &s.tun, !on) {
             // The virtual NIC's thread still looks at `rw0` every `STOP_CHECK`.
             warn!("the virtual NIC's wait on {VNIC_NAME}: {e}");
@@ -80,6 +81,13 @@ impl EdgeWatch for Answers {
     fn take(&self) -> bool {
         self.shared.upgrade().is_some_and(|s| s.take_answers())
     }
+}
+
+/// Whether the virtual NIC's thread, out of work `since_work` ago, looks again (yielding its
+/// core) rather than sleeps: for [`IO_SPIN`] after work, unless the edge transport's network
+/// thread watches `rw0` (`edge_watching`) and takes the answers itself.
+fn looks_again(since_work: Duration, edge_watching: bool) -> bool {
+    since_work < IO_SPIN && !edge_watching
 }
 
 /// An epoll set holding `dev` (`rw0`), its interest on (see `Shared::gate`).
@@ -110,6 +118,18 @@ mod tests {
         let ts = rustix::time::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: wait.subsec_nanos() as _ };
         let mut fds = [PollFd::new(fd, PollFlags::IN)];
         rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0) == 1
+    }
+
+    // Checks when the virtual NIC's thread keeps looking after work: within `IO_SPIN` of its
+    // last packet it does, after it it does not, and while the network thread watches `rw0`
+    // it never does (it sleeps at once and leaves the answers to that thread).
+    #[test]
+    fn the_nic_thread_looks_again_only_while_nobody_else_watches() {
+        assert!(looks_again(Duration::ZERO, false));
+        assert!(looks_again(IO_SPIN / 2, false));
+        assert!(!looks_again(IO_SPIN, false));
+        assert!(!looks_again(Duration::ZERO, true));
+        assert!(!looks_again(IO_SPIN / 2, true));
     }
 
     // Checks the gate the virtual NIC's thread sleeps on, with a socket pair standing in for
@@ -202,7 +222,7 @@ impl Shared {
                 }
                 continue;
             }
-            if last_work.elapsed() < IO_SPIN {
+            if looks_again(last_work.elapsed(), self.edge_watching.load(Ordering::Relaxed)) {
                 std::thread::yield_now();
                 continue;
             }

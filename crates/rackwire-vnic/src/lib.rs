@@ -72,7 +72,8 @@ const _: () = assert!(ANSWERS_MAX < TX_INFLIGHT_MAX);
 /// its core between looks, before it sleeps: a reply (the pong of a ping-pong, a TCP
 /// acknowledgement) usually comes within it, and is taken without a wake-up on either side
 /// (64 B ping-pong over rw0 in one rack: 26 µs p50 against 13.4–15.2 with it, the veth's 11.5;
-/// alternated three times, docs/benchmarks.md). Only after work: an idle agent sleeps.
+/// alternated three times, docs/benchmarks.md). Only after work: an idle agent sleeps. Not
+/// while the edge transport's network thread watches `rw0`: that thread takes the answers.
 pub const IO_SPIN: Duration = Duration::from_micros(30);
 /// How long the virtual NIC's thread looks again at once (yielding its core) when a peer's
 /// ring has no room, before it looks only every [`RING_FULL_NAP`].
@@ -239,6 +240,11 @@ struct Shared {
     gate: OwnedFd,
     /// The virtual NIC's thread sleeps (or is about to): the network thread may read `rw0`.
     asleep: AtomicBool,
+    /// The edge transport's network thread watches `rw0` (the gate is closed): the virtual
+    /// NIC's thread then sleeps as soon as it runs out of work instead of looking again for
+    /// [`IO_SPIN`], leaving the answers to the thread that watches (two threads of one agent
+    /// taking turns at looking, on one core, each made the other's packets wait for its turn).
+    edge_watching: AtomicBool,
     stop: AtomicBool,
     no_route: AtomicU64,
     malformed: AtomicU64,
@@ -335,6 +341,7 @@ impl Vnic {
             nudged: AtomicBool::new(false),
             gate,
             asleep: AtomicBool::new(false),
+            edge_watching: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             no_route: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
