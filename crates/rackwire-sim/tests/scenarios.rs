@@ -216,11 +216,17 @@ fn unequal_links_are_weighted_by_capacity() {
 /// Two nodes over two 1 Gbit/s links of 50 and 80 µs one-way delay, connected, node 1 with a
 /// 1 MiB region node 0 may write.
 fn near_and_far(seed: u64) -> World {
+    links_of(seed, &[50, 80])
+}
+
+/// Two nodes joined by clean 1 Gbit/s links of these one-way delays (µs), node 1 holding a
+/// 1 MiB region node 0 may write, the handshake done.
+fn links_of(seed: u64, delays_us: &'static [u64]) -> World {
     let mut w = World::new(
         seed,
         2,
-        2,
-        |_, _, l| LinkParams::clean(if l == 0 { 50 } else { 80 }, 1_000_000_000, 1472),
+        delays_us.len(),
+        |_, _, l| LinkParams::clean(delays_us[l], 1_000_000_000, 1472),
         default_cfg,
     );
     w.targets[1].add_region(REGION, KEY, 1 << 20, &[node_id(0)]);
@@ -266,6 +272,28 @@ fn lone_frames_take_the_quickest_link() {
     let (near, far) = (s.links[0].frames_sent - before[0], s.links[1].frames_sent - before[1]);
     assert!(near >= 20 && far == 0, "frames on the 50 µs link {near}, on the 80 µs link {far}");
     assert!(slowest < 120, "the slowest lone write took {slowest} µs");
+}
+
+// Checks that lone frames keep to one link when several are equally quick: over three clean
+// links of the same delay, once all are measured, twenty small writes one after another each
+// go out on the first link, and none on the others. (Taking equal links in turn sent a
+// ping-pong's frames over a different path each time: through rw0 across racks, over rails
+// shaped by a queueing discipline the unshaped first rail does not have.)
+#[test]
+fn lone_frames_keep_to_one_of_equal_links() {
+    let mut w = links_of(9, &[50, 50, 50]);
+    transfer(&mut w, 64 * 1024, 64 * 1024, 1_000_000, |_| {});
+    transfer(&mut w, 64, 64, 1_000_000, |_| {});
+    w.take_events();
+    let sent = |w: &mut World| -> Vec<u64> { w.conn(0, 1).stats().links.iter().map(|l| l.frames_sent).collect() };
+    let before = sent(&mut w);
+    assert!(before.iter().all(|&n| n > 0), "every link measured first: {before:?}");
+    for _ in 0..20 {
+        transfer(&mut w, 64, 64, 1_000_000, |_| {});
+    }
+    let after = sent(&mut w);
+    let delta: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert!(delta[0] >= 20 && delta[1..].iter().all(|&d| d == 0), "frames per link: {delta:?}");
 }
 
 // Checks that two bulk transfers in opposite directions both run at the links' rate: nodes 0

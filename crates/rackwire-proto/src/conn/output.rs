@@ -150,7 +150,10 @@ impl Connection {
         // queue, happens to be lower), and a faster link, whose frames leave sooner, takes
         // more of them. A link not measured yet counts as near. A frame sent while nothing is
         // in flight (a ping-pong's) takes the link of quickest round trip, not each in turn
-        // (a link not measured yet counts as quickest, so it gets measured).
+        // (a link not measured yet counts as quickest, so it gets measured); among links
+        // equally quick, the first, every time: a ping-pong keeps to one path (and its answers,
+        // chosen the same way at the peer, to the same one) instead of going round links whose
+        // round trips are equal only to the microsecond.
         let nearest = self.links.iter().filter_map(Link::min_rtt).min().unwrap_or(0);
         let reach = nearest.saturating_mul(DETOUR_RTT_FACTOR).saturating_add(DETOUR_RTT_SLACK_US);
         let lone = self.links.iter().all(|l| l.inflight == 0);
@@ -161,7 +164,7 @@ impl Connection {
         let pick = |strict: bool, skip: Option<usize>| -> Option<usize> {
             let mut best: Option<((bool, usize, Time), usize)> = None;
             for i in 0..n {
-                let c = (self.rr + i) % n;
+                let c = if lone { i } else { (self.rr + i) % n };
                 let l = &self.links[c];
                 if Some(c) == skip || !l.has_room() || (strict && l.suspect) {
                     continue;
