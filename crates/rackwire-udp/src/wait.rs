@@ -69,9 +69,11 @@ pub fn wait_with(
         None if i == socks.len() => PollFd::new(&waker.fd, PollFlags::IN),
         None => PollFd::new(&own, PollFlags::IN),
     };
-    let mut inline: [PollFd<'_>; WAIT_INLINE] = std::array::from_fn(|i| entry(i.min(n - 1)));
+    let mut inline: [PollFd<'_>; WAIT_INLINE];
     let mut spilled: Vec<PollFd<'_>>;
     let fds: &mut [PollFd<'_>] = if n <= WAIT_INLINE {
+        // The slots past `n` repeat the last descriptor and are not passed to the kernel.
+        inline = std::array::from_fn(|i| entry(i.min(n - 1)));
         &mut inline[..n]
     } else {
         spilled = (0..n).map(entry).collect();
