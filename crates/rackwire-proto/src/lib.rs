@@ -68,7 +68,8 @@ mod target;
 pub use bytes::Bytes;
 pub use config::Config;
 pub use conn::{
-    CloseReason, Connection, Credentials, Event, FrameBufs, SplitTransmit, State, Transmit, GATHER_IN_FLIGHT_MIN,
+    CloseReason, Connection, Credentials, Event, FrameBufs, SplitTransmit, State, Transmit, DATAGRAMS_QUEUED_MAX,
+    GATHER_IN_FLIGHT_MIN,
 };
 pub use delivery::{Delivery, Note};
 pub use endpoint::{

@@ -81,6 +81,13 @@ pub struct ConnStats {
     pub refused: u64,
     /// Operations the target refused (counted at the target).
     pub refused_here: u64,
+    /// Datagrams sent.
+    pub datagrams_sent: u64,
+    /// Datagrams received and handed over.
+    pub datagrams_received: u64,
+    /// Datagrams dropped: at the sender, its queue full; at the receiver, no room in the
+    /// application's queues.
+    pub datagrams_dropped: u64,
     /// Payload bytes of completed writes.
     pub bytes_written: u64,
     /// Per link.

@@ -349,6 +349,29 @@ impl Shared {
                 None => return Carried::NoRoom,
             }
         } else {
+            // Finished sends leave the queue first: a packet goes as a datagram only when no
+            // message sent before it is still on its way, so it never overtakes one.
+            reap_done(inflight);
+            if inflight.is_empty() {
+                match route.conn.send_datagram(packet) {
+                    Ok(()) => {
+                        count_tx(&route.counts, n);
+                        return Carried::Done(None);
+                    }
+                    // Larger than one frame: as a message (in pieces, sent again if lost).
+                    Err(rackwire::Error::MessageTooLarge { .. }) => {}
+                    Err(e @ rackwire::Error::Limit(_)) => {
+                        // The transport's queue is full: dropped, as a NIC's full queue does.
+                        debug!("datagram to {}: {e}", route.conn.peer());
+                        route.counts.tx_errors.fetch_add(1, Ordering::Relaxed);
+                        return Carried::Done(None);
+                    }
+                    Err(e) => {
+                        self.send_failed(&route.conn, &route.counts, e);
+                        return Carried::Done(None);
+                    }
+                }
+            }
             route.conn.send(packet)
         };
         match op.poll() {
@@ -468,6 +491,16 @@ impl Shared {
                 }
             },
             Err(e) => debug!("writing {VNIC_NAME}: {e}"),
+        }
+    }
+}
+
+/// Take the finished sends off the front of `inflight` (counting the failed ones).
+fn reap_done(inflight: &mut VecDeque<(Op, Arc<Counts>)>) {
+    while inflight.front().is_some_and(|(op, _)| op.is_done()) {
+        let (op, counts) = inflight.pop_front().expect("front exists");
+        if op.wait().is_err() {
+            counts.tx_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -69,6 +69,9 @@ pub enum FrameKind {
     Probe,
     /// The connection ends.
     Close,
+    /// One datagram: the payload is the application's bytes, whole. Unsequenced, never
+    /// acknowledged nor sent again (sealed and checked against replays as every frame is).
+    Datagram,
     /// A kind this build does not know (kept, so it round-trips).
     Unknown(u8),
 }
@@ -82,6 +85,7 @@ impl From<u8> for FrameKind {
             4 => FrameKind::Handshake,
             5 => FrameKind::Probe,
             6 => FrameKind::Close,
+            7 => FrameKind::Datagram,
             n => FrameKind::Unknown(n),
         }
     }
@@ -96,6 +100,7 @@ impl From<FrameKind> for u8 {
             FrameKind::Handshake => 4,
             FrameKind::Probe => 5,
             FrameKind::Close => 6,
+            FrameKind::Datagram => 7,
             FrameKind::Unknown(n) => n,
         }
     }

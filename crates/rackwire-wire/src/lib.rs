@@ -65,6 +65,6 @@ pub fn check_any(data: &[u8]) {
         FrameKind::Close => {
             let _ = CloseRepr::parse(payload);
         }
-        FrameKind::Unknown(_) => {}
+        FrameKind::Datagram | FrameKind::Unknown(_) => {}
     }
 }

@@ -144,6 +144,23 @@ impl Conn {
         self.t.send_with(max, &mut |buf| fill.take().and_then(|f| f(buf)))
     }
 
+    /// Send `msg` as a datagram: delivered at most once, as a message (taken by
+    /// [`Conn::try_recv`] or the edge message handler, in order with the peer's other
+    /// messages unless one is lost), or not at all, with nothing to wait for. For traffic
+    /// that recovers on its own (IP packets through the virtual NIC): over the edge transport
+    /// it goes in a sealed frame of its own, never acknowledged nor sent again, so a lost one
+    /// costs no retransmission and nothing waits behind it. Over shared memory, where nothing
+    /// is lost, it is a message that does not wait for room. Errors, none of which sends
+    /// anything: [`Error::MessageTooLarge`] past one frame's payload (send it with
+    /// [`Conn::send`] instead), [`Error::Limit`] when the transport's queue (or the peer's
+    /// ring) is full, [`Error::PeerGone`] once the connection failed.
+    pub fn send_datagram(&self, msg: &[u8]) -> Result<(), Error> {
+        if msg.len() > MESSAGE_BYTES_MAX {
+            return Err(Error::MessageTooLarge { len: msg.len(), max: MESSAGE_BYTES_MAX });
+        }
+        self.t.send_datagram(msg)
+    }
+
     /// The next message from this peer, if one is waiting.
     pub fn try_recv(&self) -> Result<Option<Vec<u8>>, Error> {
         let mut out = Vec::new();

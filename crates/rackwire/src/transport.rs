@@ -64,6 +64,19 @@ pub(crate) trait PeerTransport: Send + Sync + 'static {
         let len = fill(&mut buf).filter(|&n| n <= max)?;
         Some(self.send(&buf[..len]))
     }
+    /// A datagram (see [`crate::Conn::send_datagram`]). Here as a message that waits for no
+    /// room and whose completion nobody asks for; the edge transport sends a frame of its own.
+    fn send_datagram(&self, msg: &[u8]) -> Result<(), Error> {
+        let op = self.send_with(msg.len(), &mut |buf| {
+            buf[..msg.len()].copy_from_slice(msg);
+            Some(msg.len())
+        });
+        match op.map(|mut op| op.poll()) {
+            None => Err(Error::Limit("no room for the datagram in the peer's ring".into())),
+            Some(Some(Err(e))) => Err(e),
+            Some(_) => Ok(()),
+        }
+    }
     /// Take the next message from this peer into `out`, if one is waiting.
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error>;
     /// Hand the next message from this peer to `f` (where the transport holds it, if it can,

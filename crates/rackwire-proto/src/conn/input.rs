@@ -124,7 +124,8 @@ impl Connection {
                 Ok(c) => self.shut(CloseReason::Peer(c.reason)),
                 Err(_) => self.stats.malformed += 1,
             },
-            FrameKind::Data | FrameKind::Ack | FrameKind::Nack | FrameKind::Unknown(_) => {}
+            FrameKind::Datagram if established => self.on_datagram(payload),
+            FrameKind::Data | FrameKind::Ack | FrameKind::Nack | FrameKind::Datagram | FrameKind::Unknown(_) => {}
         }
         // Losses are looked for once the frames that arrived together are all in (at the next
         // timeout, which is due at once): acknowledgements on one link read before those on

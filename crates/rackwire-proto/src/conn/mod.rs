@@ -1,8 +1,9 @@
 //! The connection state machine, by concern: the handshake ([`handshake`]), what arrives
 //! ([`input`]), what leaves ([`output`]), loss detection and recovery ([`loss`]), the
-//! deadlines ([`timer`]), and the invariants checked after every step in debug builds
+//! deadlines ([`timer`]), datagrams ([`datagram`]), and the invariants checked after every step in debug builds
 //! ([`invariants`]). This file holds the state and the application's calls.
 
+mod datagram;
 mod handshake;
 mod input;
 mod invariants;
@@ -17,6 +18,7 @@ use rackwire_wire::{HandshakeStep, SegmentRepr, SEGMENTS_PER_FRAME_MAX};
 
 use bytes::Bytes;
 
+pub use datagram::DATAGRAMS_QUEUED_MAX;
 pub use handshake::Credentials;
 use handshake::Handshake;
 use rackwire_wire::identity::PublicKey;
@@ -218,6 +220,8 @@ pub struct Connection {
     /// asked.
     signalled: bool,
     events: VecDeque<Event>,
+    /// Datagrams waiting to be sent (at most [`DATAGRAMS_QUEUED_MAX`]).
+    datagrams: VecDeque<Bytes>,
     probe_replies: VecDeque<(usize, u32, u32)>,
     close_send: Option<u8>,
     last_heard: Time,
@@ -373,6 +377,7 @@ impl Connection {
             ordered_waiting: VecDeque::new(),
             signalled: false,
             events: VecDeque::new(),
+            datagrams: VecDeque::new(),
             probe_replies: VecDeque::new(),
             close_send: None,
             last_heard: now,
@@ -472,7 +477,11 @@ impl Connection {
 
     /// True when nothing is queued, in flight, or owed to the peer.
     pub fn is_idle(&self) -> bool {
-        self.ops.is_empty() && self.inflight.is_empty() && self.responses.is_empty() && self.retx.is_empty()
+        self.ops.is_empty()
+            && self.inflight.is_empty()
+            && self.responses.is_empty()
+            && self.retx.is_empty()
+            && self.datagrams.is_empty()
     }
 
     // -----------------------------------------------------------------------------------------

@@ -276,6 +276,10 @@ impl Connection {
             self.stats.retransmits += 1;
             return self.emit_data(now, bufs, link, seq, &payload);
         }
+        // Datagrams next: nothing waits for them to be sent, and they need no window.
+        if let Some(t) = self.poll_datagram(now, bufs) {
+            return Some(t);
+        }
         // New data and answers go next; they carry the cumulative acknowledgement, so an
         // explicit one is sent only when nothing else is going out (or gaps need selective
         // ranges).

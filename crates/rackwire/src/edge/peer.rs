@@ -310,6 +310,25 @@ impl PeerTransport for EdgePeer {
         self.submit(0, 0, msg.len() as u64, Access::NONE, |c, now| c.send(now, msg, proto::OpFlags::default()))
     }
 
+    fn send_datagram(&self, msg: &[u8]) -> Result<(), Error> {
+        let mut st = lock(&self.ep.state);
+        let now = self.ep.now();
+        let Some(s) = st.conns.get_mut(self.local) else { return Err(Error::PeerGone(self.peer)) };
+        let max = s.conn().datagram_max();
+        match s.conn_mut().send_datagram(msg) {
+            // Out at once, from this thread: a datagram is not held to share a frame.
+            Ok(()) => {
+                self.ep.busy_at(now);
+                self.ep.transmit_here(&mut st, now);
+                Ok(())
+            }
+            Err(OpError::Limit) if msg.len() > max => Err(Error::MessageTooLarge { len: msg.len(), max }),
+            Err(OpError::Limit) => Err(Error::Limit("edge datagram queue full".into())),
+            Err(OpError::NotConnected) => Err(Error::Limit("edge connection not established yet".into())),
+            Err(_) => Err(Error::PeerGone(self.peer)),
+        }
+    }
+
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
         // With an edge message handler set, every message goes to it as it arrives and none
         // waits here: driving the transport to look would only take its state's lock from

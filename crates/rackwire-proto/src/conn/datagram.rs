@@ -1,0 +1,75 @@
+//! Datagrams: bytes sent in one frame of their own, at most once, never acknowledged nor sent
+//! again, delivered as messages are (and counted against the same room) when they arrive.
+//!
+//! A packet of a network that has its own recovery (an IP packet through the virtual NIC: TCP
+//! resends what is lost, UDP programs expect loss) needs none from the transport, and a copy
+//! kept for a retransmission, an operation to complete and an acknowledgement to send would be
+//! work on every packet's path for nothing; a lost packet sent again by both the transport and
+//! the TCP inside it is sent twice. A datagram frame is sealed, checked against replays,
+//! striped over the links and carries the cumulative acknowledgement as every frame does; it
+//! takes no sequence number, so it neither opens a gap nor fills one.
+
+use bytes::Bytes;
+use rackwire_wire::FrameKind;
+
+use super::{Connection, Event, FrameBufs, SplitTransmit, State};
+use crate::{OpError, Time};
+
+/// Datagrams waiting to be sent on one connection; past it the newest is refused (a NIC's
+/// queue drops as it overflows).
+pub const DATAGRAMS_QUEUED_MAX: usize = 256;
+
+impl Connection {
+    /// The largest datagram this connection sends: one frame's payload.
+    pub fn datagram_max(&self) -> usize {
+        self.payload_max
+    }
+
+    /// Queue `data` to go in a frame of its own (see the module documentation). Refused with
+    /// [`OpError::Limit`] if larger than [`Connection::datagram_max`] or if
+    /// [`DATAGRAMS_QUEUED_MAX`] wait already (counted as dropped), with [`OpError::Closed`] once
+    /// closed, and with [`OpError::NotConnected`] before the handshake is over (a datagram is not
+    /// kept for later).
+    pub fn send_datagram(&mut self, data: &[u8]) -> Result<(), OpError> {
+        match self.state {
+            State::Closed(_) => return Err(OpError::Closed),
+            State::Handshaking => return Err(OpError::NotConnected),
+            State::Established => {}
+        }
+        if data.len() > self.datagram_max() {
+            return Err(OpError::Limit);
+        }
+        if self.datagrams.len() >= DATAGRAMS_QUEUED_MAX {
+            self.stats.datagrams_dropped += 1;
+            return Err(OpError::Limit);
+        }
+        self.datagrams.push_back(Bytes::copy_from_slice(data));
+        Ok(())
+    }
+
+    /// The next queued datagram's frame, on the link a data frame would take now (or any link
+    /// up: a datagram does not wait for a window).
+    pub(super) fn poll_datagram(&mut self, now: Time, bufs: &mut dyn FrameBufs) -> Option<SplitTransmit> {
+        let data = self.datagrams.front()?;
+        let len = data.len();
+        let link = self.pick_link(None).or_else(|| self.any_link_up())?;
+        let data = self.datagrams.pop_front().expect("looked at");
+        let t = self.emit(now, bufs, link, FrameKind::Datagram, 0, len, |p| p.copy_from_slice(&data));
+        if t.is_some() {
+            self.stats.datagrams_sent += 1;
+        }
+        t
+    }
+
+    /// A datagram arrived: handed over as a message, if the application's queues have room
+    /// (else dropped, and counted).
+    pub(super) fn on_datagram(&mut self, payload: &[u8]) {
+        if !self.room.takes(payload.len(), 0) {
+            self.stats.datagrams_dropped += 1;
+            return;
+        }
+        self.room.take(payload.len(), 0);
+        self.stats.datagrams_received += 1;
+        self.events.push_back(Event::Message { data: payload.to_vec() });
+    }
+}

@@ -1,0 +1,140 @@
+//! Datagrams between two connections: delivered once as messages, sealed, never kept for a
+//! retransmission, refused past their limits, and dropped (counted) where the receiver has no
+//! room.
+
+use rackwire_proto::{Config, Connection, Delivery, Event, OpError, State, DATAGRAMS_QUEUED_MAX};
+use rackwire_sim::keys::credentials;
+use rackwire_sim::pair::{connecting_as, drain, events, pump, A_NODE, B_NODE};
+use rackwire_sim::MemTarget;
+use rackwire_wire::{Frame, FrameKind};
+
+const MTU: usize = 1472;
+const SECRET: &[u8] = b"shared-secret";
+
+/// A sealed pair, established.
+fn sealed_pair() -> (Connection, Connection, MemTarget, MemTarget, u64) {
+    let (mut a, mut b) = connecting_as(Config::new(2, MTU), &credentials(A_NODE, SECRET), &credentials(B_NODE, SECRET));
+    let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert_eq!((a.state(), b.state()), (State::Established, State::Established));
+    assert!(a.sealed() && b.sealed());
+    (a, b, ta, tb, now)
+}
+
+/// The messages among `c`'s events now.
+fn messages(c: &mut Connection) -> Vec<Vec<u8>> {
+    events(c)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Message { data } => Some(data),
+            _ => None,
+        })
+        .collect()
+}
+
+// Checks the way there: three datagrams sent on a sealed connection leave as three sealed
+// datagram frames whose bytes do not show the payload, arrive as three messages in order with
+// the bytes sent, are counted on both sides, and leave nothing in flight at the sender (no copy
+// kept for a retransmission, no operation to complete).
+#[test]
+fn datagrams_arrive_once_as_messages_and_leave_nothing_in_flight() {
+    let (mut a, mut b, mut ta, mut tb, mut now) = sealed_pair();
+    let sent: Vec<Vec<u8>> = (0..3u8).map(|i| vec![0xa0 + i; 100 + i as usize]).collect();
+    for d in &sent {
+        a.send_datagram(d).unwrap();
+    }
+    let frames = drain(&mut a, now);
+    assert_eq!(frames.len(), 3, "one frame each");
+    for (link, f) in &frames {
+        let frame = Frame::new_unchecked(&f[..]);
+        assert_eq!(frame.kind(), FrameKind::Datagram);
+        assert!(frame.sealed());
+        assert!(!f.windows(16).any(|w| w.iter().all(|&x| x == 0xa0)), "the payload is not in clear");
+        b.handle_frame(now + 10, *link, f, &mut tb);
+    }
+    assert_eq!(a.in_flight(), 0);
+    assert_eq!(messages(&mut b), sent);
+    assert_eq!(a.stats().datagrams_sent, 3);
+    assert_eq!(b.stats().datagrams_received, 3);
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert!(a.is_idle() && b.is_idle());
+}
+
+// Checks that a lost datagram stays lost: its frame is dropped on the way, time passes far
+// beyond every retransmission deadline with the timers run, and nothing more reaches the
+// receiver (no datagram frame is ever sent again).
+#[test]
+fn a_lost_datagram_is_never_sent_again() {
+    let (mut a, mut b, mut ta, mut tb, mut now) = sealed_pair();
+    a.send_datagram(b"gone").unwrap();
+    let lost = drain(&mut a, now);
+    assert_eq!(lost.len(), 1);
+    for _ in 0..50 {
+        now += 100_000;
+        a.handle_timeout(now, &mut ta);
+        b.handle_timeout(now, &mut tb);
+        for (_, f) in drain(&mut a, now) {
+            assert_ne!(Frame::new_unchecked(&f[..]).kind(), FrameKind::Datagram, "sent again");
+            b.handle_frame(now + 10, 0, &f, &mut tb);
+        }
+        for (_, f) in drain(&mut b, now) {
+            a.handle_frame(now + 10, 0, &f, &mut ta);
+        }
+    }
+    assert!(messages(&mut b).is_empty());
+    assert_eq!(b.stats().datagrams_received, 0);
+}
+
+// Checks that a datagram frame taken once is refused when it comes again (replayed on the
+// wire): the receiver hands it over once and counts the replay.
+#[test]
+fn a_replayed_datagram_is_refused() {
+    let (mut a, mut b, _ta, mut tb, now) = sealed_pair();
+    a.send_datagram(b"once").unwrap();
+    let frames = drain(&mut a, now);
+    let (link, f) = &frames[0];
+    b.handle_frame(now + 10, *link, f, &mut tb);
+    b.handle_frame(now + 20, *link, f, &mut tb);
+    assert_eq!(messages(&mut b), vec![b"once".to_vec()]);
+    assert_eq!(b.stats().replayed, 1);
+}
+
+// Checks the limits: before the handshake a datagram is refused as not connected; one byte
+// more than `datagram_max` is refused as too large (and `datagram_max` itself is taken); past
+// `DATAGRAMS_QUEUED_MAX` waiting, the next is refused and counted as dropped.
+#[test]
+fn datagrams_past_their_limits_are_refused() {
+    let (mut a, _b) = connecting_as(Config::new(1, MTU), &credentials(A_NODE, SECRET), &credentials(B_NODE, SECRET));
+    assert_eq!(a.send_datagram(b"early"), Err(OpError::NotConnected));
+    let (mut a, _b, _ta, _tb, _now) = sealed_pair();
+    let max = a.datagram_max();
+    assert!(max > 1000 && max < MTU, "{max}");
+    assert_eq!(a.send_datagram(&vec![1; max + 1]), Err(OpError::Limit));
+    a.send_datagram(&vec![1; max]).unwrap();
+    for _ in 1..DATAGRAMS_QUEUED_MAX {
+        a.send_datagram(b"q").unwrap();
+    }
+    assert_eq!(a.send_datagram(b"q"), Err(OpError::Limit));
+    assert_eq!(a.stats().datagrams_dropped, 1);
+}
+
+// Checks the receiver's room: with queues bounded at 10 message bytes, a first 8-byte datagram
+// is taken and a second, which would pass the bound, is dropped and counted (a datagram is not
+// held back for a later retransmission as a data frame is).
+#[test]
+fn a_receiver_without_room_drops_datagrams() {
+    let (mut a, mut b, _ta, mut tb, now) = sealed_pair();
+    events(&mut b); // the handshake's
+    let mut delivery = Delivery::new(&mut b, 10, 4);
+    a.send_datagram(&[1; 8]).unwrap();
+    a.send_datagram(&[2; 8]).unwrap();
+    for (link, f) in drain(&mut a, now) {
+        b.handle_frame(now + 10, link, &f, &mut tb);
+    }
+    for e in events(&mut b) {
+        assert!(delivery.keep(e).is_none(), "only messages");
+    }
+    assert_eq!(delivery.next_message(&mut b), Some(vec![1; 8]));
+    assert_eq!(delivery.next_message(&mut b), None);
+    assert_eq!((b.stats().datagrams_received, b.stats().datagrams_dropped), (1, 1));
+}
