@@ -93,12 +93,19 @@ impl Connection {
         if buf.len() < len + if seal { TRAILER_LEN } else { 0 } {
             return None;
         }
-        let mut f = repr.emit(buf);
-        fill(f.payload_mut());
-        f.fill_checksums();
         let head_len = match (&mut self.keys, seal) {
-            (Some(keys), true) => keys.seal(buf, len),
-            _ => len,
+            (Some(keys), true) => {
+                // The tag covers the payload: no CRC32C over it (sealing sets the header's).
+                repr.emit_header(buf, 0);
+                fill(&mut buf[HEADER_LEN..len]);
+                keys.seal(buf, len)
+            }
+            _ => {
+                let mut f = repr.emit(buf);
+                fill(f.payload_mut());
+                f.fill_checksums();
+                len
+            }
         };
         self.count_sent(&repr, head_len);
         Some(SplitTransmit { link, head_len, body: None })
