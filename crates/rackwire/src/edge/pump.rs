@@ -247,8 +247,25 @@ impl EdgeEndpoint {
         // The edge watch, while this thread watches it: from its first spin after work until
         // it sleeps or leaves the work to a polling thread.
         let mut answers: Option<Arc<dyn EdgeWatch>> = None;
+        // The spin's looks (see `Looker`); without the set (no epoll), each look asks every
+        // descriptor.
+        let looker = rackwire_udp::Looker::new(&self.socks, &self.waker)
+            .inspect_err(|e| debug!("the network thread's epoll set: {e}"))
+            .ok();
+        let look = |answers: &Option<Arc<dyn EdgeWatch>>| match &looker {
+            Some(l) => l.look(&self.waker),
+            None => rackwire_udp::wait_with(
+                &self.socks,
+                &self.waker,
+                answers.as_ref().map(|w| w.fd()),
+                Some(Duration::ZERO),
+            ),
+        };
         let unwatch = |answers: &mut Option<Arc<dyn EdgeWatch>>| {
             if let Some(w) = answers.take() {
+                if let Some(l) = &looker {
+                    l.unwatch(w.fd());
+                }
                 w.watching(false);
             }
         };
@@ -308,10 +325,7 @@ impl EdgeEndpoint {
                 // woke (the virtual NIC's, with an answer) wants it to send. (Skipping the
                 // round after every piece of work, not only these, slowed 1 MiB transfers on
                 // a rack's rails by 4-15%.)
-                if !relayed
-                    || self.gathered.load(Ordering::Acquire)
-                    || rackwire_udp::wait(&self.socks, &self.waker, Some(Duration::ZERO))
-                {
+                if !relayed || self.gathered.load(Ordering::Acquire) || look(&answers).links {
                     continue;
                 }
             } else if self.polled_lately(now) {
@@ -334,6 +348,14 @@ impl EdgeEndpoint {
                 let due = Instant::now() + wait;
                 if answers.is_none() {
                     answers = self.fabric.upgrade().and_then(|n| read(&n.edge_watch).clone());
+                    // Not watched unless it is in the set too (else its answers would wait
+                    // for nobody: the handler's own thread leaves them to this one).
+                    if let (Some(w), Some(l)) = (&answers, &looker) {
+                        if let Err(e) = l.watch(w.fd()) {
+                            debug!("the edge watch's descriptor in the epoll set: {e}");
+                            answers = None;
+                        }
+                    }
                     if let Some(w) = &answers {
                         w.watching(true);
                     }
@@ -342,8 +364,7 @@ impl EdgeEndpoint {
                     // A thread of this core that has work (the one this frame woke, on a
                     // small host) goes first.
                     std::thread::yield_now();
-                    let fd = answers.as_ref().map(|w| w.fd());
-                    let ready = rackwire_udp::wait_with(&self.socks, &self.waker, fd, Some(Duration::ZERO));
+                    let ready = look(&answers);
                     if ready.also && self.take_answers(&mut answers, unwatch) {
                         // What it took went out at once, or is gathered for the next round:
                         // either way, an answer to it is what comes next.
