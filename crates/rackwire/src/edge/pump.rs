@@ -288,19 +288,25 @@ impl EdgeEndpoint {
             let mut st = lock(&self.state);
             let (got, sent) = self.round(&mut st, &mut io, &mut target, self.now(), false, readable);
             readable = u64::MAX;
+            // One reading of the clock for what follows: until the hand-over below, this is
+            // the path of what it hands over (and of the answer, which the woken program
+            // sends while this thread waits to run again).
+            let at = Instant::now();
             if got > 0 {
-                spin.received(Instant::now());
+                spin.received(at);
             }
             if sent > 0 {
-                spin.sent(Instant::now());
+                spin.sent(at);
             }
-            let next = st.next_due();
-            let now = self.now();
+            let now = at.saturating_duration_since(self.start).as_micros() as proto::Time;
+            // This thread's round ends early only when it handed messages to the edge message
+            // handler (see `round`); the round that follows at once looks at every connection,
+            // so the deadline known before it bounds the spin in between, and nobody waits
+            // for the connections' timers to be looked at again here.
+            let relayed = st.shortcut;
+            let next = if relayed { st.due } else { st.next_due() };
             let wait = next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX));
             let idle = !(stopping || got > 0 || sent > 0);
-            // This thread's round ends early only when it handed messages to the edge message
-            // handler (see `round`).
-            let relayed = st.shortcut;
             if idle {
                 // Published under the state lock: a submission after this sees it.
                 self.parked_until_us.store(now + wait.as_micros() as u64, Ordering::SeqCst);
