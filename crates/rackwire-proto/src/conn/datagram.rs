@@ -9,7 +9,6 @@
 //! striped over the links and carries the cumulative acknowledgement as every frame does; it
 //! takes no sequence number, so it neither opens a gap nor fills one.
 
-use bytes::Bytes;
 use rackwire_wire::FrameKind;
 
 use super::{Connection, Event, FrameBufs, SplitTransmit, State};
@@ -18,6 +17,9 @@ use crate::{OpError, Time};
 /// Datagrams waiting to be sent on one connection; past it the newest is refused (a NIC's
 /// queue drops as it overflows).
 pub const DATAGRAMS_QUEUED_MAX: usize = 256;
+
+/// Buffers of datagrams sent kept for the next ones.
+const DATAGRAM_BUFS_KEPT: usize = 2;
 
 impl Connection {
     /// The largest datagram this connection sends: one frame's payload.
@@ -43,7 +45,12 @@ impl Connection {
             self.stats.datagrams_dropped += 1;
             return Err(OpError::Limit);
         }
-        self.datagrams.push_back(Bytes::copy_from_slice(data));
+        // Into a buffer a datagram sent before left behind, if one is there: no allocation
+        // per datagram once a few went out.
+        let mut buf = self.datagram_bufs.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(data);
+        self.datagrams.push_back(buf);
         Ok(())
     }
 
@@ -57,6 +64,9 @@ impl Connection {
         let t = self.emit(now, bufs, link, FrameKind::Datagram, 0, len, |p| p.copy_from_slice(&data));
         if t.is_some() {
             self.stats.datagrams_sent += 1;
+        }
+        if self.datagram_bufs.len() < DATAGRAM_BUFS_KEPT {
+            self.datagram_bufs.push(data);
         }
         t
     }

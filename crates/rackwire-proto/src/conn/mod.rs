@@ -221,7 +221,9 @@ pub struct Connection {
     signalled: bool,
     events: VecDeque<Event>,
     /// Datagrams waiting to be sent (at most [`DATAGRAMS_QUEUED_MAX`]).
-    datagrams: VecDeque<Bytes>,
+    datagrams: VecDeque<Vec<u8>>,
+    /// Buffers of datagrams sent, for the next ones.
+    datagram_bufs: Vec<Vec<u8>>,
     probe_replies: VecDeque<(usize, u32, u32)>,
     close_send: Option<u8>,
     last_heard: Time,
@@ -378,6 +380,7 @@ impl Connection {
             signalled: false,
             events: VecDeque::new(),
             datagrams: VecDeque::new(),
+            datagram_bufs: Vec::new(),
             probe_replies: VecDeque::new(),
             close_send: None,
             last_heard: now,
