@@ -3,7 +3,8 @@
  *
  *   notify owner     allocates a region and publishes it as "c-notify"
  *   notify writer    writes into it: refused before the grant, refused with a forged key,
- *                    placed (and the owner notified) after the grant, refused once revoked
+ *                    placed (and the owner notified) after the grant, refused once revoked;
+ *                    then a datagram (and one too large, refused)
  *
  * The owner checks, in its own memory, that only the granted write landed.
  */
@@ -53,6 +54,7 @@ static int owner(RwFabric *f) {
     }
     CHECK(rw_region_revoke(r, writer));
     say(c, "revoked");
+    expect_msg(f, "dgram");
     expect_msg(f, "done");
     if (!all_zero(mem + 128, len - 128)) {
         fprintf(stderr, "owner: a write after the revoke landed\n");
@@ -98,6 +100,10 @@ static int writer(RwFabric *f) {
     CHECK(write_wait(c, &t, 64, GREETING, notify));
     expect_msg(f, "revoked");
     expect(write_wait(c, &t, 128, "after the revoke", none), RW_STATUS_REVOKED, "write after the revoke");
+    /* A datagram: a message with nothing to wait for; one past the largest is refused. */
+    static uint8_t big[64 * 1024 + 1];
+    expect(rw_send_datagram(c, big, sizeof big), RW_STATUS_MESSAGE_TOO_LARGE, "a datagram too large");
+    CHECK(rw_send_datagram(c, (const uint8_t *)"dgram", 5));
     say(c, "done");
     printf("writer ok: ungranted, forged and revoked writes refused with their own codes\n");
     rw_conn_free(c);

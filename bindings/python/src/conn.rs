@@ -197,6 +197,14 @@ impl Conn {
         py.allow_threads(|| self.inner.send(data).wait()).map(drop).map_err(to_py)
     }
 
+    /// Send a datagram (any buffer): delivered at most once, as a message, or not at all, with
+    /// nothing to wait for. Too large for one edge frame: MessageTooLargeError; the queue or
+    /// the peer's ring full: LimitError (nothing sent either way).
+    fn send_datagram(&self, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buf = ReadBuf::get(data)?;
+        self.inner.send_datagram(buf.as_slice()).map_err(to_py)
+    }
+
     /// The next message from the peer, waiting at most `timeout` seconds.
     #[pyo3(signature = (timeout=None))]
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {

@@ -109,13 +109,20 @@ def test_write_signal_and_wait(pair):
 
 
 def test_messages_and_names(pair):
-    # Messages both ways (from any peer, and from one connection), and a region found by name.
+    # Messages both ways (from any peer, and from one connection), a datagram, and a region
+    # found by name.
     owner, init, region, conn = pair
     conn.send(b"ping")
     frm, data = owner.recv(5.0)
     assert (frm, data) == (init.id, b"ping")
     owner.connect(init.id).send(np.frombuffer(b"pong", dtype=np.uint8))
     assert conn.recv(5.0) == b"pong"
+    # A datagram arrives as a message (over shared memory nothing is lost); one past the
+    # largest message is refused.
+    conn.send_datagram(memoryview(b"dgram"))
+    assert owner.recv(5.0) == (init.id, b"dgram")
+    with pytest.raises(rackwire.MessageTooLargeError):
+        conn.send_datagram(bytes(64 * 1024 + 1))
     region.publish("py-test/region")
     assert init.lookup("py-test/region") == region.handle
     region.unpublish("py-test/region")

@@ -527,6 +527,12 @@ void rw_op_free(struct RwOp *op);
 // Send a message to the connection's peer and wait until it is placed.
 enum RwStatus rw_send(const struct RwConn *c, const uint8_t *data, size_t len);
 
+// Send a datagram to the connection's peer: delivered at most once, as a message, or not at
+// all, with nothing to wait for (IP packets and the like, which recover on their own).
+// RW_STATUS_MESSAGE_TOO_LARGE past one edge frame's payload (or the largest message),
+// RW_STATUS_LIMIT when the transport's queue or the peer's ring is full: nothing is sent.
+enum RwStatus rw_send_datagram(const struct RwConn *c, const uint8_t *data, size_t len);
+
 // Wait up to `timeout_ms` for the next message from the connection's peer, into `buf`.
 enum RwStatus rw_recv(const struct RwConn *c,
                       uint64_t timeout_ms,

@@ -290,6 +290,15 @@ pub extern "C" fn rw_send(c: *const RwConn, data: *const u8, len: usize) -> RwSt
     guard(|| obj(c, "connection")?.0.send(bytes(data, len, "data")?).wait().map(drop).map_err(Fail::from))
 }
 
+/// Send a datagram to the connection's peer: delivered at most once, as a message, or not at
+/// all, with nothing to wait for (IP packets and the like, which recover on their own).
+/// RW_STATUS_MESSAGE_TOO_LARGE past one edge frame's payload (or the largest message),
+/// RW_STATUS_LIMIT when the transport's queue or the peer's ring is full: nothing is sent.
+#[no_mangle]
+pub extern "C" fn rw_send_datagram(c: *const RwConn, data: *const u8, len: usize) -> RwStatus {
+    guard(|| obj(c, "connection")?.0.send_datagram(bytes(data, len, "data")?).map_err(Fail::from))
+}
+
 /// Wait up to `timeout_ms` for the next message from the connection's peer, into `buf`.
 #[no_mangle]
 pub extern "C" fn rw_recv(
