@@ -62,8 +62,10 @@ impl Connection {
         let link = self.pick_link(None).or_else(|| self.any_link_up())?;
         let data = self.datagrams.pop_front().expect("looked at");
         let t = self.emit(now, bufs, link, FrameKind::Datagram, 0, len, |p| p.copy_from_slice(&data));
-        if t.is_some() {
-            self.stats.datagrams_sent += 1;
+        // A frame that does not fit the link's buffer (never, within `datagram_max`) drops it.
+        match t {
+            Some(_) => self.stats.datagrams_sent += 1,
+            None => self.stats.datagrams_dropped += 1,
         }
         if self.datagram_bufs.len() < DATAGRAM_BUFS_KEPT {
             self.datagram_bufs.push(data);
