@@ -94,3 +94,14 @@ pub fn drain(a: &mut Connection, now: Time) -> Vec<(usize, Vec<u8>)> {
 pub fn events(c: &mut Connection) -> Vec<Event> {
     std::iter::from_fn(|| c.poll_event()).collect()
 }
+
+/// The messages among `c`'s events now (the other events are dropped).
+pub fn messages(c: &mut Connection) -> Vec<Vec<u8>> {
+    events(c)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Message { data } => Some(data),
+            _ => None,
+        })
+        .collect()
+}

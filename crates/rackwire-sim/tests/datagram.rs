@@ -2,34 +2,22 @@
 //! retransmission, refused past their limits, and dropped (counted) where the receiver has no
 //! room.
 
-use rackwire_proto::{Config, Connection, Delivery, Event, OpError, State, DATAGRAMS_QUEUED_MAX};
+use rackwire_proto::{Config, Connection, Delivery, OpError, State, DATAGRAMS_QUEUED_MAX};
 use rackwire_sim::keys::credentials;
-use rackwire_sim::pair::{connecting_as, drain, events, pump, A_NODE, B_NODE};
+use rackwire_sim::pair::{connecting_as, drain, established_as, events, messages, pump, A_NODE, B_NODE};
 use rackwire_sim::MemTarget;
 use rackwire_wire::{Frame, FrameKind};
 
 const MTU: usize = 1472;
 const SECRET: &[u8] = b"shared-secret";
 
-/// A sealed pair, established.
+/// A sealed pair, established (over two links).
 fn sealed_pair() -> (Connection, Connection, MemTarget, MemTarget, u64) {
-    let (mut a, mut b) = connecting_as(Config::new(2, MTU), &credentials(A_NODE, SECRET), &credentials(B_NODE, SECRET));
-    let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
-    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
-    assert_eq!((a.state(), b.state()), (State::Established, State::Established));
-    assert!(a.sealed() && b.sealed());
-    (a, b, ta, tb, now)
-}
-
-/// The messages among `c`'s events now.
-fn messages(c: &mut Connection) -> Vec<Vec<u8>> {
-    events(c)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Message { data } => Some(data),
-            _ => None,
-        })
-        .collect()
+    let (a, b) = (credentials(A_NODE, SECRET), credentials(B_NODE, SECRET));
+    let pair = established_as(Config::new(2, MTU), &a, &b, 5, 55, 4096);
+    assert_eq!(pair.1.state(), State::Established);
+    assert!(pair.0.sealed() && pair.1.sealed());
+    pair
 }
 
 // Checks the way there: three datagrams sent on a sealed connection leave as three sealed

@@ -5,7 +5,7 @@ use rackwire_proto::{
     AtomicOp, Completion, Config, Connection, Event, OpError, OpFlags, Refusal, RegionRef, State, Time,
 };
 use rackwire_sim::net::LinkParams;
-use rackwire_sim::pair::{connecting, drain, established, events, pump};
+use rackwire_sim::pair::{connecting, drain, established, events, messages, pump};
 use rackwire_sim::world::node_id;
 use rackwire_sim::{keys, MemTarget, World};
 
@@ -604,15 +604,6 @@ fn a_receiver_that_does_not_read_holds_its_sender_back() {
     let (mut a, mut b, mut ta, mut tb, mut now) = pair(Config::new(1, MTU), 4096);
     events(&mut a);
     events(&mut b);
-    let messages = |c: &mut Connection| -> Vec<Vec<u8>> {
-        events(c)
-            .into_iter()
-            .filter_map(|e| match e {
-                Event::Message { data } => Some(data),
-                _ => None,
-            })
-            .collect()
-    };
     let completed =
         |c: &mut Connection| events(c).iter().filter(|e| matches!(e, Event::Completed { result: Ok(_), .. })).count();
     // Until quiet, firing timers as they fall due; what each side handed over.

@@ -351,7 +351,7 @@ impl Shared {
         } else {
             // Finished sends leave the queue first: a packet goes as a datagram only when no
             // message sent before it is still on its way, so it never overtakes one.
-            reap_done(inflight);
+            reap(inflight, usize::MAX);
             if inflight.is_empty() {
                 match route.conn.send_datagram(packet) {
                     Ok(()) => {
@@ -385,15 +385,7 @@ impl Shared {
                 inflight.push_back((op, route.counts.clone()));
             }
         }
-        while let Some((op, _)) = inflight.front() {
-            if inflight.len() < TX_INFLIGHT_MAX && !op.is_done() {
-                break;
-            }
-            let (op, counts) = inflight.pop_front().expect("front exists");
-            if op.wait().is_err() {
-                counts.tx_errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        reap(inflight, TX_INFLIGHT_MAX);
         Carried::Done(shm.then_some(route))
     }
 
@@ -495,9 +487,13 @@ impl Shared {
     }
 }
 
-/// Take the finished sends off the front of `inflight` (counting the failed ones).
-fn reap_done(inflight: &mut VecDeque<(Op, Arc<Counts>)>) {
-    while inflight.front().is_some_and(|(op, _)| op.is_done()) {
+/// Take the finished sends off the front of `inflight`, and while it holds `bound` or more,
+/// wait for the oldest (counting the failed ones).
+fn reap(inflight: &mut VecDeque<(Op, Arc<Counts>)>, bound: usize) {
+    while let Some((op, _)) = inflight.front() {
+        if inflight.len() < bound && !op.is_done() {
+            break;
+        }
         let (op, counts) = inflight.pop_front().expect("front exists");
         if op.wait().is_err() {
             counts.tx_errors.fetch_add(1, Ordering::Relaxed);
