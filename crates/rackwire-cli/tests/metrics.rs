@@ -47,9 +47,10 @@ fn value(page: &str, series: &str) -> Option<f64> {
 
 // Checks the management host's and a node's endpoints: `rackwire mh --metrics --log-format
 // json` logs JSON lines and serves nodes by state and admissions; two edge nodes exchange
-// writes (sealed frames) and one write the owner never granted; the owner's page, scraped with
-// curl, has per-peer and per-link counters (frames, round-trip time, window) and the refusal in
-// its audit (region, peer, reason); both pages pass `promtool check metrics`.
+// writes (sealed frames), one write the owner never granted and three datagrams; the owner's
+// page, scraped with curl, has per-peer and per-link counters (frames, the three datagrams
+// received, round-trip time, window) and the refusal in its audit (region, peer, reason); both
+// pages pass `promtool check metrics`.
 #[test]
 fn metrics_endpoints_pass_promtool() {
     let state = TempDir::new("metrics-mh");
@@ -101,6 +102,11 @@ fn metrics_endpoints_pass_promtool() {
         c.write(&granted.handle(), i * 8, &i.to_le_bytes(), OpFlags::default()).wait().unwrap();
     }
     assert!(c.write(&closed.handle(), 0, b"no", OpFlags::default()).wait().is_err());
+    // Three datagrams, each read by the owner before the page is taken.
+    for i in 0..3u8 {
+        c.send_datagram(&[i; 16]).unwrap();
+        assert_eq!(owner.recv_timeout(Duration::from_secs(10)).expect("datagram").data, [i; 16]);
+    }
 
     let url = format!("http://{}/metrics", owner.metrics_addr().expect("the node serves metrics"));
     let page = scrape(&url);
@@ -108,6 +114,8 @@ fn metrics_endpoints_pass_promtool() {
     let sent = value(&page, &format!("rackwire_peer_frames_sent_total{{peer=\"{p}\",transport=\"edge\"}}"));
     assert!(sent.is_some_and(|n| n > 0.0), "per-peer frames:\n{page}");
     assert_eq!(value(&page, &format!("rackwire_peer_sealed{{peer=\"{p}\",transport=\"edge\"}}")), Some(1.0));
+    let datagrams = format!("rackwire_peer_datagrams_received_total{{peer=\"{p}\",transport=\"edge\"}}");
+    assert_eq!(value(&page, &datagrams), Some(3.0), "datagrams received:\n{page}");
     let rtt = value(&page, &format!("rackwire_link_rtt_seconds{{peer=\"{p}\",link=\"0\"}}"));
     assert!(rtt.is_some_and(|s| s > 0.0 && s < 1.0), "per-link round trip:\n{page}");
     assert!(value(&page, &format!("rackwire_link_window_frames{{peer=\"{p}\",link=\"0\"}}")).is_some_and(|w| w > 0.0));

@@ -30,11 +30,14 @@ fn ping_datagrams(rx: &Fabric, tx: &Fabric, conn: &rackwire::Conn) {
 // Checks datagrams over the edge transport (a loopback link of 1472-byte frames): each of a
 // bounded sequence reaches the receiver once and unchanged as a message from the sender; one
 // larger than a frame is refused as too large, naming the largest (which is below the link's
-// frame size), and nothing of it arrives.
+// frame size), and nothing of it arrives. The sender's connection counts each as a datagram
+// sent, none dropped.
 #[test]
 fn edge_datagrams_arrive_as_messages_and_larger_ones_are_refused() {
     let (_mh, rx, tx, conn) = rackwire_tests::thread_pair(SECRET, "dgram-rx", "dgram-tx", true);
     ping_datagrams(&rx, &tx, &conn);
+    let stats = conn.stats();
+    assert_eq!((stats.datagrams_sent, stats.datagrams_dropped), (DATAGRAMS as u64, 0), "{stats:?}");
     match conn.send_datagram(&[7u8; 2000]) {
         Err(Error::MessageTooLarge { len: 2000, max }) => assert!(max > 1000 && max < 1472, "{max}"),
         other => panic!("a 2000-byte datagram over 1472-byte frames: {other:?}"),

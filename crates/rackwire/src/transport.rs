@@ -182,6 +182,14 @@ pub struct ConnStats {
     pub replayed: u64,
     /// Edge transport: frames dropped because they came unsealed on a sealed connection.
     pub unsealed: u64,
+    /// Edge transport: datagrams sent, each in a frame of its own (see
+    /// [`crate::Conn::send_datagram`]; over shared memory they count as messages).
+    pub datagrams_sent: u64,
+    /// Edge transport: datagrams received and handed over as messages.
+    pub datagrams_received: u64,
+    /// Edge transport: datagrams dropped: refused for a full queue on sending, or without
+    /// room for them among the messages not yet read on receiving.
+    pub datagrams_dropped: u64,
     /// Edge transport: this end's id for the connection (every frame to it carries it in its
     /// header; chosen at random per node run).
     pub conn_id: u32,

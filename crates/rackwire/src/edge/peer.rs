@@ -394,6 +394,9 @@ impl PeerTransport for EdgePeer {
             forged: p.forged,
             replayed: p.replayed,
             unsealed: p.unsealed,
+            datagrams_sent: p.datagrams_sent,
+            datagrams_received: p.datagrams_received,
+            datagrams_dropped: p.datagrams_dropped,
             conn_id: self.local,
             ..ConnStats::default()
         }
