@@ -119,9 +119,6 @@ struct State {
     /// The last round ended early, right after handing an application thread what it waited
     /// for (the next one does not).
     shortcut: bool,
-    /// The last round took messages for the edge message handler (shortcut or not): the
-    /// thread that ran it hands them over, and the answer is what comes next.
-    relayed: bool,
     /// An application thread queued operations it left unsent (to share frames): the next
     /// round sends them.
     unsent: bool,
@@ -238,7 +235,6 @@ impl EdgeEndpoint {
                 conns,
                 faults,
                 shortcut: false,
-                relayed: false,
                 unsent: false,
                 quiet: true,
                 due: None,

@@ -110,7 +110,6 @@ impl EdgeEndpoint {
         let relayed = relay && self.handed_any.load(Ordering::Acquire);
         let shortcut = ((app && handed) || relayed) && !st.shortcut;
         st.shortcut = shortcut;
-        st.relayed = relayed;
         if shortcut {
             st.stale = true;
             // What submissions gathered still waits to go (next round, or a flush).
@@ -312,7 +311,9 @@ impl EdgeEndpoint {
             // then gives the core to the programs that fill the stream and delays the
             // acknowledgements and frames still to come (a TCP stream across racks lost about
             // a tenth of its rate so).
-            let relayed = st.shortcut || (st.relayed && got == 1);
+            // (Messages the round took for the handler wait in `handed` until the hand-over
+            // below.)
+            let relayed = st.shortcut || (got == 1 && self.handed_any.load(Ordering::Acquire));
             let wait = next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX));
             let idle = !(stopping || got > 0 || sent > 0);
             if idle {
