@@ -15,11 +15,9 @@
 #![deny(unsafe_code)]
 
 mod faults;
-mod look;
 mod wait;
 
 pub use faults::{FaultInjector, FaultSpec};
-pub use look::Looker;
 pub use wait::{wait, wait_with, Ready, Waker};
 
 use std::io::{self, IoSlice, IoSliceMut};

@@ -23,10 +23,6 @@ impl Waker {
     pub fn wake(&self) {
         let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
-    /// The eventfd (for an epoll set: see [`crate::Looker`]).
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
     pub(crate) fn drain(&self) {
         let mut b = [0u8; 8];
         let _ = rustix::io::read(&self.fd, &mut b);
