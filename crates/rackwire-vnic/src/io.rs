@@ -4,7 +4,6 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Weak;
 
 use rackwire::EdgeWatch;
-use rustix::event::epoll;
 
 use super::*;
 
@@ -71,7 +70,7 @@ impl EdgeWatch for Answers {
     fn watching(&self, on: bool) {
         let Some(s) = self.shared.upgrade() else { return };
         s.edge_watching.store(on, Ordering::SeqCst);
-        if let Err(e) = open_gate(&s.gate, &s.tun, !on) {
+        if let Err(e) = s.gate.edge_watching(&s.tun, on) {
             // The virtual NIC's thread still looks at `rw0` every `STOP_CHECK`.
             warn!("the virtual NIC's wait on {VNIC_NAME}: {e}");
             s.nudge();
@@ -90,35 +89,11 @@ fn looks_again(since_work: Duration, edge_watching: bool) -> bool {
     since_work < IO_SPIN && !edge_watching
 }
 
-/// An epoll set holding `dev` (`rw0`), its interest on (see `Shared::gate`).
-pub(crate) fn gate(dev: impl AsFd) -> std::io::Result<OwnedFd> {
-    let gate = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-    epoll::add(&gate, dev, epoll::EventData::new_u64(0), epoll::EventFlags::IN)?;
-    Ok(gate)
-}
-
-/// Turn `gate`'s interest in `dev` on or off. On, with a packet waiting, it wakes a thread
-/// asleep on the set (the kernel looks at the device as it changes the interest).
-fn open_gate(gate: &OwnedFd, dev: impl AsFd, on: bool) -> std::io::Result<()> {
-    let flags = if on { epoll::EventFlags::IN } else { epoll::EventFlags::empty() };
-    Ok(epoll::modify(gate, dev, epoll::EventData::new_u64(0), flags)?)
-}
-
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
     use std::time::Duration;
 
-    use rustix::event::{PollFd, PollFlags};
-
     use super::*;
-
-    /// Whether `fd` is readable within `wait`.
-    fn readable(fd: &OwnedFd, wait: Duration) -> bool {
-        let ts = rustix::time::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: wait.subsec_nanos() as _ };
-        let mut fds = [PollFd::new(fd, PollFlags::IN)];
-        rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0) == 1
-    }
 
     // Checks when the virtual NIC's thread keeps looking after work: within `IO_SPIN` of its
     // last packet it does, after it it does not, and while the network thread watches `rw0`
@@ -130,29 +105,6 @@ mod tests {
         assert!(!looks_again(IO_SPIN, false));
         assert!(!looks_again(Duration::ZERO, true));
         assert!(!looks_again(IO_SPIN / 2, true));
-    }
-
-    // Checks the gate the virtual NIC's thread sleeps on, with a socket pair standing in for
-    // `rw0`: readable while its interest is on and input waits; not readable while it is off,
-    // though input still waits (a sleeper is not woken for what the network thread takes);
-    // and turning it on again with input waiting wakes a thread already asleep on it (no
-    // packet is left behind without a nudge).
-    #[test]
-    fn the_gate_shows_rw0_only_while_open_and_opening_it_wakes_the_sleeper() {
-        let (mut tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
-        let gate = Arc::new(gate(&rx).unwrap());
-        assert!(!readable(&gate, Duration::ZERO), "nothing waits yet");
-        tx.write_all(b"p").unwrap();
-        assert!(readable(&gate, Duration::from_secs(5)));
-        open_gate(&gate, &rx, false).unwrap();
-        assert!(!readable(&gate, Duration::ZERO), "closed: input waits unseen");
-        let sleeper = {
-            let gate = gate.clone();
-            std::thread::spawn(move || readable(&gate, Duration::from_secs(10)))
-        };
-        std::thread::sleep(Duration::from_millis(50));
-        open_gate(&gate, &rx, true).unwrap();
-        assert!(sleeper.join().unwrap(), "opening the gate woke the sleeper");
     }
 }
 
@@ -178,6 +130,8 @@ impl Shared {
         let mut last_work = Instant::now();
         // Since when rings were full.
         let mut full_since: Option<Instant> = None;
+        // The gate holds `rw0` since this thread last slept.
+        let mut gate_held = false;
         while !self.stop.load(Ordering::Relaxed) {
             let ran = {
                 let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
@@ -191,6 +145,14 @@ impl Shared {
                 Ok(n) => worked |= n > 0,
                 Err(rackwire::Error::Closed) => return,
                 Err(e) => debug!("fabric receive: {e}"),
+            }
+            if gate_held {
+                // Awake and looking at `rw0` itself: the gate lets go of it, after the first
+                // packets (not before them: a system call on their path).
+                gate_held = false;
+                if let Err(e) = self.gate.sleeping(&self.tun, false) {
+                    debug!("the virtual NIC's gate: {e}");
+                }
             }
             if !ran.full {
                 full_since = None;
@@ -229,8 +191,14 @@ impl Shared {
             // Asleep on `rw0` through its gate: while the edge transport's network thread
             // watches `rw0`, a packet there does not wake this thread (see `Shared::gate`).
             self.asleep.store(true, Ordering::SeqCst);
-            let slept = self.fabric.wait_input(&[self.gate.as_fd(), self.nudge.as_fd()], STOP_CHECK);
+            if let Err(e) = self.gate.sleeping(&self.tun, true) {
+                // Asleep without it, the thread still looks at `rw0` every `STOP_CHECK`.
+                warn!("the virtual NIC's wait on {VNIC_NAME}: {e}");
+            }
+            let slept = self.fabric.wait_input(&[self.gate.fd(), self.nudge.as_fd()], STOP_CHECK);
             self.asleep.store(false, Ordering::SeqCst);
+            // The gate lets go of `rw0` after the work this wake-up brought (see below).
+            gate_held = true;
             match slept {
                 Ok(()) => {}
                 Err(rackwire::Error::Closed) => return,

@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 mod check;
+mod gate;
 mod io;
 mod peers;
 mod relay;
@@ -231,13 +232,11 @@ struct Shared {
     /// packet another thread left it.
     nudge: OwnedFd,
     nudged: AtomicBool,
-    /// `rw0` as the virtual NIC's thread sleeps on it: an epoll set holding `rw0` alone, whose
-    /// interest is off while the edge transport's network thread watches `rw0` (see
-    /// `io::Answers`) and on again when it stops. The thread, asleep, is then neither woken
-    /// for a packet the network thread takes nor left asleep on one it leaves (turning the
-    /// interest on finds a packet already waiting and wakes the sleeper), and nobody has to
-    /// wake it to change what it sleeps on.
-    gate: OwnedFd,
+    /// `rw0` as the virtual NIC's thread sleeps on it: holding `rw0` only while the thread
+    /// sleeps and the edge transport's network thread does not watch `rw0` (see
+    /// `io::Answers`). The thread, asleep, is then neither woken for a packet the network
+    /// thread takes nor left asleep on one it leaves (see [`gate::Gate`]).
+    gate: gate::Gate,
     /// The virtual NIC's thread sleeps (or is about to): the network thread may read `rw0`.
     asleep: AtomicBool,
     /// The edge transport's network thread watches `rw0` (the gate is closed): the virtual
@@ -327,7 +326,7 @@ impl Vnic {
         let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{VNIC_NAME}/rp_filter"), "0");
         let marker = fabric.alloc(64, Access::READ)?;
         marker.publish(&format!("{VNIC_REGION_PREFIX}{}", fabric.name()))?;
-        let gate = io::gate(&tun).map_err(|err| VnicError::Tun { name: VNIC_NAME.into(), err })?;
+        let gate = gate::Gate::new().map_err(|err| VnicError::Tun { name: VNIC_NAME.into(), err })?;
         let shared = Arc::new(Shared {
             fabric,
             tun,
