@@ -5,7 +5,8 @@
 //! epoll set has the set's entry on its wait queue, and each packet the kernel queues there
 //! runs the set's callback in the sending program's system call, whether anybody sleeps on the
 //! set or not, and even with the set's interest turned off (a 64 B UDP ping-pong between two
-//! cores over loopback, each side's socket in such a set: 0.4-0.9 µs more a round trip here).
+//! cores over loopback, each side's socket in such a set beside `poll` looks: 6.35 µs a round
+//! trip, median of five runs, against 5.8 without the set).
 //!
 //! Putting `rw0` in the set while a packet waits there makes the set readable at once (the
 //! kernel looks at the device as it adds it), so a thread asleep on the set is woken when the
