@@ -239,9 +239,9 @@ struct Shared {
     gate: gate::Gate,
     /// The virtual NIC's thread sleeps (or is about to): the network thread may read `rw0`.
     asleep: AtomicBool,
-    /// The edge transport's network thread watches `rw0` (the gate does not hold `rw0`): the virtual
-    /// NIC's thread then sleeps as soon as it runs out of work instead of looking again for
-    /// [`IO_SPIN`], leaving the answers to the thread that watches (two threads of one agent
+    /// The edge transport's network thread watches `rw0` (the gate does not hold it): the
+    /// virtual NIC's thread then sleeps as soon as it runs out of work instead of looking again
+    /// for [`IO_SPIN`], leaving the answers to the thread that watches (two threads of one agent
     /// taking turns at looking, on one core, each made the other's packets wait for its turn).
     edge_watching: AtomicBool,
     stop: AtomicBool,
