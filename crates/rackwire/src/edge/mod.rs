@@ -21,7 +21,7 @@ mod target;
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,7 @@ use proto::earliest;
 use target::FabricTarget;
 
 use crate::config::LINK_MTU_MIN;
-use crate::node::Node;
+use crate::node::{MessageHandler, Node};
 use crate::op::{Drive, OpCell};
 use crate::sync::lock;
 use crate::transport::PeerTransport;
@@ -116,9 +116,11 @@ struct State {
     /// The connections, by local connection id (chosen here), and how frames find them.
     conns: Conns,
     faults: Vec<Option<FaultInjector>>,
-    /// The last round ended early, right after handing an application thread what it waited
-    /// for (the next one does not).
+    /// The last round ended early, right after handing over what it took (see `round`).
     shortcut: bool,
+    /// When the last round that did not end early ran (µs): rounds end early in a row only
+    /// within [`ANSWER_HOLD_US`] of it.
+    whole_at: proto::Time,
     /// An application thread queued operations it left unsent (to share frames): the next
     /// round sends them.
     unsent: bool,
@@ -195,6 +197,9 @@ pub(crate) struct EdgeEndpoint {
     /// hand theirs over in that order; it holds the messages being handed over (it trades
     /// places with `handed`, and is empty between hand-overs).
     handing: Mutex<Vec<(NodeId, Vec<u8>)>>,
+    /// The fabric's edge message handler, kept here once found there (it is set once): each
+    /// message handed over asked the fabric for it several times.
+    handler: OnceLock<MessageHandler>,
     /// How often a connection of this endpoint closed, or was told to: a peer's liveness,
     /// once looked up under the state's lock, holds while this count stays put (the receive
     /// calls ask on every look, and must not wait for a round to ask).
@@ -235,6 +240,7 @@ impl EdgeEndpoint {
                 conns,
                 faults,
                 shortcut: false,
+                whole_at: 0,
                 unsent: false,
                 quiet: true,
                 due: None,
@@ -266,6 +272,7 @@ impl EdgeEndpoint {
             closings: AtomicU64::new(0),
             gathered: AtomicBool::new(false),
             handing: Mutex::new(Vec::new()),
+            handler: OnceLock::new(),
         });
         let runner = ep.clone();
         let h = std::thread::Builder::new()

@@ -11,6 +11,17 @@ use super::spin::Spin;
 
 use super::*;
 
+/// Whether a round that hands over what it took may end early though the round before did
+/// too: only while nothing waits for a whole round (nothing gathered to send, `unsent`; no
+/// deadline known to have passed, `due`) and the last whole round ran (at `whole_at`) less
+/// than [`ANSWER_HOLD_US`] before `now`: an answer held, or a deadline moved earlier since
+/// `due` was taken, waits no longer than a hold. A ping-pong through rw0 across racks so hands
+/// every packet over first, not every other one (the whole round in between cost those
+/// packets about 0.3 µs each).
+fn may_end_early_again(unsent: bool, now: proto::Time, whole_at: proto::Time, due: Option<proto::Time>) -> bool {
+    !unsent && now < whole_at + ANSWER_HOLD_US && due.is_none_or(|t| t > now)
+}
+
 impl EdgeEndpoint {
     /// One round of work: drain the sockets, fire due timers, dispatch events, send. `app`:
     /// an application thread runs it (polling while it waits), and answers to what it hands
@@ -99,7 +110,7 @@ impl EdgeEndpoint {
         // What arrived is handed over first. An application thread handed a notification or a
         // message goes back to its caller at once (it usually replies, and the reply carries
         // the held answers); timers and sending wait for the next round, which follows at
-        // once, as this shortcut is never taken twice in a row.
+        // once.
         // The network thread does the same with messages it took for the edge message handler
         // (the virtual NIC's): it hands them over (into rw0) before it sends anything, and
         // holds the answers for the reply that another thread (the virtual NIC's) may send
@@ -108,7 +119,8 @@ impl EdgeEndpoint {
         let relay = !app && got > 0 && self.hands_messages_over();
         let handed = self.dispatch(st, (app || relay).then_some(now + ANSWER_HOLD_US));
         let relayed = relay && self.handed_any.load(Ordering::Acquire);
-        let shortcut = ((app && handed) || relayed) && !st.shortcut;
+        let shortcut =
+            ((app && handed) || relayed) && (!st.shortcut || may_end_early_again(unsent, now, st.whole_at, st.due));
         st.shortcut = shortcut;
         if shortcut {
             st.stale = true;
@@ -117,6 +129,7 @@ impl EdgeEndpoint {
             self.gathered.store(unsent, Ordering::Relaxed);
             return (got, 0);
         }
+        st.whole_at = now;
         let (mut fired, due) = if look { st.conns.handle_timeouts(now, target) } else { (false, None) };
         if look {
             if let Some(n) = self.fabric.upgrade() {
@@ -169,9 +182,7 @@ impl EdgeEndpoint {
         if !self.handed_any.load(Ordering::Acquire) {
             return;
         }
-        let Some(handler) = self.fabric.upgrade().and_then(|n| n.edge_messages.get().cloned()) else {
-            return;
-        };
+        let Some(handler) = self.handler() else { return };
         // The two lists trade places (each keeps its room: no allocation per message).
         let mut batch = lock(&self.handing);
         {
@@ -293,14 +304,14 @@ impl EdgeEndpoint {
             }
             let now = at.saturating_duration_since(self.start).as_micros() as proto::Time;
             // This thread's round ends early only when it handed messages to the edge message
-            // handler (see `round`); the round that follows at once looks at every connection,
-            // so the deadline known before it bounds the spin in between, and nobody waits
-            // for the connections' timers to be looked at again here.
+            // handler (see `round`), and the next one ends early too only before the deadline
+            // known before it (see `may_end_early_again`): that deadline bounds the spin in
+            // between, and nobody waits for the connections' timers to be looked at here.
             let next = if st.shortcut { st.due } else { st.next_due() };
             // Whether the round handed messages over and what follows is the spin: a round
             // that ended early; or one that took a lone frame and handed its message over (a
-            // ping-pong's packet: a round may not end early twice in a row, and the second
-            // packet is as urgent as the first). Not a round of a stream's frames: a yield
+            // ping-pong's packet, in a round that could not end early: as urgent as the
+            // others). Not a round of a stream's frames: a yield
             // then gives the core to the programs that fill the stream and delays the
             // acknowledgements and frames still to come (a TCP stream across racks lost about
             // a tenth of its rate so).
@@ -320,20 +331,23 @@ impl EdgeEndpoint {
                 return;
             }
             if !idle {
-                last_work = Instant::now();
+                last_work = at;
                 // Between rounds too, while the handler's own thread leaves its descriptor
                 // to this one (a stream's answers come while frames keep coming).
                 if self.take_answers(&mut answers, unwatch) {
                     spin.sent(Instant::now());
                 }
                 // Another round at once, unless this one handed messages over (into rw0) and
-                // there is no more to take (a socket readable) or send (operations gathered):
-                // then the lockless spin below, as a round now would hold the state's lock
-                // (through a receive call per link) just when the thread the handed messages
-                // woke (the virtual NIC's, with an answer) wants it to send. (Skipping the
-                // round after every piece of work, not only these, slowed 1 MiB transfers on
-                // a rack's rails by 4-15%.)
-                if !relayed || self.gathered.load(Ordering::Acquire) || look(&answers).links {
+                // has nothing gathered to send: then the lockless spin below, as a round now
+                // would hold the state's lock (through a receive call per link) just when the
+                // thread the handed messages woke (the virtual NIC's, with an answer) wants it
+                // to send. (Skipping the round after every piece of work, not only these,
+                // slowed 1 MiB transfers on a rack's rails by 4-15%.) The spin yields before
+                // it looks: the program the handed packet woke most likely runs on this core
+                // (a small host's), and when the kernel did not switch to it during the
+                // hand-over (about a quarter of a cross-rack ping-pong's, traced), a look
+                // first would find nothing and hold the program back by its system call.
+                if !relayed || self.gathered.load(Ordering::Acquire) {
                     continue;
                 }
             } else if self.polled_lately(now) {
@@ -465,7 +479,16 @@ impl EdgeEndpoint {
 
     /// Messages go to an edge message handler as they arrive (none waits to be taken).
     pub(super) fn hands_messages_over(&self) -> bool {
-        self.fabric.upgrade().is_some_and(|n| n.edge_messages.get().is_some())
+        self.handler().is_some()
+    }
+
+    /// The fabric's edge message handler, if one is set.
+    fn handler(&self) -> Option<&MessageHandler> {
+        if let Some(h) = self.handler.get() {
+            return Some(h);
+        }
+        let h = self.fabric.upgrade()?.edge_messages.get()?.clone();
+        Some(self.handler.get_or_init(|| h))
     }
 
     /// With an edge message handler set, take every connection's delivered messages for it
@@ -539,5 +562,25 @@ impl EdgeEndpoint {
             }
         }
         woke || polled.signalled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks when a round may end early right after one that did: within a hold of the last
+    // whole round, with nothing gathered and no deadline passed it may; at or past a hold
+    // since the last whole round, with operations gathered, or with a deadline reached it
+    // may not (the whole round runs, with the timers and the sending).
+    #[test]
+    fn rounds_end_early_in_a_row_only_within_a_hold_of_a_whole_one() {
+        let whole = 1_000;
+        assert!(may_end_early_again(false, whole + 1, whole, None));
+        assert!(may_end_early_again(false, whole + ANSWER_HOLD_US - 1, whole, Some(whole + ANSWER_HOLD_US)));
+        assert!(!may_end_early_again(false, whole + ANSWER_HOLD_US, whole, None));
+        assert!(!may_end_early_again(true, whole + 1, whole, None));
+        assert!(!may_end_early_again(false, whole + 10, whole, Some(whole + 10)));
+        assert!(!may_end_early_again(false, whole + 10, whole, Some(whole + 5)));
     }
 }
