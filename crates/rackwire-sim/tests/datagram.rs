@@ -2,7 +2,7 @@
 //! retransmission, refused past their limits, and dropped (counted) where the receiver has no
 //! room.
 
-use rackwire_proto::{Config, Connection, Delivery, OpError, State, DATAGRAMS_QUEUED_MAX};
+use rackwire_proto::{Config, Connection, Delivery, OpError, OpFlags, State, DATAGRAMS_QUEUED_MAX};
 use rackwire_sim::keys::credentials;
 use rackwire_sim::pair::{connecting_as, drain, established_as, events, messages, pump, A_NODE, B_NODE};
 use rackwire_sim::MemTarget;
@@ -125,4 +125,28 @@ fn a_receiver_without_room_drops_datagrams() {
     assert_eq!(delivery.next_message(&mut b), Some(vec![1; 8]));
     assert_eq!(delivery.next_message(&mut b), None);
     assert_eq!((b.stats().datagrams_received, b.stats().datagrams_dropped), (1, 1));
+}
+
+// Checks what a receiver owes at once (`Connection::owes_now`: a driver puts its sending off
+// for a round only while nothing is): nothing after a datagram arrives (datagrams are never
+// acknowledged); after a data frame arrives past a gap (the frame before it lost), an
+// acknowledgement and a loss report, which the frames the receiver then sends pay off.
+#[test]
+fn only_what_the_peer_waits_for_is_owed_at_once() {
+    let (mut a, mut b, _ta, mut tb, now) = sealed_pair();
+    a.send_datagram(b"alone").unwrap();
+    for (link, f) in drain(&mut a, now) {
+        b.handle_frame(now + 10, link, &f, &mut tb);
+    }
+    assert_eq!(messages(&mut b), vec![b"alone".to_vec()]);
+    assert!(!b.owes_now(), "a datagram asks for nothing");
+    a.send(now, &[1; 1000], OpFlags::default()).unwrap();
+    a.send(now, &[2; 1000], OpFlags::default()).unwrap();
+    let frames = drain(&mut a, now);
+    assert_eq!(frames.len(), 2, "one frame each");
+    let (link, second) = &frames[1];
+    b.handle_frame(now + 20, *link, second, &mut tb);
+    assert!(b.owes_now(), "a gap is reported at once");
+    assert!(!drain(&mut b, now + 20).is_empty());
+    assert!(!b.owes_now(), "what was owed went out");
 }

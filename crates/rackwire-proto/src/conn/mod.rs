@@ -603,6 +603,13 @@ impl Connection {
         std::mem::take(&mut self.signalled)
     }
 
+    /// Whether a frame is owed at once, not at a timer: an acknowledgement or a loss report the
+    /// peer's sending waits for, a probe's reply, a close. A driver that puts its sending off
+    /// (to hand something over first) does not put it off past a round while this holds.
+    pub fn owes_now(&self) -> bool {
+        self.close_send.is_some() || !self.probe_replies.is_empty() || self.recv.ack_now || self.recv.nack_due
+    }
+
     /// Whether [`Connection::poll_event`] has something.
     pub fn has_events(&self) -> bool {
         !self.events.is_empty()

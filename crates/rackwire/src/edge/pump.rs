@@ -11,15 +11,24 @@ use super::spin::Spin;
 
 use super::*;
 
-/// Whether a round that hands over what it took may end early though the round before did
-/// too: only while nothing waits for a whole round (nothing gathered to send, `unsent`; no
+/// Whether a round that hands over what it took (`frames` of them) may end early though the
+/// round before did too: only for a lone frame (a ping-pong's, not a stream's: a stream's
+/// rounds that ended early in a row cost a TCP stream across racks about a tenth of its
+/// rate, the acknowledgements and frames behind them waiting), while nothing waits for a whole
+/// round (no operation gathered to send and no frame owed at once, `waiting` false; no
 /// deadline known to have passed, `due`) and the last whole round ran (at `whole_at`) less
 /// than [`ANSWER_HOLD_US`] before `now`: an answer held, or a deadline moved earlier since
 /// `due` was taken, waits no longer than a hold. A ping-pong through rw0 across racks so hands
 /// every packet over first, not every other one (the whole round in between cost those
 /// packets about 0.3 µs each).
-fn may_end_early_again(unsent: bool, now: proto::Time, whole_at: proto::Time, due: Option<proto::Time>) -> bool {
-    !unsent && now < whole_at + ANSWER_HOLD_US && due.is_none_or(|t| t > now)
+fn may_end_early_again(
+    frames: usize,
+    waiting: bool,
+    now: proto::Time,
+    whole_at: proto::Time,
+    due: Option<proto::Time>,
+) -> bool {
+    frames == 1 && !waiting && now < whole_at + ANSWER_HOLD_US && due.is_none_or(|t| t > now)
 }
 
 impl EdgeEndpoint {
@@ -119,8 +128,8 @@ impl EdgeEndpoint {
         let relay = !app && got > 0 && self.hands_messages_over();
         let handed = self.dispatch(st, (app || relay).then_some(now + ANSWER_HOLD_US));
         let relayed = relay && self.handed_any.load(Ordering::Acquire);
-        let shortcut =
-            ((app && handed) || relayed) && (!st.shortcut || may_end_early_again(unsent, now, st.whole_at, st.due));
+        let shortcut = ((app && handed) || relayed)
+            && (!st.shortcut || may_end_early_again(got, unsent || st.owed, now, st.whole_at, st.due));
         st.shortcut = shortcut;
         if shortcut {
             st.stale = true;
@@ -130,6 +139,7 @@ impl EdgeEndpoint {
             return (got, 0);
         }
         st.whole_at = now;
+        st.owed = false;
         let (mut fired, due) = if look { st.conns.handle_timeouts(now, target) } else { (false, None) };
         if look {
             if let Some(n) = self.fabric.upgrade() {
@@ -342,12 +352,14 @@ impl EdgeEndpoint {
                 // would hold the state's lock (through a receive call per link) just when the
                 // thread the handed messages woke (the virtual NIC's, with an answer) wants it
                 // to send. (Skipping the round after every piece of work, not only these,
-                // slowed 1 MiB transfers on a rack's rails by 4-15%.) The spin yields before
-                // it looks: the program the handed packet woke most likely runs on this core
-                // (a small host's), and when the kernel did not switch to it during the
-                // hand-over (about a quarter of a cross-rack ping-pong's, traced), a look
-                // first would find nothing and hold the program back by its system call.
-                if !relayed || self.gathered.load(Ordering::Acquire) {
+                // slowed 1 MiB transfers on a rack's rails by 4-15%.) After several frames
+                // (a stream's) a look first, and another round at once if more came. After a
+                // lone frame (a ping-pong's) the spin, which yields before it looks: the
+                // program the handed packet woke most likely runs on this core (a small
+                // host's), and when the kernel did not switch to it during the hand-over
+                // (about a quarter of a cross-rack ping-pong's, traced), a look first would
+                // find nothing and hold the program back by its system call.
+                if !relayed || self.gathered.load(Ordering::Acquire) || (got > 1 && look(&answers).links) {
                     continue;
                 }
             } else if self.polled_lately(now) {
@@ -448,7 +460,11 @@ impl EdgeEndpoint {
             proto::Routed::Conn(local) | proto::Routed::Accepted(local) => local,
             proto::Routed::Dropped => return false,
         };
-        st.conns.get(local).is_some_and(|s| s.conn().has_events() || s.conn().is_signalled())
+        let Some(s) = st.conns.get(local) else { return false };
+        let c = s.conn();
+        let events = c.has_events() || c.is_signalled();
+        st.owed |= c.owes_now();
+        events
     }
 
     /// A connection whose every link is down: the peer is unreachable, which is not gone. The
@@ -569,18 +585,20 @@ impl EdgeEndpoint {
 mod tests {
     use super::*;
 
-    // Checks when a round may end early right after one that did: within a hold of the last
-    // whole round, with nothing gathered and no deadline passed it may; at or past a hold
-    // since the last whole round, with operations gathered, or with a deadline reached it
-    // may not (the whole round runs, with the timers and the sending).
+    // Checks when a round may end early right after one that did: with a lone frame, within
+    // a hold of the last whole round, nothing waiting and no deadline passed it may; with
+    // several frames (a stream's), at or past a hold since the last whole round, with
+    // something waiting (operations gathered, a frame owed at once), or with a deadline
+    // reached it may not (the whole round runs, with the timers and the sending).
     #[test]
-    fn rounds_end_early_in_a_row_only_within_a_hold_of_a_whole_one() {
+    fn rounds_end_early_in_a_row_only_for_lone_frames_within_a_hold_of_a_whole_one() {
         let whole = 1_000;
-        assert!(may_end_early_again(false, whole + 1, whole, None));
-        assert!(may_end_early_again(false, whole + ANSWER_HOLD_US - 1, whole, Some(whole + ANSWER_HOLD_US)));
-        assert!(!may_end_early_again(false, whole + ANSWER_HOLD_US, whole, None));
-        assert!(!may_end_early_again(true, whole + 1, whole, None));
-        assert!(!may_end_early_again(false, whole + 10, whole, Some(whole + 10)));
-        assert!(!may_end_early_again(false, whole + 10, whole, Some(whole + 5)));
+        assert!(may_end_early_again(1, false, whole + 1, whole, None));
+        assert!(may_end_early_again(1, false, whole + ANSWER_HOLD_US - 1, whole, Some(whole + ANSWER_HOLD_US)));
+        assert!(!may_end_early_again(2, false, whole + 1, whole, None));
+        assert!(!may_end_early_again(1, false, whole + ANSWER_HOLD_US, whole, None));
+        assert!(!may_end_early_again(1, true, whole + 1, whole, None));
+        assert!(!may_end_early_again(1, false, whole + 10, whole, Some(whole + 10)));
+        assert!(!may_end_early_again(1, false, whole + 10, whole, Some(whole + 5)));
     }
 }
