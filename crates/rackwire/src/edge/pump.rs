@@ -12,15 +12,14 @@ use super::spin::Spin;
 use super::*;
 
 /// Whether a round that hands over what it took (`frames` of them) may end early though the
-/// round before did too: only for a lone frame (a ping-pong's, not a stream's: a stream's
-/// rounds that ended early in a row cost a TCP stream across racks about a tenth of its
-/// rate, the acknowledgements and frames behind them waiting), while nothing waits for a whole
-/// round (no operation gathered to send and no frame owed at once, `waiting` false; no
-/// deadline known to have passed, `due`) and the last whole round ran (at `whole_at`) less
-/// than [`ANSWER_HOLD_US`] before `now`: an answer held, or a deadline moved earlier since
-/// `due` was taken, waits no longer than a hold. A ping-pong through rw0 across racks so hands
-/// every packet over first, not every other one (the whole round in between cost those
-/// packets about 0.3 µs each).
+/// round before did too: only for a lone frame (a ping-pong's, not a stream's: a first version
+/// that let a stream's rounds end early in a row, and go to the spin without a look, cost a TCP
+/// stream across racks 8-12% of its rate), while nothing waits for a whole round (no operation
+/// gathered to send and no frame owed at once, `waiting` false; no deadline known to have
+/// passed, `due`), and the last whole round ran (at `whole_at`) less than [`ANSWER_HOLD_US`]
+/// before `now`: an answer held, or a deadline moved earlier since `due` was taken, waits no
+/// longer than a hold. A ping-pong through rw0 across racks so hands every packet over first,
+/// not every other one (the whole round in between cost those packets about 0.3 µs each).
 fn may_end_early_again(
     frames: usize,
     waiting: bool,
@@ -321,10 +320,9 @@ impl EdgeEndpoint {
             // Whether the round handed messages over and what follows is the spin: a round
             // that ended early; or one that took a lone frame and handed its message over (a
             // ping-pong's packet, in a round that could not end early: as urgent as the
-            // others). Not a round of a stream's frames: a yield
-            // then gives the core to the programs that fill the stream and delays the
-            // acknowledgements and frames still to come (a TCP stream across racks lost about
-            // a tenth of its rate so).
+            // others). Not a round of a stream's frames: a yield then gives the core to the
+            // programs that fill the stream and delays the acknowledgements and frames still
+            // to come (a TCP stream across racks lost about a tenth of its rate so).
             // (Messages the round took for the handler wait in `handed` until the hand-over
             // below.)
             let relayed = st.shortcut || (got == 1 && self.handed_any.load(Ordering::Acquire));
