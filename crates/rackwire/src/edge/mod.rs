@@ -124,9 +124,6 @@ struct State {
     /// An application thread queued operations it left unsent (to share frames): the next
     /// round sends them.
     unsent: bool,
-    /// A connection owes a frame at once (see `Connection::owes_now`) since the last whole
-    /// round: the next round is a whole one.
-    owed: bool,
     /// The last round found every socket empty.
     quiet: bool,
     /// No connection has anything due before this (µs), unless `stale`: an idle round (the
@@ -245,7 +242,6 @@ impl EdgeEndpoint {
                 shortcut: false,
                 whole_at: 0,
                 unsent: false,
-                owed: false,
                 quiet: true,
                 due: None,
                 stale: true,

@@ -11,6 +11,11 @@ use super::spin::Spin;
 
 use super::*;
 
+/// Whether a connection owes a frame at once (see `Connection::owes_now`).
+fn owed(st: &State) -> bool {
+    st.conns.sessions().any(|s| s.conn().owes_now())
+}
+
 /// Whether a round that hands over what it took (`frames` of them) may end early though the
 /// round before did too: only for a lone frame (a ping-pong's, not a stream's: a first version
 /// that let a stream's rounds end early in a row, and go to the spin without a look, cost a TCP
@@ -128,7 +133,7 @@ impl EdgeEndpoint {
         let handed = self.dispatch(st, (app || relay).then_some(now + ANSWER_HOLD_US));
         let relayed = relay && self.handed_any.load(Ordering::Acquire);
         let shortcut = ((app && handed) || relayed)
-            && (!st.shortcut || may_end_early_again(got, unsent || st.owed, now, st.whole_at, st.due));
+            && (!st.shortcut || may_end_early_again(got, unsent || owed(st), now, st.whole_at, st.due));
         st.shortcut = shortcut;
         if shortcut {
             st.stale = true;
@@ -138,7 +143,6 @@ impl EdgeEndpoint {
             return (got, 0);
         }
         st.whole_at = now;
-        st.owed = false;
         let (mut fired, due) = if look { st.conns.handle_timeouts(now, target) } else { (false, None) };
         if look {
             if let Some(n) = self.fabric.upgrade() {
@@ -458,11 +462,7 @@ impl EdgeEndpoint {
             proto::Routed::Conn(local) | proto::Routed::Accepted(local) => local,
             proto::Routed::Dropped => return false,
         };
-        let Some(s) = st.conns.get(local) else { return false };
-        let c = s.conn();
-        let events = c.has_events() || c.is_signalled();
-        st.owed |= c.owes_now();
-        events
+        st.conns.get(local).is_some_and(|s| s.conn().has_events() || s.conn().is_signalled())
     }
 
     /// A connection whose every link is down: the peer is unreachable, which is not gone. The
