@@ -2,7 +2,7 @@
 //! retransmission, refused past their limits, and dropped (counted) where the receiver has no
 //! room.
 
-use rackwire_proto::{Config, Connection, Delivery, OpError, OpFlags, State, DATAGRAMS_QUEUED_MAX};
+use rackwire_proto::{Config, Connection, Delivery, FrameBufs, OpError, OpFlags, State, DATAGRAMS_QUEUED_MAX};
 use rackwire_sim::keys::credentials;
 use rackwire_sim::pair::{connecting_as, drain, established_as, events, messages, pump, A_NODE, B_NODE};
 use rackwire_sim::MemTarget;
@@ -149,4 +149,51 @@ fn only_what_the_peer_waits_for_is_owed_at_once() {
     assert!(b.owes_now(), "a gap is reported at once");
     assert!(!drain(&mut b, now + 20).is_empty());
     assert!(!b.owes_now(), "what was owed went out");
+}
+
+/// One buffer for every link, as a driver without batches gives.
+struct Buf(Vec<u8>);
+
+impl FrameBufs for Buf {
+    fn frame_buf(&mut self, _link: usize) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+// Checks `send_datagram_now`: on an established pair with a message already queued, the
+// datagram's frame is written at once (a sealed datagram frame, opened by the peer into the
+// bytes sent) and the queued message's frame comes after it from the next polls; with a
+// datagram queued before, the new one is queued behind it (`None`) and both arrive in order;
+// it is refused as `send_datagram` refuses (too large: `Limit`; before the handshake:
+// `NotConnected`), with nothing written.
+#[test]
+fn a_datagram_sent_now_goes_out_at_once_ahead_of_what_is_queued() {
+    let (mut a, mut b, _ta, mut tb, now) = sealed_pair();
+    let mut buf = Buf(vec![0u8; 65536]);
+    a.send(now, b"queued message", OpFlags::default()).unwrap();
+    let t = a.send_datagram_now(now, b"now", &mut buf).unwrap().expect("written at once");
+    let frame = &buf.0[..t.len()];
+    assert_eq!(Frame::new_unchecked(frame).kind(), FrameKind::Datagram);
+    assert!(Frame::new_unchecked(frame).sealed());
+    b.handle_frame(now + 10, t.link, frame, &mut tb);
+    assert_eq!(messages(&mut b), vec![b"now".to_vec()]);
+    let after = drain(&mut a, now);
+    assert!(after.iter().any(|(_, f)| Frame::new_unchecked(&f[..]).kind() == FrameKind::Data), "the message follows");
+    for (link, f) in &after {
+        b.handle_frame(now + 20, *link, f, &mut tb);
+    }
+    assert_eq!(messages(&mut b), vec![b"queued message".to_vec()]);
+
+    a.send_datagram(b"first").unwrap();
+    assert_eq!(a.send_datagram_now(now, b"second", &mut buf).unwrap().map(|t| t.len()), None, "queued behind");
+    for (link, f) in drain(&mut a, now) {
+        b.handle_frame(now + 30, link, &f, &mut tb);
+    }
+    assert_eq!(messages(&mut b), vec![b"first".to_vec(), b"second".to_vec()]);
+
+    let big = vec![0u8; a.datagram_max() + 1];
+    assert_eq!(a.send_datagram_now(now, &big, &mut buf).map(|t| t.is_some()), Err(OpError::Limit));
+    let (mut c, _d) = connecting_as(Config::new(1, MTU), &credentials(A_NODE, SECRET), &credentials(B_NODE, SECRET));
+    assert_eq!(c.send_datagram_now(now, b"early", &mut buf).map(|t| t.is_some()), Err(OpError::NotConnected));
+    assert_eq!(a.stats().datagrams_sent, 3);
 }

@@ -13,6 +13,16 @@ struct Route {
     counts: Arc<Counts>,
 }
 
+/// The route the last packet sent over the edge transport took, kept for the next packets to
+/// the same address (a ping-pong's, a stream's): they take it without the routing table's
+/// lock, its two lookups and the counting of references to the connection, for as long as
+/// the table's routes have not changed since (`version`, [`Shared::routes_version`]).
+struct Recent {
+    dst: Ipv4Addr,
+    version: u64,
+    route: Route,
+}
+
 /// What one read from `rw0` came to.
 enum Read {
     /// Nothing was waiting.
@@ -47,11 +57,13 @@ pub(crate) struct Tx {
     guess: Option<Route>,
     /// A packet in `buf` whose peer's ring had no room.
     pending: Option<usize>,
+    /// The route of the last packet over the edge transport.
+    recent: Option<Recent>,
 }
 
 impl Tx {
     pub(crate) fn new() -> Tx {
-        Tx { buf: vec![0u8; PACKET_BYTES_MAX], inflight: VecDeque::new(), guess: None, pending: None }
+        Tx { buf: vec![0u8; PACKET_BYTES_MAX], inflight: VecDeque::new(), guess: None, pending: None, recent: None }
     }
 }
 
@@ -242,7 +254,7 @@ impl Shared {
     /// the peer that owns its destination, until `rw0` is empty or a ring has no room.
     fn send_some(&self, tx: &mut Tx, max: usize) -> Ran {
         let mut ran = Ran::default();
-        let Tx { buf, inflight, guess, pending } = tx;
+        let Tx { buf, inflight, guess, pending, recent } = tx;
         for _ in 0..max {
             let read = match (pending.take(), &*guess) {
                 (Some(n), _) => Ok(Read::Here(n)),
@@ -256,7 +268,7 @@ impl Shared {
                     break;
                 }
                 Ok(Read::Sent(_)) => ran.worked = true,
-                Ok(Read::Here(n)) => match self.carry(&buf[..n], inflight) {
+                Ok(Read::Here(n)) => match self.carry(&buf[..n], inflight, recent) {
                     Carried::NoRoom => {
                         *pending = Some(n);
                         ran.full = true;
@@ -287,15 +299,19 @@ impl Shared {
     /// One packet read from `rw0` to the peer that owns its destination. Edge sends complete
     /// later: a bounded number stays in flight. Returns the route taken when it is over shared
     /// memory (the next packet is read straight into its ring), or that its ring had no room
-    /// (nothing sent: the packet waits).
-    fn carry(&self, packet: &[u8], inflight: &mut VecDeque<(Op, Arc<Counts>)>) -> Carried {
-        let n = packet.len();
+    /// (nothing sent: the packet waits). A route over the edge transport is kept in `recent`.
+    fn carry(&self, packet: &[u8], inflight: &mut VecDeque<(Op, Arc<Counts>)>, recent: &mut Option<Recent>) -> Carried {
         // The offload header and the packet go together.
         let Some(dst) = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination) else {
             // IPv6 neighbour discovery and the like are not carried.
             self.malformed.fetch_add(1, Ordering::Relaxed);
             return Carried::Done(None);
         };
+        // Read before the table: a change after this reading makes the route kept below stale.
+        let version = self.routes_version.load(Ordering::Acquire);
+        if let Some(r) = recent.as_ref().filter(|r| r.dst == dst && r.version == version) {
+            return self.carry_on(packet, &r.route, inflight).map_or(Carried::NoRoom, |_| Carried::Done(None));
+        }
         let route = {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
             match table.by_addr.get(&dst).and_then(|n| table.peers.get(n)) {
@@ -307,15 +323,26 @@ impl Shared {
             }
         };
         let shm = route.conn.transport() == "shm";
+        let carried = self.carry_on(packet, &route, inflight);
+        if shm {
+            // The next packet is read straight into this peer's ring, if this one went there.
+            return carried.map_or(Carried::NoRoom, |sent| Carried::Done(sent.then_some(route)));
+        }
+        *recent = Some(Recent { dst, version, route });
+        Carried::Done(None)
+    }
+
+    /// [`Shared::carry`] once the packet's route is known: whether it was sent (not refused,
+    /// dropped or failed), `None` when its ring had no room.
+    fn carry_on(&self, packet: &[u8], route: &Route, inflight: &mut VecDeque<(Op, Arc<Counts>)>) -> Option<bool> {
+        let n = packet.len();
+        let shm = route.conn.transport() == "shm";
         let mut op = if shm {
-            // Not waiting for room (see `Conn::send_with`).
-            match route.conn.send_with(n, |slot| {
+            // Not waiting for room (see `Conn::send_with`): none, `None`.
+            route.conn.send_with(n, |slot| {
                 slot[..n].copy_from_slice(packet);
                 Some(n)
-            }) {
-                Some(op) => op,
-                None => return Carried::NoRoom,
-            }
+            })?
         } else {
             // Finished sends leave the queue first: a packet goes as a datagram only when no
             // message sent before it is still on its way, so it never overtakes one.
@@ -324,7 +351,7 @@ impl Shared {
                 match route.conn.send_datagram(packet) {
                     Ok(()) => {
                         count_tx(&route.counts, n);
-                        return Carried::Done(None);
+                        return Some(true);
                     }
                     // Larger than one frame: as a message (in pieces, sent again if lost).
                     Err(rackwire::Error::MessageTooLarge { .. }) => {}
@@ -332,11 +359,11 @@ impl Shared {
                         // The transport's queue is full: dropped, as a NIC's full queue does.
                         debug!("datagram to {}: {e}", route.conn.peer());
                         route.counts.tx_errors.fetch_add(1, Ordering::Relaxed);
-                        return Carried::Done(None);
+                        return Some(false);
                     }
                     Err(e) => {
                         self.send_failed(&route.conn, &route.counts, e);
-                        return Carried::Done(None);
+                        return Some(false);
                     }
                 }
             }
@@ -346,7 +373,7 @@ impl Shared {
             Some(Ok(_)) => count_tx(&route.counts, n),
             Some(Err(e)) => {
                 self.send_failed(&route.conn, &route.counts, e);
-                return Carried::Done(None);
+                return Some(false);
             }
             None => {
                 count_tx(&route.counts, n);
@@ -354,7 +381,7 @@ impl Shared {
             }
         }
         reap(inflight, TX_INFLIGHT_MAX);
-        Carried::Done(shm.then_some(route))
+        Some(true)
     }
 
     /// A packet read from `rw0` and never sent (its peer's ring stayed full): counted as a

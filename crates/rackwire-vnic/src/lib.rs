@@ -226,6 +226,9 @@ struct Shared {
     /// The management host's addresses (never routed to a peer).
     mh_addrs: Vec<Ipv4Addr>,
     table: RwLock<Table>,
+    /// Counts the changes of `table`'s routes (a peer routed or forgotten): a route kept from
+    /// an earlier packet holds while this has not moved (see `io::Recent`).
+    routes_version: AtomicU64,
     /// The sending side (see [`io::Tx`]).
     tx: Mutex<io::Tx>,
     /// Wakes the virtual NIC's thread (an event counter; `nudged` says it was written): for a
@@ -333,6 +336,7 @@ impl Vnic {
             my_addrs,
             mh_addrs: ipv4_of(mh),
             table: RwLock::new(Table::default()),
+            routes_version: AtomicU64::new(0),
             tx: Mutex::new(io::Tx::new()),
             nudge: rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| {
                 rackwire::Error::sys("making the virtual NIC's event counter", &std::io::Error::from(e))

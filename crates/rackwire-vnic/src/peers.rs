@@ -77,6 +77,7 @@ impl Shared {
             for a in &peer.addrs {
                 table.by_addr.insert(*a, n.info.id);
             }
+            self.routes_version.fetch_add(1, Ordering::Release);
             match self.route(&peer.addrs) {
                 Ok(()) => peer.routed = true,
                 Err(e) => warn!("routes to {}: {e}", peer.name),
@@ -104,6 +105,7 @@ impl Shared {
 
     pub(crate) fn forget(&self, table: &mut Table, node: NodeId) {
         let Some(p) = table.peers.remove(&node) else { return };
+        self.routes_version.fetch_add(1, Ordering::Release);
         for a in &p.addrs {
             table.by_addr.remove(a);
             if p.routed {

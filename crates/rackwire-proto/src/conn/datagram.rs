@@ -54,21 +54,59 @@ impl Connection {
         Ok(())
     }
 
+    /// Send `data` as a datagram now: its frame is written straight from `data` into the buffer
+    /// `bufs` gives for its link, ahead of anything else this connection has to send (the
+    /// next [`Connection::poll_transmit_to`] sends that). A driver that sends a packet the
+    /// moment it has it so neither copies it into the queue nor looks at every other kind of
+    /// frame before it goes out. `Ok(None)`: queued instead, as [`Connection::send_datagram`]
+    /// queues, behind datagrams queued before it (they keep their order) or until a link is up.
+    /// Refused as [`Connection::send_datagram`] refuses.
+    pub fn send_datagram_now(
+        &mut self,
+        now: Time,
+        data: &[u8],
+        bufs: &mut dyn FrameBufs,
+    ) -> Result<Option<SplitTransmit>, OpError> {
+        let link = match self.state {
+            // Not ahead of a handshake frame still to go (the peer would drop what came first).
+            State::Established
+                if self.datagrams.is_empty() && self.hs_send.is_none() && data.len() <= self.datagram_max() =>
+            {
+                self.pick_link(None).or_else(|| self.any_link_up())
+            }
+            _ => None,
+        };
+        let Some(link) = link else { return self.send_datagram(data).map(|()| None) };
+        let t = self.emit_datagram(now, bufs, link, data);
+        self.check_invariants();
+        Ok(t)
+    }
+
     /// The next queued datagram's frame, on the link a data frame would take now (or any link
     /// up: a datagram does not wait for a window).
     pub(super) fn poll_datagram(&mut self, now: Time, bufs: &mut dyn FrameBufs) -> Option<SplitTransmit> {
-        let data = self.datagrams.front()?;
-        let len = data.len();
+        self.datagrams.front()?;
         let link = self.pick_link(None).or_else(|| self.any_link_up())?;
         let data = self.datagrams.pop_front().expect("looked at");
-        let t = self.emit(now, bufs, link, FrameKind::Datagram, 0, len, |p| p.copy_from_slice(&data));
+        let t = self.emit_datagram(now, bufs, link, &data);
+        if self.datagram_bufs.len() < DATAGRAM_BUFS_KEPT {
+            self.datagram_bufs.push(data);
+        }
+        t
+    }
+
+    fn emit_datagram(
+        &mut self,
+        now: Time,
+        bufs: &mut dyn FrameBufs,
+        link: usize,
+        data: &[u8],
+    ) -> Option<SplitTransmit> {
+        let t = self.emit(now, bufs, link, FrameKind::Datagram, 0, data.len(), |p| p.copy_from_slice(data));
         // A frame that does not fit the link's buffer (never, within `datagram_max`) drops it.
         match t {
             Some(_) => self.stats.datagrams_sent += 1,
             None => self.stats.datagrams_dropped += 1,
-        }
-        if self.datagram_bufs.len() < DATAGRAM_BUFS_KEPT {
-            self.datagram_bufs.push(data);
         }
         t
     }

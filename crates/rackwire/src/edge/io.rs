@@ -77,6 +77,23 @@ fn out_frame<'a>(
     OutFrame { head: &heads[*at..*at + *len], body: body.as_deref().unwrap_or(&[]), to: *addr }
 }
 
+/// Count frame `t`, written at the free end of its link's batch, into that batch; the batch,
+/// unless the connection has no address or this thread no batch for the link (nothing to send).
+fn gather<'a>(
+    s: &proto::Session<SocketAddr, Pending>,
+    t: proto::SplitTransmit,
+    tx: &'a mut [TxLink],
+) -> Option<&'a mut TxLink> {
+    let addr = s.addr(t.link)?;
+    let q = tx.get_mut(t.link)?;
+    // The head is already in place, behind the ones gathered.
+    let at = q.used;
+    q.used += t.head_len;
+    q.bytes += t.head_len + t.body.as_ref().map_or(0, Bytes::len);
+    q.frames.push((at, t.head_len, t.body, addr));
+    Some(q)
+}
+
 /// An [`EdgePeer`] stands for the connection: it was opened here, or accepted and connected.
 pub(super) fn registered(s: &proto::Session<SocketAddr, Pending>) -> bool {
     !s.accepted() || s.handshake_completed()
@@ -92,15 +109,10 @@ impl EdgeEndpoint {
             loop {
                 let mut bufs = LinkBufs { tx: &mut io.tx, out: &mut io.out };
                 let Some(t) = s.conn_mut().poll_transmit_to(now, &mut bufs) else { break };
-                let Some(addr) = s.addr(t.link) else { continue };
-                let Some(q) = io.tx.get_mut(t.link) else { continue };
-                // The head is already in place, behind the ones gathered.
-                let at = q.used;
-                q.used += t.head_len;
-                q.bytes += t.head_len + t.body.as_ref().map_or(0, Bytes::len);
-                q.frames.push((at, t.head_len, t.body, addr));
+                let link = t.link;
+                let Some(q) = gather(s, t, &mut io.tx) else { continue };
                 if q.frames.len() >= SEND_BATCH_MAX || q.bytes >= TX_FLUSH_BYTES {
-                    sent += self.flush(t.link, q, faults);
+                    sent += self.flush(link, q, faults);
                 }
             }
         }
@@ -121,6 +133,30 @@ impl EdgeEndpoint {
             }
         }
         sent
+    }
+
+    /// `data` as a datagram of connection `local`, sent at once from this thread and alone
+    /// (see [`proto::Connection::send_datagram_now`]: nothing else is looked at or gathered
+    /// before it goes), then what the connections have to send besides.
+    pub(super) fn send_datagram_here(
+        &self,
+        st: &mut State,
+        local: u32,
+        now: proto::Time,
+        data: &[u8],
+        io: &mut Io,
+    ) -> Result<(), OpError> {
+        let State { conns, faults, .. } = st;
+        let Some(s) = conns.get_mut(local) else { return Err(OpError::Closed) };
+        let mut bufs = LinkBufs { tx: &mut io.tx, out: &mut io.out };
+        if let Some(t) = s.conn_mut().send_datagram_now(now, data, &mut bufs)? {
+            let link = t.link;
+            if let Some(q) = gather(s, t, &mut io.tx) {
+                self.flush(link, q, faults);
+            }
+        }
+        self.transmit(st, now, io);
+        Ok(())
     }
 
     /// Send one link's gathered frames and empty its queue (keeping the buffers).

@@ -315,11 +315,11 @@ impl PeerTransport for EdgePeer {
         let now = self.ep.now();
         let Some(s) = st.conns.get_mut(self.local) else { return Err(Error::PeerGone(self.peer)) };
         let max = s.conn().datagram_max();
-        match s.conn_mut().send_datagram(msg) {
-            // Out at once, from this thread: a datagram is not held to share a frame.
+        // Out at once, from this thread: a datagram is not held to share a frame.
+        let sent = self.ep.send_datagram_here(&mut st, self.local, now, msg, &mut lock(&self.ep.app_io));
+        match sent {
             Ok(()) => {
                 self.ep.busy_at(now);
-                self.ep.transmit_here(&mut st, now);
                 Ok(())
             }
             Err(OpError::Limit) if msg.len() > max => Err(Error::MessageTooLarge { len: msg.len(), max }),
