@@ -17,10 +17,17 @@ struct Route {
 /// the same address (a ping-pong's, a stream's): they take it without the routing table's
 /// lock, its two lookups and the counting of references to the connection, for as long as
 /// the table's routes have not changed since (`version`, [`Shared::routes_version`]).
-struct Recent {
+struct Recent<R = Route> {
     dst: Ipv4Addr,
     version: u64,
-    route: Route,
+    route: R,
+}
+
+impl<R> Recent<R> {
+    /// The route kept, if it was kept for `dst` and the table's routes are still at `version`.
+    fn route(&self, dst: Ipv4Addr, version: u64) -> Option<&R> {
+        (self.dst == dst && self.version == version).then_some(&self.route)
+    }
 }
 
 /// What one read from `rw0` came to.
@@ -117,6 +124,19 @@ mod tests {
         assert!(!looks_again(IO_SPIN, false));
         assert!(!looks_again(Duration::ZERO, true));
         assert!(!looks_again(IO_SPIN / 2, true));
+    }
+
+    // Checks when a route kept from the last packet over the edge transport is taken again:
+    // for the same destination while the table's routes are at the version it was kept at;
+    // not for another destination, nor once the routes changed (a peer routed or forgotten
+    // moves the version), when the table is asked again.
+    #[test]
+    fn a_kept_route_holds_only_for_its_address_while_the_routes_stand() {
+        let dst = Ipv4Addr::new(198, 18, 0, 3);
+        let kept = Recent { dst, version: 7, route: "to b1" };
+        assert_eq!(kept.route(dst, 7), Some(&"to b1"));
+        assert_eq!(kept.route(Ipv4Addr::new(198, 18, 0, 4), 7), None);
+        assert_eq!(kept.route(dst, 8), None);
     }
 }
 
@@ -309,8 +329,8 @@ impl Shared {
         };
         // Read before the table: a change after this reading makes the route kept below stale.
         let version = self.routes_version.load(Ordering::Acquire);
-        if let Some(r) = recent.as_ref().filter(|r| r.dst == dst && r.version == version) {
-            return self.carry_on(packet, &r.route, inflight).map_or(Carried::NoRoom, |_| Carried::Done(None));
+        if let Some(route) = recent.as_ref().and_then(|r| r.route(dst, version)) {
+            return self.carry_on(packet, route, inflight).map_or(Carried::NoRoom, |_| Carried::Done(None));
         }
         let route = {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
