@@ -59,8 +59,9 @@ impl Connection {
     /// next [`Connection::poll_transmit_to`] sends that). A driver that sends a packet the
     /// moment it has it so neither copies it into the queue nor looks at every other kind of
     /// frame before it goes out. `Ok(None)`: queued instead, as [`Connection::send_datagram`]
-    /// queues, behind datagrams queued before it (they keep their order) or until a link is up.
-    /// Refused as [`Connection::send_datagram`] refuses.
+    /// queues, behind datagrams queued before it (they keep their order), until a link is up,
+    /// or behind a handshake frame still to go; or dropped (and counted) when the buffer given
+    /// is too small for its frame. Refused as [`Connection::send_datagram`] refuses.
     pub fn send_datagram_now(
         &mut self,
         now: Time,
