@@ -313,17 +313,23 @@ impl PeerTransport for EdgePeer {
     fn send_datagram(&self, msg: &[u8]) -> Result<(), Error> {
         let mut st = lock(&self.ep.state);
         let now = self.ep.now();
-        let Some(s) = st.conns.get_mut(self.local) else { return Err(Error::PeerGone(self.peer)) };
-        let max = s.conn().datagram_max();
-        // Out at once, from this thread: a datagram is not held to share a frame.
+        // Out at once, from this thread: a datagram is not held to share a frame. (A connection
+        // that is gone: `Closed`, below.)
         let sent = self.ep.send_datagram_here(&mut st, self.local, now, msg, &mut lock(&self.ep.app_io));
         match sent {
             Ok(()) => {
                 self.ep.busy_at(now);
                 Ok(())
             }
-            Err(OpError::Limit) if msg.len() > max => Err(Error::MessageTooLarge { len: msg.len(), max }),
-            Err(OpError::Limit) => Err(Error::Limit("edge datagram queue full".into())),
+            Err(OpError::Limit) => {
+                // Which limit: the frame's room (the largest datagram) or the queue's.
+                let max = st.conns.get(self.local).map_or(usize::MAX, |s| s.conn().datagram_max());
+                if msg.len() > max {
+                    Err(Error::MessageTooLarge { len: msg.len(), max })
+                } else {
+                    Err(Error::Limit("edge datagram queue full".into()))
+                }
+            }
             Err(OpError::NotConnected) => Err(Error::Limit("edge connection not established yet".into())),
             Err(_) => Err(Error::PeerGone(self.peer)),
         }
