@@ -108,6 +108,12 @@ fn looks_again(since_work: Duration, edge_watching: bool) -> bool {
     since_work < IO_SPIN && !edge_watching
 }
 
+/// Whether a packet of `n` bytes read from `rw0` (offload header included) ends a take of
+/// `answers` (see [`ANSWER_BYTES_MAX`]).
+fn ends_take(answers: bool, n: usize) -> bool {
+    answers && n <= VNET_HDR_LEN + ANSWER_BYTES_MAX
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -124,6 +130,18 @@ mod tests {
         assert!(!looks_again(IO_SPIN, false));
         assert!(!looks_again(Duration::ZERO, true));
         assert!(!looks_again(IO_SPIN / 2, true));
+    }
+
+    // Checks which packets end the network thread's take of answers: a small one (a 64 B
+    // ping-pong's, up to an Ethernet frame's worth) does, a stream's larger segment does not,
+    // and none ends the virtual NIC thread's own reading (not `answers`).
+    #[test]
+    fn a_small_answer_ends_the_network_threads_take() {
+        assert!(ends_take(true, VNET_HDR_LEN + 64));
+        assert!(ends_take(true, VNET_HDR_LEN + ANSWER_BYTES_MAX));
+        assert!(!ends_take(true, VNET_HDR_LEN + ANSWER_BYTES_MAX + 1));
+        assert!(!ends_take(true, VNET_HDR_LEN + 65_000));
+        assert!(!ends_take(false, VNET_HDR_LEN + 64));
     }
 
     // Checks when a route kept from the last packet over the edge transport is taken again:
@@ -167,7 +185,7 @@ impl Shared {
         while !self.stop.load(Ordering::Relaxed) {
             let ran = {
                 let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-                self.send_some(&mut tx, TX_BATCH)
+                self.send_some(&mut tx, TX_BATCH, false)
             };
             if ran.failed {
                 std::thread::sleep(STOP_CHECK);
@@ -257,7 +275,7 @@ impl Shared {
         if tx.pending.is_some() || tx.inflight.len() + ANSWERS_MAX >= TX_INFLIGHT_MAX {
             return false;
         }
-        let ran = self.send_some(&mut tx, ANSWERS_MAX);
+        let ran = self.send_some(&mut tx, ANSWERS_MAX, true);
         if ran.full || ran.failed {
             self.nudge();
         }
@@ -271,8 +289,9 @@ impl Shared {
     }
 
     /// Read up to `max` packets from `rw0` (a packet waiting for room first) and send each to
-    /// the peer that owns its destination, until `rw0` is empty or a ring has no room.
-    fn send_some(&self, tx: &mut Tx, max: usize) -> Ran {
+    /// the peer that owns its destination, until `rw0` is empty or a ring has no room; with
+    /// `answers`, also after a packet of no more than [`ANSWER_BYTES_MAX`] (see there).
+    fn send_some(&self, tx: &mut Tx, max: usize, answers: bool) -> Ran {
         let mut ran = Ran::default();
         let Tx { buf, inflight, guess, pending, recent } = tx;
         for _ in 0..max {
@@ -287,7 +306,12 @@ impl Shared {
                     ran.full = true;
                     break;
                 }
-                Ok(Read::Sent(_)) => ran.worked = true,
+                Ok(Read::Sent(n)) => {
+                    ran.worked = true;
+                    if ends_take(answers, n) {
+                        break;
+                    }
+                }
                 Ok(Read::Here(n)) => match self.carry(&buf[..n], inflight, recent) {
                     Carried::NoRoom => {
                         *pending = Some(n);
@@ -297,6 +321,9 @@ impl Shared {
                     Carried::Done(route) => {
                         ran.worked = true;
                         *guess = route;
+                        if ends_take(answers, n) {
+                            break;
+                        }
                     }
                 },
                 Ok(Read::Failed(e)) => {
