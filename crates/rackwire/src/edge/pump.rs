@@ -271,6 +271,10 @@ impl EdgeEndpoint {
         // The edge watch, while this thread watches it: from its first spin after work until
         // it sleeps or leaves the work to a polling thread.
         let mut answers: Option<Arc<dyn EdgeWatch>> = None;
+        // The round just handed a lone message over (into rw0) and the take right after found
+        // no answer yet: the program it woke has not run. The spin's first yield most likely
+        // runs it, and its answer is then taken straight away, without the look before it.
+        let mut answer_due = false;
         // The spin's looks: a `ppoll` of every socket, the waker and the watched descriptor,
         // zero timeout. Not an epoll set, though a look at one costs less: a descriptor in an
         // epoll set has the set's entry on its wait queue for good, and every packet that
@@ -355,9 +359,11 @@ impl EdgeEndpoint {
                 last_work = at;
                 // Between rounds too, while the handler's own thread leaves its descriptor
                 // to this one (a stream's answers come while frames keep coming).
-                if self.take_answers(&mut answers, unwatch) {
+                let answered = self.take_answers(&mut answers, unwatch);
+                if answered {
                     spin.sent(Instant::now());
                 }
+                answer_due = relayed && !answered && answers.is_some();
                 // Another round at once, unless this one handed messages over (into rw0) and
                 // has nothing gathered to send: then the lockless spin below, as a round now
                 // would hold the state's lock (through a receive call per link) just when the
@@ -401,6 +407,12 @@ impl EdgeEndpoint {
                     // A thread of this core that has work (the one this frame woke, on a
                     // small host) goes first.
                     std::thread::yield_now();
+                    // Its answer, if it ran (a take that finds nothing costs what the look
+                    // would; once only, then the looks).
+                    if std::mem::take(&mut answer_due) && self.take_answers(&mut answers, unwatch) {
+                        last_work = Instant::now();
+                        spin.sent(last_work);
+                    }
                     let ready = look(&answers);
                     if ready.also && self.take_answers(&mut answers, unwatch) {
                         // What it took went out at once, or is gathered for the next round:
