@@ -407,14 +407,12 @@ impl EdgeEndpoint {
                     // A thread of this core that has work (the one this frame woke, on a
                     // small host) goes first.
                     std::thread::yield_now();
-                    // Its answer, if it ran (a take that finds nothing costs what the look
-                    // would; once only, then the looks).
-                    if std::mem::take(&mut answer_due) && self.take_answers(&mut answers, unwatch) {
-                        last_work = Instant::now();
-                        spin.sent(last_work);
-                    }
+                    // Its answer, if it ran, taken before the look (a take that finds
+                    // nothing costs about what the look would; once only, then the looks).
+                    let mut took = std::mem::take(&mut answer_due) && self.take_answers(&mut answers, unwatch);
                     let ready = look(&answers);
-                    if ready.also && self.take_answers(&mut answers, unwatch) {
+                    took |= ready.also && self.take_answers(&mut answers, unwatch);
+                    if took {
                         // What it took went out at once, or is gathered for the next round:
                         // either way, an answer to it is what comes next.
                         last_work = Instant::now();
