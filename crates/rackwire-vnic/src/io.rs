@@ -66,11 +66,21 @@ pub(crate) struct Tx {
     pending: Option<usize>,
     /// The route of the last packet over the edge transport.
     recent: Option<Recent>,
+    /// [`Shared::delivered`] when a small packet last ended the network thread's take (see
+    /// [`ANSWER_BYTES_MAX`]).
+    answered_at: u64,
 }
 
 impl Tx {
     pub(crate) fn new() -> Tx {
-        Tx { buf: vec![0u8; PACKET_BYTES_MAX], inflight: VecDeque::new(), guess: None, pending: None, recent: None }
+        Tx {
+            buf: vec![0u8; PACKET_BYTES_MAX],
+            inflight: VecDeque::new(),
+            guess: None,
+            pending: None,
+            recent: None,
+            answered_at: 0,
+        }
     }
 }
 
@@ -109,9 +119,10 @@ fn looks_again(since_work: Duration, edge_watching: bool) -> bool {
 }
 
 /// Whether a packet of `n` bytes read from `rw0` (offload header included) ends a take of
-/// `answers` (see [`ANSWER_BYTES_MAX`]).
-fn ends_take(answers: bool, n: usize) -> bool {
-    answers && n <= VNET_HDR_LEN + ANSWER_BYTES_MAX
+/// `answers`, `delivered` packets having come into `rw0` so far and `answered_at` when a
+/// packet last ended one (see [`ANSWER_BYTES_MAX`]).
+fn ends_take(answers: bool, n: usize, delivered: u64, answered_at: u64) -> bool {
+    answers && n <= VNET_HDR_LEN + ANSWER_BYTES_MAX && delivered != answered_at
 }
 
 #[cfg(test)]
@@ -133,15 +144,19 @@ mod tests {
     }
 
     // Checks which packets end the network thread's take of answers: a small one (a 64 B
-    // ping-pong's, up to an Ethernet frame's worth) does, a stream's larger segment does not,
-    // and none ends the virtual NIC thread's own reading (not `answers`).
+    // ping-pong's, up to an Ethernet frame's worth) read after a packet came into rw0 since
+    // the last one that ended a take does; a stream's larger segment does not, nor a small one
+    // with nothing come in since (a flood's), and none ends the virtual NIC thread's own
+    // reading (not `answers`).
     #[test]
     fn a_small_answer_ends_the_network_threads_take() {
-        assert!(ends_take(true, VNET_HDR_LEN + 64));
-        assert!(ends_take(true, VNET_HDR_LEN + ANSWER_BYTES_MAX));
-        assert!(!ends_take(true, VNET_HDR_LEN + ANSWER_BYTES_MAX + 1));
-        assert!(!ends_take(true, VNET_HDR_LEN + 65_000));
-        assert!(!ends_take(false, VNET_HDR_LEN + 64));
+        let (came, last) = (8, 7);
+        assert!(ends_take(true, VNET_HDR_LEN + 64, came, last));
+        assert!(ends_take(true, VNET_HDR_LEN + ANSWER_BYTES_MAX, came, last));
+        assert!(!ends_take(true, VNET_HDR_LEN + ANSWER_BYTES_MAX + 1, came, last));
+        assert!(!ends_take(true, VNET_HDR_LEN + 65_000, came, last));
+        assert!(!ends_take(true, VNET_HDR_LEN + 64, last, last));
+        assert!(!ends_take(false, VNET_HDR_LEN + 64, came, last));
     }
 
     // Checks when a route kept from the last packet over the edge transport is taken again:
@@ -293,7 +308,16 @@ impl Shared {
     /// `answers`, also after a packet of no more than [`ANSWER_BYTES_MAX`] (see there).
     fn send_some(&self, tx: &mut Tx, max: usize, answers: bool) -> Ran {
         let mut ran = Ran::default();
-        let Tx { buf, inflight, guess, pending, recent } = tx;
+        let Tx { buf, inflight, guess, pending, recent, answered_at } = tx;
+        // Whether the packet of `n` bytes just sent ends the take (see `ends_take`).
+        let mut ends = |n: usize| {
+            let delivered = self.delivered.load(Ordering::Relaxed);
+            let ends = ends_take(answers, n, delivered, *answered_at);
+            if ends {
+                *answered_at = delivered;
+            }
+            ends
+        };
         for _ in 0..max {
             let read = match (pending.take(), &*guess) {
                 (Some(n), _) => Ok(Read::Here(n)),
@@ -308,7 +332,7 @@ impl Shared {
                 }
                 Ok(Read::Sent(n)) => {
                     ran.worked = true;
-                    if ends_take(answers, n) {
+                    if ends(n) {
                         break;
                     }
                 }
@@ -321,7 +345,7 @@ impl Shared {
                     Carried::Done(route) => {
                         ran.worked = true;
                         *guess = route;
-                        if ends_take(answers, n) {
+                        if ends(n) {
                             break;
                         }
                     }
@@ -515,15 +539,18 @@ impl Shared {
             return;
         }
         match self.tun.write(data) {
-            Ok(()) => match counts {
-                Some(c) => {
-                    c.rx_packets.fetch_add(1, Ordering::Relaxed);
-                    c.rx_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+            Ok(()) => {
+                self.delivered.fetch_add(1, Ordering::Relaxed);
+                match counts {
+                    Some(c) => {
+                        c.rx_packets.fetch_add(1, Ordering::Relaxed);
+                        c.rx_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    }
+                    None => {
+                        self.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-                None => {
-                    self.rx_unrouted.fetch_add(1, Ordering::Relaxed);
-                }
-            },
+            }
             Err(e) => debug!("writing {VNIC_NAME}: {e}"),
         }
     }
