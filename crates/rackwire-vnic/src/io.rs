@@ -305,7 +305,7 @@ impl Shared {
 
     /// Read up to `max` packets from `rw0` (a packet waiting for room first) and send each to
     /// the peer that owns its destination, until `rw0` is empty or a ring has no room; with
-    /// `answers`, also after a packet of no more than [`ANSWER_BYTES_MAX`] (see there).
+    /// `answers`, also after a small answer (see [`ANSWER_BYTES_MAX`]).
     fn send_some(&self, tx: &mut Tx, max: usize, answers: bool) -> Ran {
         let mut ran = Ran::default();
         let Tx { buf, inflight, guess, pending, recent, answered_at } = tx;
