@@ -311,7 +311,9 @@ impl Shared {
         let Tx { buf, inflight, guess, pending, recent, answered_at } = tx;
         // Whether the packet of `n` bytes just sent ends the take (see `ends_take`).
         let mut ends = |n: usize| {
-            let delivered = self.delivered.load(Ordering::Relaxed);
+            // The virtual NIC thread's own reading never ends early: no load of the counter
+            // on its path (with `delivered` at `answered_at`, `ends_take` is false anyway).
+            let delivered = if answers { self.delivered.load(Ordering::Relaxed) } else { *answered_at };
             let ends = ends_take(answers, n, delivered, *answered_at);
             if ends {
                 *answered_at = delivered;
