@@ -221,8 +221,12 @@ pub fn iperf3_path(path: &NetPath, size: u64, secs: u64, transport: &str) -> Res
 pub const UDP_LOSS_MAX_PERCENT: f64 = 1.0;
 /// Rates [`iperf3_udp_capacity`] tries.
 pub const UDP_PROBES: usize = 5;
-/// The rate it tries first (bits per second), doubled or halved from there.
-const UDP_FIRST_RATE: f64 = 4e9;
+/// The rate [`iperf3_udp_capacity`] tries first for large datagrams (bits per second),
+/// doubled or halved from there: above what any path here carries.
+pub const UDP_FIRST_RATE: f64 = 4e9;
+/// The rate it tries first for small datagrams (64 B): some 195,000 a second, about what one
+/// core's iperf3 sends here; a search from 4 Gbit/s would spend every probe above it.
+pub const UDP_FIRST_RATE_SMALL: f64 = 1e8;
 /// Socket buffers of a UDP run (iperf3 `-w`), as its users size them for a fast UDP test: with
 /// the default (208 KiB here), a few 60000-byte datagrams of one of iperf3's paced bursts fill
 /// the receiver's and the rest is dropped at any rate (2 Gbit/s over rw0: 5.4% lost, with
@@ -231,14 +235,20 @@ const UDP_SOCKET_BUFFER: &str = "4M";
 
 /// iperf3 UDP over `path`, `size`-byte datagrams, at the highest rate that path carries with at
 /// most [`UDP_LOSS_MAX_PERCENT`] lost: [`UDP_PROBES`] runs of `secs` seconds, each at a set rate
-/// (iperf3 `-b`, paced as its users pace UDP, with [`UDP_SOCKET_BUFFER`]), doubling from [`UDP_FIRST_RATE`] while the loss
+/// (iperf3 `-b`, paced as its users pace UDP, with [`UDP_SOCKET_BUFFER`]), doubling from `first_rate` (bits per second) while the loss
 /// stays under the bound and halving the gap to the last rate that kept it after one that did
 /// not. The row is the rate received at the best rate kept; an error when none was. Sent
 /// unpaced, datagrams measure how much the receiving end drops when flooded, which depends on
 /// who gets the cores, not on the path.
-pub fn iperf3_udp_capacity(path: &NetPath, size: u64, secs: u64, transport: &str) -> Result<Row, String> {
+pub fn iperf3_udp_capacity(
+    path: &NetPath,
+    size: u64,
+    secs: u64,
+    first_rate: f64,
+    transport: &str,
+) -> Result<Row, String> {
     let (mut kept, mut lost_at): (f64, Option<f64>) = (0.0, None);
-    let mut rate = UDP_FIRST_RATE;
+    let mut rate = first_rate;
     let mut best: Option<f64> = None;
     for _ in 0..UDP_PROBES {
         let out = iperf3_run(path, size, secs, Some(rate))?;
@@ -260,7 +270,9 @@ pub fn iperf3_udp_capacity(path: &NetPath, size: u64, secs: u64, transport: &str
         };
     }
     let best = best.ok_or_else(|| format!("every rate tried lost over {UDP_LOSS_MAX_PERCENT}% of the datagrams"))?;
-    Ok(oneway_row(transport, size, best))
+    let mut row = oneway_row(transport, size, best);
+    row.msgs_per_s = Some(best * 1e6 / size.max(1) as f64);
+    Ok(row)
 }
 
 /// Run iperf3's client against a fresh server over `path` (`udp_rate`: UDP at that many bits

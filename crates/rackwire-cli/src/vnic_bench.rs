@@ -17,7 +17,9 @@
 //! `h1` and `h3` through a bare TUN-over-UDP tunnel (`rackwire_vnic::UdpTunnel`: a device in
 //! each host, its packets carried whole as UDP datagrams over the veth, waiting as the edge
 //! transport's network thread does, nothing else): the limit of any virtual NIC that carries
-//! a TUN device's packets between hosts over UDP, as rw0 does across racks. `--repeat N` runs
+//! a TUN device's packets between hosts over UDP, as rw0 does across racks. Across racks also
+//! the highest rate of 64-byte UDP datagrams each of the three paths carries from `h1` to `h3`
+//! with at most 1% lost (iperf3, paced). `--repeat N` runs
 //! the whole comparison N times and gives each ratio's median and spread.
 //!
 //! The three hosts share this machine's cores. `--host-cores` gives each a core of its own, as
@@ -30,7 +32,10 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use rackwire_bench::{iperf3_path, iperf3_udp_capacity, print_table, sockperf_path, NetPath, Report, Row};
+use rackwire_bench::{
+    iperf3_path, iperf3_udp_capacity, print_table, sockperf_path, NetPath, Report, Row, UDP_FIRST_RATE,
+    UDP_FIRST_RATE_SMALL,
+};
 use rackwire_rack::{cores, RackConfig};
 use rackwire_vnic::{RelayEnd, TunRelay, TunnelEnd, UdpTunnel};
 
@@ -40,7 +45,8 @@ use rackwire_bench::repeat::median_spread;
 const TCP_WRITE: u64 = 131_072;
 /// UDP datagram size: large, under rw0's MTU (over a 1500-byte veth the kernel fragments it).
 const UDP_DATAGRAM: u64 = 60_000;
-/// sockperf message size.
+/// sockperf message size, and the size of the small datagrams sent across racks at the
+/// highest rate they are carried.
 const PING_SIZE: u64 = 64;
 /// Rack name the benchmark uses.
 const RACK: &str = "bvnic";
@@ -82,6 +88,13 @@ fn route_dev(ns: &str, ip: &str) -> String {
     let out = std::process::Command::new("ip").args(["-n", ns, "route", "get", ip]).output();
     let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
     text.split_whitespace().skip_while(|w| *w != "dev").nth(1).unwrap_or("").to_string()
+}
+
+/// 64 B UDP datagrams from `h1` over `path` at the highest rate it carries with at most 1%
+/// lost: what a flood of small packets (a game's or a telemetry feed's) gets across racks,
+/// where every datagram over rw0 is a frame of the edge transport.
+fn small_udp(path: &NetPath, secs: u64, transport: &str) -> Result<Row, String> {
+    iperf3_udp_capacity(path, PING_SIZE, secs, UDP_FIRST_RATE_SMALL, transport)
 }
 
 /// A ratio of two rows of one repeat: `(name, what it compares, the figure of a row)`.
@@ -154,6 +167,18 @@ const RATIOS: &[Ratio] = &[
         theirs: "xrack-tunnel-tcp",
         figure: p50,
     },
+    Ratio {
+        name: "across racks, 64 B UDP datagrams at the highest rate with at most 1% lost, over rw0 / over the veth",
+        ours: "xrack-vnic-rate",
+        theirs: "xrack-veth-rate",
+        figure: mb,
+    },
+    Ratio {
+        name: "across racks, 64 B UDP datagrams at the highest rate with at most 1% lost, over rw0 / over a bare UDP tunnel",
+        ours: "xrack-vnic-rate",
+        theirs: "xrack-tunnel-rate",
+        figure: mb,
+    },
     Ratio { name: "TCP over rw0 / over a bare TUN relay", ours: "vnic-tcp", theirs: "tun-relay-tcp", figure: mb },
     Ratio { name: "TCP over a bare TUN relay / over the veth", ours: "tun-relay-tcp", theirs: "veth-tcp", figure: mb },
     Ratio {
@@ -202,6 +227,9 @@ const ROWS: &[&str] = &[
     "xrack-vnic-tcp",
     "xrack-veth-tcp",
     "xrack-tunnel-tcp",
+    "xrack-vnic-rate",
+    "xrack-veth-rate",
+    "xrack-tunnel-rate",
     "veth-1g-tcp",
     "veth-10g-tcp",
 ];
@@ -304,8 +332,8 @@ pub(crate) fn run(opts: &VnicBench) -> Result<()> {
         ("vnic-tcp", Box::new(|| iperf3_path(&vnic, TCP_WRITE, secs, "vnic-tcp"))),
         ("veth-tcp", Box::new(|| iperf3_path(&veth, TCP_WRITE, secs, "veth-tcp"))),
         ("tun-relay-tcp", Box::new(|| iperf3_path(&relay, TCP_WRITE, secs, "tun-relay-tcp"))),
-        ("vnic-udp", Box::new(|| iperf3_udp_capacity(&vnic, UDP_DATAGRAM, udp_secs, "vnic-udp"))),
-        ("veth-udp", Box::new(|| iperf3_udp_capacity(&veth, UDP_DATAGRAM, udp_secs, "veth-udp"))),
+        ("vnic-udp", Box::new(|| iperf3_udp_capacity(&vnic, UDP_DATAGRAM, udp_secs, UDP_FIRST_RATE, "vnic-udp"))),
+        ("veth-udp", Box::new(|| iperf3_udp_capacity(&veth, UDP_DATAGRAM, udp_secs, UDP_FIRST_RATE, "veth-udp"))),
         ("vnic-sockperf", Box::new(|| sockperf_path(&vnic, PING_SIZE, secs, false, false, "vnic-sockperf"))),
         ("veth-sockperf", Box::new(|| sockperf_path(&veth, PING_SIZE, secs, false, false, "veth-sockperf"))),
         ("tun-relay-sockperf", Box::new(|| sockperf_path(&relay, PING_SIZE, secs, false, false, "tun-relay-sockperf"))),
@@ -318,6 +346,9 @@ pub(crate) fn run(opts: &VnicBench) -> Result<()> {
         ("xrack-vnic-tcp", Box::new(|| sockperf_path(&far_vnic, PING_SIZE, secs, false, true, "xrack-vnic-tcp"))),
         ("xrack-veth-tcp", Box::new(|| sockperf_path(&far_veth, PING_SIZE, secs, false, true, "xrack-veth-tcp"))),
         ("xrack-tunnel-tcp", Box::new(|| sockperf_path(&far_tunnel, PING_SIZE, secs, false, true, "xrack-tunnel-tcp"))),
+        ("xrack-vnic-rate", Box::new(|| small_udp(&far_vnic, udp_secs, "xrack-vnic-rate"))),
+        ("xrack-veth-rate", Box::new(|| small_udp(&far_veth, udp_secs, "xrack-veth-rate"))),
+        ("xrack-tunnel-rate", Box::new(|| small_udp(&far_tunnel, udp_secs, "xrack-tunnel-rate"))),
         ("veth-1g-tcp", Box::new(|| iperf3_path(&one_g, TCP_WRITE, secs, "veth-1g-tcp"))),
         ("veth-10g-tcp", Box::new(|| iperf3_path(&ten_g, TCP_WRITE, secs, "veth-10g-tcp"))),
     ];

@@ -361,7 +361,7 @@ fn killing_an_agent_leaves_the_others_flowing() {
 }
 
 /// Every row `bench vnic` promises, in the order it measures them.
-const VNIC_ROWS: [&str; 16] = [
+const VNIC_ROWS: [&str; 19] = [
     "vnic-tcp",
     "veth-tcp",
     "tun-relay-tcp",
@@ -376,6 +376,9 @@ const VNIC_ROWS: [&str; 16] = [
     "xrack-vnic-tcp",
     "xrack-veth-tcp",
     "xrack-tunnel-tcp",
+    "xrack-vnic-rate",
+    "xrack-veth-rate",
+    "xrack-tunnel-rate",
     "veth-1g-tcp",
     "veth-10g-tcp",
 ];
@@ -383,8 +386,9 @@ const VNIC_ROWS: [&str; 16] = [
 // Checks that the rack benchmarks run end to end at tiny scale (so they do not rot): `bench
 // stripe` moves its stream byte-exact over two shaped rails and reports an edge row and an
 // iperf3 row with positive rates; `bench vnic` reports every row it promises (when sockperf
-// is installed) with positive figures, the bare UDP tunnel's cross-rack rows among them, and
-// with `--host-cores --rows xrack-` just the cross-rack rows; `bench coll --rack` (hosts in memory domains of their
+// is installed) with positive figures, the bare UDP tunnel's cross-rack rows and the rows of
+// small datagrams' highest rate across racks among them, and with `--host-cores --rows xrack-`
+// just the cross-rack rows; `bench coll --rack` (hosts in memory domains of their
 // own) gives `udp` rows for its collectives and, where Open MPI is installed, `openmpi-tcp`
 // rows measured over the same rails, and takes its rack down.
 #[test]
@@ -469,9 +473,11 @@ fn rack_benchmarks_run_end_to_end() {
     // went with the rack.
     assert!(ratios.values().any(|r| r["ours"] == "vnic-tcp" && r["theirs"] == "tun-relay-tcp"), "{ratios:?}");
     assert!(ratios.values().any(|r| r["ours"] == "xrack-vnic-udp" && r["theirs"] == "xrack-tunnel-udp"), "{ratios:?}");
+    // Small datagrams across racks at the highest rate carried: rw0 against the veth.
+    assert!(ratios.values().any(|r| r["ours"] == "xrack-vnic-rate" && r["theirs"] == "xrack-veth-rate"), "{ratios:?}");
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
 
-    // With each host on a core of its own and only the cross-rack rows: those six rows, in
+    // With each host on a core of its own and only the cross-rack rows: those nine rows, in
     // order, and no other, the relay's and the tunnel's threads started on their hosts' cores
     // (a failure to hold one would fail the run), and the note naming each host's core.
     let out = ok(&rackwire(&["bench", "vnic", "--scale", "0.2", "--host-cores", "--rows", "xrack-", "--json"]));
