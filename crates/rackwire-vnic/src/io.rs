@@ -13,6 +13,27 @@ struct Route {
     counts: Arc<Counts>,
 }
 
+/// The datagrams of one take from `rw0` across racks: the first goes out at once (a lone
+/// packet, a ping-pong's, waits for nothing), the ones after it in the same take are held to
+/// go out together (see [`Conn::send_datagram_more`]): a flood of small packets costs one
+/// send of the edge transport's per take, not one per packet.
+#[derive(Default)]
+struct Burst {
+    /// A datagram of this take went out.
+    started: bool,
+    /// A connection the take held datagrams on (the edge transport's, which sends them all).
+    held: Option<Conn>,
+}
+
+impl Burst {
+    /// Send what the take held.
+    fn send_held(&mut self) {
+        if let Some(conn) = self.held.take() {
+            conn.send_held();
+        }
+    }
+}
+
 /// The route the last packet sent over the edge transport took, kept for the next packets to
 /// the same address (a ping-pong's, a stream's): they take it without the routing table's
 /// lock, its two lookups and the counting of references to the connection, for as long as
@@ -309,6 +330,7 @@ impl Shared {
     fn send_some(&self, tx: &mut Tx, max: usize, answers: bool) -> Ran {
         let mut ran = Ran::default();
         let Tx { buf, inflight, guess, pending, recent, answered_at } = tx;
+        let mut burst = Burst::default();
         // Whether the packet of `n` bytes just sent ends the take (see `ends_take`).
         let mut ends = |n: usize| {
             // The virtual NIC thread's own reading never ends early: no load of the counter
@@ -338,7 +360,7 @@ impl Shared {
                         break;
                     }
                 }
-                Ok(Read::Here(n)) => match self.carry(&buf[..n], inflight, recent) {
+                Ok(Read::Here(n)) => match self.carry(&buf[..n], inflight, recent, &mut burst) {
                     Carried::NoRoom => {
                         *pending = Some(n);
                         ran.full = true;
@@ -366,6 +388,7 @@ impl Shared {
                 }
             }
         }
+        burst.send_held();
         ran
     }
 
@@ -373,7 +396,13 @@ impl Shared {
     /// later: a bounded number stays in flight. Returns the route taken when it is over shared
     /// memory (the next packet is read straight into its ring), or that its ring had no room
     /// (nothing sent: the packet waits). A route over the edge transport is kept in `recent`.
-    fn carry(&self, packet: &[u8], inflight: &mut VecDeque<(Op, Arc<Counts>)>, recent: &mut Option<Recent>) -> Carried {
+    fn carry(
+        &self,
+        packet: &[u8],
+        inflight: &mut VecDeque<(Op, Arc<Counts>)>,
+        recent: &mut Option<Recent>,
+        burst: &mut Burst,
+    ) -> Carried {
         // The offload header and the packet go together.
         let Some(dst) = packet.get(VNET_HDR_LEN..).and_then(ipv4_destination) else {
             // IPv6 neighbour discovery and the like are not carried.
@@ -383,7 +412,7 @@ impl Shared {
         // Read before the table: a change after this reading makes the route kept below stale.
         let version = self.routes_version.load(Ordering::Acquire);
         if let Some(route) = recent.as_ref().and_then(|r| r.route(dst, version)) {
-            return self.carry_on(packet, route, inflight).map_or(Carried::NoRoom, |_| Carried::Done(None));
+            return self.carry_on(packet, route, inflight, burst).map_or(Carried::NoRoom, |_| Carried::Done(None));
         }
         let route = {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
@@ -396,7 +425,7 @@ impl Shared {
             }
         };
         let shm = route.conn.transport() == "shm";
-        let carried = self.carry_on(packet, &route, inflight);
+        let carried = self.carry_on(packet, &route, inflight, burst);
         if shm {
             // The next packet is read straight into this peer's ring, if this one went there.
             return carried.map_or(Carried::NoRoom, |sent| Carried::Done(sent.then_some(route)));
@@ -407,7 +436,13 @@ impl Shared {
 
     /// [`Shared::carry`] once the packet's route is known: whether it was sent (not refused,
     /// dropped or failed), `None` when its ring had no room.
-    fn carry_on(&self, packet: &[u8], route: &Route, inflight: &mut VecDeque<(Op, Arc<Counts>)>) -> Option<bool> {
+    fn carry_on(
+        &self,
+        packet: &[u8],
+        route: &Route,
+        inflight: &mut VecDeque<(Op, Arc<Counts>)>,
+        burst: &mut Burst,
+    ) -> Option<bool> {
         let n = packet.len();
         let shm = route.conn.transport() == "shm";
         let mut op = if shm {
@@ -421,8 +456,17 @@ impl Shared {
             // message sent before it is still on its way, so it never overtakes one.
             reap(inflight, usize::MAX);
             if inflight.is_empty() {
-                match route.conn.send_datagram(packet) {
+                let sent = if burst.started {
+                    if burst.held.is_none() {
+                        burst.held = Some(route.conn.clone());
+                    }
+                    route.conn.send_datagram_more(packet)
+                } else {
+                    route.conn.send_datagram(packet)
+                };
+                match sent {
                     Ok(()) => {
+                        burst.started = true;
                         count_tx(&route.counts, n);
                         return Some(true);
                     }
@@ -440,6 +484,8 @@ impl Shared {
                     }
                 }
             }
+            // Not ahead of the datagrams held before it.
+            burst.send_held();
             route.conn.send(packet)
         };
         match op.poll() {

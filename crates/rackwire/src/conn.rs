@@ -161,6 +161,26 @@ impl Conn {
         self.t.send_datagram(msg)
     }
 
+    /// Send `msg` as a datagram as [`Conn::send_datagram`] does, with more datagrams to follow
+    /// at once (a burst of packets read from a device): the transport may hold it back to send
+    /// it with them in one system call, the edge transport's frames of one link as one
+    /// offloaded send, at most [`rackwire_udp::SEND_BATCH_MAX`] of them. The next
+    /// [`Conn::send_datagram`] takes what is held with it; [`Conn::send_held`] sends it when no
+    /// datagram follows after all: a caller that holds datagrams ends with one or the other
+    /// (before anything else it sends to the peer, too, if that should not overtake them). Over
+    /// shared memory, where a datagram costs no system call, it goes at once.
+    pub fn send_datagram_more(&self, msg: &[u8]) -> Result<(), Error> {
+        if msg.len() > MESSAGE_BYTES_MAX {
+            return Err(Error::MessageTooLarge { len: msg.len(), max: MESSAGE_BYTES_MAX });
+        }
+        self.t.send_datagram_more(msg)
+    }
+
+    /// Send the datagrams [`Conn::send_datagram_more`] held back, if any.
+    pub fn send_held(&self) {
+        self.t.send_held()
+    }
+
     /// The next message from this peer, if one is waiting.
     pub fn try_recv(&self) -> Result<Option<Vec<u8>>, Error> {
         let mut out = Vec::new();

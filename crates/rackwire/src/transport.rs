@@ -77,6 +77,13 @@ pub(crate) trait PeerTransport: Send + Sync + 'static {
             Some(_) => Ok(()),
         }
     }
+    /// A datagram with more to follow at once (see [`crate::Conn::send_datagram_more`]). Here
+    /// as [`PeerTransport::send_datagram`]: only the edge transport holds it back.
+    fn send_datagram_more(&self, msg: &[u8]) -> Result<(), Error> {
+        self.send_datagram(msg)
+    }
+    /// Send the datagrams held back (see [`crate::Conn::send_held`]). Here nothing is.
+    fn send_held(&self) {}
     /// Take the next message from this peer into `out`, if one is waiting.
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error>;
     /// Hand the next message from this peer to `f` (where the transport holds it, if it can,

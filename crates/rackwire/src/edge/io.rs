@@ -135,9 +135,13 @@ impl EdgeEndpoint {
         sent
     }
 
-    /// `data` as a datagram of connection `local`, sent at once from this thread and alone
-    /// (see [`proto::Connection::send_datagram_now`]: nothing else is looked at or gathered
-    /// before it goes), then what the connections have to send besides.
+    /// `data` as a datagram of connection `local`, sent at once from this thread (see
+    /// [`proto::Connection::send_datagram_now`]: nothing else is looked at or gathered before
+    /// it goes) together with the datagrams held before it on its link, then what the
+    /// connections have to send besides. With `hold`, it stays behind those in its link's
+    /// batch for the datagrams that follow, to go out with them in one send (the batch goes
+    /// once it holds [`SEND_BATCH_MAX`] frames or [`TX_FLUSH_BYTES`]; the next send or
+    /// transmission from this thread's buffers sends it, as [`EdgeEndpoint::send_held`] does).
     pub(super) fn send_datagram_here(
         &self,
         st: &mut State,
@@ -145,6 +149,7 @@ impl EdgeEndpoint {
         now: proto::Time,
         data: &[u8],
         io: &mut Io,
+        hold: bool,
     ) -> Result<(), OpError> {
         let State { conns, faults, .. } = st;
         let Some(s) = conns.get_mut(local) else { return Err(OpError::Closed) };
@@ -152,10 +157,14 @@ impl EdgeEndpoint {
         if let Some(t) = s.conn_mut().send_datagram_now(now, data, &mut bufs)? {
             let link = t.link;
             if let Some(q) = gather(s, t, &mut io.tx) {
-                self.flush(link, q, faults);
+                if !hold || q.frames.len() >= SEND_BATCH_MAX || q.bytes >= TX_FLUSH_BYTES {
+                    self.flush(link, q, faults);
+                }
             }
         }
-        self.transmit(st, now, io);
+        if !hold {
+            self.transmit(st, now, io);
+        }
         Ok(())
     }
 

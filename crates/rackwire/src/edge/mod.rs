@@ -335,6 +335,13 @@ impl EdgeEndpoint {
         self.transmit_here(&mut st, self.now());
     }
 
+    /// Send the datagrams application threads held (see [`EdgeEndpoint::send_datagram_here`]),
+    /// and what the connections have to send besides.
+    pub(crate) fn send_held(&self) {
+        let mut st = lock(&self.state);
+        self.transmit_here(&mut st, self.now());
+    }
+
     /// [`EdgeEndpoint::transmit`] from an application thread (the state's lock held), with
     /// that thread's buffers.
     fn transmit_here(&self, st: &mut State, now: proto::Time) -> usize {

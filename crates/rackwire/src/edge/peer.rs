@@ -162,6 +162,32 @@ impl EdgePeer {
         got
     }
 
+    /// `msg` as a datagram, out at once from this thread (a datagram is not held to share a
+    /// frame) or, with `hold`, held for the datagrams that follow (see
+    /// [`EdgeEndpoint::send_datagram_here`]). A connection that is gone: `Closed`, below.
+    fn datagram(&self, msg: &[u8], hold: bool) -> Result<(), Error> {
+        let mut st = lock(&self.ep.state);
+        let now = self.ep.now();
+        let sent = self.ep.send_datagram_here(&mut st, self.local, now, msg, &mut lock(&self.ep.app_io), hold);
+        match sent {
+            Ok(()) => {
+                self.ep.busy_at(now);
+                Ok(())
+            }
+            Err(OpError::Limit) => {
+                // Which limit: the frame's room (the largest datagram) or the queue's.
+                let max = st.conns.get(self.local).map_or(usize::MAX, |s| s.conn().datagram_max());
+                if msg.len() > max {
+                    Err(Error::MessageTooLarge { len: msg.len(), max })
+                } else {
+                    Err(Error::Limit("edge datagram queue full".into()))
+                }
+            }
+            Err(OpError::NotConnected) => Err(Error::Limit("edge connection not established yet".into())),
+            Err(_) => Err(Error::PeerGone(self.peer)),
+        }
+    }
+
     fn check(&self, t: &RemoteRegion) -> Result<proto::RegionRef, Error> {
         if t.node != self.peer {
             return Err(Error::UnknownPeer(t.node));
@@ -311,30 +337,16 @@ impl PeerTransport for EdgePeer {
     }
 
     fn send_datagram(&self, msg: &[u8]) -> Result<(), Error> {
-        let mut st = lock(&self.ep.state);
-        let now = self.ep.now();
-        // Out at once, from this thread: a datagram is not held to share a frame. (A connection
-        // that is gone: `Closed`, below.)
-        let sent = self.ep.send_datagram_here(&mut st, self.local, now, msg, &mut lock(&self.ep.app_io));
-        match sent {
-            Ok(()) => {
-                self.ep.busy_at(now);
-                Ok(())
-            }
-            Err(OpError::Limit) => {
-                // Which limit: the frame's room (the largest datagram) or the queue's.
-                let max = st.conns.get(self.local).map_or(usize::MAX, |s| s.conn().datagram_max());
-                if msg.len() > max {
-                    Err(Error::MessageTooLarge { len: msg.len(), max })
-                } else {
-                    Err(Error::Limit("edge datagram queue full".into()))
-                }
-            }
-            Err(OpError::NotConnected) => Err(Error::Limit("edge connection not established yet".into())),
-            Err(_) => Err(Error::PeerGone(self.peer)),
-        }
+        self.datagram(msg, false)
     }
 
+    fn send_datagram_more(&self, msg: &[u8]) -> Result<(), Error> {
+        self.datagram(msg, true)
+    }
+
+    fn send_held(&self) {
+        self.ep.send_held();
+    }
     fn try_recv(&self, out: &mut Vec<u8>) -> Result<bool, Error> {
         // With an edge message handler set, every message goes to it as it arrives and none
         // waits here: driving the transport to look would only take its state's lock from
