@@ -219,14 +219,23 @@ pub fn iperf3_path(path: &NetPath, size: u64, secs: u64, transport: &str) -> Res
 
 /// The most datagrams lost that a UDP rate counts as carried by its path (percent).
 pub const UDP_LOSS_MAX_PERCENT: f64 = 1.0;
-/// Rates [`iperf3_udp_capacity`] tries.
-pub const UDP_PROBES: usize = 5;
-/// The rate [`iperf3_udp_capacity`] tries first for large datagrams (bits per second),
-/// doubled or halved from there: above what any path here carries.
-pub const UDP_FIRST_RATE: f64 = 4e9;
-/// The rate it tries first for small datagrams (64 B): some 195,000 a second, about what one
-/// core's iperf3 sends here; a search from 4 Gbit/s would spend every probe above it.
-pub const UDP_FIRST_RATE_SMALL: f64 = 1e8;
+/// How [`iperf3_udp_capacity`] searches: the rate it tries first (bits per second), doubled
+/// while the loss stays under the bound, then halving the gap; and how many rates it tries.
+#[derive(Clone, Copy, Debug)]
+pub struct UdpSearch {
+    /// Bits per second of the first run.
+    pub first_rate: f64,
+    /// Runs in all.
+    pub probes: usize,
+}
+
+/// The search for large datagrams: from above what any path here carries.
+pub const UDP_SEARCH_LARGE: UdpSearch = UdpSearch { first_rate: 4e9, probes: 5 };
+/// The search for 64 B datagrams: from some 98,000 a second, below what one core's iperf3
+/// sends here (a search from 4 Gbit/s would spend every probe above it), with two probes more
+/// to come within about 6% of the rate.
+pub const UDP_SEARCH_SMALL: UdpSearch = UdpSearch { first_rate: 5e7, probes: 7 };
+
 /// Socket buffers of a UDP run (iperf3 `-w`), as its users size them for a fast UDP test: with
 /// the default (208 KiB here), a few 60000-byte datagrams of one of iperf3's paced bursts fill
 /// the receiver's and the rest is dropped at any rate (2 Gbit/s over rw0: 5.4% lost, with
@@ -234,8 +243,8 @@ pub const UDP_FIRST_RATE_SMALL: f64 = 1e8;
 const UDP_SOCKET_BUFFER: &str = "4M";
 
 /// iperf3 UDP over `path`, `size`-byte datagrams, at the highest rate that path carries with at
-/// most [`UDP_LOSS_MAX_PERCENT`] lost: [`UDP_PROBES`] runs of `secs` seconds, each at a set rate
-/// (iperf3 `-b`, paced as its users pace UDP, with [`UDP_SOCKET_BUFFER`]), doubling from `first_rate` (bits per second) while the loss
+/// most [`UDP_LOSS_MAX_PERCENT`] lost: `search.probes` runs of `secs` seconds, each at a set rate
+/// (iperf3 `-b`, paced as its users pace UDP, with [`UDP_SOCKET_BUFFER`]), doubling from `search.first_rate` while the loss
 /// stays under the bound and halving the gap to the last rate that kept it after one that did
 /// not. The row is the rate received at the best rate kept; an error when none was. Sent
 /// unpaced, datagrams measure how much the receiving end drops when flooded, which depends on
@@ -244,13 +253,13 @@ pub fn iperf3_udp_capacity(
     path: &NetPath,
     size: u64,
     secs: u64,
-    first_rate: f64,
+    search: UdpSearch,
     transport: &str,
 ) -> Result<Row, String> {
     let (mut kept, mut lost_at): (f64, Option<f64>) = (0.0, None);
-    let mut rate = first_rate;
+    let mut rate = search.first_rate;
     let mut best: Option<f64> = None;
-    for _ in 0..UDP_PROBES {
+    for _ in 0..search.probes {
         let out = iperf3_run(path, size, secs, Some(rate))?;
         let end = out.find("\"end\"").ok_or("iperf3 printed no result")?;
         let sum = out[end..].find("\"sum\"").map(|i| end + i).ok_or("iperf3 printed no sum")?;

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rackwire_bench::{
-    iperf3_path, iperf3_udp_capacity, print_table, sockperf_path, NetPath, Report, Row, UDP_FIRST_RATE,
-    UDP_FIRST_RATE_SMALL,
+    iperf3_path, iperf3_udp_capacity, print_table, sockperf_path, NetPath, Report, Row, UDP_SEARCH_LARGE,
+    UDP_SEARCH_SMALL,
 };
 use rackwire_rack::{cores, RackConfig};
 use rackwire_vnic::{RelayEnd, TunRelay, TunnelEnd, UdpTunnel};
@@ -94,7 +94,7 @@ fn route_dev(ns: &str, ip: &str) -> String {
 /// lost: what a flood of small packets (a game's or a telemetry feed's) gets across racks,
 /// where every datagram over rw0 is a frame of the edge transport.
 fn small_udp(path: &NetPath, secs: u64, transport: &str) -> Result<Row, String> {
-    iperf3_udp_capacity(path, PING_SIZE, secs, UDP_FIRST_RATE_SMALL, transport)
+    iperf3_udp_capacity(path, PING_SIZE, secs, UDP_SEARCH_SMALL, transport)
 }
 
 /// A ratio of two rows of one repeat: `(name, what it compares, the figure of a row)`.
@@ -332,8 +332,8 @@ pub(crate) fn run(opts: &VnicBench) -> Result<()> {
         ("vnic-tcp", Box::new(|| iperf3_path(&vnic, TCP_WRITE, secs, "vnic-tcp"))),
         ("veth-tcp", Box::new(|| iperf3_path(&veth, TCP_WRITE, secs, "veth-tcp"))),
         ("tun-relay-tcp", Box::new(|| iperf3_path(&relay, TCP_WRITE, secs, "tun-relay-tcp"))),
-        ("vnic-udp", Box::new(|| iperf3_udp_capacity(&vnic, UDP_DATAGRAM, udp_secs, UDP_FIRST_RATE, "vnic-udp"))),
-        ("veth-udp", Box::new(|| iperf3_udp_capacity(&veth, UDP_DATAGRAM, udp_secs, UDP_FIRST_RATE, "veth-udp"))),
+        ("vnic-udp", Box::new(|| iperf3_udp_capacity(&vnic, UDP_DATAGRAM, udp_secs, UDP_SEARCH_LARGE, "vnic-udp"))),
+        ("veth-udp", Box::new(|| iperf3_udp_capacity(&veth, UDP_DATAGRAM, udp_secs, UDP_SEARCH_LARGE, "veth-udp"))),
         ("vnic-sockperf", Box::new(|| sockperf_path(&vnic, PING_SIZE, secs, false, false, "vnic-sockperf"))),
         ("veth-sockperf", Box::new(|| sockperf_path(&veth, PING_SIZE, secs, false, false, "veth-sockperf"))),
         ("tun-relay-sockperf", Box::new(|| sockperf_path(&relay, PING_SIZE, secs, false, false, "tun-relay-sockperf"))),

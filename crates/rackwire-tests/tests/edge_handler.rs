@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rackwire::{EdgeWatch, Error, ManagementHost, Op};
+use rackwire::{EdgeMessageHandler, EdgeWatch, Error, ManagementHost, Op};
 
 const SECRET: &str = "edge-handler-test-secret-0123456";
 /// Messages the test sends (a bounded load).
@@ -53,6 +53,50 @@ fn edge_messages_reach_the_handler_in_order() {
     }
     let left = receiver.recv_timeout(Duration::from_millis(50));
     assert!(matches!(left, Err(Error::Timeout)), "a message was left for recv: {left:?}");
+}
+
+/// A handler that notes each message (`Some(first byte)`) and each batch's end (`None`).
+struct Batches(Mutex<Vec<Option<u8>>>);
+
+impl EdgeMessageHandler for Batches {
+    fn message(&self, _: rackwire::NodeId, data: &[u8]) {
+        self.0.lock().unwrap().push(Some(data[0]));
+    }
+
+    fn batch_end(&self) {
+        self.0.lock().unwrap().push(None);
+    }
+}
+
+/// Messages of the batch test (a bounded load).
+const BATCHED: u8 = 200;
+
+// Checks that a handler with a batch end hears the end of every batch of messages handed over
+// together: 200 one-byte messages sent without waiting (so several arrive in one round) reach
+// it in order, each batch's messages followed by its end; no end comes without a message
+// before it, and the last event is an end (what it gathered is passed on). Bounded: 20 s.
+#[test]
+fn a_handler_hears_where_each_batch_of_messages_ends() {
+    let (_mh, rx, _tx, conn) = rackwire_tests::thread_pair(SECRET, "batch-rx", "batch-tx", true);
+    let seen = Arc::new(Batches(Mutex::default()));
+    rx.set_edge_handler(seen.clone()).unwrap();
+    let ops: Vec<Op> = (0..BATCHED).map(|i| conn.send(&[i])).collect();
+    for op in ops {
+        op.wait().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let events = seen.0.lock().unwrap().clone();
+        let got: Vec<u8> = events.iter().flatten().copied().collect();
+        if got.len() == BATCHED as usize && events.last() == Some(&None) {
+            assert_eq!(got, (0..BATCHED).collect::<Vec<_>>(), "out of order");
+            assert_eq!(events.first(), Some(&Some(0)), "an end before any message");
+            assert!(events.windows(2).all(|w| w != [None, None]), "an end with no message before it");
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {} of {BATCHED} arrived: {events:?}", got.len());
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 // Checks that an edge connection's liveness, which the receive calls look up without the

@@ -565,43 +565,6 @@ impl Shared {
             }
         }
     }
-
-    pub(crate) fn deliver(&self, from: NodeId, data: &[u8]) {
-        // Every sender is an admitted, authenticated fabric node, and speaks for no other
-        // (see `check_from_peer`). One this side has not routed yet (it saw us first) is
-        // delivered too, and counted apart.
-        let (checked, counts) = {
-            let table = self.table.read().unwrap_or_else(|e| e.into_inner());
-            let owners = |a: Ipv4Addr| table.owners.get(&a).map(Vec::as_slice);
-            let checked = check_from_peer(data, from, owners, &self.my_addrs);
-            (checked, table.peers.get(&from).map(|p| p.counts.clone()))
-        };
-        let refused = match checked {
-            Ok(()) => None,
-            Err(RxRefusal::Malformed) => Some(&self.malformed),
-            Err(RxRefusal::Spoofed) => Some(&self.rx_spoofed),
-            Err(RxRefusal::BadOffload) => Some(&self.rx_bad_offload),
-        };
-        if let Some(counter) = refused {
-            counter.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        match self.tun.write(data) {
-            Ok(()) => {
-                self.delivered.fetch_add(1, Ordering::Relaxed);
-                match counts {
-                    Some(c) => {
-                        c.rx_packets.fetch_add(1, Ordering::Relaxed);
-                        c.rx_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                    }
-                    None => {
-                        self.rx_unrouted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            Err(e) => debug!("writing {VNIC_NAME}: {e}"),
-        }
-    }
 }
 
 /// Take the finished sends off the front of `inflight`, and while it holds `bound` or more,

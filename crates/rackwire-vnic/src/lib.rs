@@ -19,9 +19,11 @@
 
 mod check;
 mod gate;
+mod gro;
 mod io;
 mod peers;
 mod relay;
+mod rx;
 // The TUN ioctl is the one place that needs `unsafe`.
 #[allow(unsafe_code)]
 mod tun;
@@ -241,6 +243,10 @@ struct Shared {
     /// Counts the packets written into `rw0` (from any peer): a small packet the network thread
     /// takes out after one came in is an answer (see [`ANSWER_BYTES_MAX`]).
     delivered: AtomicU64,
+    /// Datagrams from the edge transport gathered for one write into `rw0` (see `rx`).
+    gathered: Mutex<gro::UdpRun>,
+    /// `rw0` refused a run of datagrams as one packet: each is written alone from then on.
+    gathering_refused: AtomicBool,
     /// The sending side (see [`io::Tx`]).
     tx: Mutex<io::Tx>,
     /// Wakes the virtual NIC's thread (an event counter; `nudged` says it was written): for a
@@ -350,6 +356,8 @@ impl Vnic {
             table: RwLock::new(Table::default()),
             routes_version: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
+            gathered: Mutex::new(gro::UdpRun::default()),
+            gathering_refused: AtomicBool::new(false),
             tx: Mutex::new(io::Tx::new()),
             nudge: rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| {
                 rackwire::Error::sys("making the virtual NIC's event counter", &std::io::Error::from(e))
@@ -369,13 +377,8 @@ impl Vnic {
         // Packets over the edge transport go into rw0 from the thread that receives them (the
         // transport's network thread, or one of ours driving it), without a hand-over to the
         // virtual NIC's thread and its wake-up; packets over shared memory wait in their
-        // rings for that thread. (A weak reference: the fabric holds the handler.)
-        let weak = Arc::downgrade(&shared);
-        shared.fabric.set_edge_message_handler(move |from, data| {
-            if let Some(s) = weak.upgrade() {
-                s.deliver(from, data);
-            }
-        })?;
+        // rings for that thread. Datagrams of one flow handed over together go in as one.
+        shared.fabric.set_edge_handler(rx::EdgeRx(Arc::downgrade(&shared)))?;
         // Answers to those packets, once in `rw0`, are read by the network thread that wrote
         // them, while it looks for more work (see `io::Answers`).
         let rw0 =

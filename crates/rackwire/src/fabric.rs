@@ -18,7 +18,7 @@ use crate::node::{poll_until, Node, Peer, PeerView};
 use crate::op::{Drive, Notification};
 use crate::shm::ShmPeer;
 use crate::sync::{lock, write};
-use crate::watch::EdgeWatch;
+use crate::watch::{EachMessage, EdgeMessageHandler, EdgeWatch};
 use crate::{
     Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RemoteRegion, TransportChoice, REGIONS_MAX,
 };
@@ -402,6 +402,13 @@ impl Fabric {
         &self,
         handler: impl Fn(NodeId, &[u8]) + Send + Sync + 'static,
     ) -> Result<(), Error> {
+        self.set_edge_handler(EachMessage(handler))
+    }
+
+    /// [`Fabric::set_edge_message_handler`] with a handler that also hears where each batch
+    /// of messages handed over together ends (see [`EdgeMessageHandler`]), to pass on at once
+    /// what it gathered from them. Set once (either way).
+    pub fn set_edge_handler(&self, handler: impl EdgeMessageHandler) -> Result<(), Error> {
         self.inner
             .edge_messages
             .set(Arc::new(handler))

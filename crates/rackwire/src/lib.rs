@@ -71,7 +71,7 @@ pub use rackwire_mh::{JobMember, JobRound, ManagementHost, MhHandle, NodeId, Nod
 pub use rackwire_shm::{copy_bytes, COPY_CHANNELS_MAX};
 pub use region::{Region, RevokeOutcome, WORD_WAIT_NAP};
 pub use transport::ConnStats;
-pub use watch::EdgeWatch;
+pub use watch::{EdgeMessageHandler, EdgeWatch};
 
 use std::time::Duration;
 

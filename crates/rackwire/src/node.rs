@@ -20,7 +20,7 @@ use crate::grants::{Acl, RegionInner, RegionTable};
 use crate::op::Drive;
 use crate::sync::{lock, read, write, CLOCK_EVERY_SPINS, YIELD_AFTER};
 use crate::transport::PeerTransport;
-use crate::watch::EdgeWatch;
+use crate::watch::{EdgeMessageHandler, EdgeWatch};
 use crate::{Error, FabricConfig, NodeId, PEERS_MAX};
 
 /// How long a blocked receiver sleeps at most before it looks again (covers peers that
@@ -114,8 +114,8 @@ pub(crate) struct Node {
     pub edge_watch: RwLock<Option<Arc<dyn EdgeWatch>>>,
 }
 
-/// A function that takes each message (its sender and bytes) as it arrives.
-pub(crate) type MessageHandler = Arc<dyn Fn(NodeId, &[u8]) + Send + Sync>;
+/// What takes each message (its sender and bytes) as it arrives.
+pub(crate) type MessageHandler = Arc<dyn EdgeMessageHandler>;
 
 impl Node {
     /// A node with no peers yet.

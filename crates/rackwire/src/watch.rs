@@ -1,7 +1,41 @@
-//! What the edge transport's network thread watches besides its sockets (a leaf: it imports
-//! nothing of this crate).
+//! What the edge transport's network thread hands arriving messages to, and watches besides
+//! its sockets (a leaf: it imports nothing of this crate).
 
 use std::os::fd::BorrowedFd;
+
+use rackwire_mh::NodeId;
+
+/// Where messages arriving over the edge transport go at once (see
+/// [`crate::Fabric::set_edge_handler`]): each message, in order per peer, then the end of the
+/// messages handed over together (those one round of the transport took: a batch of received
+/// frames). A handler of each message alone is a closure (see
+/// [`crate::Fabric::set_edge_message_handler`]).
+pub trait EdgeMessageHandler: Send + Sync + 'static {
+    /// A message from `from`.
+    fn message(&self, from: NodeId, data: &[u8]);
+    /// The messages handed over together end here: a handler that gathers them (the virtual
+    /// NIC: packets of one flow into one write) passes on what it holds now.
+    fn batch_end(&self) {}
+}
+
+impl<T: EdgeMessageHandler + ?Sized> EdgeMessageHandler for std::sync::Arc<T> {
+    fn message(&self, from: NodeId, data: &[u8]) {
+        (**self).message(from, data)
+    }
+
+    fn batch_end(&self) {
+        (**self).batch_end()
+    }
+}
+
+/// A closure as an [`EdgeMessageHandler`], with nothing to do at a batch's end.
+pub(crate) struct EachMessage<F>(pub(crate) F);
+
+impl<F: Fn(NodeId, &[u8]) + Send + Sync + 'static> EdgeMessageHandler for EachMessage<F> {
+    fn message(&self, from: NodeId, data: &[u8]) {
+        (self.0)(from, data)
+    }
+}
 
 /// A descriptor on which an edge message handler's messages get answered, watched by the
 /// edge transport's network thread (see [`crate::Fabric::set_edge_watch`]). That thread, after it

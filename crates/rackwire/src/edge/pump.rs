@@ -204,8 +204,9 @@ impl EdgeEndpoint {
             std::mem::swap(&mut *handed, &mut *batch);
         }
         for (from, msg) in batch.drain(..) {
-            handler(from, &msg);
+            handler.message(from, &msg);
         }
+        handler.batch_end();
     }
 
     /// [`EdgeEndpoint::pump`] with the state in hand, at `now`.

@@ -1,0 +1,124 @@
+//! Packets from peers into `rw0`: checked, counted, written; over the edge transport, the
+//! datagrams of one UDP flow handed over together gathered into one write (see `gro`).
+
+use std::sync::Weak;
+
+use rackwire::EdgeMessageHandler;
+
+use super::*;
+use crate::gro::UdpRun;
+
+impl Shared {
+    /// Whether the packet `from` sent may go into `rw0` (refused ones are counted): its
+    /// peer's counters if so (`None` inside: a peer this side has not routed yet).
+    fn admit(&self, from: NodeId, data: &[u8]) -> Option<Option<Arc<Counts>>> {
+        // Every sender is an admitted, authenticated fabric node, and speaks for no other
+        // (see `check_from_peer`). One this side has not routed yet (it saw us first) is
+        // delivered too, and counted apart.
+        let (checked, counts) = {
+            let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+            let owners = |a: Ipv4Addr| table.owners.get(&a).map(Vec::as_slice);
+            let checked = check_from_peer(data, from, owners, &self.my_addrs);
+            (checked, table.peers.get(&from).map(|p| p.counts.clone()))
+        };
+        let refused = match checked {
+            Ok(()) => return Some(counts),
+            Err(RxRefusal::Malformed) => &self.malformed,
+            Err(RxRefusal::Spoofed) => &self.rx_spoofed,
+            Err(RxRefusal::BadOffload) => &self.rx_bad_offload,
+        };
+        refused.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// A packet of `n` bytes from a peer (its counters, if routed) went into `rw0`.
+    fn count_rx(&self, counts: Option<&Counts>, n: usize) {
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        match counts {
+            Some(c) => {
+                c.rx_packets.fetch_add(1, Ordering::Relaxed);
+                c.rx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            None => {
+                self.rx_unrouted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A packet from `from` into `rw0`, if it may go there.
+    pub(crate) fn deliver(&self, from: NodeId, data: &[u8]) {
+        let Some(counts) = self.admit(from, data) else { return };
+        match self.tun.write(data) {
+            Ok(()) => self.count_rx(counts.as_deref(), data.len()),
+            Err(e) => debug!("writing {VNIC_NAME}: {e}"),
+        }
+    }
+
+    /// A packet from `from` handed over with others by the edge transport: it joins the run of
+    /// datagrams gathered so far if it can (counted as delivered then), else the run goes into
+    /// `rw0` and the packet starts the next one or follows it.
+    fn deliver_gathering(&self, from: NodeId, data: &[u8]) {
+        if self.gathering_refused.load(Ordering::Relaxed) {
+            return self.deliver(from, data);
+        }
+        let Some(counts) = self.admit(from, data) else { return };
+        let mut run = self.gathered.lock().unwrap_or_else(|e| e.into_inner());
+        if !run.push(data) {
+            self.pass_on(&mut run);
+            if !run.push(data) {
+                drop(run);
+                match self.tun.write(data) {
+                    Ok(()) => self.count_rx(counts.as_deref(), data.len()),
+                    Err(e) => debug!("writing {VNIC_NAME}: {e}"),
+                }
+                return;
+            }
+        }
+        self.count_rx(counts.as_deref(), data.len());
+    }
+
+    /// The run gathered so far into `rw0`: one write, or, where the device refuses the
+    /// super-packet (a kernel without UDP segmentation), a write per datagram, and no more
+    /// gathering from then on.
+    fn pass_on(&self, run: &mut UdpRun) {
+        let Some(packet) = run.packet() else { return };
+        if let Err(e) = self.tun.write(packet) {
+            if run.len() > 1 {
+                if !self.gathering_refused.swap(true, Ordering::Relaxed) {
+                    warn!(
+                        "{VNIC_NAME} refused {} datagrams as one packet ({e}): written one by one from now on",
+                        run.len()
+                    );
+                }
+                run.each(|p| {
+                    if let Err(e) = self.tun.write(p) {
+                        debug!("writing {VNIC_NAME}: {e}");
+                    }
+                });
+            } else {
+                debug!("writing {VNIC_NAME}: {e}");
+            }
+        }
+        run.clear();
+    }
+}
+
+/// The edge transport's message handler: each packet from a peer in another rack into `rw0`
+/// from the thread that received it, a flow's datagrams received together in one write.
+/// (A weak reference: the fabric holds the handler.)
+pub(crate) struct EdgeRx(pub(crate) Weak<Shared>);
+
+impl EdgeMessageHandler for EdgeRx {
+    fn message(&self, from: NodeId, data: &[u8]) {
+        if let Some(s) = self.0.upgrade() {
+            s.deliver_gathering(from, data);
+        }
+    }
+
+    fn batch_end(&self) {
+        if let Some(s) = self.0.upgrade() {
+            let mut run = s.gathered.lock().unwrap_or_else(|e| e.into_inner());
+            s.pass_on(&mut run);
+        }
+    }
+}
