@@ -218,6 +218,8 @@ impl Shared {
         let mut full_since: Option<Instant> = None;
         // The gate holds `rw0` since this thread last slept.
         let mut gate_held = false;
+        // Datagrams of one flow from the rings, for one write into `rw0`.
+        let mut run = crate::gro::UdpRun::default();
         while !self.stop.load(Ordering::Relaxed) {
             let ran = {
                 let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
@@ -227,7 +229,10 @@ impl Shared {
                 std::thread::sleep(STOP_CHECK);
             }
             let mut worked = ran.worked;
-            match self.fabric.recv_waiting_with(RX_BATCH, |from, data| self.deliver(from, data)) {
+            let got =
+                self.fabric.recv_waiting_with(RX_BATCH, |from, data| self.deliver_gathering(&mut run, from, data));
+            self.pass_on(&mut run);
+            match got {
                 Ok(n) => worked |= n > 0,
                 Err(rackwire::Error::Closed) => return,
                 Err(e) => debug!("fabric receive: {e}"),

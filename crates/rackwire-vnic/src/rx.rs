@@ -1,5 +1,6 @@
-//! Packets from peers into `rw0`: checked, counted, written; over the edge transport, the
-//! datagrams of one UDP flow handed over together gathered into one write (see `gro`).
+//! Packets from peers into `rw0`: checked, counted, written; the datagrams of one UDP flow
+//! received together (a batch the edge transport hands over, a look at the shared-memory
+//! rings) gathered into one write (see `gro`).
 
 use std::sync::Weak;
 
@@ -46,7 +47,7 @@ impl Shared {
     }
 
     /// A packet from `from` into `rw0`, if it may go there.
-    pub(crate) fn deliver(&self, from: NodeId, data: &[u8]) {
+    fn deliver(&self, from: NodeId, data: &[u8]) {
         let Some(counts) = self.admit(from, data) else { return };
         match self.tun.write(data) {
             Ok(()) => self.count_rx(counts.as_deref(), data.len()),
@@ -54,19 +55,18 @@ impl Shared {
         }
     }
 
-    /// A packet from `from` handed over with others by the edge transport: it joins the run of
-    /// datagrams gathered so far if it can (counted as delivered then), else the run goes into
-    /// `rw0` and the packet starts the next one or follows it.
-    fn deliver_gathering(&self, from: NodeId, data: &[u8]) {
+    /// A packet from `from` received with others (a batch the edge transport handed over, or
+    /// the messages one look at the rings took): it joins `run`, the datagrams gathered so far,
+    /// if it can (counted as delivered then), else the run goes into `rw0` and the packet
+    /// starts the next one or follows it. [`Shared::pass_on`] at the batch's end.
+    pub(crate) fn deliver_gathering(&self, run: &mut UdpRun, from: NodeId, data: &[u8]) {
         if self.gathering_refused.load(Ordering::Relaxed) {
             return self.deliver(from, data);
         }
         let Some(counts) = self.admit(from, data) else { return };
-        let mut run = self.gathered.lock().unwrap_or_else(|e| e.into_inner());
         if !run.push(data) {
-            self.pass_on(&mut run);
+            self.pass_on(run);
             if !run.push(data) {
-                drop(run);
                 match self.tun.write(data) {
                     Ok(()) => self.count_rx(counts.as_deref(), data.len()),
                     Err(e) => debug!("writing {VNIC_NAME}: {e}"),
@@ -80,7 +80,7 @@ impl Shared {
     /// The run gathered so far into `rw0`: one write, or, where the device refuses the
     /// super-packet (a kernel without UDP segmentation), a write per datagram, and no more
     /// gathering from then on.
-    fn pass_on(&self, run: &mut UdpRun) {
+    pub(crate) fn pass_on(&self, run: &mut UdpRun) {
         let Some(packet) = run.packet() else { return };
         if let Err(e) = self.tun.write(packet) {
             if run.len() > 1 {
@@ -111,7 +111,9 @@ pub(crate) struct EdgeRx(pub(crate) Weak<Shared>);
 impl EdgeMessageHandler for EdgeRx {
     fn message(&self, from: NodeId, data: &[u8]) {
         if let Some(s) = self.0.upgrade() {
-            s.deliver_gathering(from, data);
+            // The edge transport hands batches over one at a time: no one waits for this lock.
+            let mut run = s.gathered.lock().unwrap_or_else(|e| e.into_inner());
+            s.deliver_gathering(&mut run, from, data);
         }
     }
 
