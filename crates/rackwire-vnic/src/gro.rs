@@ -22,6 +22,7 @@ const HDRS: usize = VNET_HDR_LEN + IP_HDR + UDP_HDR;
 /// `virtio_net_hdr`: the checksum is to be computed; segmentation type UDP L4.
 const F_NEEDS_CSUM: u8 = 1;
 const GSO_UDP_L4: u8 = 5;
+const GSO_ECN: u8 = 0x80;
 /// Where the UDP checksum is, from the start of the IPv4 header.
 const UDP_CSUM_START: u16 = IP_HDR as u16;
 const UDP_CSUM_OFFSET: u16 = 6;
@@ -165,6 +166,25 @@ impl UdpRun {
         }
     }
 
+    /// Cut `p`, a super-packet the kernel cuts with UDP L4 segmentation (IPv4 without options),
+    /// into its datagrams, each to `f`, as the kernel would (for a device that refuses it):
+    /// false, and nothing to `f`, when `p` is no such packet. Uses the run's buffer: call it
+    /// on an empty run; it leaves the run empty.
+    pub(crate) fn cut(&mut self, p: &[u8], f: impl FnMut(&[u8])) -> bool {
+        let Some(ip) = p.get(VNET_HDR_LEN..).filter(|_| p.len() > HDRS) else { return false };
+        let gso_size = u16::from_le_bytes([p[4], p[5]]) as usize;
+        let udp = p[1] & !GSO_ECN == GSO_UDP_L4 && ip[0] == 0x45 && ip[9] == IPPROTO_UDP;
+        if !udp || gso_size == 0 || self.segs != 0 {
+            return false;
+        }
+        self.buf.clear();
+        self.buf.extend_from_slice(p);
+        (self.seg, self.segs) = (gso_size, 1);
+        self.each(f);
+        self.clear();
+        true
+    }
+
     /// Empty the run.
     pub(crate) fn clear(&mut self) {
         self.segs = 0;
@@ -284,6 +304,25 @@ mod tests {
         for p in [tcp, complete, fragment, datagram(7000, 0, 0)] {
             assert!(!run.push(&p) && run.len() == 0);
         }
+    }
+
+    // Checks that a super-packet a peer's program made (UDP segmentation at 64 bytes, a
+    // shorter last datagram) is cut into exactly the datagrams it stands for; and that a
+    // packet that is not one (no segmentation asked) is left alone.
+    #[test]
+    fn a_peers_super_packet_is_cut_into_its_datagrams() {
+        let sent: Vec<Vec<u8>> = (0..3u8).map(|i| datagram(7000, if i == 2 { 20 } else { 64 }, i)).collect();
+        let mut run = UdpRun::default();
+        for p in &sent {
+            assert!(run.push(p));
+        }
+        let sp = run.packet().unwrap().to_vec();
+        run.clear();
+        let mut back = Vec::new();
+        assert!(run.cut(&sp, |p| back.push(p.to_vec())));
+        assert_eq!(back, sent);
+        assert_eq!(run.len(), 0);
+        assert!(!run.cut(&sent[0], |_| panic!("cut a plain datagram")));
     }
 
     // Checks that a run stops short of the largest IPv4 packet: datagrams of 1,400 bytes join

@@ -46,35 +46,41 @@ impl Shared {
         }
     }
 
-    /// A packet from `from` into `rw0`, if it may go there.
-    fn deliver(&self, from: NodeId, data: &[u8]) {
-        let Some(counts) = self.admit(from, data) else { return };
-        match self.tun.write(data) {
-            Ok(()) => self.count_rx(counts.as_deref(), data.len()),
-            Err(e) => debug!("writing {VNIC_NAME}: {e}"),
-        }
-    }
-
     /// A packet from `from` received with others (a batch the edge transport handed over, or
     /// the messages one look at the rings took): it joins `run`, the datagrams gathered so far,
     /// if it can (counted as delivered then), else the run goes into `rw0` and the packet
     /// starts the next one or follows it. [`Shared::pass_on`] at the batch's end.
     pub(crate) fn deliver_gathering(&self, run: &mut UdpRun, from: NodeId, data: &[u8]) {
-        if self.gathering_refused.load(Ordering::Relaxed) {
-            return self.deliver(from, data);
-        }
         let Some(counts) = self.admit(from, data) else { return };
-        if !run.push(data) {
+        let gathering = !self.gathering_refused.load(Ordering::Relaxed);
+        if !(gathering && run.push(data)) {
             self.pass_on(run);
-            if !run.push(data) {
-                match self.tun.write(data) {
-                    Ok(()) => self.count_rx(counts.as_deref(), data.len()),
-                    Err(e) => debug!("writing {VNIC_NAME}: {e}"),
-                }
-                return;
+            if !(gathering && run.push(data)) {
+                return self.write_one(run, data, counts.as_deref());
             }
         }
         self.count_rx(counts.as_deref(), data.len());
+    }
+
+    /// A packet that joins no run into `rw0`; a super-packet of UDP datagrams (a peer's
+    /// program sent them with UDP segmentation offload) that the device refuses (a kernel
+    /// without UDP segmentation) cut into its datagrams here, in `run`'s buffer (empty now).
+    fn write_one(&self, run: &mut UdpRun, data: &[u8], counts: Option<&Counts>) {
+        let refused = match self.tun.write(data) {
+            Ok(()) => return self.count_rx(counts, data.len()),
+            Err(e) => e,
+        };
+        let mut failed = None;
+        let cut = run.cut(data, |p| {
+            if let Err(e) = self.tun.write(p) {
+                failed = Some(e);
+            }
+        });
+        match failed {
+            None if cut => self.count_rx(counts, data.len()),
+            Some(e) => debug!("writing {VNIC_NAME}: {e}"),
+            None => debug!("writing {VNIC_NAME}: {refused}"),
+        }
     }
 
     /// The run gathered so far into `rw0`: one write, or, where the device refuses the

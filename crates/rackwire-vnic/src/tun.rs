@@ -21,10 +21,13 @@ const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
 /// `TUNSETOFFLOAD`: `_IOW('T', 208, unsigned int)`.
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
-/// Offloads: checksum, TCP segmentation for IPv4 and IPv6.
+/// Offloads: checksum, TCP segmentation for IPv4 and IPv6, UDP segmentation for IPv4 and
+/// IPv6 (Linux 6.2 on).
 const TUN_F_CSUM: libc::c_uint = 0x01;
 const TUN_F_TSO4: libc::c_uint = 0x02;
 const TUN_F_TSO6: libc::c_uint = 0x04;
+const TUN_F_USO4: libc::c_uint = 0x20;
+const TUN_F_USO6: libc::c_uint = 0x40;
 
 /// Bytes of the `virtio_net_hdr` before every packet read from or written to the device.
 pub const VNET_HDR_LEN: usize = 10;
@@ -75,12 +78,21 @@ impl Tun {
     }
 
     /// Let the kernel hand over packets with their checksums not yet computed and, with `tso`,
-    /// TCP segments not yet cut (up to the device's GSO size): the peer's kernel finishes them
-    /// or, delivering locally, never needs to. The `virtio_net_hdr` in front of each packet
-    /// says what is left to do; it travels with the packet.
+    /// TCP segments not yet cut and a program's UDP datagrams sent with segmentation offload
+    /// (`UDP_SEGMENT`, as QUIC stacks send) not yet cut (up to the device's GSO size): the
+    /// peer's kernel finishes them or, delivering locally, never needs to. The
+    /// `virtio_net_hdr` in front of each packet says what is left to do; it travels with the
+    /// packet. A kernel without UDP segmentation on TUN devices gets TCP's alone.
     pub fn set_offload(&self, tso: bool) -> io::Result<()> {
+        if !tso {
+            return self.offload(TUN_F_CSUM);
+        }
+        let tcp = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+        self.offload(tcp | TUN_F_USO4 | TUN_F_USO6).or_else(|_| self.offload(tcp))
+    }
+
+    fn offload(&self, flags: libc::c_uint) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        let flags: libc::c_uint = TUN_F_CSUM | if tso { TUN_F_TSO4 | TUN_F_TSO6 } else { 0 };
         // SAFETY: TUNSETOFFLOAD takes its argument by value (an unsigned int of flags); the
         // descriptor is ours and open.
         let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), TUNSETOFFLOAD as _, flags as libc::c_ulong) };
