@@ -117,6 +117,15 @@ impl UdpRun {
         self.segs
     }
 
+    /// Whether packet `second` could follow `first` in a run (the same flow, no longer): a
+    /// lone datagram, with nothing to follow it, is written as it came instead.
+    pub(crate) fn would_follow(first: &[u8], second: &[u8]) -> bool {
+        match (candidate(first), candidate(second)) {
+            (Some((a, la)), Some((b, lb))) => a == b && lb <= la,
+            _ => false,
+        }
+    }
+
     /// Add packet `p` (an offload header, then an IPv4 packet) to the run: true when it joined
     /// (or started) it. False when it may not join this run (its flow, its length, or the
     /// run's limits) or any: the caller passes the run on, and `p` after it.
@@ -279,13 +288,17 @@ mod tests {
     // Checks what does not join: another flow (port), a longer datagram, any datagram after a
     // shorter one, a datagram past the segment limit; and what never starts a run (a TCP
     // packet, a datagram with its checksum complete, a fragment, a datagram with no payload).
-    // A lone datagram is written as it came.
+    // A lone datagram is written as it came. `would_follow` agrees with `push` on the flow and
+    // the length.
     #[test]
     fn only_a_flows_like_datagrams_join_within_the_limits() {
         let mut run = UdpRun::default();
         assert!(run.push(&datagram(7000, 64, 1)));
         assert_eq!(run.packet().unwrap(), &datagram(7000, 64, 1)[..], "a lone datagram as it came");
         assert!(!run.push(&datagram(7001, 64, 1)), "another flow");
+        assert!(!UdpRun::would_follow(&datagram(7000, 64, 1), &datagram(7001, 64, 1)));
+        assert!(!UdpRun::would_follow(&datagram(7000, 64, 1), &datagram(7000, 65, 1)));
+        assert!(UdpRun::would_follow(&datagram(7000, 64, 1), &datagram(7000, 10, 1)));
         assert!(!run.push(&datagram(7000, 65, 1)), "longer");
         assert!(run.push(&datagram(7000, 10, 1)));
         assert!(!run.push(&datagram(7000, 10, 1)), "after a shorter one");

@@ -229,8 +229,9 @@ impl Shared {
                 std::thread::sleep(STOP_CHECK);
             }
             let mut worked = ran.worked;
-            let got =
-                self.fabric.recv_waiting_with(RX_BATCH, |from, data| self.deliver_gathering(&mut run, from, data));
+            let got = self.fabric.recv_waiting_with(RX_BATCH, |from, data| {
+                self.deliver_gathering(&mut run, from, data, crate::rx::Next::Unknown)
+            });
             self.pass_on(&mut run);
             match got {
                 Ok(n) => worked |= n > 0,

@@ -49,17 +49,23 @@ impl Shared {
     /// A packet from `from` received with others (a batch the edge transport handed over, or
     /// the messages one look at the rings took): it joins `run`, the datagrams gathered so far,
     /// if it can (counted as delivered then), else the run goes into `rw0` and the packet
-    /// starts the next one or follows it. [`Shared::pass_on`] at the batch's end.
-    pub(crate) fn deliver_gathering(&self, run: &mut UdpRun, from: NodeId, data: &[u8]) {
+    /// starts the next one, or, when `next` is known not to follow it, goes in as it came (no
+    /// copy on a lone packet's way). [`Shared::pass_on`] at the batch's end.
+    pub(crate) fn deliver_gathering(&self, run: &mut UdpRun, from: NodeId, data: &[u8], next: Next<'_>) {
         let Some(counts) = self.admit(from, data) else { return };
         let gathering = !self.gathering_refused.load(Ordering::Relaxed);
-        if !(gathering && run.push(data)) {
-            self.pass_on(run);
-            if !(gathering && run.push(data)) {
-                return self.write_one(run, data, counts.as_deref());
-            }
+        if gathering && run.len() > 0 && run.push(data) {
+            return self.count_rx(counts.as_deref(), data.len());
         }
-        self.count_rx(counts.as_deref(), data.len());
+        self.pass_on(run);
+        let starts = match next {
+            Next::Unknown => true,
+            Next::Is(next) => next.is_some_and(|n| UdpRun::would_follow(data, n)),
+        };
+        if gathering && starts && run.push(data) {
+            return self.count_rx(counts.as_deref(), data.len());
+        }
+        self.write_one(run, data, counts.as_deref());
     }
 
     /// A packet that joins no run into `rw0`; a super-packet of UDP datagrams (a peer's
@@ -109,24 +115,27 @@ impl Shared {
     }
 }
 
+/// What comes after a packet in its batch: not known (messages taken one at a time), or the
+/// next packet, if any.
+pub(crate) enum Next<'a> {
+    Unknown,
+    Is(Option<&'a [u8]>),
+}
+
 /// The edge transport's message handler: each packet from a peer in another rack into `rw0`
 /// from the thread that received it, a flow's datagrams received together in one write.
 /// (A weak reference: the fabric holds the handler.)
 pub(crate) struct EdgeRx(pub(crate) Weak<Shared>);
 
 impl EdgeMessageHandler for EdgeRx {
-    fn message(&self, from: NodeId, data: &[u8]) {
-        if let Some(s) = self.0.upgrade() {
-            // The edge transport hands batches over one at a time: no one waits for this lock.
-            let mut run = s.gathered.lock().unwrap_or_else(|e| e.into_inner());
-            s.deliver_gathering(&mut run, from, data);
+    fn messages(&self, batch: &[(NodeId, Vec<u8>)]) {
+        let Some(s) = self.0.upgrade() else { return };
+        // The edge transport hands batches over one at a time: no one waits for this lock.
+        let mut run = s.gathered.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, (from, data)) in batch.iter().enumerate() {
+            let next = batch.get(i + 1).map(|(_, d)| d.as_slice());
+            s.deliver_gathering(&mut run, *from, data, Next::Is(next));
         }
-    }
-
-    fn batch_end(&self) {
-        if let Some(s) = self.0.upgrade() {
-            let mut run = s.gathered.lock().unwrap_or_else(|e| e.into_inner());
-            s.pass_on(&mut run);
-        }
+        s.pass_on(&mut run);
     }
 }

@@ -405,9 +405,9 @@ impl Fabric {
         self.set_edge_handler(EachMessage(handler))
     }
 
-    /// [`Fabric::set_edge_message_handler`] with a handler that also hears where each batch
-    /// of messages handed over together ends (see [`EdgeMessageHandler`]), to pass on at once
-    /// what it gathered from them. Set once (either way).
+    /// [`Fabric::set_edge_message_handler`] with a handler given the messages received
+    /// together at once (see [`EdgeMessageHandler`]), to pass several on together. Set once
+    /// (either way).
     pub fn set_edge_handler(&self, handler: impl EdgeMessageHandler) -> Result<(), Error> {
         self.inner
             .edge_messages

@@ -6,34 +6,29 @@ use std::os::fd::BorrowedFd;
 use rackwire_mh::NodeId;
 
 /// Where messages arriving over the edge transport go at once (see
-/// [`crate::Fabric::set_edge_handler`]): each message, in order per peer, then the end of the
-/// messages handed over together (those one round of the transport took: a batch of received
-/// frames). A handler of each message alone is a closure (see
-/// [`crate::Fabric::set_edge_message_handler`]).
+/// [`crate::Fabric::set_edge_handler`]): the messages one round of the transport took (a batch
+/// of received frames), in order per peer, together, so a handler that can pass several on at
+/// once (the virtual NIC: datagrams of one flow into one write) sees which arrived together. A
+/// handler of each message alone is a closure (see [`crate::Fabric::set_edge_message_handler`]).
 pub trait EdgeMessageHandler: Send + Sync + 'static {
-    /// A message from `from`.
-    fn message(&self, from: NodeId, data: &[u8]);
-    /// The messages handed over together end here: a handler that gathers them (the virtual
-    /// NIC: packets of one flow into one write) passes on what it holds now.
-    fn batch_end(&self) {}
+    /// Messages received together, each with its sender; never empty.
+    fn messages(&self, batch: &[(NodeId, Vec<u8>)]);
 }
 
 impl<T: EdgeMessageHandler + ?Sized> EdgeMessageHandler for std::sync::Arc<T> {
-    fn message(&self, from: NodeId, data: &[u8]) {
-        (**self).message(from, data)
-    }
-
-    fn batch_end(&self) {
-        (**self).batch_end()
+    fn messages(&self, batch: &[(NodeId, Vec<u8>)]) {
+        (**self).messages(batch)
     }
 }
 
-/// A closure as an [`EdgeMessageHandler`], with nothing to do at a batch's end.
+/// A closure of one message as an [`EdgeMessageHandler`].
 pub(crate) struct EachMessage<F>(pub(crate) F);
 
 impl<F: Fn(NodeId, &[u8]) + Send + Sync + 'static> EdgeMessageHandler for EachMessage<F> {
-    fn message(&self, from: NodeId, data: &[u8]) {
-        (self.0)(from, data)
+    fn messages(&self, batch: &[(NodeId, Vec<u8>)]) {
+        for (from, data) in batch {
+            (self.0)(*from, data)
+        }
     }
 }
 

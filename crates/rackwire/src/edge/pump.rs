@@ -203,10 +203,10 @@ impl EdgeEndpoint {
             self.handed_any.store(false, Ordering::Release);
             std::mem::swap(&mut *handed, &mut *batch);
         }
-        for (from, msg) in batch.drain(..) {
-            handler.message(from, &msg);
+        if !batch.is_empty() {
+            handler.messages(&batch);
         }
-        handler.batch_end();
+        batch.clear();
     }
 
     /// [`EdgeEndpoint::pump`] with the state in hand, at `now`.
