@@ -6,8 +6,8 @@
 //!
 //! Only datagrams as a peer's kernel hands them to its `rw0` join a run: IPv4 without options
 //! or fragments, checksum left to compute (the header's `NEEDS_CSUM` at the UDP checksum), no
-//! segmentation of their own; every one of a run as long as the first but the last, which may
-//! be shorter. Anything else is written as it came.
+//! segmentation of their own, small enough for two to fit one packet; every one of a run as
+//! long as the first but the last, which may be shorter. Anything else is written as it came.
 
 use crate::VNET_HDR_LEN;
 
@@ -17,6 +17,9 @@ pub(crate) const GRO_SEGMENTS_MAX: usize = 64;
 const GRO_PACKET_MAX: usize = 65_535;
 const IP_HDR: usize = 20;
 const UDP_HDR: usize = 8;
+/// Largest datagram payload that joins a run: two of them fit one super-packet (a larger one
+/// would only be copied into the run to go in alone).
+const GRO_PAYLOAD_MAX: usize = (GRO_PACKET_MAX - IP_HDR - UDP_HDR) / 2;
 /// Offload header, IPv4 header, UDP header.
 const HDRS: usize = VNET_HDR_LEN + IP_HDR + UDP_HDR;
 /// `virtio_net_hdr`: the checksum is to be computed; segmentation type UDP L4.
@@ -50,7 +53,8 @@ fn candidate(p: &[u8]) -> Option<(Flow, usize)> {
     let offload = v[0] == F_NEEDS_CSUM && v[1] == 0 && le(6) == UDP_CSUM_START && le(8) == UDP_CSUM_OFFSET;
     let plain_udp = ip[0] == 0x45 && ip[9] == IPPROTO_UDP && be(6) & 0x3fff == 0;
     let lengths = be(2) == ip.len() && be(IP_HDR + 4) == ip.len() - IP_HDR;
-    if !(offload && plain_udp && lengths) || ip.len() == IP_HDR + UDP_HDR {
+    let payload = ip.len() - IP_HDR - UDP_HDR;
+    if !(offload && plain_udp && lengths) || payload == 0 || payload > GRO_PAYLOAD_MAX {
         return None;
     }
     let flow = Flow {
@@ -60,7 +64,7 @@ fn candidate(p: &[u8]) -> Option<(Flow, usize)> {
         addrs: ip[12..20].try_into().expect("8 bytes"),
         ports: ip[20..24].try_into().expect("4 bytes"),
     };
-    Some((flow, ip.len() - IP_HDR - UDP_HDR))
+    Some((flow, payload))
 }
 
 /// One's complement sum of `bytes` (big-endian 16-bit words) added to `sum`.
@@ -287,7 +291,8 @@ mod tests {
 
     // Checks what does not join: another flow (port), a longer datagram, any datagram after a
     // shorter one, a datagram past the segment limit; and what never starts a run (a TCP
-    // packet, a datagram with its checksum complete, a fragment, a datagram with no payload).
+    // packet, a datagram with its checksum complete, a fragment, a datagram with no payload,
+    // one too large for two to fit a packet).
     // A lone datagram is written as it came. `would_follow` agrees with `push` on the flow and
     // the length.
     #[test]
@@ -314,7 +319,7 @@ mod tests {
         complete[0] = 0;
         let mut fragment = datagram(7000, 64, 1);
         fragment[VNET_HDR_LEN + 6] = 0x20; // more fragments
-        for p in [tcp, complete, fragment, datagram(7000, 0, 0)] {
+        for p in [tcp, complete, fragment, datagram(7000, 0, 0), datagram(7000, GRO_PAYLOAD_MAX + 1, 0)] {
             assert!(!run.push(&p) && run.len() == 0);
         }
     }
