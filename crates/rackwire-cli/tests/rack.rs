@@ -339,14 +339,6 @@ fn rw0_packets(rack: &Rack, host: &str, way: &str) -> u64 {
     v.pointer(&format!("/0/stats64/{way}/packets")).and_then(Value::as_u64).expect("rw0's counter")
 }
 
-fn rw0_rx_packets(rack: &Rack, host: &str) -> u64 {
-    rw0_packets(rack, host, "rx")
-}
-
-fn rw0_tx_packets(rack: &Rack, host: &str) -> u64 {
-    rw0_packets(rack, host, "tx")
-}
-
 // Checks small datagrams across racks over rw0, where the edge transport carries them: 64 B
 // UDP datagrams, iperf3 pacing them at 20 Mbit/s (some 39,000 a second) for 1 s from a1 to b1,
 // arrive (iperf3's own count: most of them; machines under test load may drop some), b1's
@@ -363,7 +355,7 @@ fn small_datagrams_across_racks_go_into_rw0_together() {
     rack.wait_route("a1", "198.18.0.2", "rw0");
     rack.wait_route("b1", "198.18.0.1", "rw0");
     let before = rack.wait_counters("b1", "a1", |_| true);
-    let rx_before = rw0_rx_packets(&rack, "b1");
+    let rx_before = rw0_packets(&rack, "b1", "rx");
     rack.iperf_server("b1", "5421");
     let udp = rack.iperf("a1", &["-c", "198.18.0.2", "-p", "5421", "-u", "-b", "20M", "-l", "64", "-t", "1"]);
     let sent = udp.pointer("/end/sum/packets").and_then(Value::as_u64).unwrap_or(0);
@@ -372,7 +364,7 @@ fn small_datagrams_across_racks_go_into_rw0_together() {
     let arrived = sent - lost;
     let base = before["rx_packets"].as_u64().unwrap();
     rack.wait_counters("b1", "a1", |c| c["rx_packets"].as_u64().unwrap() >= base + arrived);
-    let writes = rw0_rx_packets(&rack, "b1") - rx_before;
+    let writes = rw0_packets(&rack, "b1", "rx") - rx_before;
     assert!(writes < arrived, "{arrived} datagrams went into rw0 as {writes} packets");
 
     if !have("python3") {
@@ -384,7 +376,7 @@ fn small_datagrams_across_racks_go_into_rw0_together() {
     // enough for all) gets every one of the 500 datagrams, each whole (its length, and one
     // byte value throughout, the send's number), and a1's rw0 handed them to its agent in
     // fewer packets than datagrams: the sends went whole, the kernel at b1 cut them.
-    let tx_before = rw0_tx_packets(&rack, "a1");
+    let tx_before = rw0_packets(&rack, "a1", "tx");
     // The sender waits a second for the receiver, which runs meanwhile.
     let sender = std::thread::spawn(|| {
         std::thread::sleep(Duration::from_millis(1_000));
@@ -399,7 +391,7 @@ fn small_datagrams_across_racks_go_into_rw0_together() {
     let received = ok(&receiver.expect("run the receiver"));
     ok(&sender.join().unwrap());
     assert_eq!(received.trim(), "500 499650 0", "datagrams, bytes, malformed");
-    let handed = rw0_tx_packets(&rack, "a1") - tx_before;
+    let handed = rw0_packets(&rack, "a1", "tx") - tx_before;
     assert!(handed < 500, "a1's rw0 handed over {handed} packets for 50 sends");
 }
 

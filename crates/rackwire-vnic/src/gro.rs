@@ -253,6 +253,17 @@ mod tests {
         p
     }
 
+    /// `n` datagrams of one flow, 64 bytes of payload each but the last (`last` bytes), each
+    /// filled with its number, and the run they make.
+    fn run_of(n: u8, last: usize) -> (Vec<Vec<u8>>, UdpRun) {
+        let sent: Vec<Vec<u8>> = (0..n).map(|i| datagram(7000, if i + 1 == n { last } else { 64 }, i)).collect();
+        let mut run = UdpRun::default();
+        for p in &sent {
+            assert!(run.push(p));
+        }
+        (sent, run)
+    }
+
     fn be(b: &[u8], i: usize) -> usize {
         u16::from_be_bytes([b[i], b[i + 1]]) as usize
     }
@@ -264,11 +275,7 @@ mod tests {
     // payloads in order; and that cut back into datagrams it gives exactly the packets pushed.
     #[test]
     fn a_flows_datagrams_make_one_super_packet_that_cuts_back_into_them() {
-        let sent: Vec<Vec<u8>> = (0..5u8).map(|i| datagram(7000, if i == 4 { 30 } else { 64 }, i)).collect();
-        let mut run = UdpRun::default();
-        for p in &sent {
-            assert!(run.push(p));
-        }
+        let (sent, mut run) = run_of(5, 30);
         assert_eq!(run.len(), 5);
         let sp = run.packet().expect("a packet").to_vec();
         assert_eq!(&sp[..2], &[F_NEEDS_CSUM, GSO_UDP_L4]);
@@ -329,11 +336,7 @@ mod tests {
     // packet that is not one (no segmentation asked) is left alone.
     #[test]
     fn a_peers_super_packet_is_cut_into_its_datagrams() {
-        let sent: Vec<Vec<u8>> = (0..3u8).map(|i| datagram(7000, if i == 2 { 20 } else { 64 }, i)).collect();
-        let mut run = UdpRun::default();
-        for p in &sent {
-            assert!(run.push(p));
-        }
+        let (sent, mut run) = run_of(3, 20);
         let sp = run.packet().unwrap().to_vec();
         run.clear();
         let mut back = Vec::new();
