@@ -109,6 +109,7 @@ fn print_stats(r: &SeedReport) {
         "probes",
         "downs",
         "srtt µs",
+        "min rtt µs",
         "window",
     ]);
     for (a, b, s) in &r.conns {
@@ -124,6 +125,7 @@ fn print_stats(r: &SeedReport) {
                 k.probes.to_string(),
                 k.downs.to_string(),
                 k.srtt_us.to_string(),
+                k.min_rtt_us.to_string(),
                 k.window.to_string(),
             ]);
         }

@@ -118,6 +118,9 @@ fn metrics_endpoints_pass_promtool() {
     assert_eq!(value(&page, &datagrams), Some(3.0), "datagrams received:\n{page}");
     let rtt = value(&page, &format!("rackwire_link_rtt_seconds{{peer=\"{p}\",link=\"0\"}}"));
     assert!(rtt.is_some_and(|s| s > 0.0 && s < 1.0), "per-link round trip:\n{page}");
+    // The quickest round trip is measured too, and is no longer than the smoothed one.
+    let min_rtt = value(&page, &format!("rackwire_link_min_rtt_seconds{{peer=\"{p}\",link=\"0\"}}"));
+    assert!(min_rtt.is_some_and(|m| m > 0.0 && Some(m) <= rtt), "per-link quickest round trip:\n{page}");
     assert!(value(&page, &format!("rackwire_link_window_frames{{peer=\"{p}\",link=\"0\"}}")).is_some_and(|w| w > 0.0));
     let refused =
         format!("rackwire_refused_total{{region=\"{}\",peer=\"{p}\",reason=\"ungranted\"}}", closed.handle().region());

@@ -103,6 +103,7 @@ impl Link {
         }
         self.backoff = 0;
         self.stats.srtt_us = self.srtt.unwrap_or(0.0) as u64;
+        self.stats.min_rtt_us = self.min_rtt as u64;
     }
 
     /// The quickest round trip measured, if any.

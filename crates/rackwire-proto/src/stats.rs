@@ -27,6 +27,8 @@ pub struct LinkStats {
     pub downs: u64,
     /// Smoothed round trip, µs.
     pub srtt_us: u64,
+    /// Quickest round trip measured, µs (what a lone frame's choice of link goes by).
+    pub min_rtt_us: u64,
     /// Current window, frames.
     pub window: u64,
 }
