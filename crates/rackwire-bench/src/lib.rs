@@ -6,6 +6,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod cpu;
 mod limit;
 mod peers;
 pub mod repeat;

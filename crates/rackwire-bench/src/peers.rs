@@ -136,12 +136,23 @@ pub(crate) fn ucx_rows(
 /// Start `server`, give it time to listen, run `client` with a time limit; the client's
 /// standard output. The server is killed afterwards. Each starts on its cores (empty: any).
 fn run_pair(server: (Command, &[usize]), client: (Command, &[usize]), limit: Duration) -> Result<String, String> {
+    run_pair_measured(server, client, limit).map(|(out, _)| out)
+}
+
+/// [`run_pair`], and the core-seconds the whole machine was busy while the client ran (see
+/// `crate::cpu`; `None` where that cannot be read).
+fn run_pair_measured(
+    server: (Command, &[usize]),
+    client: (Command, &[usize]),
+    limit: Duration,
+) -> Result<(String, Option<f64>), String> {
     let spawn = |(mut c, cores): (Command, &[usize]), out: Stdio| {
         c.stdout(out).stderr(Stdio::null());
         on_cores(cores, || c.spawn()).and_then(|r| r).map_err(|e| e.to_string())
     };
     let mut srv = spawn(server, Stdio::null())?;
     std::thread::sleep(Duration::from_millis(700));
+    let cpu = crate::cpu::MachineCpu::now();
     let mut cli = spawn(client, Stdio::piped())?;
     let deadline = Instant::now() + limit;
     let finished = loop {
@@ -152,6 +163,7 @@ fn run_pair(server: (Command, &[usize]), client: (Command, &[usize]), limit: Dur
             Err(e) => return Err(e.to_string()),
         }
     };
+    let busy = cpu.and_then(|c| c.busy_since());
     let mut out = String::new();
     if let Some(mut o) = cli.stdout.take() {
         let _ = o.read_to_string(&mut out);
@@ -161,11 +173,12 @@ fn run_pair(server: (Command, &[usize]), client: (Command, &[usize]), limit: Dur
     let _ = srv.kill();
     let _ = srv.wait();
     if finished {
-        Ok(out)
+        Ok((out, busy))
     } else {
         Err("timed out".into())
     }
 }
+
 fn number_after(text: &str, key: &str) -> Option<f64> {
     let i = text.find(key)? + key.len();
     let rest = text[i..].trim_start_matches(|c: char| c.is_whitespace() || c == '=');
@@ -211,10 +224,13 @@ fn in_ns(ns: &Option<String>, prog: &str) -> Command {
 /// iperf3, one TCP stream from client to server over `path` with `size`-byte writes, for
 /// `secs` seconds; the rate received, named `transport`.
 pub fn iperf3_path(path: &NetPath, size: u64, secs: u64, transport: &str) -> Result<Row, String> {
-    let out = iperf3_run(path, size, secs, None)?;
+    let (out, busy) = iperf3_run(path, size, secs, None)?;
     let end = out.find("\"sum_received\"").ok_or("iperf3 printed no result")?;
     let rate = number_after(&out[end..], "\"bits_per_second\":").ok_or("iperf3 result without a rate")?;
-    Ok(oneway_row(transport, size, rate / 8.0 / 1e6))
+    let bytes = number_after(&out[end..], "\"bytes\":");
+    let mut row = oneway_row(transport, size, rate / 8.0 / 1e6);
+    row.core_s_per_gb = busy.zip(bytes).and_then(|(busy, bytes)| crate::cpu::core_seconds_per_gb(busy, bytes));
+    Ok(row)
 }
 
 /// The most datagrams lost that a UDP rate counts as carried by its path (percent).
@@ -261,7 +277,7 @@ pub fn iperf3_udp_capacity(
     let mut rate = search.first_rate;
     let mut best: Option<f64> = None;
     for _ in 0..search.probes {
-        let out = iperf3_run(path, size, secs, Some(rate))?;
+        let (out, _) = iperf3_run(path, size, secs, Some(rate))?;
         let end = out.find("\"end\"").ok_or("iperf3 printed no result")?;
         let sum = out[end..].find("\"sum\"").map(|i| end + i).ok_or("iperf3 printed no sum")?;
         let sent = number_after(&out[sum..], "\"bits_per_second\":").ok_or("iperf3 result without a rate")?;
@@ -287,7 +303,8 @@ pub fn iperf3_udp_capacity(
 
 /// Run iperf3's client against a fresh server over `path` (`udp_rate`: UDP at that many bits
 /// per second); its JSON output.
-fn iperf3_run(path: &NetPath, size: u64, secs: u64, udp_rate: Option<f64>) -> Result<String, String> {
+/// iperf3's JSON output, and the core-seconds the machine was busy while its client ran.
+fn iperf3_run(path: &NetPath, size: u64, secs: u64, udp_rate: Option<f64>) -> Result<(String, Option<f64>), String> {
     let port = free_port().ok_or("no free port")?.to_string();
     let mut server = in_ns(&path.server_ns, "iperf3");
     server.args(["-s", "-1", "-p", &port]);
@@ -296,7 +313,7 @@ fn iperf3_run(path: &NetPath, size: u64, secs: u64, udp_rate: Option<f64>) -> Re
     if let Some(rate) = udp_rate {
         client.args(["-u", "-b", &format!("{}", rate as u64), "-w", UDP_SOCKET_BUFFER]);
     }
-    run_pair((server, &path.server_cores), (client, &path.client_cores), Duration::from_secs(secs + 30))
+    run_pair_measured((server, &path.server_cores), (client, &path.client_cores), Duration::from_secs(secs + 30))
 }
 
 fn oneway_row(transport: &str, size: u64, mb_per_s: f64) -> Row {

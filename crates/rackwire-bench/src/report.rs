@@ -37,6 +37,10 @@ pub struct Row {
     /// CPU used by the measuring process, percent of one core.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_pct: Option<f64>,
+    /// Core-seconds the whole machine was busy per 10^9 payload bytes over the measurement
+    /// (see `cpu`): for a path whose two ends share this machine, the whole path's cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub core_s_per_gb: Option<f64>,
     /// Edge transport: data frames sent again (both directions).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retransmits: Option<u64>,
@@ -68,6 +72,7 @@ pub fn print_table(report: &Report) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     let net = report.rows.iter().any(|r| r.extra_pct.is_some());
+    let cost = report.rows.iter().any(|r| r.core_s_per_gb.is_some());
     let mut header = vec![
         "transport",
         "pattern",
@@ -80,6 +85,9 @@ pub fn print_table(report: &Report) -> String {
         "msgs/s",
         "cpu %",
     ];
+    if cost {
+        header.push("core-s/GB");
+    }
     if net {
         header.extend(["retx", "extra %", "ooo %"]);
     }
@@ -102,6 +110,9 @@ pub fn print_table(report: &Report) -> String {
             Cell::new(f(r.cpu_pct, 0)).set_alignment(CellAlignment::Right),
         ];
         let mut cells = cells.to_vec();
+        if cost {
+            cells.push(Cell::new(f(r.core_s_per_gb, 3)).set_alignment(CellAlignment::Right));
+        }
         if net {
             cells.push(
                 Cell::new(r.retransmits.map_or("-".into(), |v| v.to_string())).set_alignment(CellAlignment::Right),

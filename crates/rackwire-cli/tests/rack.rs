@@ -494,7 +494,8 @@ const VNIC_ROWS: [&str; 19] = [
 // stripe` moves its stream byte-exact over two shaped rails and reports an edge row and an
 // iperf3 row with positive rates; `bench vnic` reports every row it promises (when sockperf
 // is installed) with positive figures, the bare UDP tunnel's cross-rack rows and the rows of
-// small datagrams' highest rate across racks among them, and with `--host-cores --rows xrack-`
+// small datagrams' highest rate across racks among them, its TCP rows with what each cost the
+// machine and the ratio of rw0's cost to the veth's, and with `--host-cores --rows xrack-`
 // just the cross-rack rows; `bench coll --rack` (hosts in memory domains of their
 // own) gives `udp` rows for its collectives and, where Open MPI is installed, `openmpi-tcp`
 // rows measured over the same rails, and takes its rack down.
@@ -582,6 +583,18 @@ fn rack_benchmarks_run_end_to_end() {
     assert!(ratios.values().any(|r| r["ours"] == "xrack-vnic-udp" && r["theirs"] == "xrack-tunnel-udp"), "{ratios:?}");
     // Small datagrams across racks at the highest rate carried: rw0 against the veth.
     assert!(ratios.values().any(|r| r["ours"] == "xrack-vnic-rate" && r["theirs"] == "xrack-veth-rate"), "{ratios:?}");
+    // Each TCP stream's row says what it cost the machine (busy core-seconds per 10^9 bytes:
+    // some, and under 100, which would be a core busy for 10 s per 100 MB), and the costs of
+    // rw0 and the veth are compared.
+    for t in ["vnic-tcp", "veth-tcp", "tun-relay-tcp"] {
+        let row = v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t);
+        let cost = row.and_then(|r| r["core_s_per_gb"].as_f64());
+        assert!(cost.is_some_and(|c| c > 0.0 && c < 100.0), "{t}: core-seconds per GB {cost:?}");
+    }
+    let costs = |(name, r): (&String, &Value)| {
+        name.contains("core-seconds") && r["ours"] == "vnic-tcp" && r["theirs"] == "veth-tcp"
+    };
+    assert!(ratios.iter().any(costs), "{ratios:?}");
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
 
     // With each host on a core of its own and only the cross-rack rows: those nine rows, in
