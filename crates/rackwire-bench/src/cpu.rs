@@ -47,6 +47,11 @@ pub fn core_seconds_per_gb(busy: f64, bytes: f64) -> Option<f64> {
     (bytes > 0.0).then(|| busy / (bytes / 1e9))
 }
 
+/// Busy core-microseconds per operation (`None` when none was done).
+pub fn core_us_per_op(busy: f64, ops: u64) -> Option<f64> {
+    (ops > 0).then(|| busy * 1e6 / ops as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,11 +86,14 @@ mod tests {
         assert!(busy >= 0.01, "busy {busy} core-seconds over a 50 ms busy loop");
     }
 
-    // Checks the cost per byte: 1.5 core-seconds for 3 * 10^9 bytes is 0.5 per 10^9, and
-    // nothing carried gives no figure rather than a division by zero.
+    // Checks the costs per byte and per operation: 1.5 core-seconds for 3 * 10^9 bytes is 0.5
+    // per 10^9, 0.25 core-seconds for 50,000 round trips 5 µs each; nothing carried or done
+    // gives no figure rather than a division by zero.
     #[test]
-    fn cost_per_gigabyte() {
+    fn cost_per_gigabyte_and_per_operation() {
         assert_eq!(core_seconds_per_gb(1.5, 3e9), Some(0.5));
         assert_eq!(core_seconds_per_gb(1.0, 0.0), None);
+        assert_eq!(core_us_per_op(0.25, 50_000), Some(5.0));
+        assert_eq!(core_us_per_op(1.0, 0), None);
     }
 }

@@ -222,7 +222,7 @@ fn in_ns(ns: &Option<String>, prog: &str) -> Command {
 }
 
 /// iperf3, one TCP stream from client to server over `path` with `size`-byte writes, for
-/// `secs` seconds; the rate received, named `transport`.
+/// `secs` seconds; the rate received, named `transport`, and what it cost the machine.
 pub fn iperf3_path(path: &NetPath, size: u64, secs: u64, transport: &str) -> Result<Row, String> {
     let (out, busy) = iperf3_run(path, size, secs, None)?;
     let end = out.find("\"sum_received\"").ok_or("iperf3 printed no result")?;
@@ -329,7 +329,7 @@ fn oneway_row(transport: &str, size: u64, mb_per_s: f64) -> Row {
 
 /// sockperf UDP (or, with `tcp`, TCP) ping-pong at `size` over `path`: half round trips, as
 /// sockperf reports them, paced as sockperf paces them by default (10000 a second), each end
-/// sleeping in `epoll` between messages. `busy_poll` sends one message after another
+/// sleeping in `epoll` between messages; and the machine's busy time per round trip. `busy_poll` sends one message after another
 /// (`--mps=max`) and has both ends spin on non-blocking sockets (`--nonblocked`): the match for
 /// rackwire's busy-poll mode.
 pub fn sockperf_path(
@@ -353,7 +353,8 @@ pub fn sockperf_path(
         server.arg("--nonblocked");
         client.args(["--nonblocked", "--mps=max"]);
     }
-    let out = run_pair((server, &path.server_cores), (client, &path.client_cores), Duration::from_secs(secs + 30))?;
+    let (out, busy) =
+        run_pair_measured((server, &path.server_cores), (client, &path.client_cores), Duration::from_secs(secs + 30))?;
     let avg = number_after(&out, "avg-latency").ok_or("sockperf printed no latency")?;
     let p50 = number_after(&out, "percentile 50.000");
     let p99 = number_after(&out, "percentile 99.000");
@@ -367,6 +368,7 @@ pub fn sockperf_path(
         lat_us_p99: p99,
         lat_us_avg: Some(avg),
         mb_per_s: Some(size as f64 / avg / 1.0),
+        core_us_per_op: busy.and_then(|b| crate::cpu::core_us_per_op(b, n)),
         ..Row::default()
     })
 }

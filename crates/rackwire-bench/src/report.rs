@@ -41,6 +41,10 @@ pub struct Row {
     /// (see `cpu`): for a path whose two ends share this machine, the whole path's cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub core_s_per_gb: Option<f64>,
+    /// Core-microseconds the whole machine was busy per operation (a ping-pong's round trip)
+    /// over the measurement, as [`Row::core_s_per_gb`]: what each costs, spinning included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub core_us_per_op: Option<f64>,
     /// Edge transport: data frames sent again (both directions).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retransmits: Option<u64>,
@@ -72,7 +76,7 @@ pub fn print_table(report: &Report) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     let net = report.rows.iter().any(|r| r.extra_pct.is_some());
-    let cost = report.rows.iter().any(|r| r.core_s_per_gb.is_some());
+    let cost = report.rows.iter().any(|r| r.core_s_per_gb.is_some() || r.core_us_per_op.is_some());
     let mut header = vec![
         "transport",
         "pattern",
@@ -86,7 +90,7 @@ pub fn print_table(report: &Report) -> String {
         "cpu %",
     ];
     if cost {
-        header.push("core-s/GB");
+        header.extend(["core-s/GB", "core-µs/op"]);
     }
     if net {
         header.extend(["retx", "extra %", "ooo %"]);
@@ -112,6 +116,7 @@ pub fn print_table(report: &Report) -> String {
         let mut cells = cells.to_vec();
         if cost {
             cells.push(Cell::new(f(r.core_s_per_gb, 3)).set_alignment(CellAlignment::Right));
+            cells.push(Cell::new(f(r.core_us_per_op, 1)).set_alignment(CellAlignment::Right));
         }
         if net {
             cells.push(

@@ -117,12 +117,16 @@ fn mean(r: &Row) -> Option<f64> {
 fn cost(r: &Row) -> Option<f64> {
     r.core_s_per_gb
 }
+fn cost_op(r: &Row) -> Option<f64> {
+    r.core_us_per_op
+}
 
 /// The comparisons the run reports, each as ours / the Ethernet's (throughput: higher is
 /// better; latency and cost: lower is better). The cost of a TCP stream is the machine's busy
 /// core-seconds per byte (both hosts share it): where both paths are bound by its cores, as
 /// here, their rates stand in about the inverse proportion, which is how far a path that
-/// makes the copies it makes can come.
+/// makes the copies it makes can come. A ping-pong's is its busy time per round trip: what the
+/// virtual NIC's threads' looking for the answer (rather than sleeping) costs.
 const RATIOS: &[Ratio] = &[
     Ratio { name: "TCP over rw0 / over the unshaped veth", ours: "vnic-tcp", theirs: "veth-tcp", figure: mb },
     Ratio {
@@ -196,6 +200,18 @@ const RATIOS: &[Ratio] = &[
         ours: "tun-relay-tcp",
         theirs: "veth-tcp",
         figure: cost,
+    },
+    Ratio {
+        name: "64 B ping-pong, the machine's core time per round trip, over rw0 / over the veth",
+        ours: "vnic-sockperf",
+        theirs: "veth-sockperf",
+        figure: cost_op,
+    },
+    Ratio {
+        name: "across racks, 64 B UDP ping-pong, the machine's core time per round trip, over rw0 / over the veth",
+        ours: "xrack-vnic-udp",
+        theirs: "xrack-veth-udp",
+        figure: cost_op,
     },
     Ratio { name: "TCP over rw0 / over a bare TUN relay", ours: "vnic-tcp", theirs: "tun-relay-tcp", figure: mb },
     Ratio { name: "TCP over a bare TUN relay / over the veth", ours: "tun-relay-tcp", theirs: "veth-tcp", figure: mb },

@@ -494,8 +494,8 @@ const VNIC_ROWS: [&str; 19] = [
 // stripe` moves its stream byte-exact over two shaped rails and reports an edge row and an
 // iperf3 row with positive rates; `bench vnic` reports every row it promises (when sockperf
 // is installed) with positive figures, the bare UDP tunnel's cross-rack rows and the rows of
-// small datagrams' highest rate across racks among them, its TCP rows with what each cost the
-// machine and the ratio of rw0's cost to the veth's, and with `--host-cores --rows xrack-`
+// small datagrams' highest rate across racks among them, its TCP and ping-pong rows with what
+// each cost the machine and the ratio of rw0's cost to the veth's, and with `--host-cores --rows xrack-`
 // just the cross-rack rows; `bench coll --rack` (hosts in memory domains of their
 // own) gives `udp` rows for its collectives and, where Open MPI is installed, `openmpi-tcp`
 // rows measured over the same rails, and takes its rack down.
@@ -595,6 +595,12 @@ fn rack_benchmarks_run_end_to_end() {
         name.contains("core-seconds") && r["ours"] == "vnic-tcp" && r["theirs"] == "veth-tcp"
     };
     assert!(ratios.iter().any(costs), "{ratios:?}");
+    // And each ping-pong's row what a round trip cost it (some core time, under a second).
+    for t in ["vnic-sockperf", "veth-sockperf", "xrack-vnic-udp", "xrack-veth-udp"] {
+        let row = v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t);
+        let cost = row.and_then(|r| r["core_us_per_op"].as_f64());
+        assert!(cost.is_some_and(|c| c > 0.0 && c < 1e6), "{t}: core-µs per round trip {cost:?}");
+    }
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
 
     // With each host on a core of its own and only the cross-rack rows: those nine rows, in
