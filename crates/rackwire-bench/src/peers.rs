@@ -328,8 +328,9 @@ fn oneway_row(transport: &str, size: u64, mb_per_s: f64) -> Row {
 }
 
 /// sockperf UDP (or, with `tcp`, TCP) ping-pong at `size` over `path`: half round trips, as
-/// sockperf reports them, paced as sockperf paces them by default (10000 a second), each end
-/// sleeping in `epoll` between messages; and the machine's busy time per round trip. `busy_poll` sends one message after another
+/// sockperf reports them, one message after another's answer (sockperf's default for a
+/// ping-pong), each end sleeping in `epoll` for the next; and the machine's busy time per round
+/// trip, over the client's whole run (its warm-up included, as the count of messages is). `busy_poll` sends one message after another
 /// (`--mps=max`) and has both ends spin on non-blocking sockets (`--nonblocked`): the match for
 /// rackwire's busy-poll mode.
 pub fn sockperf_path(
