@@ -302,8 +302,7 @@ pub fn iperf3_udp_capacity(
 }
 
 /// Run iperf3's client against a fresh server over `path` (`udp_rate`: UDP at that many bits
-/// per second); its JSON output.
-/// iperf3's JSON output, and the core-seconds the machine was busy while its client ran.
+/// per second); its JSON output, and the core-seconds the machine was busy while it ran.
 fn iperf3_run(path: &NetPath, size: u64, secs: u64, udp_rate: Option<f64>) -> Result<(String, Option<f64>), String> {
     let port = free_port().ok_or("no free port")?.to_string();
     let mut server = in_ns(&path.server_ns, "iperf3");
@@ -329,10 +328,10 @@ fn oneway_row(transport: &str, size: u64, mb_per_s: f64) -> Row {
 
 /// sockperf UDP (or, with `tcp`, TCP) ping-pong at `size` over `path`: half round trips, as
 /// sockperf reports them, one message after another's answer (sockperf's default for a
-/// ping-pong), each end sleeping in `epoll` for the next; and the machine's busy time per round
-/// trip, over the client's whole run (its warm-up included, as the count of messages is). `busy_poll` sends one message after another
-/// (`--mps=max`) and has both ends spin on non-blocking sockets (`--nonblocked`): the match for
-/// rackwire's busy-poll mode.
+/// ping-pong), each end sleeping in `epoll` for the next; and the machine's busy time per
+/// round trip, over the client's whole run (its warm-up included, as the count of messages
+/// is). `busy_poll` has both ends spin on non-blocking sockets (`--nonblocked`, and
+/// `--mps=max` said outright): the match for rackwire's busy-poll mode.
 pub fn sockperf_path(
     path: &NetPath,
     size: u64,

@@ -124,9 +124,9 @@ fn cost_op(r: &Row) -> Option<f64> {
 /// The comparisons the run reports, each as ours / the Ethernet's (throughput: higher is
 /// better; latency and cost: lower is better). The cost of a TCP stream is the machine's busy
 /// core-seconds per byte (both hosts share it): where both paths are bound by its cores, as
-/// here, their rates stand in about the inverse proportion, which is how far a path that
-/// makes the copies it makes can come. A ping-pong's is its busy time per round trip: what the
-/// virtual NIC's threads' looking for the answer (rather than sleeping) costs.
+/// here, their rates stand in about the inverse proportion of their costs, so the cost ratio
+/// says how near the veth's rate rw0 can come. A ping-pong's cost is its busy time per round
+/// trip: what the threads that look for the answer rather than sleep cost.
 const RATIOS: &[Ratio] = &[
     Ratio { name: "TCP over rw0 / over the unshaped veth", ours: "vnic-tcp", theirs: "veth-tcp", figure: mb },
     Ratio {
