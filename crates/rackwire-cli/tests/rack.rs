@@ -130,6 +130,11 @@ impl Drop for Rack {
     }
 }
 
+/// Figure `field` of the first row of the benchmark report `v` whose transport is `t`.
+fn row_figure(v: &Value, t: &str, field: &str) -> Option<f64> {
+    v["rows"].as_array()?.iter().find(|r| r["transport"] == t)?[field].as_f64()
+}
+
 fn namespaces(prefix: &str) -> Vec<String> {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
     String::from_utf8_lossy(&out.stdout)
@@ -524,9 +529,7 @@ fn rack_benchmarks_run_end_to_end() {
         "--json",
     ]));
     let v: Value = serde_json::from_str(&out).expect("bench stripe --json");
-    let rate = |t: &str| {
-        v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t).and_then(|r| r["mb_per_s"].as_f64())
-    };
+    let rate = |t: &str| row_figure(&v, t, "mb_per_s");
     assert!(rate("udp-2l").is_some_and(|r| r > 0.0), "{out}");
     assert!(rate("iperf3-tcp").is_some_and(|r| r > 0.0), "{out}");
     assert!(v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap_or("").contains("byte-exact")));
@@ -567,8 +570,7 @@ fn rack_benchmarks_run_end_to_end() {
     let out = ok(&rackwire(&["bench", "vnic", "--scale", "0.2", "--json"]));
     let v: Value = serde_json::from_str(&out).expect("bench vnic --json");
     for t in VNIC_ROWS {
-        let row = v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t);
-        let figure = row.and_then(|r| r["mb_per_s"].as_f64().or(r["lat_us_avg"].as_f64()));
+        let figure = row_figure(&v, t, "mb_per_s").or(row_figure(&v, t, "lat_us_avg"));
         assert!(figure.is_some_and(|f| f > 0.0), "row {t} missing or empty: {out}");
     }
     // Each comparison's ratio is reported from the one run, with its median and spread.
@@ -587,8 +589,7 @@ fn rack_benchmarks_run_end_to_end() {
     // some, and under 100, which would be a core busy for 10 s per 100 MB), and the costs of
     // rw0 and the veth are compared.
     for t in ["vnic-tcp", "veth-tcp", "tun-relay-tcp"] {
-        let row = v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t);
-        let cost = row.and_then(|r| r["core_s_per_gb"].as_f64());
+        let cost = row_figure(&v, t, "core_s_per_gb");
         assert!(cost.is_some_and(|c| c > 0.0 && c < 100.0), "{t}: core-seconds per GB {cost:?}");
     }
     let costs = |(name, r): (&String, &Value)| {
@@ -597,8 +598,7 @@ fn rack_benchmarks_run_end_to_end() {
     assert!(ratios.iter().any(costs), "{ratios:?}");
     // And each ping-pong's row what a round trip cost it (some core time, under a second).
     for t in ["vnic-sockperf", "veth-sockperf", "xrack-vnic-udp", "xrack-veth-udp"] {
-        let row = v["rows"].as_array().unwrap().iter().find(|r| r["transport"] == t);
-        let cost = row.and_then(|r| r["core_us_per_op"].as_f64());
+        let cost = row_figure(&v, t, "core_us_per_op");
         assert!(cost.is_some_and(|c| c > 0.0 && c < 1e6), "{t}: core-µs per round trip {cost:?}");
     }
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic left its rack up");
