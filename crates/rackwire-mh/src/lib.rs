@@ -15,6 +15,7 @@
 pub mod auth;
 mod channel;
 pub use rackwire_wire::identity;
+pub use rackwire_wire::owner_only;
 mod client;
 mod departed;
 pub mod etcd;

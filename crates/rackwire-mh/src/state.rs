@@ -89,7 +89,10 @@ impl Store {
     pub fn open(dir: Option<&Path>) -> Result<Self, MhError> {
         let mut state = State::fresh();
         if let Some(dir) = dir {
-            std::fs::create_dir_all(dir).map_err(|e| MhError::Config(format!("state dir {}: {e}", dir.display())))?;
+            // The state holds every region's key: its folder is this user's, written by no one
+            // else (who could otherwise replace the state file).
+            crate::owner_only::create_folder(dir, crate::owner_only::Reach::Readable)
+                .map_err(|e| MhError::Config(format!("state dir {e}")))?;
             match read_state(&dir.join(STATE_FILE)) {
                 Ok(Some(s)) => state = s,
                 Ok(None) => {}

@@ -67,6 +67,10 @@ pub struct ConnStats {
     pub unsealed: u64,
     /// Handshakes refused: a wrong fabric-secret proof, or a signature not by the peer's key.
     pub handshakes_refused: u64,
+    /// Unsealed frames that proved nothing (a handshake step whose confirmation or signature
+    /// does not hold, a close or another frame before the keys): ignored, the connection and
+    /// its handshake go on.
+    pub unproven: u64,
     /// Answers sent riding ahead of another segment instead of in frames of their own.
     pub answers_packed: u64,
     /// Operations sent whole in a frame behind another operation's segment instead of in a

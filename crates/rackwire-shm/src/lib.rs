@@ -22,6 +22,7 @@
 pub mod barrier;
 pub mod copy;
 pub mod doorbell;
+pub mod fuzz;
 pub mod mem;
 pub mod memcpy;
 pub mod owned;

@@ -78,8 +78,19 @@ pub enum PushError {
     },
 }
 
+/// The ring's word at `off`. Offsets are fixed header words or record slots
+/// ([`slot_offset`]): aligned and inside the mapping (checked at attach and create), whatever a
+/// peer wrote into the ring.
 fn atomic(mem: &SharedMem, off: u64) -> &AtomicU64 {
-    mem.atomic_u64(off).expect("ring header words are aligned and in bounds by construction")
+    mem.atomic_u64(off).expect("ring words are aligned and in bounds by construction")
+}
+
+/// Where the record slot of stream position `pos` starts in the mapping: inside the data
+/// area and aligned to a record, for any `pos` (positions read from shared memory are a
+/// peer's word, not trusted to be either).
+#[inline]
+const fn slot_offset(cap: u64, pos: u64) -> u64 {
+    DATA_OFFSET + (pos & (cap - 1) & !(RECORD_ALIGN - 1))
 }
 
 fn capacity_of(mem: &SharedMem) -> Result<u64, ShmError> {
@@ -220,7 +231,7 @@ impl RingWatch {
 /// The stamp word of the record slot at stream position `pos`.
 #[inline]
 fn stamp_at(mem: &SharedMem, cap: u64, pos: u64) -> u64 {
-    atomic(mem, DATA_OFFSET + (pos & (cap - 1))).load(Ordering::Acquire)
+    atomic(mem, slot_offset(cap, pos)).load(Ordering::Acquire)
 }
 
 /// The sending side of a ring, attached to memory the receiver sent.
@@ -241,8 +252,9 @@ impl RingSender {
             return Err(ShmError::BadRing("ring mapped read-only"));
         }
         let cap = capacity_of(&mem)?;
-        // A ring is handed to its one sender before anything is written to it.
-        let head = atomic(&mem, HEAD_OFFSET).load(Ordering::Acquire);
+        // A ring is handed to its one sender before anything is written to it. The head is the
+        // receiver's word: a record position is aligned, whatever it says.
+        let head = atomic(&mem, HEAD_OFFSET).load(Ordering::Acquire) & !(RECORD_ALIGN - 1);
         Ok(RingSender { mem, cap, tail: head, cached_head: head, head_refreshes: 0 })
     }
 

@@ -320,3 +320,53 @@ fn first_frames_alone_hold_a_bounded_number_of_slots() {
     let established = nodes[1].ep.sessions().filter(|s| s.conn().state() == State::Established).count();
     assert_eq!(established, 1, "the established connection stays");
 }
+
+// Checks that only a frame that proves its sender moves a peer's address (issue: one forged
+// 32-byte frame with a live connection id, sent in clear, redirected a link): at node 2, an
+// unsealed frame and a sealed frame with a made-up tag, both carrying node 2's id for the
+// connection, come from address 99; node 2 still sends to node 1's address (99 gets nothing)
+// and a write from node 2 lands at node 1. A genuine frame from node 1 that comes from a new
+// address (the peer moved) does move it.
+#[test]
+fn only_a_proven_frame_moves_a_peers_address() {
+    let (mut nodes, local, mut now) = connected();
+    nodes[0].mem.add_region(6, 66, 4096, &[2]);
+    let theirs = nodes[1].ep.iter_mut().next().map(|(l, _)| l).unwrap();
+    assert_eq!(nodes[1].ep.get(theirs).unwrap().addr(0), Some(1));
+    // A genuine sealed frame from node 1, to forge from.
+    nodes[0].ep.submit(local, |_| 1, |c| c.send(now, b"ping", OpFlags::default())).unwrap();
+    let (_, link, genuine) = nodes[0].out(now).remove(0);
+    let mut bad_tag = genuine.clone();
+    let last = bad_tag.len() - 1;
+    bad_tag[last] ^= 1;
+    let mut plain = genuine.clone();
+    plain.truncate(rackwire_wire::HEADER_LEN);
+    let repr = rackwire_wire::FrameRepr {
+        kind: rackwire_wire::FrameKind::Ack,
+        link: 0,
+        conn: theirs,
+        seq: 0,
+        ack: None,
+        ts: 0,
+        payload_len: 0,
+    };
+    repr.emit(&mut plain).fill_checksums();
+    for forged in [&plain, &bad_tag] {
+        nodes[1].take(now, link, 99, forged);
+        assert_eq!(nodes[1].ep.get(theirs).unwrap().addr(0), Some(1), "a forged frame moved the address");
+    }
+    let target = RegionRef { region: 6, key: 66 };
+    nodes[1].ep.submit(theirs, |_| 2, |c| c.write(now, target, 0, b"back", OpFlags::default())).unwrap();
+    let out = nodes[1].out(now);
+    assert!(!out.is_empty() && out.iter().all(|(to, _, _)| *to == 1), "node 2 sends to node 1 only: {out:?}");
+    for (_, l, f) in out {
+        nodes[0].take(now + 5, l, 2, &f);
+    }
+    run(&mut nodes, &mut now);
+    assert_eq!(&nodes[0].mem.regions[&6].data[..4], b"back", "the write lands");
+    // A genuine frame from a new address: the peer is there now.
+    nodes[0].ep.submit(local, |_| 3, |c| c.send(now, b"moved", OpFlags::default())).unwrap();
+    let (_, link, genuine) = nodes[0].out(now).remove(0);
+    nodes[1].take(now, link, 7, &genuine);
+    assert_eq!(nodes[1].ep.get(theirs).unwrap().addr(0), Some(7), "a genuine frame moves it");
+}

@@ -112,18 +112,33 @@ fn frames_from_another_connection_or_unsealed_are_dropped() {
     assert_eq!(&tb2.regions[&5].data[..100], &[0x77; 100][..]);
 }
 
-/// Run a handshake between `a` and `b`; the end states.
+/// Run a handshake between `a` and `b`, past the handshake timeout; the end states.
 fn handshake(a: &Credentials, b: &Credentials) -> (Connection, Connection) {
     let (mut ca, mut cb) = connecting_as(Config::new(1, MTU), a, b);
     let (mut ta, mut tb, mut now) = (MemTarget::default(), MemTarget::default(), 0);
     pump(&mut ca, &mut cb, &mut now, &mut ta, &mut tb);
+    // Steps repeat and time runs out: each end's timers fire until both are closed or
+    // established (bounded: the handshake timeout is 5 s).
+    for _ in 0..1000 {
+        let quiet = |c: &Connection| matches!(c.state(), State::Closed(_) | State::Established);
+        if quiet(&ca) && quiet(&cb) {
+            break;
+        }
+        now = [ca.poll_timeout(), cb.poll_timeout()].into_iter().flatten().min().unwrap_or(now).max(now);
+        ca.handle_timeout(now, &mut ta);
+        cb.handle_timeout(now, &mut tb);
+        pump(&mut ca, &mut cb, &mut now, &mut ta, &mut tb);
+    }
     (ca, cb)
 }
 
 // Checks identity in the handshake: an initiator that holds the fabric secret but signs with
 // a key other than the one known for the node it claims to be (node 3's key, claiming node 1)
-// is refused by the acceptor (AuthFailed, counted); an acceptor doing the same is refused by
-// the initiator. Neither end gets established.
+// is refused by the acceptor (AuthFailed, counted) and told so (the acceptor holds the
+// exchange's key, so its refusal is sealed and proves itself). An acceptor doing the same
+// cannot be told apart from someone forging its answers: the initiator ignores its
+// Challenges (counted unproven) and, when the handshake runs out of time, ends refused
+// (AuthFailed, counted). Neither end gets established.
 #[test]
 fn a_handshake_claiming_another_nodes_id_fails() {
     let impostor = Credentials::new(SECRET, identity(3));
@@ -134,7 +149,8 @@ fn a_handshake_claiming_another_nodes_id_fails() {
     let (a, b) = handshake(&credentials(A_NODE, SECRET), &impostor);
     assert_eq!(a.state(), State::Closed(CloseReason::AuthFailed));
     assert_eq!(a.stats().handshakes_refused, 1);
-    assert_eq!(b.state(), State::Closed(CloseReason::Peer(1)), "the impostor is told");
+    assert!(a.stats().unproven >= 1, "the unsigned challenges were counted: {:?}", a.stats());
+    assert_ne!(b.state(), State::Established, "the impostor never gets established");
     // A wrong fabric secret with the right key fails too.
     let (_a, b) = handshake(&credentials(A_NODE, b"other-secret"), &credentials(B_NODE, SECRET));
     assert_ne!(b.state(), State::Established);
@@ -186,4 +202,129 @@ fn a_spoofed_first_frame_is_not_amplified() {
     assert!(back > 0 && back <= 3 * hello.len(), "{back} bytes back for a {}-byte first frame", hello.len());
     let closed_at = closed_at.expect("the acceptor gives the handshake up");
     assert!((5_000_000..5_100_000).contains(&closed_at), "closed at {closed_at} µs");
+}
+
+/// An unsealed frame of `kind` for connection `conn`, with `payload` (checksums filled), and,
+/// if given, a cumulative acknowledgement in its header: what anyone who saw the connection's
+/// id in clear could send.
+fn forged(kind: rackwire_wire::FrameKind, conn: u32, ack: Option<u32>, payload: &[u8]) -> Vec<u8> {
+    let repr = rackwire_wire::FrameRepr { kind, link: 0, conn, seq: 0, ack, ts: 0, payload_len: payload.len() as u16 };
+    let mut buf = vec![0u8; repr.buffer_len()];
+    let mut f = repr.emit(&mut buf);
+    f.payload_mut().copy_from_slice(payload);
+    f.fill_checksums();
+    buf
+}
+
+/// A handshake frame like `genuine` with `change` applied to its step (its checksums filled
+/// again): a forgery made from what was seen in clear.
+fn altered(genuine: &[u8], change: impl FnOnce(&mut rackwire_wire::HandshakeRepr)) -> Vec<u8> {
+    use rackwire_wire::{Frame, HandshakeRepr, HEADER_LEN};
+    let mut h = HandshakeRepr::parse(&genuine[HEADER_LEN..]).unwrap();
+    change(&mut h);
+    let mut out = genuine.to_vec();
+    h.emit(&mut out[HEADER_LEN..]);
+    Frame::new_unchecked(&mut out[..]).fill_checksums();
+    out
+}
+
+// Checks that no forged unsealed frame ends or steers a handshake (issue: one forged frame
+// with the id seen in clear aborted it): while a sealed handshake runs, an attacker who sees
+// every frame sends the initiator an unsealed Close and a Challenge of its own (its own
+// exchange message, the signature zeroed), and, after the initiator's Proof, a Done that is
+// the acceptor's own with its confirmation zeroed; it sends the acceptor an unsealed Close and
+// a Proof with a made-up confirmation. Each is ignored and counted (`unproven`); neither end
+// closes, the initiator is not established by the forged Done, both ends get established from
+// the genuine frames, and a write lands.
+#[test]
+fn forged_handshake_frames_neither_end_nor_steer_a_handshake() {
+    use rackwire_wire::{FrameKind, HandshakeStep};
+    let (mut a, mut b) = connecting_as(Config::new(1, MTU), &credentials(A_NODE, SECRET), &credentials(B_NODE, SECRET));
+    let (mut ta, mut tb) = (MemTarget::default(), MemTarget::default());
+    tb.add_region(5, 55, 4096, &[A_NODE]);
+    let close = |conn| forged(FrameKind::Close, conn, None, &[1]);
+    // Hello a → b; the attacker answers a first, with a Close and its own Challenge.
+    let (l, hello) = drain(&mut a, 0).remove(0);
+    assert!(b.handle_frame(10, l, &hello, &mut tb) || b.state() == State::Handshaking);
+    let (_, challenge) = drain(&mut b, 10).remove(0);
+    let fake_challenge = altered(&challenge, |h| {
+        h.pake = rackwire_wire::auth::Pake::start(b"attacker-guess-1234", false, b"x").1;
+        h.signature = [0; 64];
+    });
+    assert!(!a.handle_frame(20, 0, &close(11), &mut ta), "an unsealed close proves nothing");
+    assert!(!a.handle_frame(20, 0, &fake_challenge, &mut ta), "an unsigned challenge proves nothing");
+    assert_eq!(a.state(), State::Handshaking, "the initiator goes on");
+    assert_eq!(a.stats().unproven, 2);
+    // The genuine Challenge; then the attacker tells b a Close and a Proof of its own.
+    assert!(a.handle_frame(30, 0, &challenge, &mut ta), "the genuine challenge proves the acceptor");
+    let (_, proof) = drain(&mut a, 30).remove(0);
+    let fake_proof = altered(&proof, |h| h.proof = [7; 32]);
+    let conn_b = rackwire_wire::Frame::new_unchecked(&proof[..]).conn();
+    assert!(!b.handle_frame(40, 0, &close(conn_b), &mut tb));
+    assert!(!b.handle_frame(40, 0, &fake_proof, &mut tb));
+    assert_eq!(b.state(), State::Handshaking, "the acceptor goes on");
+    assert_eq!(b.stats().unproven, 2);
+    assert!(b.handle_frame(50, 0, &proof, &mut tb), "the genuine proof proves the initiator");
+    assert_eq!(b.state(), State::Established);
+    // b's Done, forged (no confirmation) before the genuine one reaches a.
+    let (_, done) = drain(&mut b, 50).remove(0);
+    let h = rackwire_wire::HandshakeRepr::parse(&done[rackwire_wire::HEADER_LEN..]).unwrap();
+    assert_eq!(h.step, HandshakeStep::Done);
+    assert!(!a.handle_frame(60, 0, &altered(&done, |h| h.proof = [0; 32]), &mut ta));
+    assert_eq!(a.state(), State::Handshaking, "a forged Done does not establish the initiator");
+    assert!(a.handle_frame(60, 0, &done, &mut ta));
+    assert_eq!(a.state(), State::Established);
+    let mut now = 70;
+    a.write(now, TARGET, 0, &[5; 100], OpFlags::default()).unwrap();
+    pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    assert_eq!(&tb.regions[&5].data[..100], &[5u8; 100][..], "the write lands");
+}
+
+// Checks that an unsealed handshake frame on an established sealed connection changes nothing
+// but what its step proves: a Challenge-shaped frame carrying a cumulative acknowledgement far
+// ahead (which, acted on, would mark unsent frames delivered) and a Close are ignored and
+// counted (`unproven`, `unsealed`); the write in flight is still resent and lands once the genuine frames
+// flow; the connection stays up.
+#[test]
+fn an_unsealed_frame_after_the_handshake_acknowledges_nothing() {
+    use rackwire_wire::FrameKind;
+    let (mut a, mut b, _ta, mut tb, mut now) = sealed_pair();
+    let mut ta = MemTarget::default();
+    let frames = write_frames(&mut a, now, 0x3c);
+    assert!(!frames.is_empty());
+    let conn_a = 11;
+    let hs = {
+        let mut p = vec![0u8; rackwire_wire::payload::HANDSHAKE_LEN];
+        rackwire_wire::HandshakeRepr {
+            step: rackwire_wire::HandshakeStep::Challenge,
+            links: 1,
+            mtu: MTU as u16,
+            from: B_NODE,
+            to: A_NODE,
+            conn: 22,
+            nonce: [0; 32],
+            proof: [0; 32],
+            ephemeral: [0; 32],
+            signature: [0; 64],
+            seal: true,
+            pake: [0; rackwire_wire::auth::PAKE_MSG_BYTES],
+        }
+        .emit(&mut p);
+        p
+    };
+    let (unproven, unsealed) = (a.stats().unproven, a.stats().unsealed);
+    assert!(!a.handle_frame(now + 5, 0, &forged(FrameKind::Handshake, conn_a, Some(1_000_000), &hs), &mut ta));
+    assert!(!a.handle_frame(now + 5, 0, &forged(FrameKind::Close, conn_a, Some(1_000_000), &[0]), &mut ta));
+    assert_eq!((a.stats().unproven, a.stats().unsealed), (unproven + 1, unsealed + 1));
+    assert_eq!(a.state(), State::Established);
+    // The write's frames were "lost": what a has in flight is resent once its timers fire,
+    // which only holds if the forged acknowledgement took nothing out of flight.
+    let until = now + 5_000_000;
+    while now < until && tb.regions[&5].data[..100] != [0x3c; 100] {
+        now = a.poll_timeout().unwrap_or(now + 1000).max(now + 1);
+        a.handle_timeout(now, &mut ta);
+        pump(&mut a, &mut b, &mut now, &mut ta, &mut tb);
+    }
+    assert_eq!(&tb.regions[&5].data[..100], &[0x3c; 100][..], "the write is resent and lands");
+    assert_eq!((a.state(), b.state()), (State::Established, State::Established));
 }

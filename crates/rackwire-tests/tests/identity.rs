@@ -241,3 +241,85 @@ fn zeros_range(r: &rackwire::Region, offset: u64, len: usize) -> bool {
     r.read_at(offset, &mut b).unwrap();
     b.iter().all(|&x| x == 0)
 }
+
+// Checks, over real sockets, that frames from another socket cannot steer a live edge
+// connection (issue: one forged frame carrying a connection id, which travels in clear,
+// moved the peer's address on that link): an unsealed acknowledgement, a sealed frame with a
+// made-up tag and an unsealed handshake step, each addressed to the owner's id for its
+// connection to the bee, come from an attacker's socket, over and over, while the owner
+// writes into the bee's region: every write lands, and the attacker's socket receives
+// nothing (the owner went on sending to the bee); the forged frames were counted.
+#[test]
+fn frames_from_another_socket_do_not_move_the_peers_address() {
+    let mh = TestMh::start("identity-steer");
+    let (sa, sb) = (TempDir::new("owner"), TempDir::new("bee"));
+    let owner = node(&mh.addr, "owner", &sa, true).unwrap();
+    let bee = node(&mh.addr, "bee", &sb, true).unwrap();
+    let bee_region = bee.alloc(4096, Access::ALL).unwrap();
+    bee_region.grant(owner.id(), Access::WRITE).unwrap();
+    let region = owner.alloc(4096, Access::ALL).unwrap();
+    region.grant(bee.id(), Access::WRITE).unwrap();
+    // The bee opens the connection; the owner's side of it is the one forged frames aim at.
+    let conn = bee.connect(owner.id()).unwrap();
+    conn.write(&region.handle(), 0, &[0x11; 8], OpFlags::default()).wait().unwrap();
+    let at_owner = owner.connect(bee.id()).unwrap();
+    let conn_id = at_owner.stats().conn_id;
+    let to: SocketAddr = record(&mh.addr, owner.id()).links[0].parse().unwrap();
+    let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let header = |kind, sealed: bool, payload: &[u8]| {
+        let repr = rackwire_wire::FrameRepr {
+            kind,
+            link: 0,
+            conn: conn_id,
+            seq: 0,
+            ack: Some(1_000_000),
+            ts: 0,
+            payload_len: payload.len() as u16,
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        let mut f = repr.emit(&mut buf);
+        f.payload_mut().copy_from_slice(payload);
+        f.fill_checksums();
+        if sealed {
+            f.set_sealed();
+            buf.extend_from_slice(&[0x5a; rackwire_wire::SEALED_TRAILER_LEN]);
+        }
+        buf
+    };
+    let hs = vec![0u8; rackwire_wire::payload::HANDSHAKE_LEN];
+    let forgeries = [
+        header(rackwire_wire::FrameKind::Ack, false, &[]),
+        header(rackwire_wire::FrameKind::Data, true, &[0; 64]),
+        header(rackwire_wire::FrameKind::Handshake, false, &hs),
+    ];
+    // The attacker sends them over and over (every millisecond for 400 ms) while the owner
+    // writes into the bee's region (each write waits for its answer): a moved address would
+    // send some of the owner's frames to the attacker before the bee's own frames moved it
+    // back.
+    let injector = {
+        let attacker = attacker.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..400 {
+                for f in &forgeries {
+                    attacker.send_to(f, to).unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    for k in 0..40u8 {
+        at_owner.write(&bee_region.handle(), 0, &[k; 64], OpFlags::default()).wait().expect("the owner's write lands");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    injector.join().unwrap();
+    let mut b = [0u8; 64];
+    bee_region.read_at(0, &mut b).unwrap();
+    assert_eq!(b, [39; 64], "the last write landed");
+    attacker.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut buf = [0u8; 2048];
+    let got = attacker.recv_from(&mut buf);
+    assert!(got.is_err(), "the owner sent to the attacker: {got:?}");
+    // Each forged frame reached the connection and was counted there.
+    let counted = |s: rackwire::ConnStats| s.unsealed + s.forged + s.unproven + s.malformed;
+    assert!(counted(at_owner.stats()) >= 3, "the forged frames reached the connection: {:?}", at_owner.stats());
+}

@@ -37,6 +37,9 @@ pub enum IdentityError {
     /// The system random source failed.
     #[error("the system random source failed")]
     Random,
+    /// The key file, or a folder on its way, is not this user's alone.
+    #[error("key file: {0}")]
+    NotOwnerOnly(#[from] crate::owner_only::NotOwnerOnly),
 }
 
 /// A node's key pair.
@@ -72,15 +75,21 @@ impl Identity {
 
     /// The key pair kept at `path`, made (readable by its owner only) if there is none. Two
     /// processes making it at once end up with the same one: the file appears whole, once.
+    /// The file and its folders must be this user's alone ([`crate::owner_only`]): a key
+    /// another user could have planted or read is refused, not used.
     pub fn load_or_create(path: &Path) -> Result<Identity, IdentityError> {
+        use crate::owner_only::{check_file, create_folder, Reach};
         let io = |source| IdentityError::Io { path: path.display().to_string(), source };
-        match read_limited(path) {
-            Ok(doc) => return Self::parse(path, &doc),
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            create_folder(dir, Reach::Readable)?;
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(_) => {
+                check_file(path)?;
+                return Self::parse(path, &read_limited(path).map_err(io)?);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(e)),
-        }
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
         }
         let (id, doc) = Identity::generate()?;
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
@@ -169,6 +178,12 @@ mod tests {
         assert_eq!(mode, 0o600);
         let again = Identity::load_or_create(&path).unwrap();
         assert_eq!(first.public(), again.public());
+        // A key file others may read (or that another user could have written) is refused,
+        // not used (issue: an existing key file was loaded without a look at its mode).
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = Identity::load_or_create(&path).unwrap_err();
+        assert!(matches!(e, IdentityError::NotOwnerOnly(_)) && e.to_string().contains("chmod 600"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::write(&path, b"not a key").unwrap();
         assert!(matches!(Identity::load_or_create(&path), Err(IdentityError::Damaged(_))));
         let _ = std::fs::remove_dir_all(&dir);

@@ -17,6 +17,7 @@ mod error;
 pub mod frame;
 pub mod identity;
 pub mod kx;
+pub mod owner_only;
 pub mod payload;
 
 pub use error::WireError;

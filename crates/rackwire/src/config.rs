@@ -153,17 +153,10 @@ fn default_name() -> String {
 }
 
 /// The fabric secret in the file `p`: its bytes less a trailing line end. A file that anyone
-/// but its owner may read or write is refused (as ssh refuses such a key): `chmod 600` it.
+/// but its owner may read or write, that another user owns, or that is a link, is refused
+/// (as ssh refuses such a key): `chmod 600` it.
 pub fn read_secret_file(p: &Path) -> Result<Vec<u8>, Error> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::metadata(p).map_err(|e| Error::Config(format!("secret file {}: {e}", p.display())))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(Error::Config(format!(
-            "secret file {} is open to others (mode {mode:o}); make it readable by its owner only (chmod 600)",
-            p.display()
-        )));
-    }
+    rackwire_mh::owner_only::check_file(p).map_err(|e| Error::Config(format!("secret file {e}")))?;
     let s = std::fs::read_to_string(p).map_err(|e| Error::Config(format!("secret file {}: {e}", p.display())))?;
     Ok(s.trim_end_matches(['\n', '\r']).as_bytes().to_vec())
 }

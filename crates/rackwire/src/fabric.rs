@@ -2,7 +2,6 @@
 //! node's shared state lives in [`crate::node`]; this module chooses and starts the
 //! transports on top of it.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
@@ -140,12 +139,11 @@ impl Fabric {
         if cfg.private_memory {
             rackwire_shm::keep_descriptors_private()?;
         }
+        // The socket's folder is this user's alone: in a shared place (/tmp) another user
+        // could have made it first, to swap the socket for one of their own.
         let dir = cfg.runtime_dir();
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| Error::Config(format!("runtime folder {}: {e}", dir.display())))?;
+        rackwire_mh::owner_only::create_folder(&dir, rackwire_mh::owner_only::Reach::Private)
+            .map_err(|e| Error::Config(format!("runtime folder: {e}")))?;
         let path =
             dir.join(format!("n{id}-{}-{:08x}.sock", std::process::id(), rackwire_mh::auth::random_u128() as u32));
         let endpoint = Arc::new(Endpoint::bind(&path).map_err(|e| Error::Sys {

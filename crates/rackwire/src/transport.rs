@@ -189,6 +189,9 @@ pub struct ConnStats {
     pub replayed: u64,
     /// Edge transport: frames dropped because they came unsealed on a sealed connection.
     pub unsealed: u64,
+    /// Edge transport: unsealed frames that proved nothing (a handshake step in the peer's
+    /// name whose proof does not hold, a close before the keys): ignored, nothing changed.
+    pub unproven: u64,
     /// Edge transport: datagrams sent, each in a frame of its own (see
     /// [`crate::Conn::send_datagram`]; over shared memory they count as messages).
     pub datagrams_sent: u64,

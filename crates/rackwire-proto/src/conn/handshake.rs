@@ -34,6 +34,19 @@ pub(super) const LABEL_ACCEPTOR: &str = "rackwire-edge-acceptor";
 
 pub(super) const LABEL_INITIATOR: &str = "rackwire-edge-initiator";
 
+/// The label of the acceptor's confirmation in its Done: the initiator takes the handshake as
+/// finished only from the peer.
+const LABEL_DONE: &str = "rackwire-edge-done";
+
+/// The peer's part of the transcript, as a handshake frame states it.
+struct PeerPart {
+    conn: u32,
+    nonce: [u8; 32],
+    ephemeral: [u8; 32],
+    pake: [u8; auth::PAKE_MSG_BYTES],
+    seal: bool,
+}
+
 /// What a node proves itself with in a handshake.
 #[derive(Clone, Debug)]
 pub struct Credentials {
@@ -75,6 +88,10 @@ pub(super) struct Handshake {
     key: Option<auth::SharedKey>,
     /// This end's signature, once made (sent again with a repeated step).
     pub(super) signature: Option<[u8; 64]>,
+    /// Answers in the peer's name that did not prove it (a Challenge not signed by its key, a
+    /// Proof without the exchange's key): forged, or the peer's own with the wrong key or
+    /// secret. A handshake that runs out of time after one ends as refused, not as silent.
+    pub(super) bad_answers: u32,
 }
 
 impl Handshake {
@@ -92,6 +109,7 @@ impl Handshake {
             their_pake: [0; auth::PAKE_MSG_BYTES],
             key: None,
             signature: None,
+            bad_answers: 0,
         }
     }
 
@@ -112,6 +130,18 @@ impl Handshake {
 impl Connection {
     /// The bytes both ends sign: everything the handshake agreed on.
     fn transcript(&self) -> Vec<u8> {
+        self.transcript_with(&PeerPart {
+            conn: self.peer_conn,
+            nonce: self.their_nonce,
+            ephemeral: self.hs.their_ephemeral,
+            pake: self.hs.their_pake,
+            seal: self.hs.their_seal,
+        })
+    }
+
+    /// The transcript with the peer's part as a handshake frame states it (before it is
+    /// adopted: a frame is checked against what it would agree to before anything changes).
+    fn transcript_with(&self, theirs: &PeerPart) -> Vec<u8> {
         let (i, a) = match self.role {
             Role::Initiator => (self.me, self.peer),
             Role::Acceptor => (self.peer, self.me),
@@ -119,28 +149,28 @@ impl Connection {
         let (i_conn, a_conn, i_nonce, a_nonce, i_eph, a_eph, i_seal, a_seal) = match self.role {
             Role::Initiator => (
                 self.local_conn,
-                self.peer_conn,
+                theirs.conn,
                 &self.my_nonce,
-                &self.their_nonce,
+                &theirs.nonce,
                 &self.hs.ephemeral.public,
-                &self.hs.their_ephemeral,
+                &theirs.ephemeral,
                 self.hs.creds.seal,
-                self.hs.their_seal,
+                theirs.seal,
             ),
             Role::Acceptor => (
-                self.peer_conn,
+                theirs.conn,
                 self.local_conn,
-                &self.their_nonce,
+                &theirs.nonce,
                 &self.my_nonce,
-                &self.hs.their_ephemeral,
+                &theirs.ephemeral,
                 &self.hs.ephemeral.public,
-                self.hs.their_seal,
+                theirs.seal,
                 self.hs.creds.seal,
             ),
         };
         let (i_pake, a_pake) = match self.role {
-            Role::Initiator => (&self.hs.my_pake, &self.hs.their_pake),
-            Role::Acceptor => (&self.hs.their_pake, &self.hs.my_pake),
+            Role::Initiator => (&self.hs.my_pake, &theirs.pake),
+            Role::Acceptor => (&theirs.pake, &self.hs.my_pake),
         };
         let mut t = Vec::with_capacity(200);
         t.extend_from_slice(b"rackwire-edge-handshake-v3");
@@ -176,89 +206,148 @@ impl Connection {
         true
     }
 
-    /// Whether the peer signed the transcript with the key known for it.
-    fn peer_signed(&self, signature: &[u8; 64]) -> bool {
+    /// Whether the peer signed `transcript` with the key known for it.
+    fn peer_signed(&self, transcript: &[u8], signature: &[u8; 64]) -> bool {
         let label = if self.role == Role::Initiator { LABEL_ACCEPTOR } else { LABEL_INITIATOR };
-        identity::verify(&self.hs.peer_key, &Self::signed(label, &self.transcript()), signature)
+        identity::verify(&self.hs.peer_key, &Self::signed(label, transcript), signature)
     }
 
+    /// The peer proved who it is and refused this end (or this end refused it): the
+    /// connection ends, telling the peer.
     fn auth_failed(&mut self) {
         self.stats.handshakes_refused += 1;
         self.close_send = Some(CLOSE_AUTH);
         self.shut(CloseReason::AuthFailed);
     }
 
-    pub(super) fn on_handshake(&mut self, now: Time, h: HandshakeRepr) {
+    /// A handshake step that proves nothing about its sender (anyone who saw the frames in
+    /// clear could have made it): ignored and counted, the handshake goes on.
+    fn unproven(&mut self) -> bool {
+        self.stats.unproven += 1;
+        false
+    }
+
+    /// [`Connection::unproven`] for an answer in the peer's name that failed its proof.
+    fn bad_answer(&mut self) -> bool {
+        self.hs.bad_answers = self.hs.bad_answers.saturating_add(1);
+        self.unproven()
+    }
+
+    /// The handshake ran out of time: refused if answers in the peer's name failed their
+    /// proofs (the peer holds another secret or key, or someone forged them; which, this end
+    /// cannot tell), silent otherwise.
+    pub(super) fn handshake_timed_out(&mut self) {
+        if self.hs.bad_answers > 0 {
+            self.stats.handshakes_refused += 1;
+            self.shut(CloseReason::AuthFailed);
+        } else {
+            self.shut(CloseReason::IdleTimeout);
+        }
+    }
+
+    /// A handshake step arrived. Steps come unsealed, so each is checked against what only the
+    /// peer can make before it changes anything: a step that does not hold is ignored and
+    /// counted ([`ConnStats::unproven`](crate::ConnStats::unproven)), never taken as a refusal
+    /// (which would let anyone who saw a connection's id in clear end its handshake). Returns
+    /// whether the step proved that the peer sent it.
+    pub(super) fn on_handshake(&mut self, now: Time, h: HandshakeRepr) -> bool {
         match (self.role, h.step) {
             (Role::Acceptor, HandshakeStep::Hello) => {
                 if h.to != self.me || h.from != self.peer {
-                    return;
+                    return self.unproven();
                 }
                 // A repeated Hello (ours went unanswered, or is on its way): answer again.
                 if self.hs.signature.is_some() {
                     if self.state == State::Handshaking && h.conn == self.peer_conn && h.nonce == self.their_nonce {
                         self.handshake_next(HandshakeStep::Challenge);
                     }
-                    return;
+                    return false;
                 }
+                // The Hello that opened this connection (the endpoint opens one per first frame,
+                // so a forged Hello only ever reaches a connection of its own).
                 self.peer_conn = h.conn;
                 self.their_nonce = h.nonce;
                 self.hs.their_ephemeral = h.ephemeral;
                 self.hs.their_seal = h.seal;
                 if !self.hs.finish(h.pake) || !self.agree_keys() {
                     self.auth_failed();
-                    return;
+                    return false;
                 }
                 self.agree_frame_size(h.mtu);
                 self.handshake_next(HandshakeStep::Challenge);
+                false
             }
             (Role::Acceptor, HandshakeStep::Proof) => {
                 if h.from != self.peer || self.hs.signature.is_none() {
-                    return;
+                    return self.unproven();
+                }
+                // Only the initiator holds the key of the exchange: a Proof whose confirmation
+                // does not hold is somebody else's.
+                let t = self.transcript();
+                if !self.hs.confirmed(LABEL_INITIATOR, &t, &h.proof) {
+                    return self.bad_answer();
                 }
                 if self.state == State::Established {
+                    // A repeated Proof: our Done was lost.
                     self.handshake_next(HandshakeStep::Done);
-                    return;
-                }
-                if self.hs.confirmed(LABEL_INITIATOR, &self.transcript(), &h.proof) && self.peer_signed(&h.signature) {
+                } else if self.peer_signed(&t, &h.signature) {
                     self.established(now);
                     self.handshake_next(HandshakeStep::Done);
                 } else {
+                    // The initiator itself (it holds the exchange's key) signed with a key that
+                    // is not the one on record for the node it claims to be.
                     self.auth_failed();
                 }
+                true
             }
             (Role::Initiator, HandshakeStep::Challenge) => {
                 if h.from != self.peer || h.to != self.me {
-                    return;
+                    return self.unproven();
                 }
+                let theirs =
+                    PeerPart { conn: h.conn, nonce: h.nonce, ephemeral: h.ephemeral, pake: h.pake, seal: h.seal };
+                let t = self.transcript_with(&theirs);
                 if self.hs.signature.is_some() {
                     // A repeated Challenge: our Proof was lost (or is on its way).
-                    if self.state != State::Established && h.conn == self.peer_conn {
-                        self.handshake_next(HandshakeStep::Proof);
+                    if self.state == State::Established || h.conn != self.peer_conn || t != self.transcript() {
+                        return self.unproven();
                     }
-                    return;
+                    self.handshake_next(HandshakeStep::Proof);
+                    return false;
+                }
+                // The peer's signature is checked before the exchange over the secret is finished
+                // (which can be done once): a Challenge not signed by the peer's key changes
+                // nothing, and the genuine one that follows is taken.
+                if !self.peer_signed(&t, &h.signature) {
+                    return self.bad_answer();
                 }
                 self.peer_conn = h.conn;
                 self.their_nonce = h.nonce;
                 self.hs.their_ephemeral = h.ephemeral;
                 self.hs.their_seal = h.seal;
-                if !self.hs.finish(h.pake)
-                    || !self.hs.confirmed(LABEL_ACCEPTOR, &self.transcript(), &h.proof)
-                    || !self.peer_signed(&h.signature)
-                    || !self.agree_keys()
-                {
+                // Signed by the peer: a confirmation that does not hold now means the two ends
+                // hold different secrets, a refusal.
+                if !self.hs.finish(h.pake) || !self.hs.confirmed(LABEL_ACCEPTOR, &t, &h.proof) || !self.agree_keys() {
                     self.auth_failed();
-                    return;
+                    return true;
                 }
                 self.agree_frame_size(h.mtu);
                 self.handshake_next(HandshakeStep::Proof);
+                true
             }
-            (Role::Initiator, HandshakeStep::Done)
-                if h.from == self.peer && self.state == State::Handshaking && self.hs.signature.is_some() =>
-            {
+            (Role::Initiator, HandshakeStep::Done) => {
+                // Done carries the acceptor's confirmation of the whole exchange: a forged one
+                // would make this end send data its peer does not take yet.
+                if h.from != self.peer || self.state != State::Handshaking || self.hs.signature.is_none() {
+                    return self.unproven();
+                }
+                if !self.hs.confirmed(LABEL_DONE, &self.transcript(), &h.proof) {
+                    return self.unproven();
+                }
                 self.established(now);
+                true
             }
-            _ => {}
+            _ => self.unproven(),
         }
     }
 
@@ -320,7 +409,7 @@ impl Connection {
             HandshakeStep::Hello => ([0u8; 32], self.my_nonce, self.hs.my_pake),
             HandshakeStep::Challenge => (confirm(LABEL_ACCEPTOR), self.my_nonce, self.hs.my_pake),
             HandshakeStep::Proof => (confirm(LABEL_INITIATOR), [0u8; 32], [0u8; auth::PAKE_MSG_BYTES]),
-            HandshakeStep::Done => ([0u8; 32], [0u8; 32], [0u8; auth::PAKE_MSG_BYTES]),
+            HandshakeStep::Done => (confirm(LABEL_DONE), [0u8; 32], [0u8; auth::PAKE_MSG_BYTES]),
         };
         let signature = match step {
             HandshakeStep::Challenge | HandshakeStep::Proof => self.hs.signature.unwrap_or([0; 64]),

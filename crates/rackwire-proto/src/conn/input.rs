@@ -25,8 +25,11 @@ pub(super) fn handed_over((s, body): &(SegmentRepr, &[u8])) -> (usize, usize) {
 
 impl Connection {
     /// A frame arrived on `link`. Damaged, malformed, foreign, forged or replayed frames are
-    /// counted and dropped.
-    pub fn handle_frame(&mut self, now: Time, link: usize, bytes: &[u8], target: &mut dyn Target) {
+    /// counted and dropped. Returns whether the frame proved that the peer sent it (it opened
+    /// under the connection's keys, or is a handshake step only the peer can make; on a
+    /// connection that does not seal, any frame once established): only such a frame may
+    /// tell the driver where the peer is now.
+    pub fn handle_frame(&mut self, now: Time, link: usize, bytes: &[u8], target: &mut dyn Target) -> bool {
         // On a sealed connection only handshake frames (which carry their own proofs, and
         // change nothing once the handshake is over) and, during the handshake, a close (an
         // end that refused the other before it had keys) come unsealed; everything else is
@@ -36,17 +39,38 @@ impl Connection {
         match (&mut self.keys, sealed) {
             (Some(keys), true) => {
                 let mut opened = std::mem::take(&mut self.opened);
-                match keys.open(bytes, &mut opened) {
-                    Ok(n) => self.handle_checked(now, link, Frame::new_opened(&opened[..n]), target),
-                    Err(Unsealed::Forged) => self.stats.forged += 1,
-                    Err(Unsealed::Replayed) => self.stats.replayed += 1,
-                    Err(Unsealed::Malformed) => self.stats.malformed += 1,
-                }
+                let proven = match keys.open(bytes, &mut opened) {
+                    Ok(n) => self.handle_checked(now, link, Frame::new_opened(&opened[..n]), target, true),
+                    Err(Unsealed::Forged) => {
+                        self.stats.forged += 1;
+                        false
+                    }
+                    Err(Unsealed::Replayed) => {
+                        self.stats.replayed += 1;
+                        false
+                    }
+                    Err(Unsealed::Malformed) => {
+                        self.stats.malformed += 1;
+                        false
+                    }
+                };
                 self.opened = opened;
+                proven
             }
-            (None, true) => self.stats.forged += 1,
-            (Some(_), false) if bytes.len() >= HEADER_LEN && !may_come_unsealed => self.stats.unsealed += 1,
-            _ => self.handle_checked(now, link, Frame::new_checked(bytes), target),
+            (None, true) => {
+                self.stats.forged += 1;
+                false
+            }
+            (Some(_), false) if bytes.len() >= HEADER_LEN && !may_come_unsealed => {
+                self.stats.unsealed += 1;
+                false
+            }
+            _ => {
+                // Unsealed: proven only on a connection that agreed not to seal, once
+                // established (nothing can be proven there: sealing off is for measuring).
+                let plain_conn = self.keys.is_none() && self.state == State::Established;
+                self.handle_checked(now, link, Frame::new_checked(bytes), target, plain_conn)
+            }
         }
     }
 
@@ -54,45 +78,71 @@ impl Connection {
         kind == FrameKind::Handshake || (kind == FrameKind::Close && self.state == State::Handshaking)
     }
 
+    /// A checked frame; `proven`: it opened under the connection's keys (or the connection
+    /// does not seal). An unproven frame may only be a handshake step, which checks its own
+    /// proofs: nothing else in it (an acknowledgement in its header, that its link is alive, a
+    /// close) is taken. Returns whether the frame proved its sender the peer.
     fn handle_checked(
         &mut self,
         now: Time,
         link: usize,
         checked: Result<Frame<&[u8]>, rackwire_wire::WireError>,
         target: &mut dyn Target,
-    ) {
+        proven: bool,
+    ) -> bool {
         let Ok(frame) = checked else {
             self.stats.malformed += 1;
-            return;
+            return false;
         };
         let Ok(repr) = FrameRepr::parse(&frame) else {
             self.stats.malformed += 1;
-            return;
+            return false;
         };
         if link >= self.links.len() || matches!(self.state, State::Closed(_)) {
             self.stats.malformed += 1;
-            return;
+            return false;
         }
         let first_hello = repr.kind == FrameKind::Handshake && repr.conn == 0;
         if repr.conn != self.local_conn && !first_hello {
             self.stats.malformed += 1;
-            return;
+            return false;
         }
-        let len = frame.total_len() as u64;
-        self.stats.frames_received += 1;
-        self.stats.bytes_received += len;
-        let l = &mut self.links[link];
-        l.heard(now, len);
-        self.last_heard = now;
+        let payload = frame.payload();
+        if !proven {
+            // Before the keys (or, on a sealed connection, a handshake frame after them): only
+            // a handshake step is acted on, and it proves itself or changes nothing. A close
+            // that comes unsealed proves nothing either: the handshake goes on to its timeout.
+            return match repr.kind {
+                FrameKind::Handshake => match HandshakeRepr::parse(payload) {
+                    Ok(h) => {
+                        let proven = self.on_handshake(now, h);
+                        if proven {
+                            self.heard_on(now, link, frame.total_len() as u64);
+                        }
+                        proven
+                    }
+                    Err(_) => {
+                        self.stats.malformed += 1;
+                        false
+                    }
+                },
+                _ => {
+                    self.stats.unproven += 1;
+                    false
+                }
+            };
+        }
+        self.heard_on(now, link, frame.total_len() as u64);
         let established = self.state == State::Established;
         if let (Some(ack), true) = (repr.ack, established) {
             let ack = unwrap_seq(self.next_seq, ack);
             self.on_cumulative_ack(now, ack);
         }
-        let payload = frame.payload();
         match repr.kind {
             FrameKind::Handshake => match HandshakeRepr::parse(payload) {
-                Ok(h) => self.on_handshake(now, h),
+                Ok(h) => {
+                    self.on_handshake(now, h);
+                }
                 Err(_) => self.stats.malformed += 1,
             },
             FrameKind::Data if established => self.on_data(now, link, &repr, payload, target),
@@ -133,6 +183,15 @@ impl Connection {
         // lose.
         self.losses_due = !self.inflight.is_empty();
         self.check_invariants();
+        true
+    }
+
+    /// A frame that proved its sender arrived on `link`: the link is alive.
+    fn heard_on(&mut self, now: Time, link: usize, len: u64) {
+        self.stats.frames_received += 1;
+        self.stats.bytes_received += len;
+        self.links[link].heard(now, len);
+        self.last_heard = now;
     }
 
     /// Ranges of our sequence numbers from the wire, widened to 64 bits.

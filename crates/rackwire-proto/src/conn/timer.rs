@@ -116,6 +116,7 @@ impl Connection {
 
     fn on_timer(&mut self, t: Timer, now: Time) {
         match t {
+            Timer::Idle if self.state == State::Handshaking => self.handshake_timed_out(),
             Timer::Idle => self.shut(CloseReason::IdleTimeout),
             Timer::OpExpiry => {
                 for op in self.ops.expire(now) {

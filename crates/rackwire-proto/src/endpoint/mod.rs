@@ -189,8 +189,13 @@ impl<A: Copy, P> Endpoint<A, P> {
     ) -> Routed {
         let Some((local, opened)) = self.route(link, frame, accept) else { return Routed::Dropped };
         let Some(s) = self.sessions.get_mut(&local) else { return Routed::Dropped };
-        s.heard_from(link, from);
-        s.conn_mut().handle_frame(now, link, frame, target);
+        // The peer's address on a link moves only on a frame that proved the peer sent it
+        // (connection ids travel in clear: anyone could send a frame carrying one). Until the
+        // handshake is over, a link where the peer was never heard takes the address of the
+        // first frame on it, so that handshake steps can be answered there.
+        let handshaking = s.conn().state() == crate::State::Handshaking;
+        let proven = s.conn_mut().handle_frame(now, link, frame, target);
+        s.heard_from(link, from, proven, handshaking);
         if opened {
             Routed::Accepted(local)
         } else {

@@ -71,9 +71,13 @@ impl<A: Copy, P> Session<A, P> {
         self.addrs.iter().flatten().copied()
     }
 
-    pub(super) fn heard_from(&mut self, link: usize, addr: A) {
+    /// A frame came on `link` from `addr`: the peer is there if the frame `proven` it sent it,
+    /// or, while `handshaking`, if it was never heard on that link.
+    pub(super) fn heard_from(&mut self, link: usize, addr: A, proven: bool, handshaking: bool) {
         if let Some(a) = self.addrs.get_mut(link) {
-            *a = Some(addr);
+            if proven || (handshaking && a.is_none()) {
+                *a = Some(addr);
+            }
         }
     }
 

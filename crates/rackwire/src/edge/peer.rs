@@ -412,6 +412,7 @@ impl PeerTransport for EdgePeer {
             forged: p.forged,
             replayed: p.replayed,
             unsealed: p.unsealed,
+            unproven: p.unproven,
             datagrams_sent: p.datagrams_sent,
             datagrams_received: p.datagrams_received,
             datagrams_dropped: p.datagrams_dropped,
