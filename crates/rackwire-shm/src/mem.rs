@@ -31,6 +31,10 @@ pub enum ShmError {
     /// A ring's header does not describe a valid ring.
     #[error("shared ring is malformed: {0}")]
     BadRing(&'static str),
+    /// The memory was sealed against new writable mappings (a read-only descriptor of it was
+    /// handed out since): a writer needs the owner to move it to fresh memory first.
+    #[error("the memory is sealed against new writable mappings")]
+    WriteSealed,
 }
 
 impl ShmError {
@@ -98,13 +102,13 @@ fn new_memfd(name: &str, len: u64) -> Result<OwnedFd, ShmError> {
     let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
         .map_err(ShmError::sys("memfd_create"))?;
     rustix::fs::ftruncate(&fd, len).map_err(ShmError::sys("ftruncate"))?;
-    // Owner read-only (a memfd starts 0777): this descriptor stays writable, but no one
-    // without the power to override file modes opens the memory for writing again, not even
-    // through `/proc/.../fd` with a read-only descriptor a peer was given (see
-    // [`SharedMem::readonly_fd`]).
+    // Owner read-only (a memfd starts 0777): this descriptor stays writable. The mode is no
+    // barrier to a peer of the same user (it may change the mode of what it was handed, then
+    // reopen it through `/proc`): what keeps a read-only peer out is the seal that
+    // [`SharedMem::readonly_fd`] adds first. The size is sealed now, so that no mapping can
+    // ever fault; further seals stay possible (that one among them).
     rustix::fs::fchmod(&fd, rustix::fs::Mode::RUSR).map_err(ShmError::sys("fchmod"))?;
-    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
-        .map_err(ShmError::sys("seal"))?;
+    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).map_err(ShmError::sys("seal"))?;
     Ok(fd)
 }
 
@@ -124,6 +128,9 @@ impl SharedMem {
         if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
             return Err(ShmError::NotSealed);
         }
+        if access == MapAccess::ReadWrite && seals.intersects(SealFlags::WRITE | SealFlags::FUTURE_WRITE) {
+            return Err(ShmError::WriteSealed);
+        }
         let st = rustix::fs::fstat(&fd).map_err(ShmError::sys("fstat"))?;
         let len = st.st_size as u64;
         if len == 0 || len > SHM_REGION_BYTES_MAX {
@@ -138,14 +145,35 @@ impl SharedMem {
         self.fd.as_fd()
     }
 
-    /// A new read-only descriptor of the same memory, to pass to a peer that may only read:
-    /// the kernel then refuses any writable mapping of it, and reopening it for writing
-    /// (through `/proc/self/fd`) is refused by the file's mode, which gives its owner read
-    /// access only.
+    /// A new read-only descriptor of the same memory, to pass to a peer that may only read.
+    /// The memory is sealed against new writable mappings and writes first
+    /// (`F_SEAL_FUTURE_WRITE`): the kernel then refuses a writable mapping, a `write`, or a
+    /// hole punched into it through any descriptor, even one the peer reopened for writing
+    /// through `/proc` after changing the file's mode (which a peer of the same user can do).
+    /// Mappings made before the seal — this process's own, and those of peers that may write
+    /// — go on working; a writer that maps it after the seal is refused
+    /// ([`ShmError::WriteSealed`]) until the memory moves ([`SharedMem::replace_backing`]).
+    /// Fails when the seal cannot be added (someone sealed the seals: move the memory).
     pub fn readonly_fd(&self) -> Result<OwnedFd, ShmError> {
+        self.seal_future_writes()?;
         let path = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
         rustix::fs::open(path.as_str(), OFlags::RDONLY | OFlags::CLOEXEC, rustix::fs::Mode::empty())
             .map_err(ShmError::sys("reopen read-only"))
+    }
+
+    /// Seal the memory against new writable mappings and writes (see
+    /// [`SharedMem::readonly_fd`]); done once, kept until the memory moves.
+    pub fn seal_future_writes(&self) -> Result<(), ShmError> {
+        if self.write_sealed() {
+            return Ok(());
+        }
+        rustix::fs::fcntl_add_seals(&self.fd, SealFlags::FUTURE_WRITE).map_err(ShmError::sys("seal future writes"))
+    }
+
+    /// Whether no new writable mapping of this memory can be made (a read-only descriptor was
+    /// handed out, or a peer sealed it).
+    pub fn write_sealed(&self) -> bool {
+        rustix::fs::fcntl_get_seals(&self.fd).is_ok_and(|s| s.intersects(SealFlags::WRITE | SealFlags::FUTURE_WRITE))
     }
 
     /// Length in bytes.
@@ -248,6 +276,26 @@ impl SharedMem {
     }
 }
 
+/// Whether the kernel lets `fd` be mapped writable and shared: the mapping is made and undone
+/// at once. For checks that a descriptor a peer holds cannot be turned into a writable mapping
+/// (tests, diagnostics); nothing is written.
+pub fn probe_writable_mapping(fd: BorrowedFd<'_>) -> Result<(), ShmError> {
+    let len = rustix::fs::fstat(fd).map_err(ShmError::sys("fstat"))?.st_size.max(1) as usize;
+    // SAFETY: a fresh mapping chosen by the kernel (null hint, no MAP_FIXED) aliases no Rust
+    // object, is never read or written, and is unmapped before returning.
+    #[allow(unsafe_code)]
+    let p = unsafe {
+        rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, 0)
+    }
+    .map_err(ShmError::sys("mmap writable"))?;
+    // SAFETY: the mapping just made, of `len` bytes, borrowed by nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        let _ = rustix::mm::munmap(p, len);
+    }
+    Ok(())
+}
+
 impl Drop for SharedMem {
     fn drop(&mut self) {
         // SAFETY: the mapping was made by us with this length and nothing borrows it any more
@@ -282,13 +330,79 @@ mod tests {
         assert!(owner.atomic_u64(4).is_none(), "misaligned atomic must be refused");
     }
 
-    // Checks that a writable mapping of a read-only descriptor is refused by the kernel, which
-    // is what makes a read-only grant hold even against a peer that bypasses the library.
+    // Checks that a writable mapping of a read-only descriptor is refused, which is what makes
+    // a read-only grant hold even against a peer that bypasses the library.
     #[test]
     fn kernel_refuses_writable_map_of_readonly_fd() {
         let owner = SharedMem::create("t", 4096).unwrap();
         let err = SharedMem::from_fd(owner.readonly_fd().unwrap(), MapAccess::ReadWrite);
-        assert!(err.is_err());
+        assert!(matches!(err, Err(ShmError::WriteSealed)), "{err:?}");
+    }
+
+    // Checks a read-only descriptor against a peer of the same user that attacks it as the
+    // issue found (the file's mode was the only barrier): the peer changes the file's mode to
+    // 0600 (allowed: it is the same user), reopens its descriptor for writing through
+    // `/proc/self/fd`, then tries a writable shared mapping straight from the kernel (not
+    // through the library's checks), a `pwrite`, and punching a hole (which would zero the
+    // owner's bytes); each is refused (EPERM), and the owner's bytes are as the owner wrote
+    // them, which it can still change through its own mapping and the reader sees.
+    #[test]
+    fn a_read_only_descriptor_cannot_be_made_writable() {
+        use rustix::fs::{FallocateFlags, Mode};
+        let owner = SharedMem::create("t", 4096).unwrap();
+        assert!(owner.write_at(0, b"owner's"));
+        let ro = owner.readonly_fd().unwrap();
+        rustix::fs::fchmod(&ro, Mode::RUSR | Mode::WUSR).expect("the same user may change the mode");
+        let path = format!("/proc/self/fd/{}", ro.as_raw_fd());
+        let rw = rustix::fs::open(path.as_str(), OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+            .expect("reopened for writing after the mode change");
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
+        // SAFETY: a fresh mapping chosen by the kernel (null hint); it is expected to be refused,
+        // and unmapped at once if it is not.
+        #[allow(unsafe_code)]
+        let mapped = unsafe { rustix::mm::mmap(std::ptr::null_mut(), 4096, prot, MapFlags::SHARED, &rw, 0) };
+        if let Ok(p) = mapped {
+            // SAFETY: the mapping just made, of 4096 bytes, borrowed by nothing.
+            #[allow(unsafe_code)]
+            unsafe {
+                let _ = rustix::mm::munmap(p, 4096);
+            }
+            panic!("a writable shared mapping was made of a read-only grant's memory");
+        }
+        assert_eq!(mapped.unwrap_err(), rustix::io::Errno::PERM);
+        assert_eq!(rustix::io::pwrite(&rw, b"evil", 0).unwrap_err(), rustix::io::Errno::PERM);
+        let punched = rustix::fs::fallocate(&rw, FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, 0, 4096);
+        assert_eq!(punched.unwrap_err(), rustix::io::Errno::PERM);
+        let mut buf = [0u8; 7];
+        assert!(owner.read_at(0, &mut buf));
+        assert_eq!(&buf, b"owner's");
+        let reader = SharedMem::from_fd(ro, MapAccess::ReadOnly).unwrap();
+        assert!(owner.write_at(0, b"changed"), "the owner's own mapping still writes");
+        assert!(reader.read_at(0, &mut buf));
+        assert_eq!(&buf, b"changed");
+    }
+
+    // Checks the order a read-only grant imposes: a writer that mapped before the seal keeps
+    // writing (the reader sees its stores); one that maps after it is refused
+    // (`WriteSealed`) until the memory moves, after which it maps again and writes.
+    #[test]
+    fn writers_mapped_before_the_seal_keep_writing() {
+        let mut owner = SharedMem::create("t", 4096).unwrap();
+        let early = SharedMem::from_fd(rustix::io::dup(owner.fd()).unwrap(), MapAccess::ReadWrite).unwrap();
+        let reader = SharedMem::from_fd(owner.readonly_fd().unwrap(), MapAccess::ReadOnly).unwrap();
+        assert!(owner.write_sealed());
+        assert!(early.write_at(8, b"early"));
+        let mut buf = [0u8; 5];
+        assert!(reader.read_at(8, &mut buf));
+        assert_eq!(&buf, b"early");
+        let late = SharedMem::from_fd(rustix::io::dup(owner.fd()).unwrap(), MapAccess::ReadWrite);
+        assert!(matches!(late, Err(ShmError::WriteSealed)), "{late:?}");
+        owner.replace_backing("t2").unwrap();
+        assert!(!owner.write_sealed(), "fresh memory is not sealed");
+        let late = SharedMem::from_fd(rustix::io::dup(owner.fd()).unwrap(), MapAccess::ReadWrite).unwrap();
+        assert!(late.write_at(8, b"later"));
+        assert!(owner.read_at(8, &mut buf));
+        assert_eq!(&buf, b"later");
     }
 
     // Checks that replacing the backing keeps the owner's contents but cuts off an old peer

@@ -210,3 +210,42 @@ fn a_peer_that_kept_a_duplicate_reaches_nothing_after_revoke() {
     assert_eq!(owner.ok(&format!("local-read {rid} 100 7")), hex(b"other-1"));
     assert_eq!(owner.ok(&format!("local-read {rid} 200 7")), hex(b"other-2"));
 }
+
+// Checks a read-only grant against its own grantee, on real processes (issue: the memory's
+// file mode was the only barrier, and a process of the same user may change it): the reader,
+// granted `r`, maps the region by reading it, then attacks its descriptor as a process of the
+// same user can — the file made writable by its owner, reopened for writing through /proc —
+// and tries a writable shared mapping, a pwrite and a punched hole; each is refused (the
+// memory is sealed against new writes), and the owner's bytes are unchanged. A writer granted
+// `rw` that asks after the seal still gets to write (the region moves to fresh memory for it)
+// and the reader, mapping again, sees its bytes.
+#[test]
+fn a_read_only_grant_stays_read_only_against_its_grantee() {
+    if rackwire_tests::Transport::from_env() == rackwire_tests::Transport::Edge {
+        eprintln!("skipped: a shared-memory matter; the edge transport maps nothing and checks every frame");
+        return;
+    }
+    let mh = TestMh::start("ro-attack");
+    let mut owner = Node::spawn(&mh.addr, "ro-owner");
+    let mut reader = Node::spawn(&mh.addr, "ro-reader");
+    let mut writer = Node::spawn(&mh.addr, "ro-writer");
+    let a = owner.ok("alloc 65536 rwa");
+    let (rid, h) = a.split_once(' ').unwrap();
+    owner.ok(&format!("grant {rid} {} rw", owner.id));
+    owner.ok(&format!("write {h} 0 {}", hex(b"owner's")));
+    owner.ok(&format!("grant {rid} {} r", reader.id));
+    owner.ok(&format!("grant {rid} {} rw", writer.id));
+    assert_eq!(reader.ok(&format!("read {h} 0 7")), hex(b"owner's"));
+    let attack = reader.ok(&format!("ro-attack {rid}"));
+    eprintln!("the reader's attack: {attack}");
+    assert!(attack.contains("reopen="), "{attack}");
+    for step in ["mmap=", "pwrite=", "punch="] {
+        let how = attack.split(step).nth(1).and_then(|r| r.split(' ').next()).unwrap_or("");
+        assert_ne!(how, "ok", "the reader could write the region ({step}): {attack}");
+    }
+    assert_eq!(owner.ok(&format!("local-read {rid} 0 7")), hex(b"owner's"), "the owner's bytes changed");
+    writer.ok(&format!("write {h} 16 {}", hex(b"writer")));
+    assert_eq!(owner.ok(&format!("local-read {rid} 16 6")), hex(b"writer"));
+    assert_eq!(reader.ok(&format!("read {h} 16 6")), hex(b"writer"), "the reader sees the writer's bytes");
+    assert_eq!(reader.ok(&format!("read {h} 0 7")), hex(b"owner's"));
+}

@@ -4,6 +4,17 @@ use std::fmt;
 use std::ops::BitOr;
 
 /// What a peer may do to a region: any mix of remote read, remote write and remote atomics.
+///
+/// How exactly a grant holds depends on the transport between the two nodes. Over the edge
+/// transport the owner checks every operation against the rights named, one by one. Over
+/// shared memory the peer maps the region: a grant of [`Access::READ`] alone gives a
+/// read-only mapping that the kernel keeps read-only (the memory is sealed against new
+/// writable mappings, whatever the peer does to its descriptor); a grant with any store right
+/// ([`Access::WRITE`] or [`Access::ATOMIC`]) gives a mapping the peer can read and write with
+/// plain loads, stores and atomic instructions — the kernel cannot map memory write-only, nor
+/// tell a store from an atomic. Grant store rights over shared memory only to peers that may
+/// also read the region and change it any way; keep data that such a peer must not read in a
+/// region of its own.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Access(u8);
 

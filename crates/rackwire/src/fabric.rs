@@ -234,6 +234,7 @@ impl Fabric {
             mem: OwnedWindow::new(mem),
             acl: Mutex::new(Acl::default()),
             migrating: AtomicBool::new(false),
+            writers_first: Mutex::new(Default::default()),
         });
         self.inner.regions.insert(inner.clone())?;
         Ok(Region { inner, fabric: self.inner.clone() })

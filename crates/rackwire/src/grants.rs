@@ -31,9 +31,20 @@ pub(crate) struct RegionInner {
     pub max_access: Access,
     pub mem: OwnedWindow,
     pub acl: Mutex<Acl>,
-    /// Set while the backing moves to a new memfd (a peer was cut off); map requests are told
-    /// to come back shortly.
+    /// Set while the backing moves to a new memfd (a peer was cut off, or a writer asked for
+    /// memory sealed for readers); map requests are told to come back shortly.
     pub migrating: AtomicBool,
+    /// After a move made for writers: the writers readers wait for.
+    pub writers_first: Mutex<WritersFirst>,
+}
+
+/// After the region moved to fresh memory for a writer over shared memory: the writers that
+/// had it mapped, which readers wait for (the reader's mapping seals the memory against new
+/// writable mappings) until they mapped it again, or until `until` (see `shm::handover`).
+#[derive(Debug, Default)]
+pub(crate) struct WritersFirst {
+    pub until: Option<std::time::Instant>,
+    pub waiting: OwnIdSet<NodeId>,
 }
 
 /// This node's regions by id (chosen here: a frame's region id is only looked up), at most
@@ -97,7 +108,7 @@ impl RegionTable {
         region: RegionId,
         key: u128,
         need: Access,
-        then: impl FnOnce(&RegionInner, Access) -> T,
+        then: impl FnOnce(&Arc<RegionInner>, Access) -> T,
     ) -> Result<T, Refusal> {
         let decided = self.decide(peer, region, key, need, then);
         if let Err(why) = decided {
@@ -112,7 +123,7 @@ impl RegionTable {
         region: RegionId,
         key: u128,
         need: Access,
-        then: impl FnOnce(&RegionInner, Access) -> T,
+        then: impl FnOnce(&Arc<RegionInner>, Access) -> T,
     ) -> Result<T, Refusal> {
         let r = read(&self.regions).get(&region).cloned().ok_or(Refusal::UnknownRegion)?;
         if r.key != key {

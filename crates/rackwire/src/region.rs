@@ -79,7 +79,8 @@ impl Region {
 
     /// Allow `peer` to do `access` (a subset of the region's access flags). Replaces an
     /// earlier grant; narrowing a grant that a peer has mapped for writing waits until the
-    /// peer unmapped (or was cut off), as a revocation does.
+    /// peer unmapped (or was cut off), as a revocation does. Over shared memory a grant with
+    /// a store right lets the peer read the region too (see [`Access`]).
     pub fn grant(&self, peer: NodeId, access: Access) -> Result<(), Error> {
         if !self.inner.max_access.contains(access) {
             return Err(Error::Config(format!("grant {access} exceeds the region's access {}", self.inner.max_access)));
@@ -135,8 +136,12 @@ impl Region {
             }
         }
         // The peer's word is not enough: a peer that kept a duplicate of the descriptor would
-        // still reach the memory. Fresh memory is what cuts it off for sure.
-        migrate(&self.fabric, &self.inner);
+        // still reach the memory. Fresh memory is what cuts it off for sure: if a move is under
+        // way (begun before the revocation), another one follows it.
+        let deadline = std::time::Instant::now() + MIGRATION_WAIT_MAX;
+        while !migrate(&self.fabric, &self.inner) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         if cut {
             RevokeOutcome::CutOff
         } else {
@@ -260,8 +265,11 @@ impl Region {
 /// Move a region to fresh memory so that mappings held by cut-off peers no longer reach it.
 /// Peers still in good standing are asked to unmap first (they map again on their next
 /// access, getting the new memory), so none of their writes is lost.
-pub(crate) fn migrate(fabric: &Node, r: &RegionInner) {
-    r.migrating.store(true, Ordering::SeqCst);
+/// Returns false, doing nothing, when another move of the region is under way.
+pub(crate) fn migrate(fabric: &Node, r: &RegionInner) -> bool {
+    if r.migrating.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        return false;
+    }
     // Any hand-over of the old descriptor in progress finishes before we go on; later map
     // requests see `migrating` and are told to come back.
     let others: Vec<NodeId> = lock(&r.acl).mapped_by.drain().collect();
@@ -279,7 +287,13 @@ pub(crate) fn migrate(fabric: &Node, r: &RegionInner) {
         info!(region = r.id, "region moved to fresh memory; cut-off peers no longer reach it");
     }
     r.migrating.store(false, Ordering::SeqCst);
+    true
 }
+
+/// The longest a revocation waits for a move already under way to end before its own: a
+/// move waits for each mapped peer's answer at most [`REVOKE_ACK_TIMEOUT`], and peers are at
+/// most [`crate::PEERS_MAX`]; past it the revocation returns without its own move.
+const MIGRATION_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Drop for Region {
     fn drop(&mut self) {

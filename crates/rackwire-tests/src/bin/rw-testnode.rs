@@ -38,6 +38,44 @@ fn keep_duplicate(rid: u32) -> Result<rackwire_shm::SharedMem, String> {
     Err(format!("no descriptor of region {rid} here"))
 }
 
+/// See the `ro-attack` command.
+fn attack_read_only(rid: u32) -> String {
+    use std::os::fd::AsFd;
+    let name = format!("/memfd:rackwire-region-{rid} ");
+    let found = std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with(&name)));
+    let Some(entry) = found else { return format!("none: no descriptor of region {rid} here") };
+    let step = |r: Result<(), String>| r.map_or_else(|e| e, |()| "ok".to_string());
+    let chmod = std::fs::File::open(entry.path()).map_err(|e| e.to_string()).and_then(|f| {
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600)).map_err(|e| e.to_string())
+    });
+    let rw = std::fs::OpenOptions::new().read(true).write(true).open(entry.path()).map_err(|e| e.to_string());
+    let (mmap, pwrite, punch) = match &rw {
+        Ok(f) => (
+            step(rackwire_shm::mem::probe_writable_mapping(f.as_fd()).map_err(|e| e.to_string())),
+            step(std::os::unix::fs::FileExt::write_at(f, b"EVIL", 0).map(|_| ()).map_err(|e| e.to_string())),
+            step(
+                rustix::fs::fallocate(
+                    f,
+                    rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                    0,
+                    4096,
+                )
+                .map_err(|e| e.to_string()),
+            ),
+        ),
+        Err(e) => (format!("skipped ({e})"), String::new(), String::new()),
+    };
+    format!(
+        "chmod={} reopen={} mmap={mmap} pwrite={pwrite} punch={punch}",
+        step(chmod),
+        step(rw.as_ref().map(|_| ()).map_err(|e| e.to_string()))
+    )
+}
+
 fn arg<'a>(a: &[&'a str], i: usize) -> Result<&'a str, String> {
     a.get(i).copied().ok_or_else(|| format!("missing argument {i}"))
 }
@@ -257,6 +295,14 @@ impl Node {
                     }
                     Err(e) => format!("err kept {e}"),
                 }
+            }
+            "ro-attack" => {
+                // ro-attack RID: do to this node's read-only descriptor of region RID what a
+                // process of the same user can: make the file writable by its owner, reopen it
+                // for writing through /proc, then try to write the memory every way the
+                // kernel offers. Says how each step went.
+                let rid = num(a, 1)?;
+                show(Ok(attack_read_only(rid)))
             }
             "dup-write" => {
                 let m = self.kept.get(&num(a, 1)?).ok_or("nothing kept")?;

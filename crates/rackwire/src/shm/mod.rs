@@ -4,8 +4,8 @@
 //! the *receiver's* memory that only the sender writes: one for messages, one for
 //! notifications (the completion ring), and the receiver's doorbell. Remote regions are mapped
 //! on first use: the initiator asks the owner, the owner applies its access rules and, if they
-//! allow it, sends the region's descriptor (read-only when the grant has no store rights, so
-//! the kernel enforces it). From then on writes, reads and atomics are plain loads, stores and
+//! allow it, sends the region's descriptor (read-only, the memory sealed against writes, when
+//! the grant has no store rights, so the kernel enforces it: see [`handover`]). From then on writes, reads and atomics are plain loads, stores and
 //! atomic instructions on the mapping: no CPU of the target on the data path, and every
 //! operation has completed when the call returns (so fences hold trivially).
 //!
@@ -15,10 +15,11 @@
 //! owner sent them.
 
 mod control;
+mod handover;
 mod ops;
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -324,6 +325,9 @@ impl ShmPeer {
                     let access = Access::from_bits(access);
                     let how = if access.stores() { MapAccess::ReadWrite } else { MapAccess::ReadOnly };
                     let answer = match fds.pop().map(|fd| SharedMem::from_fd(fd, how)) {
+                        // A reader sealed the memory between the owner's answer and this
+                        // mapping: asked again, the owner moves it to fresh memory first.
+                        Some(Err(rackwire_shm::ShmError::WriteSealed)) => MapAnswer::Refused(Refusal::Busy),
                         Some(Ok(mem)) => {
                             self.stats.mappings.fetch_add(1, Relaxed);
                             self.maps.write().unwrap_or_else(|e| e.into_inner()).insert(
@@ -380,19 +384,20 @@ impl ShmPeer {
             let _ = send(&self.sock, &PeerMsg::MapRefused { req, code: Refusal::BadKey.code(), detail: 0 }, &[]);
             return;
         };
-        let decided = f.regions.with_grant(self.peer, region, key, Access::from_bits(want), |r, access| {
-            let mem = r.mem.lock();
-            let granted = PeerMsg::MapGranted { req, access: access.bits() };
-            if access.stores() {
-                send(&self.sock, &granted, &[mem.fd()])
-            } else {
-                let ro = mem.readonly_fd()?;
-                send(&self.sock, &granted, &[ro.as_fd()])
-            }
+        let decided = f.regions.with_grant(self.peer, region, key, Access::from_bits(want), |r, grant| {
+            (handover::hand_over(&self.sock, r, req, self.peer, grant), r.clone())
         });
+        let busy = PeerMsg::MapRefused { req, code: Refusal::Busy.code(), detail: 0 };
         match decided {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
+            Ok((Ok(handover::Handover::Sent), _)) => {}
+            Ok((Ok(handover::Handover::Later), _)) => {
+                let _ = send(&self.sock, &busy, &[]);
+            }
+            Ok((Ok(handover::Handover::MustMove), r)) => {
+                handover::move_for(&f, &r, self.peer);
+                let _ = send(&self.sock, &busy, &[]);
+            }
+            Ok((Err(e), _)) => {
                 // A peer that reads nothing for the send timeout holds this node up no more.
                 warn!(peer = self.peer, region, "could not hand over a mapping ({e}); cutting the peer off");
                 self.cut_off();
