@@ -38,6 +38,25 @@ impl<'py> ReadBuf<'py> {
             ReadBuf::Held(h) => h.as_slice(),
         }
     }
+
+    /// Where its bytes lie, as addresses.
+    pub(crate) fn span(&self) -> std::ops::Range<usize> {
+        let s = self.as_slice();
+        let at = s.as_ptr() as usize;
+        at..at + s.len()
+    }
+}
+
+/// Refuse a `send` buffer that shares memory with the `recv` buffer a call writes (Python lets
+/// one object be both, or two views of one): the call would read what it is overwriting.
+pub(crate) fn apart(send: Option<&ReadBuf<'_>>, recv: Option<&RawBuffer>) -> PyResult<()> {
+    if let (Some(s), Some(r)) = (send, recv) {
+        let (s, r) = (s.span(), r.span());
+        if !s.is_empty() && !r.is_empty() && s.start < r.end && r.start < s.end {
+            return Err(bad("send and recv share memory: give the call separate buffers"));
+        }
+    }
+    Ok(())
 }
 
 /// A buffer held from a Python object, released when dropped. It is made with the GIL held
@@ -78,6 +97,12 @@ impl RawBuffer {
     /// Its length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.view.len.max(0) as usize
+    }
+
+    /// Where its bytes lie, as addresses (for telling whether two buffers share memory).
+    pub(crate) fn span(&self) -> std::ops::Range<usize> {
+        let at = self.view.buf as usize;
+        at..at + self.len()
     }
 
     /// Its bytes.

@@ -285,25 +285,34 @@ impl Op {
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyObject> {
         let t = timeout.map(|s| crate::fabric::timeout(Some(s))).transpose()?;
-        let mut st = self.state.lock().map_err(|_| bad("operation handle poisoned"))?;
-        // Finished already (over shared memory, usually): no need to let go of the GIL.
-        st.settle();
-        if let State::Running(slot) = &mut *st {
-            let mut o = slot.take().ok_or_else(|| bad("operation handle lost its operation"))?;
-            let r = match t {
-                None => py.allow_threads(move || o.wait()),
-                Some(t) => {
-                    let r = py.allow_threads(|| o.wait_timeout(t));
-                    if matches!(r, Err(rackwire::Error::Timeout)) && !o.is_done() {
-                        // Still running: keep it, so a later wait can take it.
-                        *slot = Some(o);
-                        return Err(to_py(rackwire::Error::Timeout));
-                    }
-                    r
+        // The operation is taken out of the handle to be waited for, and the handle's lock let
+        // go before the GIL is: another thread's `done()` (which takes the lock with the GIL
+        // held) must not wait on a thread that waits for the GIL.
+        let mut o = {
+            let mut st = self.state.lock().map_err(|_| bad("operation handle poisoned"))?;
+            // Finished already (over shared memory, usually): no need to let go of the GIL.
+            st.settle();
+            match &mut *st {
+                State::Done(r) => return result(py, r),
+                State::Running(slot) => {
+                    slot.take().ok_or_else(|| bad("another thread is waiting for this operation"))?
                 }
-            };
-            *st = State::Done(r);
-        }
+            }
+        };
+        let r = match t {
+            None => py.allow_threads(move || o.wait()),
+            Some(t) => {
+                let r = py.allow_threads(|| o.wait_timeout(t));
+                if matches!(r, Err(rackwire::Error::Timeout)) && !o.is_done() {
+                    // Still running: keep it, so a later wait can take it.
+                    *self.state.lock().map_err(|_| bad("operation handle poisoned"))? = State::Running(Some(o));
+                    return Err(to_py(rackwire::Error::Timeout));
+                }
+                r
+            }
+        };
+        let mut st = self.state.lock().map_err(|_| bad("operation handle poisoned"))?;
+        *st = State::Done(r);
         match &*st {
             State::Done(r) => result(py, r),
             State::Running(_) => Err(bad("operation still running")),

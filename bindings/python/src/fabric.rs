@@ -17,10 +17,14 @@ const WAIT_DEFAULT: f64 = 10.0;
 /// How long a wait looks for what it waits for while holding the GIL, before it lets go.
 const GIL_SPIN: Duration = Duration::from_micros(20);
 
+/// The longest wait a timeout may ask for: a year (a deadline past it would overflow the
+/// clock's arithmetic, which must give an error here, not a panic).
+const WAIT_SECONDS_MAX: f64 = 365.0 * 86_400.0;
+
 pub(crate) fn timeout(secs: Option<f64>) -> PyResult<Duration> {
     let s = secs.unwrap_or(WAIT_DEFAULT);
-    if !(s.is_finite() && s >= 0.0) {
-        return Err(bad(format!("timeout {s}: seconds, not negative")));
+    if !(s.is_finite() && (0.0..=WAIT_SECONDS_MAX).contains(&s)) {
+        return Err(bad(format!("timeout {s}: seconds, 0 to {WAIT_SECONDS_MAX}")));
     }
     Ok(Duration::from_secs_f64(s))
 }

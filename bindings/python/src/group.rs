@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rackwire_coll::ReduceOp;
 
-use crate::buffer::{RawBuffer, ReadBuf};
+use crate::buffer::{apart, RawBuffer, ReadBuf};
 use crate::errors::{bad, coll_to_py};
 
 /// N processes that are ranks 0..N-1 of one job. `Group()` finds its place from the
@@ -163,6 +163,7 @@ impl Group {
         let mut r = RawBuffer::get(recv, true)?;
         let g = self.g()?;
         let s = at_root(g.rank() == root, send, "send")?;
+        apart(s.as_ref(), Some(&r))?;
         let (send, recv) = (s.as_ref().map_or(&[][..], ReadBuf::as_slice), r.as_mut_slice());
         py.allow_threads(|| g.scatter(root, send, recv)).map_err(coll_to_py)
     }
@@ -182,6 +183,7 @@ impl Group {
         let g = self.g()?;
         let s = at_root(g.rank() == root, send, "send")?;
         let c = counts.unwrap_or_default();
+        apart(s.as_ref(), Some(&r))?;
         let (send, recv) = (s.as_ref().map_or(&[][..], ReadBuf::as_slice), r.as_mut_slice());
         py.allow_threads(|| g.scatterv(root, send, &c, recv)).map_err(coll_to_py)
     }
@@ -199,6 +201,7 @@ impl Group {
         let s = ReadBuf::get(send)?;
         let g = self.g()?;
         let mut r = writable_at_root(g.rank() == root, recv)?;
+        apart(Some(&s), r.as_ref())?;
         let (send, recv) = (s.as_slice(), r.as_mut().map_or(&mut [][..], RawBuffer::as_mut_slice));
         py.allow_threads(|| g.gather(root, send, recv)).map_err(coll_to_py)
     }
@@ -218,6 +221,7 @@ impl Group {
         let g = self.g()?;
         let mut r = writable_at_root(g.rank() == root, recv)?;
         let c = counts.unwrap_or_default();
+        apart(Some(&s), r.as_ref())?;
         let (send, recv) = (s.as_slice(), r.as_mut().map_or(&mut [][..], RawBuffer::as_mut_slice));
         py.allow_threads(|| g.gatherv(root, send, &c, recv)).map_err(coll_to_py)
     }

@@ -233,6 +233,97 @@ def test_waits_release_the_gil(pair):
     assert counted == 200_000 and got[-1] == 99
 
 
+def test_bad_input_at_the_boundary_is_an_error_not_a_crash(pair):
+    # Bounds before allocation: a read of 2**62 bytes is refused, nothing allocated (it
+    # aborted the interpreter). A timeout too long for the clock is a BadArgumentError (it was
+    # a PanicException). A write whose source is the region itself, overlapping the
+    # destination, copies as memmove does. A collective whose send and recv buffers share
+    # memory is refused.
+    owner, init, region, conn = pair
+    with pytest.raises(rackwire.OutOfBoundsError):
+        region.read(0, 2**62)
+    with pytest.raises(rackwire.BadArgumentError):
+        owner.recv(1e19)
+    with pytest.raises(rackwire.BadArgumentError):
+        conn.read(region.handle, 0, 8).wait(1e19)
+    mv = memoryview(region)
+    mv[0:8] = b"abcdefgh"
+    region.write(2, mv[0:6])
+    assert region.read(0, 8) == b"ababcdef"
+    region.write(0, mv[2:8])
+    assert region.read(0, 8) == b"abcdefef"
+
+
+def test_an_operation_waited_for_in_one_thread_answers_done_in_another(mh, tmp_path):
+    # Op.wait let go of the GIL while holding the handle's lock, so another thread's
+    # op.done() (taking that lock with the GIL held) deadlocked both. Here an operation that
+    # cannot finish soon (a write to a peer over the edge transport whose process is stopped)
+    # is waited for in one thread while another asks done() 50 times, each within a second;
+    # after the peer resumes, the wait returns.
+    import signal
+    import threading
+
+    cfg = tmp_path / "peer.toml"
+    cfg.write_text(
+        f'mh = "{mh.addr}"\nsecret = "{SECRET}"\nname = "stalled"\ntransport = "edge"\n'
+        'links = ["127.0.0.1:0"]\n'
+    )
+    me_cfg = tmp_path / "me.toml"
+    me_cfg.write_text(
+        f'mh = "{mh.addr}"\nsecret = "{SECRET}"\nname = "waiter"\ntransport = "edge"\n'
+        'links = ["127.0.0.1:0"]\nop_timeout_ms = 20000\npeer_timeout_ms = 20000\n'
+    )
+    me = rackwire.Fabric(config=str(me_cfg))
+    script = (
+        "import sys, rackwire\n"
+        "f = rackwire.Fabric(config=sys.argv[1])\n"
+        "r = f.alloc(4096, 'rw')\n"
+        "r.grant(int(sys.argv[2]), 'rw')\n"
+        "print(r.handle, flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(cfg), str(me.id)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        handle = rackwire.RemoteRegion.from_str(child.stdout.readline().strip())
+        conn = me.connect(handle.node)
+        conn.write(handle, 0, b"warm").wait(10.0)
+        os.kill(child.pid, signal.SIGSTOP)
+        # Stopped for sure (every thread) before the write goes out.
+        for _ in range(500):
+            with open(f"/proc/{child.pid}/stat") as st:
+                if st.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            time.sleep(0.01)
+        op = conn.write(handle, 0, b"x" * 1000)
+        outcome = []
+
+        def wait():
+            try:
+                outcome.append(("returned", op.wait(15.0)))
+            except rackwire.RackwireError as e:
+                outcome.append(("raised", repr(e)))
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.2)
+        answers = []
+        for _ in range(50):
+            t0 = time.monotonic()
+            answers.append(op.done())
+            assert time.monotonic() - t0 < 1.0, "done() waited on the thread in wait()"
+        os.kill(child.pid, signal.SIGCONT)
+        waiter.join(20)
+        assert not waiter.is_alive() and op.done()
+        assert answers.count(False) >= 1, (answers, outcome)
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.stdin.close()
+        child.wait(20)
+
+
 @pytest.mark.skipif(not os.environ.get("RACKWIRE_BIN"), reason="needs the rackwire launcher (RACKWIRE_BIN)")
 def test_group_collectives_under_the_launcher():
     # The example job: 4 ranks sum a million numbers with allreduce (every rank checks the

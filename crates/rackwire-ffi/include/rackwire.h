@@ -151,16 +151,17 @@ typedef struct RwRemoteRegion {
   uint8_t bytes[RW_REMOTE_REGION_BYTES];
 } RwRemoteRegion;
 
-// How an operation behaves.
+// How an operation behaves. The switches are 0 (off) or 1 (on; `true` from `<stdbool.h>`):
+// any other value is refused (`RW_STATUS_BAD_ARGUMENT`), never read as a boolean.
 typedef struct RwOpFlags {
   // Notify the target, with `imm`, once the operation is in place.
-  bool notify;
+  uint8_t notify;
   // The notification's 64-bit immediate.
   uint64_t imm;
   // Start only after every earlier operation on the connection is in place.
-  bool fence_before;
+  uint8_t fence_before;
   // Later operations start only once this one is in place.
-  bool fence_after;
+  uint8_t fence_after;
 } RwOpFlags;
 
 // One entry of a batch write.
@@ -467,7 +468,7 @@ enum RwStatus rw_write_signal(const struct RwConn *c,
                               size_t len,
                               uint64_t signal_offset,
                               uint64_t signal_value,
-                              bool signal_add,
+                              uint8_t signal_add,
                               struct RwOpFlags fl,
                               struct RwOp **out);
 
@@ -547,8 +548,9 @@ enum RwStatus rw_conn_stats(const struct RwConn *c, struct RwConnStats *out);
 // call into rackwire.
 const char *rackwire_last_error(void);
 
-// The name of a status, for messages.
-const char *rw_status_name(enum RwStatus s);
+// The name of a status, for messages: any integer is taken (a C enum may hold any), and
+// one that is no status is named "unknown status".
+const char *rw_status_name(int code);
 
 #ifdef __cplusplus
 }  // extern "C"

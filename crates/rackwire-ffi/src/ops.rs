@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rackwire::{Completion, Error, Op, RemoteRegion, Signal};
 
-use crate::ptr::{boxed, bytes, bytes_mut, flags, free, obj, put, remote};
+use crate::ptr::{boxed, bytes, bytes_mut, flags, free, obj, put, remote, switch};
 use crate::status::{arg, guard, Fail, RwStatus};
 use crate::types::*;
 
@@ -45,7 +45,7 @@ pub extern "C" fn rw_write(
 ) -> RwStatus {
     start(out, || {
         let (c, t, d) = write_args(c, target, data, len)?;
-        Ok(c.0.write(&t, offset, d, flags(fl)))
+        Ok(c.0.write(&t, offset, d, flags(fl)?))
     })
 }
 
@@ -77,7 +77,7 @@ pub extern "C" fn rw_write_wait(
         let conn = obj(c, "connection")?;
         let t = remote(target)?;
         let d = bytes(data, len, "data")?;
-        conn.0.write(&t, offset, d, flags(fl)).wait().map(drop).map_err(Fail::from)
+        conn.0.write(&t, offset, d, flags(fl)?).wait().map(drop).map_err(Fail::from)
     })
 }
 
@@ -95,18 +95,18 @@ pub extern "C" fn rw_write_signal(
     len: usize,
     signal_offset: u64,
     signal_value: u64,
-    signal_add: bool,
+    signal_add: u8,
     fl: RwOpFlags,
     out: *mut *mut RwOp,
 ) -> RwStatus {
     start(out, || {
-        let signal = if signal_add {
+        let signal = if switch(signal_add, "signal_add")? {
             Signal::add(signal_offset, signal_value)
         } else {
             Signal::set(signal_offset, signal_value)
         };
         let data = bytes(data, len, "data")?;
-        Ok(obj(c, "connection")?.0.write_signal(&remote(target)?, offset, data, signal, flags(fl)))
+        Ok(obj(c, "connection")?.0.write_signal(&remote(target)?, offset, data, signal, flags(fl)?))
     })
 }
 
@@ -135,7 +135,7 @@ pub extern "C" fn rw_write_batch(
         };
         let pieces: Vec<(u64, &[u8])> =
             list.iter().map(|e| Ok((e.offset, bytes(e.data, e.len, "entry data")?))).collect::<Result<_, Fail>>()?;
-        Ok(obj(c, "connection")?.0.write_batch(&remote(target)?, &pieces, flags(fl)))
+        Ok(obj(c, "connection")?.0.write_batch(&remote(target)?, &pieces, flags(fl)?))
     })
 }
 
@@ -149,7 +149,7 @@ pub extern "C" fn rw_read(
     fl: RwOpFlags,
     out: *mut *mut RwOp,
 ) -> RwStatus {
-    start(out, || Ok(obj(c, "connection")?.0.read(&remote(target)?, offset, len, flags(fl))))
+    start(out, || Ok(obj(c, "connection")?.0.read(&remote(target)?, offset, len, flags(fl)?)))
 }
 
 /// Compare-and-swap the 8-byte word at `offset` (the old value with rw_op_value).
@@ -163,7 +163,7 @@ pub extern "C" fn rw_compare_swap(
     fl: RwOpFlags,
     out: *mut *mut RwOp,
 ) -> RwStatus {
-    start(out, || Ok(obj(c, "connection")?.0.compare_swap(&remote(target)?, offset, expected, new_value, flags(fl))))
+    start(out, || Ok(obj(c, "connection")?.0.compare_swap(&remote(target)?, offset, expected, new_value, flags(fl)?)))
 }
 
 /// Fetch-and-add on the 8-byte word at `offset` (the old value with rw_op_value).
@@ -176,7 +176,7 @@ pub extern "C" fn rw_fetch_add(
     fl: RwOpFlags,
     out: *mut *mut RwOp,
 ) -> RwStatus {
-    start(out, || Ok(obj(c, "connection")?.0.fetch_add(&remote(target)?, offset, add, flags(fl))))
+    start(out, || Ok(obj(c, "connection")?.0.fetch_add(&remote(target)?, offset, add, flags(fl)?)))
 }
 
 fn op_mut<'a>(op: *mut RwOp) -> Result<&'a mut RwOp, Fail> {

@@ -64,19 +64,30 @@ pub(crate) fn remote(h: *const RwRemoteRegion) -> Result<RemoteRegion, Fail> {
     Ok(RemoteRegion::from_bytes(&obj(h, "region handle")?.bytes)?)
 }
 
+/// A switch from C: 0 or 1 (a C `bool` is one of those; any other byte is refused, never
+/// read as a Rust `bool`, for which it would be undefined).
 #[inline]
-pub(crate) fn flags(f: RwOpFlags) -> OpFlags {
+pub(crate) fn switch(v: u8, what: &str) -> Result<bool, Fail> {
+    match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(Fail::Arg(format!("{what} is {v}: 0 or 1"))),
+    }
+}
+
+#[inline]
+pub(crate) fn flags(f: RwOpFlags) -> Result<OpFlags, Fail> {
     let mut o = OpFlags::NONE;
-    if f.notify {
+    if switch(f.notify, "RwOpFlags.notify")? {
         o = o.notify(f.imm);
     }
-    if f.fence_before {
+    if switch(f.fence_before, "RwOpFlags.fence_before")? {
         o = o.fence_before();
     }
-    if f.fence_after {
+    if switch(f.fence_after, "RwOpFlags.fence_after")? {
         o = o.fence_after();
     }
-    o
+    Ok(o)
 }
 
 pub(crate) fn access(bits: u32) -> Result<Access, Fail> {
@@ -107,5 +118,30 @@ pub(crate) fn free<T>(p: *mut T) {
     if !p.is_null() {
         // SAFETY: a handle this library handed out with `boxed`, freed once (the contract).
         drop(unsafe { Box::from_raw(p) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the switches of `RwOpFlags` from C (issue: they were Rust `bool`s, and a byte
+    // other than 0 or 1 there is undefined behaviour): 0 and 1 are off and on, and any other
+    // value is refused with the field named (the call then returns RW_STATUS_BAD_ARGUMENT).
+    #[test]
+    fn op_flag_switches_are_zero_or_one() {
+        let on = RwOpFlags { notify: 1, imm: 9, fence_before: 1, fence_after: 0 };
+        let f = flags(on).unwrap_or_else(|_| panic!("0 and 1 are switches"));
+        assert_eq!(f, OpFlags::NONE.notify(9).fence_before());
+        for (i, bad) in
+            [RwOpFlags { notify: 2, ..on }, RwOpFlags { fence_before: 255, ..on }, RwOpFlags { fence_after: 7, ..on }]
+                .into_iter()
+                .enumerate()
+        {
+            match flags(bad) {
+                Err(Fail::Arg(m)) => assert!(m.contains("RwOpFlags.") && m.contains("0 or 1"), "{m}"),
+                _ => panic!("case {i}: a switch of more than 1 was taken"),
+            }
+        }
     }
 }

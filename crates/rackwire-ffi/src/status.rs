@@ -1,7 +1,7 @@
 //! Status codes, the calling thread's last error, and the guard every entry point runs in.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rackwire::Error;
@@ -59,6 +59,36 @@ pub enum RwStatus {
     NotReady = 22,
     /// An internal fault (a bug in rackwire); the message says where.
     Internal = 23,
+}
+
+impl RwStatus {
+    /// Every status, to tell a valid code from C from an invalid one.
+    pub(crate) const ALL: [RwStatus; 24] = [
+        RwStatus::Ok,
+        RwStatus::Ungranted,
+        RwStatus::Revoked,
+        RwStatus::OutOfBounds,
+        RwStatus::Misaligned,
+        RwStatus::BadKey,
+        RwStatus::UnknownRegion,
+        RwStatus::UnknownPeer,
+        RwStatus::PeerGone,
+        RwStatus::Unreachable,
+        RwStatus::Timeout,
+        RwStatus::MessageTooLarge,
+        RwStatus::Limit,
+        RwStatus::BadHandle,
+        RwStatus::Protocol,
+        RwStatus::Config,
+        RwStatus::ManagementHost,
+        RwStatus::System,
+        RwStatus::Closed,
+        RwStatus::Busy,
+        RwStatus::RankGone,
+        RwStatus::BadArgument,
+        RwStatus::NotReady,
+        RwStatus::Internal,
+    ];
 }
 
 thread_local! {
@@ -182,9 +212,13 @@ pub extern "C" fn rackwire_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
-/// The name of a status, for messages.
+/// The name of a status, for messages: any integer is taken (a C enum may hold any), and
+/// one that is no status is named "unknown status".
 #[no_mangle]
-pub extern "C" fn rw_status_name(s: RwStatus) -> *const c_char {
+pub extern "C" fn rw_status_name(code: c_int) -> *const c_char {
+    let Some(s) = RwStatus::ALL.iter().copied().find(|s| *s as c_int == code) else {
+        return c"unknown status".as_ptr();
+    };
     let name: &'static CStr = match s {
         RwStatus::Ok => c"ok",
         RwStatus::Ungranted => c"ungranted",
@@ -212,4 +246,26 @@ pub extern "C" fn rw_status_name(s: RwStatus) -> *const c_char {
         RwStatus::Internal => c"internal",
     };
     name.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that a status code from C that is no status gets a name, not undefined behaviour
+    // (issue: the function took the Rust enum by value, and an out-of-range integer in a Rust
+    // enum is undefined): every status's own code gets its own name, codes past them, below
+    // them and in between are "unknown status".
+    #[test]
+    fn any_integer_gets_a_status_name() {
+        // SAFETY: rw_status_name returns a pointer to a static NUL-terminated string.
+        let name = |c: c_int| unsafe { CStr::from_ptr(rw_status_name(c)) }.to_str().unwrap().to_string();
+        let names: std::collections::HashSet<String> = RwStatus::ALL.iter().map(|s| name(*s as c_int)).collect();
+        assert_eq!(names.len(), RwStatus::ALL.len(), "each status has a name of its own");
+        assert!(!names.contains("unknown status"));
+        assert_eq!(name(RwStatus::BadArgument as c_int), "bad argument");
+        for code in [-1, 999, c_int::MAX, c_int::MIN] {
+            assert_eq!(name(code), "unknown status", "{code}");
+        }
+    }
 }

@@ -38,18 +38,19 @@ pub struct RwRemoteRegion {
 
 const _: () = assert!(RW_REMOTE_REGION_BYTES == rackwire::REMOTE_REGION_BYTES);
 
-/// How an operation behaves.
+/// How an operation behaves. The switches are 0 (off) or 1 (on; `true` from `<stdbool.h>`):
+/// any other value is refused (`RW_STATUS_BAD_ARGUMENT`), never read as a boolean.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct RwOpFlags {
     /// Notify the target, with `imm`, once the operation is in place.
-    pub notify: bool,
+    pub notify: u8,
     /// The notification's 64-bit immediate.
     pub imm: u64,
     /// Start only after every earlier operation on the connection is in place.
-    pub fence_before: bool,
+    pub fence_before: u8,
     /// Later operations start only once this one is in place.
-    pub fence_after: bool,
+    pub fence_after: u8,
 }
 
 /// One entry of a batch write.

@@ -398,8 +398,15 @@ fn admit(
                         drop(store);
                         return deny(w, "node limit reached");
                     }
+                    // Ids only grow and are never handed out twice: past the last one, no
+                    // more nodes (a state that says otherwise was tampered with).
                     let id = store.state.next_id;
-                    store.state.next_id += 1;
+                    let Some(next) = id.checked_add(1) else {
+                        drop(live);
+                        drop(store);
+                        return deny(w, "node ids exhausted (the next id in the state is the last one)");
+                    };
+                    store.state.next_id = next;
                     let info = NodeInfo { id, name: hello.name.clone(), key: key_hex, ..NodeInfo::default() };
                     store.state.nodes.insert(id, info);
                     store.save()?;

@@ -14,13 +14,20 @@ const STATE_FILE: &str = "state.json";
 /// The state before the last change: what a damaged state file gives way to.
 const STATE_PREVIOUS: &str = "state.json.prev";
 
+/// The id a loaded state hands out next: at least 1 and past every node it records (a state
+/// whose `next_id` is behind its nodes would hand an id out twice).
+fn next_id_after(state: &State) -> NodeId {
+    let past_nodes = state.nodes.keys().max().map_or(1, |m| m.saturating_add(1));
+    state.next_id.max(1).max(past_nodes)
+}
+
 /// The state in `path`: None when there is no file, an error naming it when it is damaged.
 fn read_state(path: &Path) -> Result<Option<State>, MhError> {
     match std::fs::read(path) {
         Ok(bytes) => {
             let mut state: State = serde_json::from_slice(&bytes)
                 .map_err(|e| MhError::Config(format!("state file {} is damaged: {e}", path.display())))?;
-            state.next_id = state.next_id.max(1);
+            state.next_id = next_id_after(&state);
             Ok(Some(state))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -121,7 +128,7 @@ impl Store {
         if let Some(bytes) = term.etcd.get(STATE_KEY)? {
             state = serde_json::from_slice(&bytes)
                 .map_err(|e| MhError::Config(format!("the state in etcd is damaged: {e}")))?;
-            state.next_id = state.next_id.max(1);
+            state.next_id = next_id_after(&state);
         }
         Store::with(None, Some(term), state)
     }

@@ -211,12 +211,11 @@ impl SharedMem {
             a.store(u64::from_le_bytes(word), std::sync::atomic::Ordering::Release);
             return true;
         }
-        // SAFETY: the range was checked to lie inside the live, writable mapping; `data` is a
-        // distinct Rust slice, so the two do not overlap even when `data` points into another
-        // mapping of the same memfd (copies between two views are not overlapping borrows).
+        // SAFETY: the range was checked to lie inside the live, writable mapping; `data` is
+        // valid for its length, and may overlap it (see `copy_raw_overlapping`).
         #[allow(unsafe_code)]
         unsafe {
-            crate::memcpy::copy_raw(data.as_ptr(), self.as_ptr().add(offset as usize), data.len())
+            crate::memcpy::copy_raw_overlapping(data.as_ptr(), self.as_ptr().add(offset as usize), data.len())
         };
         true
     }
@@ -227,11 +226,11 @@ impl SharedMem {
         if !self.range_ok(offset, out.len()) {
             return false;
         }
-        // SAFETY: the range was checked to lie inside the live mapping; `out` is an exclusive
-        // Rust slice the mapping cannot alias.
+        // SAFETY: the range was checked to lie inside the live mapping; `out` is valid for its
+        // length (foreign code may hand the window's own memory as `out`: the copy allows it).
         #[allow(unsafe_code)]
         unsafe {
-            crate::memcpy::copy_raw(self.as_ptr().add(offset as usize), out.as_mut_ptr(), out.len())
+            crate::memcpy::copy_raw_overlapping(self.as_ptr().add(offset as usize), out.as_mut_ptr(), out.len())
         };
         true
     }

@@ -36,6 +36,25 @@ pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     };
 }
 
+/// Copy `len` bytes from `src` to `dst`, which may overlap: foreign code can hand a window's
+/// own memory to a copy into or out of that window (Python's `memoryview(region)`, a C
+/// pointer from `rw_region_ptr`). Ranges that do not overlap take [`copy_raw`].
+///
+/// # Safety
+/// As [`copy_raw`], but for the overlap.
+#[allow(unsafe_code)]
+pub(crate) unsafe fn copy_raw_overlapping(src: *const u8, dst: *mut u8, len: usize) {
+    let (s, d) = (src as usize, dst as usize);
+    if s < d.wrapping_add(len) && d < s.wrapping_add(len) {
+        // SAFETY: both ranges are valid for `len` bytes (the caller vouches); `ptr::copy` is
+        // defined for overlapping ranges.
+        unsafe { std::ptr::copy(src, dst, len) };
+    } else {
+        // SAFETY: valid (the caller vouches) and, as just checked, not overlapping.
+        unsafe { copy_raw(src, dst, len) };
+    }
+}
+
 /// Raw form of [`copy_bytes`] for mapped memory.
 ///
 /// # Safety

@@ -78,10 +78,15 @@ impl OwnedWindow {
             return false;
         }
         // SAFETY: the range is inside a mapping that stays valid at `base` for as long as
-        // `self` lives (see `load_u64`); `out` is an exclusive Rust slice it cannot alias.
+        // `self` lives (see `load_u64`); `out` is valid for its length (foreign code may hand
+        // the window's own memory as `out`: the copy allows it).
         #[allow(unsafe_code)]
         unsafe {
-            crate::memcpy::copy_raw((self.base as *const u8).add(offset as usize), out.as_mut_ptr(), out.len())
+            crate::memcpy::copy_raw_overlapping(
+                (self.base as *const u8).add(offset as usize),
+                out.as_mut_ptr(),
+                out.len(),
+            )
         };
         true
     }

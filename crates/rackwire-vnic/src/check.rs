@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use rackwire::NodeId;
 
-use crate::{ipv4_destination, VNET_HDR_LEN, VNIC_MTU};
+use crate::{ipv4_header_destination, VNET_HDR_LEN, VNIC_MTU};
 
 /// Why a packet from a peer is not written into `rw0`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,15 +41,28 @@ pub fn check_from_peer<'a>(
     owners: impl Fn(Ipv4Addr) -> Option<&'a [NodeId]>,
     mine: &[Ipv4Addr],
 ) -> Result<(), RxRefusal> {
-    let (hdr, packet) = data.split_at_checked(VNET_HDR_LEN).ok_or(RxRefusal::Malformed)?;
-    ipv4_destination(packet).ok_or(RxRefusal::Malformed)?;
+    check_head_from_peer(data, data.len(), sender, owners, mine)
+}
+
+/// [`check_from_peer`] on the first bytes of a packet of `len` bytes (`head`: at least its
+/// offload header and IPv4 header, or all of it): everything it checks is in them.
+pub(crate) fn check_head_from_peer<'a>(
+    head: &[u8],
+    len: usize,
+    sender: NodeId,
+    owners: impl Fn(Ipv4Addr) -> Option<&'a [NodeId]>,
+    mine: &[Ipv4Addr],
+) -> Result<(), RxRefusal> {
+    let (hdr, packet) = head.split_at_checked(VNET_HDR_LEN).ok_or(RxRefusal::Malformed)?;
+    let packet_len = len.checked_sub(VNET_HDR_LEN).ok_or(RxRefusal::Malformed)?;
+    ipv4_header_destination(packet, packet_len).ok_or(RxRefusal::Malformed)?;
     let u16_at = |i: usize| u16::from_le_bytes([hdr[i], hdr[i + 1]]) as usize;
     let (flags, gso) = (hdr[0], hdr[1]);
     let (hdr_len, gso_size, csum_start, csum_offset) = (u16_at(2), u16_at(4), u16_at(6), u16_at(8));
     let offload_ok = flags & !(F_NEEDS_CSUM | F_DATA_VALID) == 0
         && GSO_TYPES.contains(&(gso & !GSO_ECN))
-        && (flags & F_NEEDS_CSUM == 0 || csum_start + csum_offset + 2 <= packet.len())
-        && (gso & !GSO_ECN == 0 || (gso_size > 0 && gso_size <= VNIC_MTU && hdr_len <= packet.len()));
+        && (flags & F_NEEDS_CSUM == 0 || csum_start + csum_offset + 2 <= packet_len)
+        && (gso & !GSO_ECN == 0 || (gso_size > 0 && gso_size <= VNIC_MTU && hdr_len <= packet_len));
     if !offload_ok {
         return Err(RxRefusal::BadOffload);
     }

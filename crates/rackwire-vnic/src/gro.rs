@@ -9,6 +9,7 @@
 //! segmentation of their own, small enough for two to fit one packet; every one of a run as
 //! long as the first but the last, which may be shorter. Anything else is written as it came.
 
+use crate::arrived::Arrived;
 use crate::VNET_HDR_LEN;
 
 /// Most datagrams in one super-packet (the kernel cuts at most 64 on older kernels).
@@ -42,18 +43,20 @@ struct Flow {
     ports: [u8; 4],
 }
 
-/// A datagram that may join a run: its flow and payload length.
-fn candidate(p: &[u8]) -> Option<(Flow, usize)> {
-    if p.len() < HDRS {
+/// A datagram of `len` bytes that may join a run, from its first bytes `head` (at least
+/// its headers): its flow and payload length.
+fn candidate(head: &[u8], len: usize) -> Option<(Flow, usize)> {
+    if head.len() < HDRS || len < HDRS {
         return None;
     }
-    let (v, ip) = p.split_at(VNET_HDR_LEN);
+    let (v, ip) = head.split_at(VNET_HDR_LEN);
+    let ip_len = len - VNET_HDR_LEN;
     let le = |i: usize| u16::from_le_bytes([v[i], v[i + 1]]);
     let be = |i: usize| u16::from_be_bytes([ip[i], ip[i + 1]]) as usize;
     let offload = v[0] == F_NEEDS_CSUM && v[1] == 0 && le(6) == UDP_CSUM_START && le(8) == UDP_CSUM_OFFSET;
     let plain_udp = ip[0] == 0x45 && ip[9] == IPPROTO_UDP && be(6) & 0x3fff == 0;
-    let lengths = be(2) == ip.len() && be(IP_HDR + 4) == ip.len() - IP_HDR;
-    let payload = ip.len() - IP_HDR - UDP_HDR;
+    let lengths = be(2) == ip_len && be(IP_HDR + 4) == ip_len - IP_HDR;
+    let payload = ip_len - IP_HDR - UDP_HDR;
     if !(offload && plain_udp && lengths) || payload == 0 || payload > GRO_PAYLOAD_MAX {
         return None;
     }
@@ -124,7 +127,7 @@ impl UdpRun {
     /// Whether packet `second` could follow `first` in a run (the same flow, no longer): a
     /// lone datagram, with nothing to follow it, is written as it came instead.
     pub(crate) fn would_follow(first: &[u8], second: &[u8]) -> bool {
-        match (candidate(first), candidate(second)) {
+        match (candidate(first, first.len()), candidate(second, second.len())) {
             (Some((a, la)), Some((b, lb))) => a == b && lb <= la,
             _ => false,
         }
@@ -133,11 +136,11 @@ impl UdpRun {
     /// Add packet `p` (an offload header, then an IPv4 packet) to the run: true when it joined
     /// (or started) it. False when it may not join this run (its flow, its length, or the
     /// run's limits) or any: the caller passes the run on, and `p` after it.
-    pub(crate) fn push(&mut self, p: &[u8]) -> bool {
-        let Some((flow, len)) = candidate(p) else { return false };
+    pub(crate) fn push(&mut self, p: &Arrived<'_>) -> bool {
+        let Some((flow, len)) = candidate(p.head(), p.len()) else { return false };
         if self.segs == 0 {
             self.buf.clear();
-            self.buf.extend_from_slice(p);
+            p.extend_from(0, &mut self.buf);
             (self.flow, self.seg, self.segs, self.closed) = (Some(flow), len, 1, false);
             return true;
         }
@@ -145,7 +148,7 @@ impl UdpRun {
         if self.flow != Some(flow) || self.closed || len > self.seg || self.segs >= GRO_SEGMENTS_MAX || !fits {
             return false;
         }
-        self.buf.extend_from_slice(&p[HDRS..]);
+        p.extend_from(HDRS, &mut self.buf);
         self.segs += 1;
         self.closed = len < self.seg;
         true
@@ -183,15 +186,16 @@ impl UdpRun {
     /// into its datagrams, each to `f`, as the kernel would (for a device that refuses it):
     /// false, and nothing to `f`, when `p` is no such packet. Uses the run's buffer: call it
     /// on an empty run; it leaves the run empty.
-    pub(crate) fn cut(&mut self, p: &[u8], f: impl FnMut(&[u8])) -> bool {
-        let Some(ip) = p.get(VNET_HDR_LEN..).filter(|_| p.len() > HDRS) else { return false };
-        let gso_size = u16::from_le_bytes([p[4], p[5]]) as usize;
-        let udp = p[1] & !GSO_ECN == GSO_UDP_L4 && ip[0] == 0x45 && ip[9] == IPPROTO_UDP;
+    pub(crate) fn cut(&mut self, p: &Arrived<'_>, f: impl FnMut(&[u8])) -> bool {
+        let h = p.head();
+        let Some(ip) = h.get(VNET_HDR_LEN..).filter(|_| p.len() > HDRS && h.len() >= HDRS) else { return false };
+        let gso_size = u16::from_le_bytes([h[4], h[5]]) as usize;
+        let udp = h[1] & !GSO_ECN == GSO_UDP_L4 && ip[0] == 0x45 && ip[9] == IPPROTO_UDP;
         if !udp || gso_size == 0 || self.segs != 0 {
             return false;
         }
         self.buf.clear();
-        self.buf.extend_from_slice(p);
+        p.extend_from(0, &mut self.buf);
         (self.seg, self.segs) = (gso_size, 1);
         self.each(f);
         self.clear();
@@ -259,7 +263,7 @@ mod tests {
         let sent: Vec<Vec<u8>> = (0..n).map(|i| datagram(7000, if i + 1 == n { last } else { 64 }, i)).collect();
         let mut run = UdpRun::default();
         for p in &sent {
-            assert!(run.push(p));
+            assert!(run.push(&Arrived::new(p)));
         }
         (sent, run)
     }
@@ -305,20 +309,20 @@ mod tests {
     #[test]
     fn only_a_flows_like_datagrams_join_within_the_limits() {
         let mut run = UdpRun::default();
-        assert!(run.push(&datagram(7000, 64, 1)));
+        assert!(run.push(&Arrived::new(&datagram(7000, 64, 1))));
         assert_eq!(run.packet().unwrap(), &datagram(7000, 64, 1)[..], "a lone datagram as it came");
-        assert!(!run.push(&datagram(7001, 64, 1)), "another flow");
+        assert!(!run.push(&Arrived::new(&datagram(7001, 64, 1))), "another flow");
         assert!(!UdpRun::would_follow(&datagram(7000, 64, 1), &datagram(7001, 64, 1)));
         assert!(!UdpRun::would_follow(&datagram(7000, 64, 1), &datagram(7000, 65, 1)));
         assert!(UdpRun::would_follow(&datagram(7000, 64, 1), &datagram(7000, 10, 1)));
-        assert!(!run.push(&datagram(7000, 65, 1)), "longer");
-        assert!(run.push(&datagram(7000, 10, 1)));
-        assert!(!run.push(&datagram(7000, 10, 1)), "after a shorter one");
+        assert!(!run.push(&Arrived::new(&datagram(7000, 65, 1))), "longer");
+        assert!(run.push(&Arrived::new(&datagram(7000, 10, 1))));
+        assert!(!run.push(&Arrived::new(&datagram(7000, 10, 1))), "after a shorter one");
         run.clear();
         for _ in 0..GRO_SEGMENTS_MAX {
-            assert!(run.push(&datagram(7000, 8, 2)));
+            assert!(run.push(&Arrived::new(&datagram(7000, 8, 2))));
         }
-        assert!(!run.push(&datagram(7000, 8, 2)), "past the limit");
+        assert!(!run.push(&Arrived::new(&datagram(7000, 8, 2))), "past the limit");
         run.clear();
         let mut tcp = datagram(7000, 64, 1);
         tcp[VNET_HDR_LEN + 9] = 6;
@@ -327,7 +331,7 @@ mod tests {
         let mut fragment = datagram(7000, 64, 1);
         fragment[VNET_HDR_LEN + 6] = 0x20; // more fragments
         for p in [tcp, complete, fragment, datagram(7000, 0, 0), datagram(7000, GRO_PAYLOAD_MAX + 1, 0)] {
-            assert!(!run.push(&p) && run.len() == 0);
+            assert!(!run.push(&Arrived::new(&p)) && run.len() == 0);
         }
     }
 
@@ -340,10 +344,10 @@ mod tests {
         let sp = run.packet().unwrap().to_vec();
         run.clear();
         let mut back = Vec::new();
-        assert!(run.cut(&sp, |p| back.push(p.to_vec())));
+        assert!(run.cut(&Arrived::new(&sp), |p| back.push(p.to_vec())));
         assert_eq!(back, sent);
         assert_eq!(run.len(), 0);
-        assert!(!run.cut(&sent[0], |_| panic!("cut a plain datagram")));
+        assert!(!run.cut(&Arrived::new(&sent[0]), |_| panic!("cut a plain datagram")));
     }
 
     // Checks that a run stops short of the largest IPv4 packet: datagrams of 1,400 bytes join
@@ -352,7 +356,7 @@ mod tests {
     fn a_run_stays_within_one_ipv4_packet() {
         let mut run = UdpRun::default();
         let mut n = 0;
-        while run.push(&datagram(7000, 1_400, 3)) {
+        while run.push(&Arrived::new(&datagram(7000, 1_400, 3))) {
             n += 1;
         }
         assert_eq!(n, (GRO_PACKET_MAX - IP_HDR - UDP_HDR) / 1_400);

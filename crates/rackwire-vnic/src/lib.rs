@@ -17,6 +17,7 @@
 
 #![deny(unsafe_code)]
 
+mod arrived;
 mod check;
 mod gate;
 mod gro;
@@ -313,15 +314,21 @@ pub fn link_addrs(links: &[String]) -> Vec<Ipv4Addr> {
 /// The destination of an IPv4 packet, if it is one (version 4, header and total length
 /// consistent with the bytes).
 pub fn ipv4_destination(packet: &[u8]) -> Option<Ipv4Addr> {
-    if packet.len() < 20 || packet[0] >> 4 != 4 {
+    ipv4_header_destination(packet, packet.len())
+}
+
+/// [`ipv4_destination`] of a packet of `len` bytes from its first bytes `head` (at least its
+/// fixed header).
+pub(crate) fn ipv4_header_destination(head: &[u8], len: usize) -> Option<Ipv4Addr> {
+    if head.len() < 20 || head[0] >> 4 != 4 {
         return None;
     }
-    let ihl = (packet[0] & 0x0f) as usize * 4;
-    let total = u16::from_be_bytes([packet[2], packet[3]]) as usize;
-    if ihl < 20 || total < ihl || total != packet.len() {
+    let ihl = (head[0] & 0x0f) as usize * 4;
+    let total = u16::from_be_bytes([head[2], head[3]]) as usize;
+    if ihl < 20 || total < ihl || total != len {
         return None;
     }
-    Some(Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]))
+    Some(Ipv4Addr::new(head[16], head[17], head[18], head[19]))
 }
 
 impl Vnic {

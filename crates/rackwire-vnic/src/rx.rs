@@ -7,19 +7,21 @@ use std::sync::Weak;
 use rackwire::EdgeMessageHandler;
 
 use super::*;
+use crate::arrived::Arrived;
+use crate::check::check_head_from_peer;
 use crate::gro::UdpRun;
 
 impl Shared {
     /// Whether the packet `from` sent may go into `rw0` (refused ones are counted): its
     /// peer's counters if so (`None` inside: a peer this side has not routed yet).
-    fn admit(&self, from: NodeId, data: &[u8]) -> Option<Option<Arc<Counts>>> {
+    fn admit(&self, from: NodeId, p: &Arrived<'_>) -> Option<Option<Arc<Counts>>> {
         // Every sender is an admitted, authenticated fabric node, and speaks for no other
         // (see `check_from_peer`). One this side has not routed yet (it saw us first) is
         // delivered too, and counted apart.
         let (checked, counts) = {
             let table = self.table.read().unwrap_or_else(|e| e.into_inner());
             let owners = |a: Ipv4Addr| table.owners.get(&a).map(Vec::as_slice);
-            let checked = check_from_peer(data, from, owners, &self.my_addrs);
+            let checked = check_head_from_peer(p.head(), p.len(), from, owners, &self.my_addrs);
             (checked, table.peers.get(&from).map(|p| p.counts.clone()))
         };
         let refused = match checked {
@@ -52,38 +54,41 @@ impl Shared {
     /// starts the next one, or, when `next` is known not to follow it, goes in as it came (no
     /// copy on a lone packet's way). [`Shared::pass_on`] at the batch's end.
     pub(crate) fn deliver_gathering(&self, run: &mut UdpRun, from: NodeId, data: &[u8], next: Next<'_>) {
-        let Some(counts) = self.admit(from, data) else { return };
+        // Checked and passed on from a copy of its headers: the sender may still write the
+        // memory `data` lies in (see `arrived`).
+        let p = Arrived::new(data);
+        let Some(counts) = self.admit(from, &p) else { return };
         let gathering = !self.gathering_refused.load(Ordering::Relaxed);
-        if gathering && run.len() > 0 && run.push(data) {
-            return self.count_rx(counts.as_deref(), data.len());
+        if gathering && run.len() > 0 && run.push(&p) {
+            return self.count_rx(counts.as_deref(), p.len());
         }
         self.pass_on(run);
         let starts = match next {
             Next::Unknown => true,
             Next::Is(next) => next.is_some_and(|n| UdpRun::would_follow(data, n)),
         };
-        if gathering && starts && run.push(data) {
-            return self.count_rx(counts.as_deref(), data.len());
+        if gathering && starts && run.push(&p) {
+            return self.count_rx(counts.as_deref(), p.len());
         }
-        self.write_one(run, data, counts.as_deref());
+        self.write_one(run, &p, counts.as_deref());
     }
 
     /// A packet that joins no run into `rw0`; a super-packet of UDP datagrams (a peer's
     /// program sent them with UDP segmentation offload) that the device refuses (a kernel
     /// without UDP segmentation) cut into its datagrams here, in `run`'s buffer (empty now).
-    fn write_one(&self, run: &mut UdpRun, data: &[u8], counts: Option<&Counts>) {
-        let refused = match self.tun.write(data) {
-            Ok(()) => return self.count_rx(counts, data.len()),
+    fn write_one(&self, run: &mut UdpRun, p: &Arrived<'_>, counts: Option<&Counts>) {
+        let refused = match self.tun.write_parts(&p.parts()) {
+            Ok(()) => return self.count_rx(counts, p.len()),
             Err(e) => e,
         };
         let mut failed = None;
-        let cut = run.cut(data, |p| {
-            if let Err(e) = self.tun.write(p) {
+        let cut = run.cut(p, |d| {
+            if let Err(e) = self.tun.write(d) {
                 failed = Some(e);
             }
         });
         match failed {
-            None if cut => self.count_rx(counts, data.len()),
+            None if cut => self.count_rx(counts, p.len()),
             Some(e) => debug!("writing {VNIC_NAME}: {e}"),
             None => debug!("writing {VNIC_NAME}: {refused}"),
         }

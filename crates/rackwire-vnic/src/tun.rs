@@ -151,6 +151,14 @@ impl Tun {
         rustix::io::write(&self.fd, packet)?;
         Ok(())
     }
+
+    /// Write one packet given in parts (its headers from one place, its payload from
+    /// another), in one system call.
+    pub fn write_parts(&self, parts: &[&[u8]]) -> io::Result<()> {
+        let iov: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+        rustix::io::writev(&self.fd, &iov)?;
+        Ok(())
+    }
 }
 
 impl AsFd for Tun {

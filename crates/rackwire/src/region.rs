@@ -199,6 +199,10 @@ impl Region {
 
     /// `len` bytes at `offset` (local access).
     pub fn to_vec(&self, offset: u64, len: usize) -> Result<Vec<u8>, Error> {
+        // Bounds first: a length past the region allocates nothing.
+        if offset.checked_add(len as u64).is_none_or(|end| end > self.inner.len) {
+            return Err(self.oob(offset, len as u64));
+        }
         let mut v = vec![0u8; len];
         self.read_at(offset, &mut v)?;
         Ok(v)

@@ -434,3 +434,50 @@ fn reads_do_not_wait_for_a_save() {
     assert_eq!(found.unwrap(), a_id);
     assert_eq!(resolved.unwrap(), a_id);
 }
+
+// Checks node ids at their end (issue: a state file with `next_id = u32::MAX` wrapped to id
+// 0): one node joins and the management host stops; its state file is edited so that the
+// next id is the last one handed out (`u32::MAX - 1`; `u32::MAX` is never one); restarted, it
+// admits one new node with that id and refuses the next, saying the ids are exhausted (no id
+// 0, no id twice). A state whose next id
+// lies behind a recorded node's id starts past that node instead.
+#[test]
+fn node_ids_end_with_a_refusal_not_a_wrap() {
+    let dir = std::env::temp_dir().join(format!("rw-mh-ids-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let p = dir.join("state.json");
+        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    };
+    let first = {
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+        let id = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "n1")).unwrap().node_id();
+        mh.stop();
+        id
+    };
+    edit(&|v| v["next_id"] = serde_json::json!(u32::MAX - 1));
+    {
+        let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+        let last = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "n2")).unwrap();
+        assert_eq!(last.node_id(), u32::MAX - 1);
+        match MhClient::join(cfg(&mh.addr().to_string(), SECRET, "n3")) {
+            Err(e) => assert!(e.to_string().contains("node ids exhausted"), "{e}"),
+            Ok(c) => panic!("admitted with id {} past the last one", c.node_id()),
+        }
+        drop(last);
+        mh.stop();
+    }
+    edit(&|v| {
+        v["next_id"] = serde_json::json!(1);
+        let nodes = v["nodes"].as_object_mut().unwrap();
+        nodes.remove(&(u32::MAX - 1).to_string());
+    });
+    let mh = ManagementHost::start("127.0.0.1:0", Some(&dir), SECRET).unwrap();
+    let n4 = MhClient::join(cfg(&mh.addr().to_string(), SECRET, "n4")).unwrap();
+    assert!(n4.node_id() > first, "a new id ({}) after the recorded node's ({first})", n4.node_id());
+    drop(n4);
+    mh.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
