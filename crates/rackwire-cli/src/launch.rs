@@ -204,6 +204,10 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
         env.push(("RACKWIRE_SECRET".into(), secret));
         Some(mh)
     };
+    // The job's token: only its ranks hold it, so nobody else on the fabric can take a rank,
+    // reset the job, or take its ranks' names first (see `rackwire_mh::jobs`).
+    let token = format!("{:032x}", rackwire_mh::auth::random_u128());
+    env.push(("RACKWIRE_JOB_TOKEN".into(), token));
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).context("signal handler")?;

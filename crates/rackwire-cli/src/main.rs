@@ -141,8 +141,8 @@ enum Cmd {
         agent: rack::AgentArgs,
     },
     /// Start the N ranks of a job on this machine, as mpirun does: each rank gets
-    /// RACKWIRE_RANK, RACKWIRE_SIZE and RACKWIRE_JOB (and a management host of the job's own
-    /// unless RACKWIRE_MH is set); output lines are prefixed with the rank; when a rank fails
+    /// RACKWIRE_RANK, RACKWIRE_SIZE, RACKWIRE_JOB and the job's own RACKWIRE_JOB_TOKEN (only
+    /// its ranks can join it) (and a management host of the job's own unless RACKWIRE_MH is set); output lines are prefixed with the rank; when a rank fails
     /// the others are stopped and its exit status is the launcher's.
     Launch(launch::LaunchArgs),
     /// The data workloads, each over the fabric and over TCP in the same run, with the energy

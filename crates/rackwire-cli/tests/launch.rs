@@ -234,3 +234,36 @@ fn bench_coll_json_has_rows_with_peers() {
         }
     }
 }
+
+// Checks that a job `rackwire launch` starts is its ranks' alone (issue: ranks went to whoever
+// posted round 0 first, and a node registering `JOB.RANK` first locked the real rank out):
+// on a shared management host, a node holding the fabric secret first takes the names
+// `victim.0` and `victim.1` and claims ranks 0 and 1 of job `victim` (round 0, as the ranks
+// would); then `rackwire launch -n 2 --job victim` runs on that management host, and every
+// rank checks out (the launcher's token keeps the job, and its ranks' names, apart from the
+// intruder's); the intruder's job of the same name holds only the intruder.
+#[test]
+fn a_launched_job_cannot_be_taken_by_another_node_with_the_secret() {
+    let mh = TestMh::start("launch-hijack");
+    let join = |name: &str| {
+        let mut c = rackwire::FabricConfig::new(&mh.addr, SECRET, name);
+        c.state_dir = Some(std::env::temp_dir().join(format!("rw-hijack-{}-{name}", std::process::id())));
+        rackwire::Fabric::join(c).expect("the intruder joins")
+    };
+    let squatters = [join("victim.0"), join("victim.1")];
+    for (rank, f) in squatters.iter().enumerate() {
+        f.job_post("victim", None, 2, rank as u32, 0, b"").expect("the intruder's post");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_rackwire"))
+        .args(["launch", "-n", "2", "--job", "victim", "--"])
+        .arg(collcheck_bin())
+        .args(["all", "0,8,1000", "1", "1000"])
+        .env("RACKWIRE_MH", &mh.addr)
+        .env("RACKWIRE_SECRET", SECRET)
+        .output()
+        .expect("run rackwire launch");
+    assert_all_ok(2, &o);
+    let theirs = squatters[0].job_round("victim", None, 0).unwrap();
+    let members: Vec<u32> = theirs.members.iter().flatten().map(|m| m.node).collect();
+    assert_eq!(members, vec![squatters[0].id(), squatters[1].id()], "the intruder's job is its own");
+}

@@ -128,12 +128,20 @@ pub(crate) struct RecvSpec<'a> {
     pub into: &'a mut [u8],
 }
 
+/// A job as the management host knows it: its name and, when its launcher handed the ranks
+/// one, its token (see [`rackwire::Fabric::job_post`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct JobKey {
+    pub name: String,
+    pub token: Option<String>,
+}
+
 /// A rank's transfers: its window, the peers' windows and connections, and the counts.
 pub(crate) struct Channels {
     pub fabric: Arc<Fabric>,
     pub me: usize,
     pub nodes: Vec<NodeId>,
-    pub job: String,
+    pub job: JobKey,
     /// The last bootstrap round (to ask the management host which ranks are down).
     pub mh_round: u64,
     pub timeout: Duration,
@@ -221,7 +229,7 @@ impl Channels {
         nodes: Vec<NodeId>,
         window: Region,
         remotes: Vec<RemoteRegion>,
-        job: String,
+        job: JobKey,
         timeout: Duration,
     ) -> Result<Channels, CollError> {
         let n = nodes.len();
@@ -688,7 +696,7 @@ impl Channels {
             // The management host being unreachable is not a rank's death: the transports
             // still tell, and the timeout still holds.
             // Only ranks this one waits for count: others may have finished and gone.
-            if let Ok(round) = self.fabric.job_round(&self.job, self.mh_round) {
+            if let Ok(round) = self.fabric.job_round(&self.job.name, self.job.token.as_deref(), self.mh_round) {
                 if let Some(&r) = round.down.iter().find(|&&r| ranks.contains(&(r as usize))) {
                     return Err(self.gone(r as usize));
                 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rackwire::{Access, Conn, Fabric, FabricConfig, NodeId, Region, RemoteRegion, REMOTE_REGION_BYTES};
 
-use crate::channel::Channels;
+use crate::channel::{Channels, JobKey};
 use crate::placement::{check, Placement};
 use crate::CollError;
 
@@ -22,18 +22,26 @@ pub struct GroupConfig {
     /// How long any group call (joining included) waits for the other ranks before it fails
     /// with [`CollError::Timeout`] (`RACKWIRE_GROUP_TIMEOUT_MS`).
     pub timeout: Duration,
+    /// The token the job's launcher handed its ranks (`RACKWIRE_JOB_TOKEN`; `rackwire launch`
+    /// makes one per job): with it, the job is its ranks' alone at the management host —
+    /// nobody without it can take a rank or start the job afresh. Without it the job is open
+    /// to every node of the fabric under its name.
+    pub job_token: Option<String>,
 }
 
 impl Default for GroupConfig {
     fn default() -> Self {
-        GroupConfig { timeout: GROUP_TIMEOUT_DEFAULT }
+        GroupConfig { timeout: GROUP_TIMEOUT_DEFAULT, job_token: None }
     }
 }
 
 impl GroupConfig {
-    /// The defaults, with `RACKWIRE_GROUP_TIMEOUT_MS` over them.
+    /// The defaults, with `RACKWIRE_GROUP_TIMEOUT_MS` and `RACKWIRE_JOB_TOKEN` over them.
     pub fn from_env() -> Result<GroupConfig, CollError> {
         let mut c = GroupConfig::default();
+        if let Ok(t) = std::env::var("RACKWIRE_JOB_TOKEN") {
+            c.job_token = Some(t);
+        }
         if let Ok(v) = std::env::var("RACKWIRE_GROUP_TIMEOUT_MS") {
             let ms: u64 =
                 v.parse().map_err(|_| CollError::Config(format!("RACKWIRE_GROUP_TIMEOUT_MS={v:?}: milliseconds")))?;
@@ -91,7 +99,7 @@ pub struct Group {
 impl std::fmt::Debug for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Group")
-            .field("job", &self.ch.job)
+            .field("job", &self.ch.job.name)
             .field("rank", &self.rank)
             .field("size", &self.size)
             .finish_non_exhaustive()
@@ -104,12 +112,17 @@ impl Group {
     /// rank, size and job from [`Placement::from_env`].
     pub fn from_env() -> Result<Group, CollError> {
         let p = Placement::from_env()?;
+        let group = GroupConfig::from_env()?;
         let mut cfg = FabricConfig::from_env()?;
         if std::env::var_os("RACKWIRE_NAME").is_none() {
-            cfg.name = format!("{}.{}", p.job, p.rank);
+            // With a token, the names carry its tag: nobody without it can take them first.
+            cfg.name = match &group.job_token {
+                Some(t) => format!("{}.{}.{}", p.job, p.rank, &rackwire::job_token_tag(t)[..8]),
+                None => format!("{}.{}", p.job, p.rank),
+            };
         }
         let fabric = Arc::new(Fabric::join(cfg)?);
-        Group::join_with(fabric, &p.job, p.rank, p.size, GroupConfig::from_env()?)
+        Group::join_with(fabric, &p.job, p.rank, p.size, group)
     }
 
     /// Join `job` as `rank` of `size` on `fabric`, with the default configuration.
@@ -128,13 +141,14 @@ impl Group {
         check(rank, size)?;
         let deadline = Instant::now() + cfg.timeout;
         // Round 0: the rank table.
-        let table = bootstrap(&fabric, job, size, rank, 0, &[], deadline)?;
+        let job = JobKey { name: job.to_string(), token: cfg.job_token.clone() };
+        let table = bootstrap(&fabric, &job, size, rank, 0, &[], deadline)?;
         let nodes: Vec<NodeId> = table.iter().map(|(n, _)| *n).collect();
         // Round 1: the windows, granted before their handles are out.
         let window = Channels::alloc_window(&fabric, &nodes, rank)?;
-        let posted = bootstrap(&fabric, job, size, rank, 1, &window.handle().to_bytes(), deadline)?;
+        let posted = bootstrap(&fabric, &job, size, rank, 1, &window.handle().to_bytes(), deadline)?;
         let remotes = parse_handles(&posted)?;
-        let ch = Channels::connect(fabric, rank, nodes, window, remotes, job.to_string(), cfg.timeout)?;
+        let ch = Channels::connect(fabric, rank, nodes, window, remotes, job, cfg.timeout)?;
         let mut g = Group { ch, rank, size, round: 1, scratch: Vec::new(), reuse: Default::default(), left: false };
         // Everyone connected before anyone returns: the first collective finds its peers.
         g.barrier()?;
@@ -153,7 +167,7 @@ impl Group {
 
     /// The job's name.
     pub fn job(&self) -> &str {
-        &self.ch.job
+        &self.ch.job.name
     }
 
     /// The fabric this group lives on.
@@ -258,7 +272,7 @@ fn parse_handles(posted: &[(NodeId, Vec<u8>)]) -> Result<Vec<RemoteRegion>, Coll
 /// Post `blob` in `round` and wait until every rank has: every rank's node and blob.
 fn bootstrap(
     fabric: &Fabric,
-    job: &str,
+    job: &JobKey,
     size: usize,
     rank: usize,
     round: u64,
@@ -266,10 +280,10 @@ fn bootstrap(
     deadline: Instant,
 ) -> Result<Vec<(NodeId, Vec<u8>)>, CollError> {
     let start = Instant::now();
-    fabric.job_post(job, size as u32, rank as u32, round, blob)?;
+    fabric.job_post(&job.name, job.token.as_deref(), size as u32, rank as u32, round, blob)?;
     let mut pause = BOOTSTRAP_POLL_MIN;
     loop {
-        let got = fabric.job_round(job, round)?;
+        let got = fabric.job_round(&job.name, job.token.as_deref(), round)?;
         if let Some(&r) = got.down.first() {
             let node = got.members[r as usize].as_ref().map_or(0, |m| m.node);
             return Err(CollError::RankGone { rank: r as usize, node });

@@ -3,23 +3,28 @@
 //! choosing. Every long-running rackwire process can serve one: the management host, the
 //! agent, any node (its `metrics` setting).
 //!
-//! The server is deliberately small: one thread, one request per connection, requests and
-//! time bounded ([`REQUEST_BYTES_MAX`], [`REQUEST_TIMEOUT`]); a scraper asks every few seconds.
+//! The server is deliberately small: one request per connection, each served on a thread of
+//! its own, at most [`CONNECTIONS_MAX`] at once (more are closed at once), each bounded in
+//! size ([`REQUEST_BYTES_MAX`]) and in time as a whole ([`REQUEST_TIMEOUT`], however slowly
+//! the client sends or reads): a client that dribbles its request holds one connection for at
+//! most that long, and never the scrapers behind it.
 
 #![deny(unsafe_code)]
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The largest request read (its line and headers).
 pub const REQUEST_BYTES_MAX: usize = 8 * 1024;
-/// How long a client has to send its request and take the answer.
+/// How long a client has to send its request and take the answer, in all.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections served at once; one more is closed unanswered.
+pub const CONNECTIONS_MAX: usize = 8;
 /// How often the accepting thread looks whether it should stop.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
@@ -134,12 +139,25 @@ impl Exporter {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let active = Arc::new(AtomicUsize::new(0));
         let thread = std::thread::Builder::new().name("rw-metrics".into()).spawn(move || {
             while !flag.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((s, _)) => {
-                        if let Err(e) = answer(s, &render) {
-                            tracing::debug!("metrics request: {e}");
+                        if active.fetch_add(1, Ordering::SeqCst) >= CONNECTIONS_MAX {
+                            active.fetch_sub(1, Ordering::SeqCst);
+                            tracing::debug!("metrics: {CONNECTIONS_MAX} connections served already; one closed");
+                            continue;
+                        }
+                        let (render, done) = (render.clone(), active.clone());
+                        let served = std::thread::Builder::new().name("rw-metrics-req".into()).spawn(move || {
+                            if let Err(e) = answer(s, &render) {
+                                tracing::debug!("metrics request: {e}");
+                            }
+                            done.fetch_sub(1, Ordering::SeqCst);
+                        });
+                        if served.is_err() {
+                            active.fetch_sub(1, Ordering::SeqCst);
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(STOP_POLL),
@@ -168,21 +186,31 @@ impl Drop for Exporter {
     }
 }
 
-/// Read one request (to the blank line ending its headers) and answer it.
+/// The time left before `deadline`, or a timed-out error.
+fn left(deadline: Instant) -> std::io::Result<Duration> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the request's time is up"));
+    }
+    Ok(d)
+}
+
+/// Read one request (to the blank line ending its headers) and answer it, within
+/// [`REQUEST_TIMEOUT`] in all.
 fn answer(mut s: TcpStream, render: &Render) -> std::io::Result<()> {
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
     s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(REQUEST_TIMEOUT))?;
-    s.set_write_timeout(Some(REQUEST_TIMEOUT))?;
     let mut req = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+        s.set_read_timeout(Some(left(deadline)?))?;
         let n = s.read(&mut buf)?;
         if n == 0 {
             break;
         }
         req.extend_from_slice(&buf[..n]);
         if req.len() > REQUEST_BYTES_MAX {
-            return reply(&mut s, "431 Request Header Fields Too Large", "request too large\n");
+            return reply(&mut s, "431 Request Header Fields Too Large", "request too large\n", deadline);
         }
     }
     let line = req.split(|&b| b == b'\r').next().unwrap_or(&[]);
@@ -191,19 +219,31 @@ fn answer(mut s: TcpStream, render: &Render) -> std::io::Result<()> {
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
     match (method, path) {
-        ("GET", "/metrics") => reply(&mut s, "200 OK", &render()),
-        ("GET", _) => reply(&mut s, "404 Not Found", "metrics are at /metrics\n"),
-        _ => reply(&mut s, "405 Method Not Allowed", "GET only\n"),
+        ("GET", "/metrics") => reply(&mut s, "200 OK", &render(), deadline),
+        ("GET", _) => reply(&mut s, "404 Not Found", "metrics are at /metrics\n", deadline),
+        _ => reply(&mut s, "405 Method Not Allowed", "GET only\n", deadline),
     }
 }
 
-fn reply(s: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()> {
+fn reply(s: &mut TcpStream, status: &str, body: &str, deadline: Instant) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body.as_bytes())?;
+    // Written piece by piece, each with the time left: a client that reads slowly is cut off
+    // at the deadline, however the page is split.
+    for part in [head.as_bytes(), body.as_bytes()] {
+        let mut at = 0;
+        while at < part.len() {
+            s.set_write_timeout(Some(left(deadline)?))?;
+            match s.write(&part[at..]) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
     s.flush()
 }
 
@@ -250,5 +290,58 @@ mod tests {
         let addr = e.addr();
         drop(e);
         assert!(TcpListener::bind(addr).is_ok(), "the port is free after the exporter stopped");
+    }
+
+    // Checks that a slow client holds neither the server nor its own connection for long
+    // (issue: one thread and a per-read timeout, so a client sending a byte every 1.9 s held
+    // the endpoint for hours): a client sends a byte of its request every 500 ms; meanwhile
+    // another client's scrape is answered at once (under 1.5 s, where the old server kept it
+    // waiting behind the slow one for over ten); the slow client's connection is closed
+    // unanswered about REQUEST_TIMEOUT after it opened (under 5 s, the client giving up at 6),
+    // though every single read came within the timeout. More than CONNECTIONS_MAX idle
+    // connections at once: one more is closed at once, and scraping works again when they go.
+    #[test]
+    fn a_slow_client_holds_nothing_for_long() {
+        let e = Exporter::start("127.0.0.1:0", Arc::new(|| "rw_up 1\n".to_string())).unwrap();
+        let addr = e.addr();
+        let slow = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut s = TcpStream::connect(addr).unwrap();
+            for b in b"GET /metrics HTTP/1.1\r\n" {
+                if s.write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                if t0.elapsed() > Duration::from_secs(6) {
+                    break;
+                }
+            }
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            (t0.elapsed(), out)
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = Instant::now();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.ends_with("rw_up 1\n") && t0.elapsed() < Duration::from_millis(1500), "{:?}", t0.elapsed());
+        let (took, answered) = slow.join().unwrap();
+        assert!(answered.is_empty(), "the slow client was answered: {answered}");
+        assert!(took < Duration::from_secs(5), "the slow client held its connection {took:?}");
+        let idle: Vec<TcpStream> = (0..CONNECTIONS_MAX).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut extra = TcpStream::connect(addr).unwrap();
+        extra.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut b = [0u8; 16];
+        assert_eq!(extra.read(&mut b).unwrap_or(0), 0, "one connection past the limit is closed at once");
+        drop(idle);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 OK"));
     }
 }

@@ -333,10 +333,20 @@ impl MhClient {
 
     /// Every node the management host knows, with whether it is up.
     pub fn nodes(&self) -> Result<Vec<NodeStatus>, MhError> {
-        match self.inner.request(&Request::Nodes)? {
-            Reply::Nodes { nodes } => Ok(nodes),
-            other => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+        let (mut all, mut after) = (Vec::new(), None);
+        for _ in 0..crate::REPLY_PAGES_MAX {
+            match self.inner.request(&Request::Nodes { after })? {
+                Reply::Nodes { nodes, more_after } => {
+                    all.extend(nodes);
+                    match more_after {
+                        Some(id) => after = Some(id),
+                        None => return Ok(all),
+                    }
+                }
+                other => return Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+            }
         }
+        Err(MhError::Protocol(format!("the node list ran past {} pages", crate::REPLY_PAGES_MAX)))
     }
 
     /// Publish one of this node's regions under a name.
@@ -365,27 +375,71 @@ impl MhClient {
         }
     }
 
-    /// Post `blob` as `rank` of the `size`-rank `job` in bootstrap round `round` (round 0
-    /// joins the job). See [`crate::jobs`].
-    pub fn job_post(&self, job: &str, size: u32, rank: u32, round: u64, blob: &[u8]) -> Result<(), MhError> {
-        let req = Request::JobPost { job: job.into(), size, rank, round, blob: to_hex(blob) };
+    /// Post `blob` as `rank` of the `size`-rank `job` (with its launcher's `token`, if it has
+    /// one) in bootstrap round `round` (round 0 joins the job). See [`crate::jobs`].
+    pub fn job_post(
+        &self,
+        job: &str,
+        token: Option<&str>,
+        size: u32,
+        rank: u32,
+        round: u64,
+        blob: &[u8],
+    ) -> Result<(), MhError> {
+        let token = token.map(str::to_string);
+        let req = Request::JobPost { job: job.into(), token, size, rank, round, blob: to_hex(blob) };
         self.inner.request(&req).map(drop)
     }
 
-    /// What round `round` of `job` holds so far.
-    pub fn job_round(&self, job: &str, round: u64) -> Result<JobRound, MhError> {
-        match self.inner.request(&Request::JobRound { job: job.into(), round })? {
-            Reply::Job { round } => Ok(round),
-            other => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+    /// What round `round` of `job` (with its `token`, if it has one) holds so far.
+    pub fn job_round(&self, job: &str, token: Option<&str>, round: u64) -> Result<JobRound, MhError> {
+        let token = token.map(str::to_string);
+        let mut whole: Option<JobRound> = None;
+        for _ in 0..crate::REPLY_PAGES_MAX {
+            let from_rank = whole.as_ref().map_or(0, |w| w.members.len() as u32);
+            let req = Request::JobRound { job: job.into(), token: token.clone(), round, from_rank };
+            let page = match self.inner.request(&req)? {
+                Reply::Job { round } => round,
+                other => return Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+            };
+            if page.first != from_rank || (page.members.is_empty() && from_rank < page.size) {
+                return Err(MhError::Protocol(format!("a job round's page starts at rank {}", page.first)));
+            }
+            let w = whole.get_or_insert_with(|| JobRound { members: Vec::new(), ..page.clone() });
+            w.down = page.down;
+            w.members.extend(page.members);
+            if w.members.len() >= w.size as usize {
+                return Ok(whole.expect("set above"));
+            }
         }
+        Err(MhError::Protocol(format!("a job round ran past {} pages", crate::REPLY_PAGES_MAX)))
     }
 
     /// The region directory and grant records.
     pub fn regions(&self) -> Result<(Vec<RegionEntry>, Vec<GrantEntry>), MhError> {
-        match self.inner.request(&Request::Regions)? {
-            Reply::Regions { regions, grants } => Ok((regions, grants)),
-            other => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+        let (mut all_regions, mut all_grants) = (Vec::new(), Vec::new());
+        let (mut after_name, mut from_grant, mut names_done, mut grants_done) = (None, 0, false, false);
+        for _ in 0..crate::REPLY_PAGES_MAX {
+            match self.inner.request(&Request::Regions { after_name: after_name.clone(), from_grant })? {
+                Reply::Regions { regions, grants, more_after_name, more_from_grant } => {
+                    if !names_done {
+                        all_regions.extend(regions);
+                    }
+                    if !grants_done {
+                        all_grants.extend(grants);
+                    }
+                    names_done |= more_after_name.is_none();
+                    grants_done |= more_from_grant.is_none();
+                    if names_done && grants_done {
+                        return Ok((all_regions, all_grants));
+                    }
+                    after_name = more_after_name.or(after_name);
+                    from_grant = more_from_grant.unwrap_or(from_grant);
+                }
+                other => return Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+            }
         }
+        Err(MhError::Protocol(format!("the region directory ran past {} pages", crate::REPLY_PAGES_MAX)))
     }
 
     /// Record a grant. The owner enforces grants itself, so while the management host is

@@ -40,6 +40,13 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
 pub const HEARTBEATS_MISSED_MAX: u32 = 4;
 /// The longest line of the control protocol, in bytes.
 pub const MH_LINE_BYTES_MAX: usize = 1 << 20;
+/// A reply that lists (nodes, regions and grants, a job round's members) holds at most this
+/// many bytes of entries, and says where the next page starts: every reply fits a line
+/// ([`MH_LINE_BYTES_MAX`]), whatever the state holds.
+pub const REPLY_PAGE_BYTES: usize = 256 * 1024;
+/// Pages a client reads for one list, at most (the state's limits make fewer enough).
+pub const REPLY_PAGES_MAX: usize = 4096;
+const _: () = assert!(REPLY_PAGE_BYTES * 2 < MH_LINE_BYTES_MAX);
 /// The most nodes one management host admits.
 pub const NODES_MAX: usize = 4096;
 /// The most published region names.

@@ -84,10 +84,32 @@ pub struct JobMember {
 pub struct JobRound {
     /// Ranks in the job.
     pub size: u32,
-    /// By rank; `None` for a rank that has not joined yet.
+    /// By rank; `None` for a rank that has not joined yet. In a page of a round, from rank
+    /// `first` on (the client puts the pages together: whole, `first` is 0).
     pub members: Vec<Option<JobMember>>,
+    /// The rank of `members[0]`.
+    #[serde(default)]
+    pub first: u32,
     /// Ranks whose node is down (the job cannot go on).
     pub down: Vec<u32>,
+}
+
+impl JobRound {
+    /// The page of this round from rank `from` on: as many members as fit
+    /// [`crate::REPLY_PAGE_BYTES`] (at least one while any is left).
+    pub fn page_from(mut self, from: u32) -> JobRound {
+        let from = (from as usize).min(self.members.len());
+        let mut bytes = 0;
+        let mut end = from;
+        while end < self.members.len() && (end == from || bytes < crate::REPLY_PAGE_BYTES) {
+            bytes += serde_json::to_vec(&self.members[end]).map_or(0, |v| v.len()) + 1;
+            end += 1;
+        }
+        self.members.truncate(end);
+        self.members.drain(..from);
+        self.first = from as u32;
+        self
+    }
 }
 
 /// What a client says first.
@@ -192,8 +214,12 @@ pub enum Request {
     },
     /// I am alive.
     Heartbeat,
-    /// All nodes.
-    Nodes,
+    /// The nodes, a page at a time (see [`crate::REPLY_PAGE_BYTES`]).
+    Nodes {
+        /// Nodes with ids past this one (the first page: none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<NodeId>,
+    },
     /// One node by id.
     Resolve {
         /// Node id.
@@ -219,8 +245,15 @@ pub enum Request {
         /// Name.
         name: String,
     },
-    /// All published regions and grants.
-    Regions,
+    /// The published regions and grants, a page at a time.
+    Regions {
+        /// Regions whose names come after this one (the first page: none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after_name: Option<String>,
+        /// Grants from this position on.
+        #[serde(default)]
+        from_grant: usize,
+    },
     /// Record a grant of this node's region.
     Grant {
         /// The grant (its `node` must be the session's).
@@ -242,6 +275,10 @@ pub enum Request {
     JobPost {
         /// Job name.
         job: String,
+        /// The job's token, when its launcher handed its ranks one: the job is then reachable
+        /// only with it (see [`crate::jobs`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
         /// Ranks in the job.
         size: u32,
         /// This node's rank.
@@ -255,8 +292,14 @@ pub enum Request {
     JobRound {
         /// Job name.
         job: String,
+        /// The job's token, if it has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
         /// Round number.
         round: u64,
+        /// The first rank whose member the reply holds (a page at a time).
+        #[serde(default)]
+        from_rank: u32,
     },
 }
 
@@ -278,10 +321,13 @@ pub enum Reply {
         /// Its info.
         info: NodeInfo,
     },
-    /// All nodes.
+    /// A page of nodes.
     Nodes {
         /// Their status.
         nodes: Vec<NodeStatus>,
+        /// More follow, past this id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        more_after: Option<NodeId>,
     },
     /// One region.
     Region {
@@ -294,6 +340,12 @@ pub enum Reply {
         regions: Vec<RegionEntry>,
         /// Recorded grants.
         grants: Vec<GrantEntry>,
+        /// More regions follow, past this name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        more_after_name: Option<String>,
+        /// More grants follow, from this position.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        more_from_grant: Option<usize>,
     },
     /// One round of a job.
     Job {

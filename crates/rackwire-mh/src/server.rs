@@ -488,20 +488,21 @@ fn session(shared: &Shared, stream: TcpStream, session: u64) -> Result<(), MhErr
 fn read(shared: &Shared, req: Request) -> Result<Reply, MhError> {
     let st = shared.view.read().unwrap_or_else(|e| e.into_inner()).clone();
     match req {
-        Request::Nodes => {
+        Request::Nodes { after } => {
             let live = lock(&shared.live);
             let ended = lock(&shared.ended);
-            let nodes = st
-                .nodes
-                .values()
-                .map(|info| NodeStatus {
+            let from = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+            let all = st.nodes.range((from, std::ops::Bound::Unbounded)).map(|(&id, info)| {
+                let status = NodeStatus {
                     info: info.clone(),
-                    up: live.contains_key(&info.id),
-                    last_seen_ms: live.get(&info.id).map_or(0, |l| l.last_seen_ms),
-                    ended: !live.contains_key(&info.id) && ended.contains(&info.id),
-                })
-                .collect();
-            Ok(Reply::Nodes { nodes })
+                    up: live.contains_key(&id),
+                    last_seen_ms: live.get(&id).map_or(0, |l| l.last_seen_ms),
+                    ended: !live.contains_key(&id) && ended.contains(&id),
+                };
+                (id, status)
+            });
+            let (nodes, more_after) = page(all);
+            Ok(Reply::Nodes { nodes, more_after })
         }
         Request::Resolve { node } => {
             let info = st.nodes.get(&node).cloned().ok_or_else(|| MhError::NotFound(format!("node {node}")))?;
@@ -520,11 +521,32 @@ fn read(shared: &Shared, req: Request) -> Result<Reply, MhError> {
             let entry = st.regions.get(&name).cloned().ok_or_else(|| MhError::NotFound(format!("region {name:?}")))?;
             Ok(Reply::Region { entry })
         }
-        Request::Regions => {
-            Ok(Reply::Regions { regions: st.regions.values().cloned().collect(), grants: st.grants.clone() })
+        Request::Regions { after_name, from_grant } => {
+            let from = after_name.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+            let names = st.regions.range::<String, _>((from, std::ops::Bound::Unbounded));
+            let (regions, more_after_name) = page(names.map(|(n, e)| (n.clone(), e.clone())));
+            let grants = st.grants.iter().enumerate().skip(from_grant).map(|(i, g)| (i, g.clone()));
+            let (grants, last) = page(grants);
+            Ok(Reply::Regions { regions, grants, more_after_name, more_from_grant: last.map(|i| i + 1) })
         }
         _ => Err(MhError::Protocol("not a read".into())),
     }
+}
+
+/// The entries of `all` (each with its key) that fit one page ([`crate::REPLY_PAGE_BYTES`] of
+/// their JSON; always at least one), and the key of the last one taken if more follow.
+fn page<K, T: serde::Serialize>(all: impl Iterator<Item = (K, T)>) -> (Vec<T>, Option<K>) {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    let mut all = all.peekable();
+    while let Some((k, t)) = all.next() {
+        bytes += serde_json::to_vec(&t).map_or(0, |v| v.len()) + 1;
+        out.push(t);
+        if all.peek().is_some() && bytes >= crate::REPLY_PAGE_BYTES {
+            return (out, Some(k));
+        }
+    }
+    (out, None)
 }
 
 /// Links a node may register, at most.
@@ -571,26 +593,28 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
     };
     // Jobs live in memory beside the stored state, behind their own lock.
     match req {
-        Request::JobPost { job, size, rank, round, blob } => {
+        Request::JobPost { job, token, size, rank, round, blob } => {
             need_node()?;
             check_name(&job).map_err(|e| MhError::Refused(e.to_string()))?;
             let blob = from_hex(&blob).ok_or_else(|| MhError::Refused("blob is not hex".into()))?;
             let live = lock(&shared.live);
-            let post = Post { job: &job, size, rank, round, blob };
-            lock(&shared.jobs).post(me, post, |n| live.contains_key(&n))?;
+            let post = Post { job: &job, token: token.as_deref(), size, rank, round, blob };
+            lock(&shared.jobs).post(me, post, |n| live.get(&n).map(|l| l.session))?;
             return Ok(Reply::Ok);
         }
-        Request::JobRound { job, round } => {
+        Request::JobRound { job, token, round, from_rank } => {
+            check_name(&job).map_err(|e| MhError::Refused(e.to_string()))?;
             let live = lock(&shared.live);
-            let round = lock(&shared.jobs).round(&job, round, |n| live.contains_key(&n))?;
+            let round = lock(&shared.jobs).round(&job, token.as_deref(), round, |n| live.get(&n).map(|l| l.session))?;
+            let round = round.page_from(from_rank);
             return Ok(Reply::Job { round });
         }
         Request::Heartbeat => return Ok(Reply::Ok),
-        Request::Nodes
+        Request::Nodes { .. }
         | Request::Resolve { .. }
         | Request::ResolveName { .. }
         | Request::Lookup { .. }
-        | Request::Regions => return read(shared, req),
+        | Request::Regions { .. } => return read(shared, req),
         _ => {}
     }
     let mut store = lock(&shared.store);
@@ -688,11 +712,11 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
         Request::JobPost { .. }
         | Request::JobRound { .. }
         | Request::Heartbeat
-        | Request::Nodes
+        | Request::Nodes { .. }
         | Request::Resolve { .. }
         | Request::ResolveName { .. }
         | Request::Lookup { .. }
-        | Request::Regions => unreachable!("answered above"),
+        | Request::Regions { .. } => unreachable!("answered above"),
     };
     store.save()?;
     Ok(reply)

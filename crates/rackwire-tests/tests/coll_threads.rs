@@ -31,7 +31,13 @@ fn run(
                     cfg.links = vec!["127.0.0.1:0".into()];
                 }
                 let fabric = Arc::new(Fabric::join(cfg)?);
-                let mut g = Group::join_with(fabric, &job, rank, n, GroupConfig { timeout: Duration::from_secs(30) })?;
+                let mut g = Group::join_with(
+                    fabric,
+                    &job,
+                    rank,
+                    n,
+                    GroupConfig { timeout: Duration::from_secs(30), job_token: None },
+                )?;
                 body(&mut g)?;
                 g.leave()
             })

@@ -323,3 +323,58 @@ fn frames_from_another_socket_do_not_move_the_peers_address() {
     let counted = |s: rackwire::ConnStats| s.unsealed + s.forged + s.unproven + s.malformed;
     assert!(counted(at_owner.stats()) >= 3, "the forged frames reached the connection: {:?}", at_owner.stats());
 }
+
+// Checks that first frames naming node ids this node does not know cannot make it ask the
+// management host without end (issue: every forged first frame naming a random id started a
+// lookup, none remembered): 300 Hellos name one id no node has, then 300 name ids counted up
+// from it, all sent to an edge node's link from another socket within a moment. The node
+// skips most of them (`rackwire_key_lookups_skipped_total`: the unknown id remembered after
+// its first lookup, the others past the rate of 64 lookups a second), and still serves a
+// genuine peer afterwards.
+#[test]
+fn first_frames_naming_unknown_nodes_are_not_looked_up_without_end() {
+    let mh = TestMh::start("identity-unknown");
+    let (sa, sb) = (TempDir::new("owner"), TempDir::new("bee"));
+    let owner = node(&mh.addr, "owner", &sa, true).unwrap();
+    let to: SocketAddr = record(&mh.addr, owner.id()).links[0].parse().unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let hello = |from: u32| {
+        let (mut a, _b) = rackwire_sim::pair::connecting_as(
+            Config::new(1, 1472),
+            &rackwire_sim::keys::credentials(from, SECRET.as_bytes()),
+            &rackwire_sim::keys::credentials(owner.id(), SECRET.as_bytes()),
+        );
+        let mut f = rackwire_sim::pair::drain(&mut a, 0).remove(0).1;
+        // The pair's ends are nodes 1 and 2: name the owner, and `from`, instead.
+        let mut h = rackwire_wire::HandshakeRepr::parse(&f[rackwire_wire::HEADER_LEN..]).unwrap();
+        (h.from, h.to) = (from, owner.id());
+        h.emit(&mut f[rackwire_wire::HEADER_LEN..]);
+        rackwire_wire::Frame::new_unchecked(&mut f[..]).fill_checksums();
+        f
+    };
+    let unknown = 3_000_000_000u32;
+    let one = hello(unknown);
+    for _ in 0..300 {
+        sock.send_to(&one, to).unwrap();
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    for k in 1..=300 {
+        sock.send_to(&hello(unknown + k), to).unwrap();
+    }
+    let skipped = || {
+        owner
+            .metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix("rackwire_key_lookups_skipped_total ").map(|v| v.parse::<f64>().unwrap()))
+            .unwrap_or(0.0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while skipped() < 400.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(skipped() >= 400.0, "only {} of 600 first frames skipped a lookup", skipped());
+    let bee = node(&mh.addr, "bee", &sb, true).unwrap();
+    let region = owner.alloc(4096, Access::ALL).unwrap();
+    region.grant(bee.id(), Access::WRITE).unwrap();
+    bee.connect(owner.id()).unwrap().write(&region.handle(), 0, b"still", OpFlags::default()).wait().unwrap();
+}

@@ -445,14 +445,25 @@ impl Fabric {
 
     /// Bootstrap: post `blob` (at most [`rackwire_mh::jobs::JOB_BLOB_BYTES_MAX`] bytes) as
     /// `rank` of the `size`-rank `job` in round `round` at the management host; round 0 joins
-    /// the job. Jobs of ranks (`rackwire-coll`) are built on this and [`Fabric::job_round`].
-    pub fn job_post(&self, job: &str, size: u32, rank: u32, round: u64, blob: &[u8]) -> Result<(), Error> {
-        Ok(self.inner.mh.job_post(job, size, rank, round, blob)?)
+    /// the job. With the `token` its launcher handed the ranks, the job is reachable only with
+    /// that token ([`rackwire_mh::jobs`]). Jobs of ranks (`rackwire-coll`) are built on this
+    /// and [`Fabric::job_round`].
+    pub fn job_post(
+        &self,
+        job: &str,
+        token: Option<&str>,
+        size: u32,
+        rank: u32,
+        round: u64,
+        blob: &[u8],
+    ) -> Result<(), Error> {
+        Ok(self.inner.mh.job_post(job, token, size, rank, round, blob)?)
     }
 
-    /// Bootstrap: what round `round` of `job` holds so far, and which ranks are down.
-    pub fn job_round(&self, job: &str, round: u64) -> Result<crate::JobRound, Error> {
-        Ok(self.inner.mh.job_round(job, round)?)
+    /// Bootstrap: what round `round` of `job` (with its `token`, if it has one) holds so far,
+    /// and which ranks are down.
+    pub fn job_round(&self, job: &str, token: Option<&str>, round: u64) -> Result<crate::JobRound, Error> {
+        Ok(self.inner.mh.job_round(job, token, round)?)
     }
 
     /// Every node the management host knows.

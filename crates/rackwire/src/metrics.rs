@@ -19,6 +19,13 @@ pub(crate) fn render(node: &Node) -> String {
     t.single("rackwire_regions", Kind::Gauge, "Regions this node owns.", node.regions.len() as f64);
     let peers = node.all_peers();
     t.single("rackwire_connections", Kind::Gauge, "Live connections to peers.", peers.len() as f64);
+    t.single(
+        "rackwire_key_lookups_skipped_total",
+        Kind::Counter,
+        "First frames from node ids whose key is not known here that started no lookup at the \
+         management host (an id it said lately it does not know, or past the lookups' rate).",
+        node.key_lookups_skipped.load(std::sync::atomic::Ordering::Relaxed) as f64,
+    );
 
     // Per peer and transport (two connections to one peer over one transport add up).
     let mut conns: BTreeMap<(u32, &'static str), BTreeMap<String, f64>> = BTreeMap::new();

@@ -29,6 +29,16 @@ const DOORBELL_SLICE: Duration = Duration::from_millis(10);
 /// Questions to the management host of one kind (peers' keys, whether peers are gone) under
 /// way at once, each on a thread of its own.
 const MH_LOOKUPS_MAX: usize = 16;
+/// Node ids the management host said it does not know, remembered (for
+/// [`UNKNOWN_PEER_MEMORY`]) so that first frames naming them start no lookup: at most this
+/// many (the oldest is forgotten first).
+const UNKNOWN_PEERS_MAX: usize = 1024;
+/// How long an unknown node id is remembered as unknown (a node that joins later is looked up
+/// again after it).
+const UNKNOWN_PEER_MEMORY: Duration = Duration::from_secs(5);
+/// Lookups of peers' keys started per second at most (first frames naming ids this node does
+/// not know yet, spoofed or not, cannot make it ask the management host faster).
+const KEY_LOOKUPS_PER_SECOND_MAX: u32 = 64;
 /// How long a freed region's peers have to confirm they unmapped it.
 const FREE_UNMAP_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -82,6 +92,12 @@ pub(crate) struct Node {
     peer_keys: Mutex<HashMap<NodeId, PublicKey>>,
     /// Peers whose keys are being looked up.
     key_fetches: Mutex<HashSet<NodeId>>,
+    /// Node ids the management host did not know, and when it said so.
+    unknown_peers: Mutex<HashMap<NodeId, Instant>>,
+    /// Key lookups started in the current second: the second it began, and how many.
+    key_lookup_budget: Mutex<(Instant, u32)>,
+    /// Key lookups not started (the id known unknown, or over the rate).
+    pub(crate) key_lookups_skipped: AtomicU64,
     /// Peers being asked about, and those the management host says are gone (down, or no
     /// longer at the addresses a connection reaches them by): the transports drop them.
     gone_checks: Mutex<HashSet<NodeId>>,
@@ -137,6 +153,9 @@ impl Node {
             identity,
             peer_keys: Mutex::new(HashMap::new()),
             key_fetches: Mutex::new(HashSet::new()),
+            unknown_peers: Mutex::new(HashMap::new()),
+            key_lookup_budget: Mutex::new((Instant::now(), 0)),
+            key_lookups_skipped: AtomicU64::new(0),
             gone_checks: Mutex::new(HashSet::new()),
             gone: Mutex::new(HashSet::new()),
             host,
@@ -178,6 +197,13 @@ impl Node {
         if let Some(k) = lock(&self.peer_keys).get(&peer) {
             return Some(*k);
         }
+        if lock(&self.key_fetches).contains(&peer) {
+            return None;
+        }
+        if !self.may_look_up_key(peer) {
+            self.key_lookups_skipped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         self.in_background(
             |n| &n.key_fetches,
             peer,
@@ -186,10 +212,37 @@ impl Node {
                 Ok(info) => {
                     let _ = node.peer_key(&info);
                 }
+                Err(rackwire_mh::MhError::NotFound(_)) => node.remember_unknown(peer),
                 Err(e) => tracing::debug!(peer, "looking up a peer's node key: {e}"),
             },
         );
         None
+    }
+
+    /// Whether a lookup of `peer`'s key may start now: not an id the management host said
+    /// lately it does not know, and within [`KEY_LOOKUPS_PER_SECOND_MAX`].
+    fn may_look_up_key(&self, peer: NodeId) -> bool {
+        if lock(&self.unknown_peers).get(&peer).is_some_and(|at| at.elapsed() < UNKNOWN_PEER_MEMORY) {
+            return false;
+        }
+        let mut budget = lock(&self.key_lookup_budget);
+        if budget.0.elapsed() >= Duration::from_secs(1) {
+            *budget = (Instant::now(), 0);
+        }
+        budget.1 += 1;
+        budget.1 <= KEY_LOOKUPS_PER_SECOND_MAX
+    }
+
+    /// The management host does not know node `peer`: no lookup of it for a while.
+    fn remember_unknown(&self, peer: NodeId) {
+        let mut u = lock(&self.unknown_peers);
+        u.retain(|_, at| at.elapsed() < UNKNOWN_PEER_MEMORY);
+        if u.len() >= UNKNOWN_PEERS_MAX {
+            if let Some(oldest) = u.iter().min_by_key(|(_, at)| **at).map(|(&p, _)| p) {
+                u.remove(&oldest);
+            }
+        }
+        u.insert(peer, Instant::now());
     }
 
     /// Ask the management host in the background whether `peer`, unreachable over every link,

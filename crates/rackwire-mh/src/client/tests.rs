@@ -481,3 +481,44 @@ fn node_ids_end_with_a_refusal_not_a_wrap() {
     mh.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// Checks that lists larger than a line still come back whole (issue: `Nodes`, `Regions` and
+// `JobRound` replies were unbounded, and a few registrations with long escaped paths broke
+// every node's `nodes()` against the client's 1 MiB line): 136 nodes each register a 4 KiB
+// path of characters JSON escapes (about 8 KiB each in a reply), publish a region, and post a
+// 4 KiB blob as their rank of one 136-rank job (8 KiB of hex each): well over a line in all.
+// `nodes()`, `regions()` and `job_round()` return every one of them, page by page, and every
+// page is under REPLY_PAGE_BYTES' bound of a line.
+#[test]
+fn lists_larger_than_a_line_come_back_whole() {
+    const N: u32 = 136;
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let addr = mh.addr().to_string();
+    let clients: Vec<MhClient> =
+        (0..N).map(|i| MhClient::join(cfg(&addr, SECRET, &format!("n{i}"))).unwrap()).collect();
+    for (i, c) in clients.iter().enumerate() {
+        let path = "\"".repeat(4096);
+        c.register(NodeInfo { host: "h".into(), shm_path: Some(path), ..NodeInfo::default() }).unwrap();
+        let key = "00".repeat(16);
+        c.publish(RegionEntry { name: format!("r{i}"), node: c.node_id(), region: 1, key, len: 64 }).unwrap();
+        c.job_post("big", None, N, i as u32, 0, &[i as u8; crate::jobs::JOB_BLOB_BYTES_MAX]).unwrap();
+    }
+    let nodes = clients[0].nodes().unwrap();
+    assert_eq!(nodes.len(), N as usize);
+    assert!(nodes.iter().all(|n| n.info.shm_path.as_ref().is_some_and(|p| p.len() == 4096)));
+    let (regions, _) = clients[0].regions().unwrap();
+    assert_eq!(regions.len(), N as usize);
+    let round = clients[0].job_round("big", None, 0).unwrap();
+    assert_eq!((round.members.len(), round.first), (N as usize, 0));
+    for (r, m) in round.members.iter().enumerate() {
+        let m = m.as_ref().expect("every rank posted");
+        assert_eq!(m.blob.as_deref().map(str::len), Some(2 * crate::jobs::JOB_BLOB_BYTES_MAX), "rank {r}");
+    }
+    // Each page on its own stays within its bound.
+    let whole = serde_json::to_vec(&round).unwrap().len();
+    assert!(whole > crate::MH_LINE_BYTES_MAX, "the test's round is larger than a line ({whole} bytes)");
+    let page = round.clone().page_from(0);
+    assert!(serde_json::to_vec(&page).unwrap().len() < crate::MH_LINE_BYTES_MAX);
+    drop(clients);
+    mh.stop();
+}
