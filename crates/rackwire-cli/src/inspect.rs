@@ -16,6 +16,7 @@ fn observer(args: &FabricArgs) -> Result<MhClient> {
         secret: cfg.secret,
         name: "rackwire-cli".into(),
         role: Role::Observer,
+        trust: rackwire_mh::MhTrust::Secret,
     })?)
 }
 

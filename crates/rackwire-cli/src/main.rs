@@ -82,8 +82,10 @@ enum Cmd {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:7700")]
         listen: String,
-        /// Folder for the persistent state (created if missing); not with --etcd.
-        #[arg(long, required_unless_present = "etcd", conflicts_with = "etcd")]
+        /// Folder for the persistent state (created if missing) and the host's key pair; with
+        /// --etcd, the state lives in etcd and this folder keeps only the key (without it, the
+        /// host has a new key each run, which nodes that pinned the old one refuse).
+        #[arg(long, required_unless_present = "etcd")]
         state: Option<PathBuf>,
         /// Keep the state in etcd instead (endpoints, comma-separated): several management
         /// hosts on one etcd elect one to lead, the others stand by (give nodes every host's
@@ -358,7 +360,7 @@ fn run(cli: Cli) -> Result<()> {
                 (Some(endpoints), _) => {
                     let cfg = rackwire_mh::etcd::EtcdConfig::new(endpoints, &fabric)?;
                     let kept = format!("etcd {endpoints} under {}; leads when elected", cfg.prefix);
-                    (rackwire::ManagementHost::start_led(&listen, cfg, &secret)?, kept)
+                    (rackwire::ManagementHost::start_led(&listen, cfg, &secret, state.as_deref())?, kept)
                 }
                 (None, Some(dir)) => {
                     (rackwire::ManagementHost::start(&listen, Some(dir), &secret)?, dir.display().to_string())
@@ -376,6 +378,8 @@ fn run(cli: Cli) -> Result<()> {
                 None => None,
             };
             eprintln!("management host on {} (state in {kept})", h.addr());
+            // Nodes pin it at first use; give it to them (RACKWIRE_MH_KEYS) to take no other.
+            eprintln!("its key: {}", rackwire_mh::auth::to_hex(&h.host_key()));
             if let Some(e) = &_exporter {
                 eprintln!("metrics on http://{}/metrics", e.addr());
             }

@@ -164,6 +164,7 @@ fn a_standby_takes_over_when_the_leader_dies() {
         secret: SECRET.into(),
         name: "obs".into(),
         role: Role::Observer,
+        trust: rackwire_mh::MhTrust::Secret,
     })
     .expect("observer joins");
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -2,9 +2,10 @@
 //! management host.
 //!
 //! The client keeps one session open, heartbeats on it from a background thread, and
-//! reconnects when the management host comes back, replaying what this node told it (its
-//! registration, publications and grant records) so a host that lost its state learns it
-//! again. Everything resolved is cached: while the management host is down, lookups of known
+//! reconnects when the management host comes back, naming the id it had and replaying what
+//! this node told it (its registration, publications and grant records): a host that lost
+//! its state gives the node its id back (unless another node has it, or it was retired) and
+//! learns the rest again. Everything resolved is cached: while the management host is down, lookups of known
 //! nodes and names answer from the cache.
 
 use std::collections::{BTreeMap, HashMap};
@@ -67,6 +68,74 @@ pub struct MhConfig {
     pub name: String,
     /// Node or observer.
     pub role: Role,
+    /// Which management hosts this client takes as its own.
+    pub trust: MhTrust,
+}
+
+/// Which management hosts a client takes as its own, besides their proof of the fabric secret:
+/// every management host signs each admission with its own key, and a client can hold it to
+/// that key, so that a process with the secret cannot pass for its management host.
+#[derive(Clone, Debug, Default)]
+pub enum MhTrust {
+    /// Any host that proves the secret (tools that keep no state, tests).
+    #[default]
+    Secret,
+    /// Each host's key is pinned at first use, per address, in this file (a node's state
+    /// folder keeps it); a host at a pinned address with another key is refused.
+    FirstUse(std::path::PathBuf),
+    /// Only hosts with one of these keys.
+    Keys(Vec<crate::identity::PublicKey>),
+}
+
+impl MhTrust {
+    /// Whether the host at `addr` may be ours with key `key` (pinning it at first use).
+    fn check(&self, addr: &std::net::SocketAddr, key: &crate::identity::PublicKey) -> Result<(), MhError> {
+        let hex = to_hex(key);
+        match self {
+            MhTrust::Secret => Ok(()),
+            MhTrust::Keys(keys) if keys.contains(key) => Ok(()),
+            MhTrust::Keys(_) => Err(MhError::Denied(format!(
+                "the management host at {addr} signs with key {hex}, which is not one this node was given"
+            ))),
+            MhTrust::FirstUse(file) => pin(file, addr, &hex),
+        }
+    }
+}
+
+/// Pin `key` (hex) for the management host at `addr` in `file` (lines `ADDR KEY`), or check
+/// it against the key pinned there.
+fn pin(file: &std::path::Path, addr: &std::net::SocketAddr, key: &str) -> Result<(), MhError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |e: std::io::Error| MhError::Config(format!("pinned management host keys {}: {e}", file.display()));
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        crate::owner_only::create_folder(dir, crate::owner_only::Reach::Readable)
+            .map_err(|e| MhError::Config(e.to_string()))?;
+    }
+    let text = match std::fs::symlink_metadata(file) {
+        Ok(_) => {
+            crate::owner_only::check_file(file).map_err(|e| MhError::Config(e.to_string()))?;
+            std::fs::read_to_string(file).map_err(io)?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io(e)),
+    };
+    let me = addr.to_string();
+    if let Some(pinned) = text.lines().find_map(|l| l.split_once(' ').filter(|(a, _)| *a == me).map(|(_, k)| k.trim()))
+    {
+        if pinned == key {
+            return Ok(());
+        }
+        return Err(MhError::Denied(format!(
+            "the management host at {addr} signs with key {key}, not the key pinned for it ({pinned}): another \
+             host holding the secret, or the host's key changed (if so on purpose, remove its line from {})",
+            file.display()
+        )));
+    }
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(file).map_err(io)?;
+    writeln!(f, "{me} {key}").map_err(io)?;
+    info!(%addr, key, "pinned the management host's key");
+    Ok(())
 }
 
 impl std::fmt::Debug for MhConfig {
@@ -129,8 +198,9 @@ fn recv<T: serde::de::DeserializeOwned>(r: &mut BufReader<TcpStream>) -> Result<
     serde_json::from_str(&line).map_err(|e| MhError::Protocol(e.to_string()))
 }
 
-/// Open a session and pass admission. Returns the session and our node id.
-fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
+/// Open a session and pass admission, as a node that had id `prev_id` if it is coming back.
+/// Returns the session and our node id.
+fn connect(cfg: &MhConfig, prev_id: Option<NodeId>) -> Result<(Session, NodeId), MhError> {
     // Several management hosts (one leads, the others stand by and do not listen): the first
     // that accepts is the one that leads.
     let mut addrs = Vec::new();
@@ -138,9 +208,11 @@ fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
         addrs.extend(a.to_socket_addrs().map_err(|e| MhError::Config(format!("management host address {a:?}: {e}")))?);
     }
     let mut last = None;
-    let stream = addrs
+    let (stream, peer) = addrs
         .iter()
-        .find_map(|a| TcpStream::connect_timeout(a, MH_REQUEST_TIMEOUT).map_err(|e| last = Some(e)).ok())
+        .find_map(|a| {
+            TcpStream::connect_timeout(a, MH_REQUEST_TIMEOUT).map(|s| (s, *a)).map_err(|e| last = Some(e)).ok()
+        })
         .ok_or_else(|| unavailable(last.map_or_else(|| "no address".to_string(), |e| e.to_string())))?;
     stream.set_read_timeout(Some(MH_REQUEST_TIMEOUT)).map_err(unavailable)?;
     let _ = stream.set_nodelay(true);
@@ -160,6 +232,7 @@ fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
         key,
         ephemeral: eph.public.clone(),
         pake: to_hex(&my_pake),
+        prev_id: prev_id.filter(|_| cfg.role.is_node()),
     };
     write_json(&mut w, &hello).map_err(unavailable)?;
     let ch: Challenge = recv(&mut r)?;
@@ -173,6 +246,15 @@ fn connect(cfg: &MhConfig) -> Result<(Session, NodeId), MhError> {
         // Either the server does not hold our secret or we hold the wrong one; say so plainly.
         return Err(MhError::Denied("wrong secret (the management host's proof does not match ours)".into()));
     };
+    // The host signs the admission with its key; the key must be one this client takes.
+    let host_key = crate::identity::public_from_hex(&ch.host_key)
+        .ok_or_else(|| MhError::Protocol("the management host named no key".into()))?;
+    let host_signed = from_hex(&ch.host_signature)
+        .is_some_and(|sig| crate::identity::verify(&host_key, &crate::proto::host_signed(&transcript), &sig));
+    if !host_signed {
+        return Err(MhError::Denied("the management host's signature does not match the key it names".into()));
+    }
+    cfg.trust.check(&peer, &host_key)?;
     let server_nonce = from_hex(&ch.nonce).ok_or_else(|| MhError::Protocol("bad server nonce".into()))?;
     let proof = key.confirm(crate::proto::CONFIRM_CLIENT, &transcript);
     let signature = match &cfg.role {
@@ -229,9 +311,14 @@ impl Inner {
 
     /// A new session, with this node's registration, publications and grants replayed.
     fn reconnect(&self) -> Result<Session, MhError> {
-        let (mut s, id) = connect(&self.cfg)?;
+        let (mut s, id) = connect(&self.cfg, Some(self.node_id))?;
         if id != self.node_id {
-            warn!(old = self.node_id, new = id, "management host gave a different id; it lost its state");
+            warn!(
+                old = self.node_id,
+                new = id,
+                "the management host gave this node another id (it lost its state, and another node has the \
+                 old one, or it was retired): what this node published under the old one is refused"
+            );
         }
         let mine = lock(&self.mine);
         let replay = mine
@@ -259,7 +346,7 @@ impl MhClient {
         if cfg.role.is_node() {
             check_name(&cfg.name)?;
         }
-        let (session, node_id) = connect(&cfg)?;
+        let (session, node_id) = connect(&cfg, None)?;
         let node = cfg.role.is_node();
         let inner = Arc::new(Inner {
             cfg,

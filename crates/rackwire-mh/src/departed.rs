@@ -69,6 +69,7 @@ fn forget(shared: &Shared, ids: &[NodeId]) -> Result<usize, MhError> {
     for id in &ids {
         st.nodes.remove(id);
     }
+    st.retire(&ids);
     st.regions.retain(|_, r| !ids.contains(&r.node));
     st.grants.retain(|g| !ids.contains(&g.node) && !ids.contains(&g.peer));
     // A save that fails undoes the change: the nodes stay on record, and down.

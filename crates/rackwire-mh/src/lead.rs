@@ -22,8 +22,15 @@ use crate::{auth, ManagementHost, MhError};
 
 impl ManagementHost {
     /// Stand by to lead the fabric whose state lives in etcd (`etcd`), serving on `listen`
-    /// (a fixed address: nodes are told every host's) while this host leads.
-    pub fn start_led(listen: &str, etcd: EtcdConfig, secret: &[u8]) -> Result<MhHandle, MhError> {
+    /// (a fixed address: nodes are told every host's) while this host leads. Its key pair is
+    /// kept in `key_dir` (made there at first start); with none, it has a new one each run,
+    /// which nodes that pinned the old one refuse.
+    pub fn start_led(
+        listen: &str,
+        etcd: EtcdConfig,
+        secret: &[u8],
+        key_dir: Option<&std::path::Path>,
+    ) -> Result<MhHandle, MhError> {
         if secret.len() < auth::SECRET_BYTES_MIN {
             return Err(MhError::Config(format!("the secret must be at least {} bytes", auth::SECRET_BYTES_MIN)));
         }
@@ -35,7 +42,9 @@ impl ManagementHost {
         if addr.port() == 0 {
             return Err(MhError::Config("with etcd, the listen address needs a fixed port (nodes are told it)".into()));
         }
-        let shared = Shared::new(secret, Store::open(None)?);
+        // The host's key, kept in `key_dir` (else one for this run): nodes pin each host's key
+        // at first use, per address, or are given the keys.
+        let shared = Shared::new(secret, Store::open(None)?, crate::server::host_key(key_dir)?);
         let s = shared.clone();
         let etcd = Etcd::new(etcd);
         let thread = std::thread::Builder::new()

@@ -27,7 +27,7 @@ mod server;
 pub mod sessions;
 mod state;
 
-pub use client::{MhClient, MhConfig, Role};
+pub use client::{MhClient, MhConfig, MhTrust, Role};
 pub use departed::{EVICT_AFTER_MIN, FORGET_AFTER_DEFAULT};
 pub use proto::{GrantEntry, JobMember, JobRound, NodeId, NodeInfo, NodeStatus, RegionEntry};
 pub use server::{ManagementHost, MhHandle};

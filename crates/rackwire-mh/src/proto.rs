@@ -129,6 +129,10 @@ pub struct Hello {
     /// The client's message of the exchange over the fabric secret
     /// ([`crate::auth::Pake`], the client speaking first), hex.
     pub pake: String,
+    /// A node coming back: the id it had (kept if the management host, having lost its state,
+    /// has no record of the name; see [`crate::state`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_id: Option<NodeId>,
 }
 
 /// The server's answer to [`Hello`].
@@ -142,6 +146,15 @@ pub struct Challenge {
     pub ephemeral: String,
     /// The server's message of the exchange over the fabric secret, hex.
     pub pake: String,
+    /// The management host's public key, hex: nodes pin it (see [`crate::MhTrust`]).
+    pub host_key: String,
+    /// The host key's signature of [`host_signed`] of the admission transcript, hex.
+    pub host_signature: String,
+}
+
+/// What a management host signs with its key at an admission: the transcript, labelled.
+pub fn host_signed(transcript: &[u8]) -> Vec<u8> {
+    [b"rackwire-mh-host\0".as_slice(), transcript].concat()
 }
 
 /// What names an admission's exchange over the secret (both ends give the same).
@@ -157,6 +170,7 @@ pub const CONFIRM_CLIENT: &str = "rackwire-mh-client";
 /// What both ends of an admission confirm under the key of their exchange: everything either
 /// said before the confirmations (names, nonces, keys, exchange messages).
 pub fn admission_transcript(hello: &Hello, ch: &Challenge) -> Vec<u8> {
+    let prev_id = hello.prev_id.map(|p| p.to_string()).unwrap_or_default();
     let fields = [
         hello.name.as_str(),
         &hello.role,
@@ -164,11 +178,13 @@ pub fn admission_transcript(hello: &Hello, ch: &Challenge) -> Vec<u8> {
         hello.key.as_deref().unwrap_or(""),
         &hello.ephemeral,
         &hello.pake,
+        &prev_id,
         &ch.nonce,
         &ch.ephemeral,
         &ch.pake,
+        &ch.host_key,
     ];
-    let mut t = b"rackwire-mh-admission-v2".to_vec();
+    let mut t = b"rackwire-mh-admission-v3".to_vec();
     for f in fields {
         t.extend_from_slice(&(f.len() as u32).to_be_bytes());
         t.extend_from_slice(f.as_bytes());

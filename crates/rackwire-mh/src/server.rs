@@ -84,10 +84,15 @@ pub(crate) fn write_json(w: &mut impl Write, v: &impl serde::Serialize) -> std::
 pub(crate) struct Live {
     session: u64,
     last_seen_ms: u64,
+    /// The address the session comes from: what the management host can verify of where a
+    /// node is (see [`claims_anothers_address`]).
+    from: Option<std::net::IpAddr>,
 }
 
 pub(crate) struct Shared {
     secret: Vec<u8>,
+    /// This host's key pair: it signs every admission, and nodes pin its public half.
+    host_key: crate::identity::Identity,
     /// Admissions by outcome (`admitted`, or why refused), for the metrics.
     pub(crate) admissions: Mutex<std::collections::BTreeMap<&'static str, u64>>,
     pub(crate) jobs: Mutex<Jobs>,
@@ -105,11 +110,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(secret: &[u8], store: Store) -> Arc<Shared> {
+    pub(crate) fn new(secret: &[u8], store: Store, host_key: crate::identity::Identity) -> Arc<Shared> {
         let departed = Departed::new(store.state.nodes.keys().copied());
         let view = store.view();
         Arc::new(Shared {
             secret: secret.to_vec(),
+            host_key,
             admissions: Mutex::new(Default::default()),
             jobs: Mutex::new(Jobs::default()),
             store: Mutex::new(store),
@@ -165,10 +171,11 @@ impl ManagementHost {
             return Err(MhError::Config(format!("the secret must be at least {} bytes", auth::SECRET_BYTES_MIN)));
         }
         let store = Store::open(state_dir)?;
+        let host_key = host_key(state_dir)?;
         let listener = listen_on(listen)?;
         let addr = listener.local_addr().map_err(|e| MhError::Config(e.to_string()))?;
         listener.set_nonblocking(true).map_err(|e| MhError::Config(e.to_string()))?;
-        let shared = Shared::new(secret, store);
+        let shared = Shared::new(secret, store, host_key);
         let s = shared.clone();
         let accept = std::thread::Builder::new()
             .name("rw-mh-accept".into())
@@ -179,7 +186,27 @@ impl ManagementHost {
     }
 }
 
+/// The file in a state folder that keeps the management host's key pair.
+pub const HOST_KEY_FILE: &str = "host.key";
+
+/// The host's key pair: kept in `state_dir` (made at first start), or, with no folder, a new
+/// one for this run (nodes that pinned another refuse it).
+pub(crate) fn host_key(state_dir: Option<&Path>) -> Result<crate::identity::Identity, MhError> {
+    match state_dir {
+        Some(d) => crate::identity::Identity::load_or_create(&d.join(HOST_KEY_FILE))
+            .map_err(|e| MhError::Config(format!("the management host's key: {e}"))),
+        None => crate::identity::Identity::generate()
+            .map(|(id, _)| id)
+            .map_err(|e| MhError::Config(format!("the management host's key: {e}"))),
+    }
+}
+
 impl MhHandle {
+    /// The management host's public key (nodes pin it: see [`crate::MhTrust`]).
+    pub fn host_key(&self) -> crate::identity::PublicKey {
+        self.shared.host_key.public()
+    }
+
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -318,9 +345,12 @@ fn admit(
         proof: String::new(),
         ephemeral: eph.public.clone(),
         pake: to_hex(&server_pake),
+        host_key: to_hex(&shared.host_key.public()),
+        host_signature: String::new(),
     };
     let transcript = proto::admission_transcript(&hello, &challenge);
     challenge.proof = to_hex(&key.confirm(proto::CONFIRM_SERVER, &transcript));
+    challenge.host_signature = to_hex(&shared.host_key.sign(&proto::host_signed(&transcript)));
     write_json(w, &challenge).map_err(io_err)?;
     read_line(r, &mut line).map_err(io_err)?.ok_or_else(|| MhError::Protocol("closed before proof".into()))?;
     let client_proof: Proof = parse(&line)?;
@@ -398,22 +428,30 @@ fn admit(
                         drop(store);
                         return deny(w, "node limit reached");
                     }
-                    // Ids only grow and are never handed out twice: past the last one, no
-                    // more nodes (a state that says otherwise was tampered with).
-                    let id = store.state.next_id;
+                    // A node coming back to a management host that lost its state keeps the
+                    // id it had (so the grants, handles and connections that name it hold),
+                    // unless the id is on record or retired. Otherwise: ids only grow and are
+                    // never handed out twice; past the last one, no more nodes (a state that
+                    // says otherwise was tampered with).
+                    let returning = hello.prev_id.filter(|&p| store.state.may_return_as(p) && !live.contains_key(&p));
+                    let id = returning.unwrap_or(store.state.next_id);
                     let Some(next) = id.checked_add(1) else {
                         drop(live);
                         drop(store);
                         return deny(w, "node ids exhausted (the next id in the state is the last one)");
                     };
-                    store.state.next_id = next;
+                    store.state.next_id = store.state.next_id.max(next);
+                    if returning.is_some() {
+                        info!(name = %hello.name, id, "a node came back with the id it had (the state had none for it)");
+                    }
                     let info = NodeInfo { id, name: hello.name.clone(), key: key_hex, ..NodeInfo::default() };
                     store.state.nodes.insert(id, info);
                     store.save()?;
                     id
                 }
             };
-            live.insert(id, Live { session, last_seen_ms: now_ms() });
+            let from = w.peer_addr().ok().map(|a| a.ip());
+            live.insert(id, Live { session, last_seen_ms: now_ms(), from });
             lock(&shared.ended).remove(&id);
             lock(&shared.departed).up(id);
             id
@@ -549,11 +587,48 @@ fn page<K, T: serde::Serialize>(all: impl Iterator<Item = (K, T)>) -> (Vec<T>, O
     (out, None)
 }
 
+/// Prefixes of region names that belong to the node named after the slash (`vnic/NAME`: the
+/// marker of NAME's virtual NIC).
+const OWNED_NAME_PREFIXES: &[&str] = &["vnic"];
+
 /// Links a node may register, at most.
 const LINKS_MAX: usize = 64;
 /// The longest host identity and shared-memory path a node may register.
 const HOST_BYTES_MAX: usize = 256;
 const PATH_BYTES_MAX: usize = 4096;
+
+/// Whether node `me`, registering `info`, names what is another live node's (`from` gives a
+/// node's session address, `None` when it is not live): a link is one socket, so another live
+/// node's link is never; an address (any port) another live node registered may be named only
+/// by a node whose session comes from where that node's does (nodes of one host share its
+/// addresses; a node of another host naming it would co-own the address, and on virtual NICs
+/// take its traffic). The reason, when refused.
+pub(crate) fn claims_anothers_address<'a>(
+    info: &NodeInfo,
+    me: NodeId,
+    nodes: impl Iterator<Item = &'a NodeInfo>,
+    from: impl Fn(NodeId) -> Option<Option<std::net::IpAddr>>,
+) -> Option<String> {
+    let ip = |l: &String| l.parse::<SocketAddr>().ok().map(|a| a.ip());
+    let mine = from(me).flatten();
+    for n in nodes.filter(|n| n.id != me) {
+        let Some(theirs) = from(n.id) else { continue };
+        if let Some(l) = info.links.iter().find(|l| n.links.contains(l)) {
+            return Some(format!("link {l} is node {}'s", n.name));
+        }
+        let shared_ip = info.links.iter().find(|l| n.links.iter().any(|m| ip(m).is_some_and(|a| Some(a) == ip(l))));
+        if let Some(l) = shared_ip {
+            if mine.is_none() || theirs != mine {
+                return Some(format!(
+                    "address {} is node {}'s, which reaches the management host from another address",
+                    ip(l).map_or_else(String::new, |a| a.to_string()),
+                    n.name
+                ));
+            }
+        }
+    }
+    None
+}
 
 /// What a node registers is within bounds: a handful of links, each an `ip:port`; a host
 /// identity and a path of sane length.
@@ -627,18 +702,12 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             info.name = known.name.clone();
             info.key = known.key.clone();
             check_registration(&info)?;
-            // A link is one socket: a live node that names another live node's link is lying
-            // (about where it is, or to take that node's traffic, e.g. on virtual NICs).
             let live = lock(&shared.live);
-            let taken = st
-                .nodes
-                .values()
-                .filter(|n| n.id != me && live.contains_key(&n.id))
-                .find_map(|n| info.links.iter().find(|l| n.links.contains(l)).map(|l| (l.clone(), n.name.clone())));
+            let taken = claims_anothers_address(&info, me, st.nodes.values(), |n| live.get(&n).map(|l| l.from));
             drop(live);
-            if let Some((link, owner)) = taken {
-                warn!(node = me, %link, "registration refused: the link is another live node's");
-                return Err(MhError::Refused(format!("link {link} is node {owner}'s")));
+            if let Some(why) = taken {
+                warn!(node = me, "registration refused: {why}");
+                return Err(MhError::Refused(why));
             }
             if st.nodes.get(&me) == Some(&info) {
                 return Ok(Reply::Ok);
@@ -654,6 +723,14 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
             }
             if entry.node != me {
                 return Err(MhError::Refused("a node may publish only its own regions".into()));
+            }
+            // Names under `node/` speak for the node named after the slash (its virtual NIC's
+            // marker, `vnic/NAME`): only that node may publish them.
+            if let Some((_, owner)) = entry.name.split_once('/').filter(|(p, _)| OWNED_NAME_PREFIXES.contains(p)) {
+                let my_name = st.nodes.get(&me).map(|n| n.name.as_str()).unwrap_or_default();
+                if owner != my_name {
+                    return Err(MhError::Refused(format!("name {:?} belongs to node {owner:?}", entry.name)));
+                }
             }
             match st.regions.get(&entry.name) {
                 Some(old) if old.node != me => {

@@ -45,6 +45,30 @@ pub(crate) struct State {
     pub nodes: BTreeMap<NodeId, NodeInfo>,
     pub regions: BTreeMap<String, RegionEntry>,
     pub grants: Vec<GrantEntry>,
+    /// Ids of nodes forgotten (their records dropped): never given back, not even to a node
+    /// that names one as the id it had (at most [`RETIRED_IDS_MAX`], the oldest dropped).
+    #[serde(default)]
+    pub retired: std::collections::BTreeSet<NodeId>,
+}
+
+/// Retired ids kept, at most (see [`State::retired`]).
+pub(crate) const RETIRED_IDS_MAX: usize = 65536;
+
+impl State {
+    /// Whether a node the state has no record of may have `id` again, the id it names as the
+    /// one it had (this management host lost its state since): not one on record or retired,
+    /// not 0, and not the last.
+    pub(crate) fn may_return_as(&self, id: NodeId) -> bool {
+        id != 0 && id < NodeId::MAX - 1 && !self.nodes.contains_key(&id) && !self.retired.contains(&id)
+    }
+
+    /// Remember `ids` as retired (see [`State::retired`]).
+    pub(crate) fn retire(&mut self, ids: &[NodeId]) {
+        self.retired.extend(ids.iter().copied());
+        while self.retired.len() > RETIRED_IDS_MAX {
+            self.retired.pop_first();
+        }
+    }
 }
 
 /// The state and where it lives: a file, memory only, or etcd while this host leads.

@@ -133,6 +133,7 @@ impl TestMh {
             secret: SECRET.as_bytes().to_vec(),
             name: "test-observer".into(),
             role: rackwire_mh::Role::Observer,
+            trust: rackwire_mh::MhTrust::Secret,
         })
         .expect("observer joins")
     }

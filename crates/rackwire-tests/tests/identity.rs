@@ -43,8 +43,14 @@ fn rejoin(mh: &str, name: &str, state: &TempDir, edge: bool) -> Fabric {
 }
 
 fn observer(mh: &str) -> MhClient {
-    MhClient::join(MhConfig { addr: mh.into(), secret: SECRET.into(), name: "obs".into(), role: Role::Observer })
-        .expect("observer joins")
+    MhClient::join(MhConfig {
+        addr: mh.into(),
+        secret: SECRET.into(),
+        name: "obs".into(),
+        role: Role::Observer,
+        trust: rackwire_mh::MhTrust::Secret,
+    })
+    .expect("observer joins")
 }
 
 fn zeros(f: &rackwire::Region, len: usize) -> bool {

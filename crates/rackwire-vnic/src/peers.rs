@@ -39,7 +39,10 @@ impl Shared {
                 live.push(n.info.id);
                 continue;
             }
-            if self.fabric.lookup(&format!("{VNIC_REGION_PREFIX}{}", n.info.name)).is_err() {
+            // Its marker, published by itself (the management host takes `vnic/NAME` from NAME
+            // only; checked here too).
+            let marker = self.fabric.lookup(&format!("{VNIC_REGION_PREFIX}{}", n.info.name));
+            if !marker.is_ok_and(|m| m.node() == n.info.id) {
                 continue; // no virtual NIC there: its traffic stays on Ethernet
             }
             let registered = link_addrs(&n.info.links);

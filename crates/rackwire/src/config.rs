@@ -93,6 +93,11 @@ pub struct FabricConfig {
     /// Serve this node's counters in the Prometheus text format at `http://ADDR/metrics`
     /// (`metrics = "127.0.0.1:9470"`, `RACKWIRE_METRICS`). None: not served.
     pub metrics: Option<String>,
+    /// The management hosts' public keys (hex), the only ones this node takes
+    /// (`mh_keys = ["..."]`, `RACKWIRE_MH_KEYS`, comma-separated; `rackwire mh` prints its
+    /// key). Empty: each host's key is pinned at first use, per address, in the state folder
+    /// (file `mh-hosts`), and a host at a pinned address with another key is refused.
+    pub mh_keys: Vec<String>,
 }
 
 /// The shortest peer timeout accepted (a few probe intervals).
@@ -137,6 +142,7 @@ struct FileConfig {
     seal_frames: Option<bool>,
     private_memory: Option<bool>,
     metrics: Option<String>,
+    mh_keys: Option<Vec<String>>,
 }
 
 /// A switch given in the environment: on or off.
@@ -182,6 +188,7 @@ impl FabricConfig {
             seal_frames: true,
             private_memory: true,
             metrics: None,
+            mh_keys: Vec::new(),
         }
     }
 
@@ -200,6 +207,7 @@ impl FabricConfig {
         c.runtime_dir = f.runtime_dir;
         c.state_dir = f.state_dir;
         c.metrics = f.metrics;
+        c.mh_keys = f.mh_keys.unwrap_or_default();
         if let Some(b) = f.seal_frames {
             c.seal_frames = b;
         }
@@ -280,6 +288,9 @@ impl FabricConfig {
         if let Some(p) = std::env::var_os("RACKWIRE_STATE_DIR") {
             c.state_dir = Some(PathBuf::from(p));
         }
+        if let Ok(v) = std::env::var("RACKWIRE_MH_KEYS") {
+            c.mh_keys = v.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect();
+        }
         if let Ok(v) = std::env::var("RACKWIRE_METRICS") {
             c.metrics = (!v.is_empty()).then_some(v);
         }
@@ -335,14 +346,29 @@ impl FabricConfig {
 
     /// The file holding this node's key pair (see [`FabricConfig::state_dir`]).
     pub fn key_path(&self) -> PathBuf {
-        let dir = self
-            .state_dir
+        self.state_path().join("keys").join(format!("{}.key", self.name))
+    }
+
+    /// Which management hosts this node takes (see [`FabricConfig::mh_keys`]).
+    pub fn mh_trust(&self) -> Result<rackwire_mh::MhTrust, Error> {
+        if self.mh_keys.is_empty() {
+            return Ok(rackwire_mh::MhTrust::FirstUse(self.state_path().join("mh-hosts")));
+        }
+        let keys = self.mh_keys.iter().map(|k| {
+            rackwire_mh::identity::public_from_hex(k)
+                .ok_or_else(|| Error::Config(format!("mh_keys: {k:?} is not a public key (64 hex digits)")))
+        });
+        Ok(rackwire_mh::MhTrust::Keys(keys.collect::<Result<_, _>>()?))
+    }
+
+    /// This node's state folder (see [`FabricConfig::state_dir`]).
+    fn state_path(&self) -> PathBuf {
+        self.state_dir
             .clone()
             .or_else(|| std::env::var_os("RACKWIRE_STATE_DIR").map(PathBuf::from))
             .or_else(|| std::env::var_os("XDG_STATE_HOME").map(|d| PathBuf::from(d).join("rackwire")))
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/rackwire")))
-            .unwrap_or_else(|| self.runtime_dir().join("state"));
-        dir.join("keys").join(format!("{}.key", self.name))
+            .unwrap_or_else(|| self.runtime_dir().join("state"))
     }
 
     /// The folder for this node's endpoint socket.

@@ -134,6 +134,7 @@ impl Fabric {
             secret: cfg.secret.clone(),
             name: cfg.name.clone(),
             role: Role::Node(identity.clone()),
+            trust: cfg.mh_trust()?,
         })?;
         let id = mh.node_id();
         if cfg.private_memory {
