@@ -358,6 +358,12 @@ fn run(cli: Cli) -> Result<()> {
             let secret = read_secret(&secret_file)?;
             let (h, kept) = match (&etcd, &state) {
                 (Some(endpoints), _) => {
+                    if state.is_none() {
+                        eprintln!(
+                            "warning: no --state folder for this host's key: it has a new key each run, and nodes \
+                             that pinned the old one will refuse it"
+                        );
+                    }
                     let cfg = rackwire_mh::etcd::EtcdConfig::new(endpoints, &fabric)?;
                     let kept = format!("etcd {endpoints} under {}; leads when elected", cfg.prefix);
                     (rackwire::ManagementHost::start_led(&listen, cfg, &secret, state.as_deref())?, kept)

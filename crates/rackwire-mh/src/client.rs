@@ -80,16 +80,24 @@ pub enum MhTrust {
     /// Any host that proves the secret (tools that keep no state, tests).
     #[default]
     Secret,
-    /// Each host's key is pinned at first use, per address, in this file (a node's state
-    /// folder keeps it); a host at a pinned address with another key is refused.
+    /// Each host's key is pinned at first use, per fabric (told apart by a fingerprint of its
+    /// secret) and address, in this file (a node's state folder keeps it); a host of that
+    /// fabric at a pinned address with another key is refused. Hosts on loopback addresses
+    /// are not pinned (a launcher's own host on a port of the moment, every run a new key).
     FirstUse(std::path::PathBuf),
     /// Only hosts with one of these keys.
     Keys(Vec<crate::identity::PublicKey>),
 }
 
 impl MhTrust {
-    /// Whether the host at `addr` may be ours with key `key` (pinning it at first use).
-    fn check(&self, addr: &std::net::SocketAddr, key: &crate::identity::PublicKey) -> Result<(), MhError> {
+    /// Whether the host at `addr` of the fabric with `secret` may be ours with key `key`
+    /// (pinning it at first use).
+    fn check(
+        &self,
+        addr: &std::net::SocketAddr,
+        secret: &[u8],
+        key: &crate::identity::PublicKey,
+    ) -> Result<(), MhError> {
         let hex = to_hex(key);
         match self {
             MhTrust::Secret => Ok(()),
@@ -97,14 +105,22 @@ impl MhTrust {
             MhTrust::Keys(_) => Err(MhError::Denied(format!(
                 "the management host at {addr} signs with key {hex}, which is not one this node was given"
             ))),
-            MhTrust::FirstUse(file) => pin(file, addr, &hex),
+            MhTrust::FirstUse(_) if addr.ip().is_loopback() => Ok(()),
+            MhTrust::FirstUse(file) => pin(file, &format!("{addr}/{}", fabric_fingerprint(secret)), &hex),
         }
     }
 }
 
-/// Pin `key` (hex) for the management host at `addr` in `file` (lines `ADDR KEY`), or check
-/// it against the key pinned there.
-fn pin(file: &std::path::Path, addr: &std::net::SocketAddr, key: &str) -> Result<(), MhError> {
+/// A short fingerprint of a fabric's secret (the start of a SHA-256 of it, labelled): tells
+/// fabrics apart in the pins without saying anything of the secret.
+fn fabric_fingerprint(secret: &[u8]) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, &[b"rackwire-mh-pin\0".as_slice(), secret].concat());
+    to_hex(&d.as_ref()[..8])
+}
+
+/// Pin `key` (hex) for the management host `at` (its address and fabric) in `file` (lines
+/// `AT KEY`), or check it against the key pinned there.
+fn pin(file: &std::path::Path, at: &str, key: &str) -> Result<(), MhError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let io = |e: std::io::Error| MhError::Config(format!("pinned management host keys {}: {e}", file.display()));
@@ -120,21 +136,21 @@ fn pin(file: &std::path::Path, addr: &std::net::SocketAddr, key: &str) -> Result
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(io(e)),
     };
-    let me = addr.to_string();
+    let me = at;
     if let Some(pinned) = text.lines().find_map(|l| l.split_once(' ').filter(|(a, _)| *a == me).map(|(_, k)| k.trim()))
     {
         if pinned == key {
             return Ok(());
         }
         return Err(MhError::Denied(format!(
-            "the management host at {addr} signs with key {key}, not the key pinned for it ({pinned}): another \
+            "the management host at {at} signs with key {key}, not the key pinned for it ({pinned}): another \
              host holding the secret, or the host's key changed (if so on purpose, remove its line from {})",
             file.display()
         )));
     }
     let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(file).map_err(io)?;
     writeln!(f, "{me} {key}").map_err(io)?;
-    info!(%addr, key, "pinned the management host's key");
+    info!(at, key, "pinned the management host's key");
     Ok(())
 }
 
@@ -254,7 +270,7 @@ fn connect(cfg: &MhConfig, prev_id: Option<NodeId>) -> Result<(Session, NodeId),
     if !host_signed {
         return Err(MhError::Denied("the management host's signature does not match the key it names".into()));
     }
-    cfg.trust.check(&peer, &host_key)?;
+    cfg.trust.check(&peer, &cfg.secret, &host_key)?;
     let server_nonce = from_hex(&ch.nonce).ok_or_else(|| MhError::Protocol("bad server nonce".into()))?;
     let proof = key.confirm(crate::proto::CONFIRM_CLIENT, &transcript);
     let signature = match &cfg.role {
