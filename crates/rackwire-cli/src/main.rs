@@ -383,9 +383,9 @@ fn run(cli: Cli) -> Result<()> {
                 ),
                 None => None,
             };
-            eprintln!("management host on {} (state in {kept})", h.addr());
-            // Nodes pin it at first use; give it to them (RACKWIRE_MH_KEYS) to take no other.
-            eprintln!("its key: {}", rackwire_mh::auth::to_hex(&h.host_key()));
+            // Its key: nodes pin it at first use; give it to them (RACKWIRE_MH_KEYS) to take no other.
+            let key = rackwire_mh::auth::to_hex(&h.host_key());
+            eprintln!("management host on {} (state in {kept}; key {key})", h.addr());
             if let Some(e) = &_exporter {
                 eprintln!("metrics on http://{}/metrics", e.addr());
             }
