@@ -38,10 +38,11 @@ pub(crate) fn render(s: &Shared) -> String {
     t.family(
         "rackwire_mh_admissions_total",
         Kind::Counter,
-        "Admissions by outcome (refused: wrong secret, key, name).",
+        "Admissions by outcome (refused: wrong secret, key, name; turned: closed before any work, its \
+         source past its wrong secrets a minute).",
     );
     let adm = lock(&s.admissions).clone();
-    for outcome in ["admitted", "refused"] {
+    for outcome in ["admitted", "refused", "turned"] {
         t.sample(
             "rackwire_mh_admissions_total",
             &[("outcome", outcome)],

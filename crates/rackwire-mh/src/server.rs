@@ -18,7 +18,7 @@ use crate::identity;
 use crate::jobs::{Jobs, Post};
 use crate::proto;
 use crate::proto::*;
-use crate::sessions::{Sessions, ADMISSION_LINE_BYTES_MAX, ADMISSION_TIMEOUT};
+use crate::sessions::{Sessions, Turned, ADMISSION_LINE_BYTES_MAX, ADMISSION_TIMEOUT};
 use crate::state::Store;
 use crate::state::View;
 use crate::{
@@ -285,6 +285,14 @@ pub(crate) fn accept_one(listener: &TcpListener, shared: &Arc<Shared>) -> bool {
     match listener.accept() {
         Ok((stream, peer)) => {
             let s = shared.clone();
+            // Before any work for it (a thread, an exchange over the secret): its source may
+            // be guessing secrets, or flooding the waiting slots.
+            if let Err(why) = lock(&s.sessions).admissible(peer.ip()) {
+                let Turned::SourceGuessing = why;
+                *lock(&s.admissions).entry("turned").or_insert(0) += 1;
+                debug!(%peer, "connection closed before admission: its source is past its wrong secrets");
+                return true;
+            }
             let _ = stream.set_nonblocking(false);
             let id = s.next_session.fetch_add(1, Ordering::Relaxed);
             // A session the table cannot shut (no handle) is not taken.
@@ -352,8 +360,24 @@ fn admit(
     challenge.proof = to_hex(&key.confirm(proto::CONFIRM_SERVER, &transcript));
     challenge.host_signature = to_hex(&shared.host_key.sign(&proto::host_signed(&transcript)));
     write_json(w, &challenge).map_err(io_err)?;
-    read_line(r, &mut line).map_err(io_err)?.ok_or_else(|| MhError::Protocol("closed before proof".into()))?;
-    let client_proof: Proof = parse(&line)?;
+    // From here the client can test a guess of the secret against our proof (one, online):
+    // a connection that then does not prove the secret counts as a wrong guess of its source.
+    let guessed = || {
+        if let Ok(from) = w.peer_addr() {
+            lock(&shared.sessions).wrong_secret(from.ip());
+        }
+    };
+    let proof_line = read_line(r, &mut line).map_err(io_err).and_then(|l| {
+        l.ok_or_else(|| MhError::Protocol("closed before proof".into()))?;
+        parse::<Proof>(&line)
+    });
+    let client_proof = match proof_line {
+        Ok(p) => p,
+        Err(e) => {
+            guessed();
+            return Err(e);
+        }
+    };
     let ok = from_hex(&client_proof.proof).is_some_and(|p| key.check(proto::CONFIRM_CLIENT, &transcript, &p));
     let count = |outcome: &'static str| *lock(&shared.admissions).entry(outcome).or_insert(0) += 1;
     let deny = |w: &mut TcpStream, reason: &str| {
@@ -363,6 +387,7 @@ fn admit(
     };
     if !ok {
         warn!(name = %hello.name, "admission refused: wrong secret");
+        guessed();
         return deny(w, "wrong secret");
     }
     let Ok(channel) = eph.channel(&hello.ephemeral, &shared.secret, &client_nonce, &server_nonce, false) else {

@@ -1,10 +1,13 @@
 //! The management host's open sessions, and the bounds on those not admitted yet: at most
-//! [`PRE_ADMISSION_MAX`] at once (a new one pushes the oldest out) and each given
-//! [`ADMISSION_TIMEOUT`] in all to pass admission, however it trickles its bytes. Slow or idle
-//! connections therefore cannot crowd out nodes that join.
+//! [`PRE_ADMISSION_MAX`] at once, [`PRE_ADMISSION_PER_SOURCE_MAX`] from one address (a new one
+//! pushes out the oldest, of its own address first), and each given [`ADMISSION_TIMEOUT`] in
+//! all to pass admission, however it trickles its bytes. Slow or idle connections therefore
+//! cannot crowd out nodes that join. Every admission that got as far as the host's proof is a
+//! guess at the secret, unless the client then proves it: an address past
+//! [`WRONG_SECRETS_PER_SOURCE_MAX`] such guesses a minute is turned away before any work.
 
 use std::collections::HashMap;
-use std::net::{Shutdown, TcpStream};
+use std::net::{IpAddr, Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 /// Connections not admitted yet, at most.
@@ -13,32 +16,91 @@ pub const PRE_ADMISSION_MAX: usize = 64;
 pub const ADMISSION_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest line read before admission (a hello or a proof is a few hundred bytes).
 pub const ADMISSION_LINE_BYTES_MAX: usize = 4096;
+/// Connections from one source address waiting for admission at once, at most: one more
+/// shuts that address's oldest (a flood from one address pushes out its own connections, not
+/// other addresses' joins).
+pub const PRE_ADMISSION_PER_SOURCE_MAX: usize = 16;
+/// Wrong secrets from one source address in a [`GUESS_WINDOW`], at most: past them, its
+/// connections are closed before any work until the window ends (each is a guess at the
+/// secret; this many a minute is hopeless against a secret of 16 random bytes anyway).
+pub const WRONG_SECRETS_PER_SOURCE_MAX: u32 = 32;
+/// See [`WRONG_SECRETS_PER_SOURCE_MAX`].
+pub const GUESS_WINDOW: Duration = Duration::from_secs(60);
+/// Source addresses whose wrong secrets are counted, at most (the oldest windows go first).
+pub const GUESS_SOURCES_MAX: usize = 4096;
 
 struct Entry {
     stream: TcpStream,
     opened: Instant,
     admitted: bool,
+    from: Option<IpAddr>,
 }
 
-/// Open sessions by id.
+/// Open sessions by id, and the wrong secrets counted by source.
 #[derive(Default)]
 pub(crate) struct Sessions {
     map: HashMap<u64, Entry>,
+    /// Per source address: when its window began, and the wrong secrets in it.
+    guesses: HashMap<IpAddr, (Instant, u32)>,
+}
+
+/// Why a connection was closed before admission began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Turned {
+    /// Its source gave [`WRONG_SECRETS_PER_SOURCE_MAX`] wrong secrets in this window.
+    SourceGuessing,
 }
 
 impl Sessions {
-    /// Track a new connection; when too many are waiting for admission, the one waiting
-    /// longest is shut.
-    pub fn open(&mut self, id: u64, stream: TcpStream) {
-        let waiting = self.map.values().filter(|e| !e.admitted).count();
-        if waiting >= PRE_ADMISSION_MAX {
-            if let Some((&old, _)) = self.map.iter().filter(|(_, e)| !e.admitted).min_by_key(|(_, e)| e.opened) {
-                if let Some(e) = self.map.remove(&old) {
-                    let _ = e.stream.shutdown(Shutdown::Both);
+    /// Whether a connection from `from` may begin admission (before any work is done for it).
+    pub fn admissible(&mut self, from: IpAddr) -> Result<(), Turned> {
+        if let Some(&(since, n)) = self.guesses.get(&from) {
+            if since.elapsed() < GUESS_WINDOW && n >= WRONG_SECRETS_PER_SOURCE_MAX {
+                return Err(Turned::SourceGuessing);
+            }
+        }
+        Ok(())
+    }
+
+    /// A wrong secret came from `from`.
+    pub fn wrong_secret(&mut self, from: IpAddr) {
+        if !self.guesses.contains_key(&from) && self.guesses.len() >= GUESS_SOURCES_MAX {
+            self.guesses.retain(|_, (since, _)| since.elapsed() < GUESS_WINDOW);
+            if self.guesses.len() >= GUESS_SOURCES_MAX {
+                if let Some(oldest) = self.guesses.iter().min_by_key(|(_, (since, _))| *since).map(|(a, _)| *a) {
+                    self.guesses.remove(&oldest);
                 }
             }
         }
-        self.map.insert(id, Entry { stream, opened: Instant::now(), admitted: false });
+        let e = self.guesses.entry(from).or_insert((Instant::now(), 0));
+        if e.0.elapsed() >= GUESS_WINDOW {
+            *e = (Instant::now(), 0);
+        }
+        e.1 = e.1.saturating_add(1);
+    }
+
+    /// Track a new connection; when too many are waiting for admission, the one waiting
+    /// longest is shut.
+    pub fn open(&mut self, id: u64, stream: TcpStream) {
+        let from = stream.peer_addr().ok().map(|a| a.ip());
+        let from_here = self.map.values().filter(|e| !e.admitted && e.from == from).count();
+        let waiting = self.map.values().filter(|e| !e.admitted).count();
+        if from_here >= PRE_ADMISSION_PER_SOURCE_MAX {
+            self.shut_oldest_waiting(|e| e.from == from);
+        } else if waiting >= PRE_ADMISSION_MAX {
+            self.shut_oldest_waiting(|_| true);
+        }
+        self.map.insert(id, Entry { stream, opened: Instant::now(), admitted: false, from });
+    }
+
+    /// Shut the connection waiting longest among those `which` picks.
+    fn shut_oldest_waiting(&mut self, which: impl Fn(&Entry) -> bool) {
+        let oldest = self.map.iter().filter(|(_, e)| !e.admitted && which(e)).min_by_key(|(_, e)| e.opened);
+        if let Some(old) = oldest.map(|(&id, _)| id) {
+            if let Some(e) = self.map.remove(&old) {
+                let _ = e.stream.shutdown(Shutdown::Both);
+            }
+        }
     }
 
     /// Session `id` passed admission: no deadline from now on.
