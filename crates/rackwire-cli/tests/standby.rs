@@ -186,3 +186,71 @@ fn a_standby_takes_over_when_the_leader_dies() {
     assert_eq!(failures.load(Ordering::Relaxed), 0, "no write failed across the failover");
     drop((a, b, c));
 }
+
+// Checks a state larger than etcd takes in one request (issue: the whole state was one value
+// rewritten on every change; past etcd's 1.5 MiB request limit every write failed, and no
+// node could be admitted): a host leading on etcd admits 72 nodes that each register a path
+// of 4 KiB of characters JSON writes six bytes for (about 1.8 MB of state in all, kept as a
+// record per node); every registration is kept, the leader stops, a standby takes over from
+// etcd, and lists all 72 with their paths; a node still joins after.
+#[test]
+fn a_state_past_etcds_request_limit_is_kept_and_taken_over() {
+    let data = TempDir::new("etcd-big");
+    let Some((_etcd, endpoint)) = etcd(&data) else {
+        eprintln!("skipped: etcd is not installed (Debian package etcd-server; CI installs it)");
+        return;
+    };
+    let fabric = "big-state";
+    let start = |port: u16| {
+        let cfg = EtcdConfig::new(&endpoint, fabric).unwrap();
+        rackwire_mh::ManagementHost::start_led(&format!("127.0.0.1:{port}"), cfg, SECRET.as_bytes(), None).unwrap()
+    };
+    let (p1, p2) = (free_port(), free_port());
+    let first = start(p1);
+    let addrs = format!("127.0.0.1:{p1},127.0.0.1:{p2}");
+    let client = |name: &str, role: Role| MhConfig {
+        addr: addrs.clone(),
+        secret: SECRET.into(),
+        name: name.into(),
+        role,
+        trust: rackwire_mh::MhTrust::Secret,
+    };
+    let node = |name: &str| {
+        let key = std::sync::Arc::new(rackwire_mh::identity::Identity::generate().unwrap().0);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match MhClient::join(client(name, Role::Node(key.clone()))) {
+                Ok(c) => return c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(e) => panic!("{name} joins: {e}"),
+            }
+        }
+    };
+    let path = "\u{1}".repeat(4096);
+    let nodes: Vec<MhClient> = (0..72)
+        .map(|i| {
+            let c = node(&format!("big{i}"));
+            let info = rackwire_mh::NodeInfo { host: "h".into(), shm_path: Some(path.clone()), ..Default::default() };
+            c.register(info).unwrap_or_else(|e| panic!("node {i} registers: {e}"));
+            c
+        })
+        .collect();
+    let second = start(p2);
+    first.stop();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let listed = loop {
+        let got = MhClient::join(client("obs", Role::Observer)).and_then(|o| o.nodes());
+        match got {
+            Ok(n) if n.iter().filter(|s| s.info.shm_path.as_deref() == Some(path.as_str())).count() == 72 => break n,
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            other => panic!("the standby never listed the 72 nodes: {:?}", other.map(|n| n.len())),
+        }
+    };
+    assert!(listed.len() >= 72);
+    node("after-takeover");
+    drop(nodes);
+    second.stop();
+}

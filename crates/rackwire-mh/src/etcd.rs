@@ -9,7 +9,10 @@
 //!   `PREFIX/leader` still names this host under its lease: a leader that lost its lease (a
 //!   pause, a partition) cannot overwrite what the new leader wrote; it learns it is deposed
 //!   and stops serving.
-//! - **The state** is one JSON document at `PREFIX/state`, the same one the file store keeps.
+//! - **The state** is kept as records under `PREFIX/state/`: one per node, region name and
+//!   grant, and one of what is left (`meta`: the next id, retired ids). A change writes the
+//!   records it changed (fenced as above), so no write grows with the state: etcd's limit on a
+//!   request (1.5 MiB by default) bounds a record, not the whole (see `crate::records`).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -27,6 +30,11 @@ pub const LEASE_TTL: Duration = Duration::from_secs(2);
 pub const KEEPALIVE_EVERY: Duration = Duration::from_millis(400);
 /// How often a standby tries to become the leader.
 pub const CAMPAIGN_EVERY: Duration = Duration::from_millis(300);
+/// Writes in one transaction, at most (etcd's `--max-txn-ops` is 128 by default).
+pub const TXN_OPS_MAX: usize = 100;
+/// Keys read in one range request (a record is at most a few tens of KiB: a page stays well
+/// under [`RESPONSE_BYTES_MAX`]).
+pub const RANGE_PAGE_KEYS: usize = 128;
 /// The longest answer read from etcd.
 const RESPONSE_BYTES_MAX: usize = 8 << 20;
 /// How long one request to etcd may take.
@@ -188,6 +196,70 @@ impl Etcd {
                 .map(Some)
                 .map_err(|e| MhError::Protocol(format!("etcd value is not base64: {e}"))),
         }
+    }
+
+    /// Every key under `PREFIX/name_prefix` with its value (names relative to `PREFIX/`),
+    /// read a page at a time ([`RANGE_PAGE_KEYS`] keys).
+    pub fn get_prefix(&self, name_prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MhError> {
+        let start = self.key(name_prefix);
+        // The end of the range: the prefix with its last byte one higher.
+        let mut end = start.clone().into_bytes();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let strip = format!("{}/", self.cfg.prefix);
+        let (mut out, mut from) = (Vec::new(), start.clone().into_bytes());
+        loop {
+            let v = self.call(
+                "/v3/kv/range",
+                json!({ "key": b64(&from), "range_end": b64(&end), "limit": RANGE_PAGE_KEYS.to_string() }),
+            )?;
+            let kvs = v["kvs"].as_array().cloned().unwrap_or_default();
+            for kv in &kvs {
+                let key = B64.decode(kv["key"].as_str().unwrap_or("")).map_err(|e| MhError::Protocol(e.to_string()))?;
+                let value =
+                    B64.decode(kv["value"].as_str().unwrap_or("")).map_err(|e| MhError::Protocol(e.to_string()))?;
+                let name = String::from_utf8_lossy(&key).strip_prefix(&strip).unwrap_or_default().to_string();
+                out.push((name, value));
+                from = [key.as_slice(), &[0]].concat();
+            }
+            if !v["more"].as_bool().unwrap_or(false) || kvs.is_empty() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Write `puts` and delete `deletes` (names under `PREFIX/`) in one transaction, if `me`
+    /// still holds the leader key under `lease`; at most [`TXN_OPS_MAX`] at once. False when
+    /// it does not lead: nothing was written.
+    pub fn txn_if_leader(
+        &self,
+        me: &str,
+        lease: i64,
+        puts: &[(String, Vec<u8>)],
+        deletes: &[String],
+    ) -> Result<bool, MhError> {
+        if puts.len() + deletes.len() > TXN_OPS_MAX {
+            return Err(MhError::Protocol(format!("more than {TXN_OPS_MAX} writes in one transaction")));
+        }
+        let leader = b64(self.key("leader").as_bytes());
+        let mut ops: Vec<Value> = puts
+            .iter()
+            .map(|(k, v)| json!({ "request_put": { "key": b64(self.key(k).as_bytes()), "value": b64(v) } }))
+            .collect();
+        ops.extend(deletes.iter().map(|k| json!({ "request_delete_range": { "key": b64(self.key(k).as_bytes()) } })));
+        let v = self.call(
+            "/v3/kv/txn",
+            json!({
+                "compare": [
+                    { "key": leader, "target": "VALUE", "result": "EQUAL", "value": b64(me.as_bytes()) },
+                    { "key": leader, "target": "LEASE", "result": "EQUAL", "lease": lease.to_string() },
+                ],
+                "success": ops,
+                "failure": [],
+            }),
+        )?;
+        Ok(v["succeeded"].as_bool().unwrap_or(false))
     }
 
     /// Write `PREFIX/name` if `me` still holds the leader key under `lease`. False when it

@@ -23,6 +23,7 @@ pub mod jobs;
 mod lead;
 mod metrics;
 pub mod proto;
+mod records;
 mod server;
 pub mod sessions;
 mod state;
@@ -53,6 +54,11 @@ pub const NODES_MAX: usize = 4096;
 pub const REGION_NAMES_MAX: usize = 65536;
 /// The most recorded grants.
 pub const GRANTS_MAX: usize = 1 << 20;
+/// Region names one node may publish, at most (so that no node fills the directory).
+pub const NAMES_PER_NODE_MAX: usize = 4096;
+/// Grants one node may record, at most (a 256-rank job's window granted to every other rank
+/// is 255; so that no node fills the table).
+pub const GRANTS_PER_NODE_MAX: usize = 1 << 16;
 /// The longest node or region name, in bytes.
 pub const NAME_BYTES_MAX: usize = 128;
 /// How long a request to the management host may take before it is given up.

@@ -765,6 +765,12 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
                 None if st.regions.len() >= REGION_NAMES_MAX => {
                     return Err(MhError::Refused("region name limit reached".into()))
                 }
+                None if st.regions.values().filter(|r| r.node == me).count() >= crate::NAMES_PER_NODE_MAX => {
+                    return Err(MhError::Refused(format!(
+                        "this node publishes {} names already, its most",
+                        crate::NAMES_PER_NODE_MAX
+                    )))
+                }
                 _ => {}
             }
             st.regions.insert(entry.name.clone(), entry);
@@ -795,6 +801,11 @@ fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply, MhError> {
                 g.access = grant.access;
             } else if st.grants.len() >= GRANTS_MAX {
                 return Err(MhError::Refused("grant limit reached".into()));
+            } else if st.grants.iter().filter(|g| g.node == me).count() >= crate::GRANTS_PER_NODE_MAX {
+                return Err(MhError::Refused(format!(
+                    "this node records {} grants already, its most",
+                    crate::GRANTS_PER_NODE_MAX
+                )));
             } else {
                 st.grants.push(grant);
             }

@@ -80,6 +80,9 @@ pub(crate) struct Store {
     pub state: State,
     /// The state as last kept (read or saved), to go back to when a save fails.
     saved: Vec<u8>,
+    /// In etcd: the records as last kept (see [`crate::records`]), and whether the state was
+    /// read from the older single document (deleted by the first save).
+    kept: Option<(crate::records::Records, bool)>,
     /// The state as last kept, for readers (see [`View`]).
     view: View,
 }
@@ -146,21 +149,36 @@ impl Store {
         }
     }
 
-    /// The state kept in etcd (empty if there is none yet), for a host that now leads.
+    /// The state kept in etcd (empty if there is none yet), for a host that now leads: its
+    /// records, or the single document an older version kept (rewritten as records by the
+    /// first save).
     pub fn from_etcd(term: Term) -> Result<Self, MhError> {
-        let mut state = State::fresh();
-        if let Some(bytes) = term.etcd.get(STATE_KEY)? {
-            state = serde_json::from_slice(&bytes)
-                .map_err(|e| MhError::Config(format!("the state in etcd is damaged: {e}")))?;
-            state.next_id = next_id_after(&state);
-        }
-        Store::with(None, Some(term), state)
+        let recs = term.etcd.get_prefix(crate::records::RECORDS_PREFIX)?;
+        let (state, kept) = match crate::records::to_state(&recs)? {
+            Some(mut state) => {
+                state.next_id = next_id_after(&state);
+                let kept = recs.into_iter().collect();
+                (state, (kept, false))
+            }
+            None => match term.etcd.get(STATE_KEY)? {
+                Some(bytes) => {
+                    let mut state: State = serde_json::from_slice(&bytes)
+                        .map_err(|e| MhError::Config(format!("the state in etcd is damaged: {e}")))?;
+                    state.next_id = next_id_after(&state);
+                    (state, (Default::default(), true))
+                }
+                None => (State::fresh(), (Default::default(), false)),
+            },
+        };
+        let mut store = Store::with(None, Some(term), state)?;
+        store.kept = Some(kept);
+        Ok(store)
     }
 
     fn with(dir: Option<PathBuf>, term: Option<Term>, state: State) -> Result<Self, MhError> {
         let saved = serde_json::to_vec(&state).map_err(|e| MhError::Protocol(e.to_string()))?;
         let view = Arc::new(RwLock::new(Arc::new(state.clone())));
-        Ok(Store { dir, term, state, saved, view })
+        Ok(Store { dir, term, state, saved, view, kept: None })
     }
 
     /// Its readers' view.
@@ -183,7 +201,8 @@ impl Store {
     /// When it cannot be kept, the change is undone in memory too.
     pub fn save(&mut self) -> Result<(), MhError> {
         let bytes = serde_json::to_vec_pretty(&self.state).map_err(|e| MhError::Protocol(e.to_string()))?;
-        match self.keep(&bytes) {
+        let kept = if self.term.is_some() { self.keep_records() } else { self.keep(&bytes) };
+        match kept {
             Ok(()) => {
                 self.saved = bytes;
                 self.publish();
@@ -197,14 +216,41 @@ impl Store {
         }
     }
 
-    fn keep(&self, bytes: &[u8]) -> Result<(), MhError> {
-        if let Some(t) = &self.term {
-            if t.etcd.put_if_leader(&t.me, t.lease, STATE_KEY, bytes)? {
-                return Ok(());
-            }
-            t.deposed.store(true, std::sync::atomic::Ordering::SeqCst);
-            return Err(MhError::Unavailable("this management host no longer leads".into()));
+    /// Keep the state in etcd: the records that changed since the last save, in fenced
+    /// transactions of at most [`crate::etcd::TXN_OPS_MAX`] writes (one, for any single
+    /// change but the first save of a state read from the older single document, or forgetting
+    /// many nodes at once: those take several, each whole, in order).
+    fn keep_records(&mut self) -> Result<(), MhError> {
+        let Some(t) = &self.term else { return Ok(()) };
+        let new = crate::records::of(&self.state)?;
+        let (old, legacy) = self.kept.take().unwrap_or_default();
+        let (puts, mut deletes) = crate::records::diff(&old, &new);
+        if legacy {
+            deletes.push(STATE_KEY.to_string());
         }
+        let ops: Vec<Result<(String, Vec<u8>), String>> =
+            puts.into_iter().map(Ok).chain(deletes.into_iter().map(Err)).collect();
+        for chunk in ops.chunks(crate::etcd::TXN_OPS_MAX) {
+            let puts: Vec<(String, Vec<u8>)> = chunk.iter().filter_map(|o| o.as_ref().ok().cloned()).collect();
+            let dels: Vec<String> = chunk.iter().filter_map(|o| o.as_ref().err().cloned()).collect();
+            match t.etcd.txn_if_leader(&t.me, t.lease, &puts, &dels) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.kept = Some((old, legacy));
+                    t.deposed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return Err(MhError::Unavailable("this management host no longer leads".into()));
+                }
+                Err(e) => {
+                    self.kept = Some((old, legacy));
+                    return Err(e);
+                }
+            }
+        }
+        self.kept = Some((new, false));
+        Ok(())
+    }
+
+    fn keep(&self, bytes: &[u8]) -> Result<(), MhError> {
         let Some(dir) = &self.dir else { return Ok(()) };
         let tmp = dir.join(format!("{STATE_FILE}.tmp"));
         // Readable by the management host's user only: it holds every region's key. The folder
