@@ -74,6 +74,7 @@ pub use conn::{
 pub use delivery::{Delivery, Note};
 pub use endpoint::{
     earliest, Endpoint, Happened, Incoming, Polled, Routed, Session, CONNECTIONS_MAX, HANDSHAKES_ACCEPTED_MAX,
+    HANDSHAKES_BEFORE_RETRY, RETRIES_QUEUED_MAX, RETRY_TOKEN_PERIOD_US,
 };
 pub use ops::{AtomicOp, Completion, OpError, OpFlags, OpId, RegionRef};
 pub use seal::{REPLAY_WINDOW, TRAILER_LEN};

@@ -71,6 +71,8 @@ pub struct ConnStats {
     /// does not hold, a close or another frame before the keys): ignored, the connection and
     /// its handshake go on.
     pub unproven: u64,
+    /// Retries a busy acceptor asked of this end's handshake (each one Hello sent again).
+    pub retries: u64,
     /// Answers sent riding ahead of another segment instead of in frames of their own.
     pub answers_packed: u64,
     /// Operations sent whole in a frame behind another operation's segment instead of in a

@@ -370,3 +370,49 @@ fn only_a_proven_frame_moves_a_peers_address() {
     nodes[1].take(now, link, 7, &genuine);
     assert_eq!(nodes[1].ep.get(theirs).unwrap().addr(0), Some(7), "a genuine frame moves it");
 }
+
+// Checks the stateless retry (issue: first frames naming real node ids, from spoofed sources,
+// each cost the acceptor a key exchange and a signature and a slot): node 2 has a retry key
+// and HANDSHAKES_BEFORE_RETRY handshakes under way from spoofed sources (addresses 100 on,
+// never answering); node 1's first Hello then opens nothing — node 2 queues a Retry to
+// address 1 instead, keeping no connection for it. Given the Retry, node 1 sends its Hello
+// again with the token and node 2 opens the connection; the two get established and a write
+// lands. The same token from another address (99) opens nothing (a Retry again).
+#[test]
+fn under_load_a_first_frame_opens_a_connection_only_with_a_retry_token() {
+    use rackwire_proto::HANDSHAKES_BEFORE_RETRY;
+    let mut nodes = [Node::new(1, 1), Node::new(2, 1)];
+    nodes[1].mem.add_region(5, 55, 4096, &[1]);
+    nodes[1].ep.set_retry_key([42; 32]);
+    // Spoofed callers: nodes 10.. (keys the acceptor knows), from addresses 100.., silent after.
+    for k in 0..HANDSHAKES_BEFORE_RETRY as u32 {
+        let mut spoof = Node::new(10 + k, 1);
+        spoof.open(2, 1);
+        let (_, l, hello) = spoof.out(0).remove(0);
+        assert!(matches!(nodes[1].take(0, l, 100 + k, &hello), Routed::Accepted(_)));
+    }
+    let busy = nodes[1].ep.len();
+    let local = nodes[0].open(2, 1);
+    let (_, l, hello) = nodes[0].out(10).remove(0);
+    assert_eq!(nodes[1].take(20, l, 1, &hello), Routed::Dropped, "no connection without a token");
+    assert_eq!(nodes[1].ep.len(), busy, "nothing kept for it");
+    let (to, rl, retry) = nodes[1].ep.next_retry().expect("a Retry is queued");
+    assert_eq!((to, rl), (1, l));
+    assert_eq!(nodes[1].ep.retries_sent(), 1);
+    nodes[0].take(30, rl, 2, &retry);
+    let again = nodes[0].out(40);
+    assert_eq!(again.len(), 1, "the Hello goes again at once");
+    assert_eq!(nodes[0].ep.get(local).unwrap().conn().stats().retries, 1);
+    let (_, l2, with_token) = again[0].clone();
+    // The token is bound to the address: from 99 it opens nothing.
+    assert_eq!(nodes[1].take(50, l2, 99, &with_token), Routed::Dropped);
+    assert!(nodes[1].ep.next_retry().is_some_and(|(to, _, _)| to == 99));
+    assert!(matches!(nodes[1].take(60, l2, 1, &with_token), Routed::Accepted(_)), "the token opens it");
+    let mut now = 70;
+    run(&mut nodes, &mut now);
+    assert_eq!(nodes[0].ep.get(local).unwrap().conn().state(), State::Established);
+    let target = RegionRef { region: 5, key: 55 };
+    nodes[0].ep.submit(local, |_| 1, |c| c.write(now, target, 0, b"retried", OpFlags::default())).unwrap();
+    run(&mut nodes, &mut now);
+    assert_eq!(&nodes[1].mem.regions[&5].data[..7], b"retried");
+}

@@ -384,3 +384,49 @@ fn first_frames_naming_unknown_nodes_are_not_looked_up_without_end() {
     region.grant(bee.id(), Access::WRITE).unwrap();
     bee.connect(owner.id()).unwrap().write(&region.handle(), 0, b"still", OpFlags::default()).wait().unwrap();
 }
+
+// Checks the stateless retry over real sockets: 20 first frames naming 20 real nodes (their
+// keys on record), sent from another socket that never answers, fill the owner's accepted
+// handshakes past HANDSHAKES_BEFORE_RETRY; a genuine node then connects and writes at once
+// (well within the 5 s those handshakes hold their slots): the owner answered its Hello with a
+// Retry, and its Hello with the token opened the connection.
+#[test]
+fn under_load_a_genuine_node_connects_through_a_retry() {
+    let mh = TestMh::start("identity-retry");
+    let (sa, sb) = (TempDir::new("owner"), TempDir::new("bee"));
+    let owner = node(&mh.addr, "owner", &sa, true).unwrap();
+    let region = owner.alloc(4096, Access::ALL).unwrap();
+    let to: SocketAddr = record(&mh.addr, owner.id()).links[0].parse().unwrap();
+    let dirs: Vec<TempDir> = (0..20).map(|i| TempDir::new(&format!("n{i}"))).collect();
+    let named: Vec<Fabric> =
+        dirs.iter().enumerate().map(|(i, d)| node(&mh.addr, &format!("n{i}"), d, true).unwrap()).collect();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let hello = |from: u32| {
+        let (mut a, _b) = rackwire_sim::pair::connecting_as(
+            Config::new(1, 1472),
+            &rackwire_sim::keys::credentials(from, SECRET.as_bytes()),
+            &rackwire_sim::keys::credentials(owner.id(), SECRET.as_bytes()),
+        );
+        let mut f = rackwire_sim::pair::drain(&mut a, 0).remove(0).1;
+        let mut h = rackwire_wire::HandshakeRepr::parse(&f[rackwire_wire::HEADER_LEN..]).unwrap();
+        (h.from, h.to) = (from, owner.id());
+        h.emit(&mut f[rackwire_wire::HEADER_LEN..]);
+        rackwire_wire::Frame::new_unchecked(&mut f[..]).fill_checksums();
+        f
+    };
+    // Each twice: the first makes the owner look the node's key up, the second opens.
+    for round in 0..2 {
+        for n in &named {
+            sock.send_to(&hello(n.id()), to).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(if round == 0 { 300 } else { 50 }));
+    }
+    let bee = node(&mh.addr, "bee", &sb, true).unwrap();
+    region.grant(bee.id(), Access::WRITE).unwrap();
+    let t = Instant::now();
+    bee.connect(owner.id()).unwrap().write(&region.handle(), 0, b"through", OpFlags::default()).wait().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(3), "the genuine node waited {:?}", t.elapsed());
+    let mut b = [0u8; 7];
+    region.read_at(0, &mut b).unwrap();
+    assert_eq!(&b, b"through");
+}

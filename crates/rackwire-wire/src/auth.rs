@@ -81,6 +81,20 @@ impl SharedKey {
     }
 }
 
+/// HMAC-SHA256 under `key` of `parts` (each with its length first): an edge acceptor's retry
+/// token (see `rackwire_proto`'s endpoint), which only the holder of `key` can make.
+pub fn mac_parts(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
+    let k = hmac::Key::new(hmac::HMAC_SHA256, key);
+    let mut ctx = hmac::Context::with_key(&k);
+    for p in parts {
+        ctx.update(&(p.len() as u32).to_be_bytes());
+        ctx.update(p);
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ctx.sign().as_ref());
+    out
+}
+
 /// Lower-case hex.
 pub fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

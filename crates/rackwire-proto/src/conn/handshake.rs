@@ -92,6 +92,8 @@ pub(super) struct Handshake {
     /// Proof without the exchange's key): forged, or the peer's own with the wrong key or
     /// secret. A handshake that runs out of time after one ends as refused, not as silent.
     pub(super) bad_answers: u32,
+    /// The token a busy acceptor's Retry gave, sent back in the Hello's proof field.
+    retry_token: Option<[u8; 32]>,
 }
 
 impl Handshake {
@@ -110,6 +112,7 @@ impl Handshake {
             key: None,
             signature: None,
             bad_answers: 0,
+            retry_token: None,
         }
     }
 
@@ -335,6 +338,18 @@ impl Connection {
                 self.handshake_next(HandshakeStep::Proof);
                 true
             }
+            (Role::Initiator, HandshakeStep::Retry) => {
+                // A busy acceptor kept nothing for our Hello: it goes again, with the token (a
+                // Retry proves nothing; a forged one costs one Hello, as the real one does).
+                let ours = h.from == self.peer && h.to == self.me && h.nonce == self.my_nonce;
+                if !ours || self.state != State::Handshaking || self.hs.signature.is_some() {
+                    return self.unproven();
+                }
+                self.hs.retry_token = Some(h.proof);
+                self.stats.retries += 1;
+                self.handshake_next(HandshakeStep::Hello);
+                false
+            }
             (Role::Initiator, HandshakeStep::Done) => {
                 // Done carries the acceptor's confirmation of the whole exchange: a forged one
                 // would make this end send data its peer does not take yet.
@@ -406,10 +421,12 @@ impl Connection {
         }
         let confirm = |label| self.hs.key.as_ref().map_or([0u8; 32], |k| k.confirm(label, &self.transcript()));
         let (proof, nonce, pake) = match step {
-            HandshakeStep::Hello => ([0u8; 32], self.my_nonce, self.hs.my_pake),
+            HandshakeStep::Hello => (self.hs.retry_token.unwrap_or([0u8; 32]), self.my_nonce, self.hs.my_pake),
             HandshakeStep::Challenge => (confirm(LABEL_ACCEPTOR), self.my_nonce, self.hs.my_pake),
             HandshakeStep::Proof => (confirm(LABEL_INITIATOR), [0u8; 32], [0u8; auth::PAKE_MSG_BYTES]),
             HandshakeStep::Done => (confirm(LABEL_DONE), [0u8; 32], [0u8; auth::PAKE_MSG_BYTES]),
+            // Sent by an endpoint, never by a connection.
+            HandshakeStep::Retry => return None,
         };
         let signature = match step {
             HandshakeStep::Challenge | HandshakeStep::Proof => self.hs.signature.unwrap_or([0; 64]),

@@ -20,7 +20,20 @@ mod session;
 
 use std::collections::HashMap;
 
-use rackwire_wire::{Frame, FrameKind, HandshakeRepr, HEADER_LEN};
+use rackwire_wire::payload::HANDSHAKE_LEN;
+use rackwire_wire::{Frame, FrameKind, FrameRepr, HandshakeRepr, HandshakeStep, HEADER_LEN};
+
+/// The bytes an address's `Hash` writes: what a retry token binds of where a caller is.
+struct AddrBytes(Vec<u8>);
+
+impl std::hash::Hasher for AddrBytes {
+    fn finish(&self) -> u64 {
+        0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+}
 
 pub use session::Session;
 
@@ -32,6 +45,13 @@ pub const CONNECTIONS_MAX: usize = 4096;
 /// more makes the oldest of them go (so first frames from spoofed sources, each naming a real
 /// node, hold at most this many slots, each for at most the handshake timeout).
 pub const HANDSHAKES_ACCEPTED_MAX: usize = 256;
+/// Accepted handshakes under way past which a first frame opens a connection only with a
+/// retry token (see [`Endpoint::set_retry_key`]): below it, a caller pays no extra round trip.
+pub const HANDSHAKES_BEFORE_RETRY: usize = 16;
+/// How long a retry token holds (it is good in the period it was made in and the next).
+pub const RETRY_TOKEN_PERIOD_US: Time = 2_000_000;
+/// Retry frames waiting for the driver to send them, at most (more first frames are dropped).
+pub const RETRIES_QUEUED_MAX: usize = 64;
 
 /// What [`Endpoint::poll`] found besides the events it handed over.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,9 +136,15 @@ pub struct Endpoint<A, P> {
     room: Option<(usize, usize)>,
     /// Some connection holds its answers.
     holding: bool,
+    /// The key of retry tokens (none: first frames are never asked to retry).
+    retry_key: Option<[u8; 32]>,
+    /// Retry frames to send: to whom, on which link, the frame.
+    retries: std::collections::VecDeque<(A, usize, Vec<u8>)>,
+    /// First frames answered with a Retry instead of a connection.
+    retries_sent: u64,
 }
 
-impl<A: Copy, P> Endpoint<A, P> {
+impl<A: Copy + std::hash::Hash, P> Endpoint<A, P> {
     /// An endpoint of node `me` with `links` links.
     pub fn new(me: u32, links: usize) -> Self {
         Endpoint {
@@ -130,7 +156,31 @@ impl<A: Copy, P> Endpoint<A, P> {
             next_local: 1,
             room: None,
             holding: false,
+            retry_key: None,
+            retries: std::collections::VecDeque::new(),
+            retries_sent: 0,
         }
+    }
+
+    /// Answer first frames with a stateless Retry once [`HANDSHAKES_BEFORE_RETRY`] accepted
+    /// handshakes are under way, as QUIC's Retry does: nothing is kept, and no key exchange or
+    /// signature made, for a caller until its Hello comes back with the token the Retry gave,
+    /// a MAC under `key` of its address, its node and connection ids and its nonce, good for
+    /// [`RETRY_TOKEN_PERIOD_US`] to two of it — which only a caller that receives at the address
+    /// it sends from can return. The driver draws `key` at random and sends what
+    /// [`Endpoint::next_retry`] gives.
+    pub fn set_retry_key(&mut self, key: [u8; 32]) {
+        self.retry_key = Some(key);
+    }
+
+    /// A Retry frame to send: to whom, on which link, the frame.
+    pub fn next_retry(&mut self) -> Option<(A, usize, Vec<u8>)> {
+        self.retries.pop_front()
+    }
+
+    /// First frames answered with a Retry so far.
+    pub fn retries_sent(&self) -> u64 {
+        self.retries_sent
     }
 
     /// Give this endpoint's connections ids from `first` on (0 is skipped): a driver starts
@@ -187,7 +237,7 @@ impl<A: Copy, P> Endpoint<A, P> {
         target: &mut dyn Target,
         accept: impl FnOnce(u32, Incoming) -> Option<Connection>,
     ) -> Routed {
-        let Some((local, opened)) = self.route(link, frame, accept) else { return Routed::Dropped };
+        let Some((local, opened)) = self.route(now, link, from, frame, accept) else { return Routed::Dropped };
         let Some(s) = self.sessions.get_mut(&local) else { return Routed::Dropped };
         // The peer's address on a link moves only on a frame that proved the peer sent it
         // (connection ids travel in clear: anyone could send a frame carrying one). Until the
@@ -206,7 +256,9 @@ impl<A: Copy, P> Endpoint<A, P> {
     /// The local id of a frame's connection, and whether it was just opened.
     fn route(
         &mut self,
+        now: Time,
         link: usize,
+        from: A,
         frame: &[u8],
         accept: impl FnOnce(u32, Incoming) -> Option<Connection>,
     ) -> Option<(u32, bool)> {
@@ -241,12 +293,65 @@ impl<A: Copy, P> Endpoint<A, P> {
         if self.sessions.len() >= CONNECTIONS_MAX {
             return None;
         }
+        if let Some(key) = self.retry_key {
+            if self.handshaking.len() >= HANDSHAKES_BEFORE_RETRY && !self.token_holds(&key, now, from, &h) {
+                self.queue_retry(&key, now, link, from, &h);
+                return None;
+            }
+        }
         let local = self.next_id();
         let conn = accept(local, Incoming { peer: h.from, peer_conn: h.conn, links })?;
         self.sessions.insert(local, Session::new(conn, h.from, vec![None; links], self.room, true));
         self.accepted.insert((h.from, h.conn), local);
         self.handshaking.push_back(local);
         Some((local, true))
+    }
+
+    /// The retry token for a Hello `h` from `from` in period `period`.
+    fn token(key: &[u8; 32], period: Time, from: A, h: &HandshakeRepr) -> [u8; 32] {
+        let mut addr = AddrBytes(Vec::new());
+        std::hash::Hash::hash(&from, &mut addr);
+        let (ids, period) = ([h.from.to_be_bytes(), h.conn.to_be_bytes()].concat(), period.to_be_bytes());
+        rackwire_wire::auth::mac_parts(key, &[b"rackwire-edge-retry", &addr.0, &ids, &h.nonce, &period])
+    }
+
+    /// Whether Hello `h` from `from` carries a token made for it in this period or the last.
+    fn token_holds(&self, key: &[u8; 32], now: Time, from: A, h: &HandshakeRepr) -> bool {
+        let period = now / RETRY_TOKEN_PERIOD_US;
+        [period, period.saturating_sub(1)].into_iter().any(|p| Self::token(key, p, from, h) == h.proof)
+    }
+
+    /// Answer Hello `h` from `from` on `link` with a Retry carrying its token.
+    fn queue_retry(&mut self, key: &[u8; 32], now: Time, link: usize, from: A, h: &HandshakeRepr) {
+        if self.retries.len() >= RETRIES_QUEUED_MAX {
+            return;
+        }
+        let retry = HandshakeRepr {
+            step: HandshakeStep::Retry,
+            from: self.me,
+            to: h.from,
+            conn: 0,
+            proof: Self::token(key, now / RETRY_TOKEN_PERIOD_US, from, h),
+            ephemeral: [0; 32],
+            signature: [0; 64],
+            pake: [0; rackwire_wire::auth::PAKE_MSG_BYTES],
+            ..*h
+        };
+        let repr = FrameRepr {
+            kind: FrameKind::Handshake,
+            link: link as u8,
+            conn: h.conn,
+            seq: 0,
+            ack: None,
+            ts: 0,
+            payload_len: HANDSHAKE_LEN as u16,
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        let mut f = repr.emit(&mut buf);
+        retry.emit(f.payload_mut());
+        f.fill_checksums();
+        self.retries.push_back((from, link, buf));
+        self.retries_sent += 1;
     }
 
     /// Keep the accepted connections still in their handshake under

@@ -14,6 +14,9 @@ pub enum HandshakeStep {
     Proof,
     /// Acceptor: your proof holds; the connection is up.
     Done,
+    /// Acceptor, busy with handshakes: nothing kept for your Hello; send it again with this
+    /// token (in its proof field), which shows you receive at the address you send from.
+    Retry,
 }
 
 /// A handshake payload.
@@ -85,6 +88,7 @@ impl HandshakeRepr {
             2 => HandshakeStep::Challenge,
             3 => HandshakeStep::Proof,
             4 => HandshakeStep::Done,
+            5 => HandshakeStep::Retry,
             _ => return Err(WireError::BadValue { field: "handshake step" }),
         };
         if b[f::LINKS] == 0 {
@@ -131,6 +135,7 @@ impl HandshakeRepr {
             HandshakeStep::Challenge => 2,
             HandshakeStep::Proof => 3,
             HandshakeStep::Done => 4,
+            HandshakeStep::Retry => 5,
         };
         b[f::LINKS] = self.links;
         b[f::MTU].copy_from_slice(&self.mtu.to_be_bytes());

@@ -256,7 +256,7 @@ mod tests {
             let mut b = vec![0u8; nack.buffer_len()];
             nack.emit(&mut b);
             prop_assert_eq!(RangesRepr::parse(&b).unwrap(), nack);
-            for step in [HandshakeStep::Hello, HandshakeStep::Challenge, HandshakeStep::Proof, HandshakeStep::Done] {
+            for step in [HandshakeStep::Hello, HandshakeStep::Challenge, HandshakeStep::Proof, HandshakeStep::Done, HandshakeStep::Retry] {
                 let mut signature = [0u8; 64];
                 signature[..32].copy_from_slice(&sig_half);
                 signature[32..].copy_from_slice(&nonce);

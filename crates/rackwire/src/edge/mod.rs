@@ -232,6 +232,12 @@ impl EdgeEndpoint {
         let mut conns = Conns::new(f.id, socks.len());
         conns.set_delivery_room(MESSAGES_QUEUED_BYTES, NOTES_QUEUED_MAX);
         conns.start_ids_at(rackwire_mh::auth::random_u128() as u32);
+        // First frames under load get a stateless Retry first (see `Endpoint::set_retry_key`).
+        let key = [rackwire_mh::auth::random_u128().to_le_bytes(), rackwire_mh::auth::random_u128().to_le_bytes()];
+        let mut retry_key = [0u8; 32];
+        retry_key[..16].copy_from_slice(&key[0]);
+        retry_key[16..].copy_from_slice(&key[1]);
+        conns.set_retry_key(retry_key);
         let ep = Arc::new_cyclic(|this| EdgeEndpoint {
             this: this.clone(),
             socks,

@@ -478,7 +478,15 @@ impl EdgeEndpoint {
             let nonce = rackwire_mh::auth::nonce();
             Some(Connection::accept(cfg, self.me, &self.creds, i.peer, key, nonce, local, now))
         };
-        let local = match st.conns.handle(now, l, from, frame, target, accept) {
+        let routed = st.conns.handle(now, l, from, frame, target, accept);
+        // A first frame under load is answered with a Retry (nothing kept for it): sent at
+        // once, from the link it came in on.
+        while let Some((to, link, retry)) = st.conns.next_retry() {
+            if let Some(sock) = self.socks.get(link) {
+                let _ = sock.send_batch(&[rackwire_udp::OutFrame { head: &retry, body: &[], to }]);
+            }
+        }
+        let local = match routed {
             proto::Routed::Conn(local) | proto::Routed::Accepted(local) => local,
             proto::Routed::Dropped => return false,
         };
