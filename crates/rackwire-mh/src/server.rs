@@ -297,7 +297,7 @@ pub(crate) fn accept_one(listener: &TcpListener, shared: &Arc<Shared>) -> bool {
             let id = s.next_session.fetch_add(1, Ordering::Relaxed);
             // A session the table cannot shut (no handle) is not taken.
             let Ok(clone) = stream.try_clone() else { return true };
-            lock(&s.sessions).open(id, clone);
+            lock(&s.sessions).open(id, clone, Some(peer.ip()));
             let spawned = std::thread::Builder::new().name("rw-mh-session".into()).spawn(move || {
                 if let Err(e) = session(&s, stream, id) {
                     debug!(%peer, "session ended: {e}");

@@ -1,7 +1,7 @@
 //! The management host's open sessions, and the bounds on those not admitted yet: at most
-//! [`PRE_ADMISSION_MAX`] at once, [`PRE_ADMISSION_PER_SOURCE_MAX`] from one address (a new one
-//! pushes out the oldest, of its own address first), and each given [`ADMISSION_TIMEOUT`] in
-//! all to pass admission, however it trickles its bytes. Slow or idle connections therefore
+//! [`PRE_ADMISSION_MAX`] at once (a new one pushes out the oldest of the address with the most
+//! waiting), and each given [`ADMISSION_TIMEOUT`] in all to pass admission, however it
+//! trickles its bytes. Slow or idle connections therefore
 //! cannot crowd out nodes that join. Every admission that got as far as the host's proof is a
 //! guess at the secret, unless the client then proves it: an address past
 //! [`WRONG_SECRETS_PER_SOURCE_MAX`] such guesses a minute is turned away before any work.
@@ -16,10 +16,6 @@ pub const PRE_ADMISSION_MAX: usize = 64;
 pub const ADMISSION_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest line read before admission (a hello or a proof is a few hundred bytes).
 pub const ADMISSION_LINE_BYTES_MAX: usize = 4096;
-/// Connections from one source address waiting for admission at once, at most: one more
-/// shuts that address's oldest (a flood from one address pushes out its own connections, not
-/// other addresses' joins).
-pub const PRE_ADMISSION_PER_SOURCE_MAX: usize = 16;
 /// Wrong secrets from one source address in a [`GUESS_WINDOW`], at most: past them, its
 /// connections are closed before any work until the window ends (each is a guess at the
 /// secret; this many a minute is hopeless against a secret of 16 random bytes anyway).
@@ -79,16 +75,19 @@ impl Sessions {
         e.1 = e.1.saturating_add(1);
     }
 
-    /// Track a new connection; when too many are waiting for admission, the one waiting
-    /// longest is shut.
-    pub fn open(&mut self, id: u64, stream: TcpStream) {
-        let from = stream.peer_addr().ok().map(|a| a.ip());
-        let from_here = self.map.values().filter(|e| !e.admitted && e.from == from).count();
+    /// Track a new connection from `from`; when too many are waiting for admission, the one
+    /// waiting longest among those of the address with the most waiting is shut (a flood from
+    /// one address pushes out its own connections, not other addresses' joins; a host whose
+    /// many nodes join at once shares the slots with the rest as before).
+    pub fn open(&mut self, id: u64, stream: TcpStream, from: Option<IpAddr>) {
         let waiting = self.map.values().filter(|e| !e.admitted).count();
-        if from_here >= PRE_ADMISSION_PER_SOURCE_MAX {
-            self.shut_oldest_waiting(|e| e.from == from);
-        } else if waiting >= PRE_ADMISSION_MAX {
-            self.shut_oldest_waiting(|_| true);
+        if waiting >= PRE_ADMISSION_MAX {
+            let mut by_source: HashMap<Option<IpAddr>, usize> = HashMap::new();
+            for e in self.map.values().filter(|e| !e.admitted) {
+                *by_source.entry(e.from).or_default() += 1;
+            }
+            let busiest = by_source.into_iter().max_by_key(|(_, n)| *n).map(|(a, _)| a);
+            self.shut_oldest_waiting(|e| Some(e.from) == busiest);
         }
         self.map.insert(id, Entry { stream, opened: Instant::now(), admitted: false, from });
     }
@@ -142,5 +141,32 @@ impl Sessions {
     /// Sessions waiting for admission.
     pub fn waiting(&self) -> usize {
         self.map.values().filter(|e| !e.admitted).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks who makes room when PRE_ADMISSION_MAX connections wait: with one from address A
+    // and the rest from address F (a flood), the next from F, and then one from a third
+    // address, each shut one of F's (the oldest), never A's.
+    #[test]
+    fn a_flood_from_one_address_pushes_out_its_own() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let conn = || TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (a, f, c): (IpAddr, IpAddr, IpAddr) =
+            ("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap(), "198.18.0.3".parse().unwrap());
+        let mut s = Sessions::default();
+        s.open(0, conn(), Some(a));
+        for id in 1..PRE_ADMISSION_MAX as u64 {
+            s.open(id, conn(), Some(f));
+        }
+        s.open(1000, conn(), Some(f));
+        s.open(1001, conn(), Some(c));
+        assert_eq!(s.waiting(), PRE_ADMISSION_MAX);
+        assert!(s.map.contains_key(&0), "the other address's join stays");
+        assert!(!s.map.contains_key(&1) && !s.map.contains_key(&2), "the flood's oldest went");
+        assert!(s.map.contains_key(&1000) && s.map.contains_key(&1001));
     }
 }

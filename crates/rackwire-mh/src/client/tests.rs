@@ -685,20 +685,12 @@ fn a_node_speaks_only_for_its_own_addresses_and_names() {
 // Checks that wrong secrets are counted by source and bounded (issue: a client's guesses, one
 // per connection, were not counted): 32 joins with a wrong secret from this address are each
 // refused; the next connection from it — even with the right secret — is closed before any
-// work (no exchange over the secret, counted `turned` in the metrics); a flood of idle
-// connections from one address pushes out only its own (at most 16 of them wait).
+// work (no exchange over the secret, counted `turned` in the metrics).
 #[test]
 fn wrong_secrets_are_counted_and_bounded_per_source() {
-    use crate::sessions::{PRE_ADMISSION_PER_SOURCE_MAX, WRONG_SECRETS_PER_SOURCE_MAX};
+    use crate::sessions::WRONG_SECRETS_PER_SOURCE_MAX;
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
     let addr = mh.addr().to_string();
-    let flood: Vec<TcpStream> =
-        (0..3 * PRE_ADMISSION_PER_SOURCE_MAX).map(|_| TcpStream::connect(&addr).unwrap()).collect();
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let waiting =
-        mh.metrics().lines().find_map(|l| l.strip_prefix("rackwire_mh_sessions_waiting ")?.parse::<usize>().ok());
-    assert!(waiting.is_some_and(|w| w <= PRE_ADMISSION_PER_SOURCE_MAX), "{waiting:?} waiting from one address");
-    drop(flood);
     for i in 0..WRONG_SECRETS_PER_SOURCE_MAX {
         match MhClient::join(cfg(&addr, b"a-wrong-secret-0123456789", &format!("g{i}"))) {
             Err(MhError::Denied(m)) => assert!(m.contains("wrong secret"), "{m}"),
