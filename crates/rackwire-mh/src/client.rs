@@ -21,7 +21,7 @@ use crate::auth::{self, from_hex, to_hex};
 use crate::channel::{Channel, Ephemeral};
 use crate::identity::Identity;
 use crate::proto::*;
-use crate::server::{read_line, write_json};
+use crate::shared::{read_line, write_json};
 use crate::{check_name, MhError, HEARTBEAT_INTERVAL, MH_REQUEST_TIMEOUT};
 
 /// What kind of client this is.

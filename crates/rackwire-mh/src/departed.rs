@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tracing::info;
 
-use crate::server::{lock, Shared};
+use crate::shared::{lock, Shared};
 use crate::{MhError, NodeId};
 
 /// How long a node may stay down before it is forgotten, unless set otherwise

@@ -12,7 +12,7 @@
 //! - **The state** is kept as records under `PREFIX/state/`: one per node, region name and
 //!   grant, and one of what is left (`meta`: the next id, retired ids). A change writes the
 //!   records it changed (fenced as above), so no write grows with the state: etcd's limit on a
-//!   request (1.5 MiB by default) bounds a record, not the whole (see `crate::records`).
+//!   request (1.5 MiB by default) bounds a record, not the whole (see the state module).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -33,7 +33,7 @@ pub const CAMPAIGN_EVERY: Duration = Duration::from_millis(300);
 /// Writes in one transaction, at most (etcd's `--max-txn-ops` is 128 by default).
 pub const TXN_OPS_MAX: usize = 100;
 /// Keys read in one range request (a record is at most a few tens of KiB: a page stays well
-/// under [`RESPONSE_BYTES_MAX`]).
+/// under the largest answer read).
 pub const RANGE_PAGE_KEYS: usize = 128;
 /// The longest answer read from etcd.
 const RESPONSE_BYTES_MAX: usize = 8 << 20;

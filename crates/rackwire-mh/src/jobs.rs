@@ -18,7 +18,7 @@
 //! fabric secret, with a guessed name) reaches another job, never this one — it can neither
 //! take a rank, nor read the blobs, nor start the job afresh. Such a job is never started
 //! afresh by a post at all: a new run has a new token. A job without a token is open to every
-//! node, as its name is: a post of round 0 starts a stale one afresh (see [`Jobs::post`]).
+//! node, as its name is: a post of round 0 starts a stale one afresh.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};

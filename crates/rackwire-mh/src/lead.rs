@@ -16,7 +16,8 @@ use std::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::etcd::{Etcd, EtcdConfig, CAMPAIGN_EVERY, KEEPALIVE_EVERY, LEASE_TTL};
-use crate::server::{accept_one, listen_on, lock, reap_slow, MhHandle, Shared, ACCEPT_POLL};
+use crate::server::{accept_one, listen_on, reap_slow, MhHandle, ACCEPT_POLL};
+use crate::shared::{lock, Shared};
 use crate::state::{Store, Term};
 use crate::{auth, ManagementHost, MhError};
 

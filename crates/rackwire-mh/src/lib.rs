@@ -12,6 +12,7 @@
 
 #![deny(unsafe_code)]
 
+mod admission;
 pub mod auth;
 mod channel;
 pub use rackwire_wire::identity;
@@ -23,9 +24,10 @@ pub mod jobs;
 mod lead;
 mod metrics;
 pub mod proto;
-mod records;
+mod requests;
 mod server;
 pub mod sessions;
+mod shared;
 mod state;
 
 pub use client::{MhClient, MhConfig, MhTrust, Role};

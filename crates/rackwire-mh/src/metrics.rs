@@ -2,7 +2,7 @@
 
 use rackwire_metrics::{Kind, Text};
 
-use crate::server::Shared;
+use crate::shared::Shared;
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

@@ -130,7 +130,7 @@ pub struct Hello {
     /// ([`crate::auth::Pake`], the client speaking first), hex.
     pub pake: String,
     /// A node coming back: the id it had (kept if the management host, having lost its state,
-    /// has no record of the name; see [`crate::state`]).
+    /// has no record of the name, and the id is not retired).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_id: Option<NodeId>,
 }

@@ -1,4 +1,7 @@
-//! The management host's persistent state: one JSON document, replaced atomically on change.
+//! The management host's persistent state: in a folder, one JSON document replaced atomically
+//! on change; in etcd, records (see `records`).
+
+mod records;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -80,9 +83,9 @@ pub(crate) struct Store {
     pub state: State,
     /// The state as last kept (read or saved), to go back to when a save fails.
     saved: Vec<u8>,
-    /// In etcd: the records as last kept (see [`crate::records`]), and whether the state was
+    /// In etcd: the records as last kept (see `records`), and whether the state was
     /// read from the older single document (deleted by the first save).
-    kept: Option<(crate::records::Records, bool)>,
+    kept: Option<(records::Records, bool)>,
     /// The state as last kept, for readers (see [`View`]).
     view: View,
 }
@@ -153,8 +156,8 @@ impl Store {
     /// records, or the single document an older version kept (rewritten as records by the
     /// first save).
     pub fn from_etcd(term: Term) -> Result<Self, MhError> {
-        let recs = term.etcd.get_prefix(crate::records::RECORDS_PREFIX)?;
-        let (state, kept) = match crate::records::to_state(&recs)? {
+        let recs = term.etcd.get_prefix(records::RECORDS_PREFIX)?;
+        let (state, kept) = match records::to_state(&recs)? {
             Some(mut state) => {
                 state.next_id = next_id_after(&state);
                 let kept = recs.into_iter().collect();
@@ -222,9 +225,9 @@ impl Store {
     /// many nodes at once: those take several, each whole, in order).
     fn keep_records(&mut self) -> Result<(), MhError> {
         let Some(t) = &self.term else { return Ok(()) };
-        let new = crate::records::of(&self.state)?;
+        let new = records::of(&self.state)?;
         let (old, legacy) = self.kept.take().unwrap_or_default();
-        let (puts, mut deletes) = crate::records::diff(&old, &new);
+        let (puts, mut deletes) = records::diff(&old, &new);
         if legacy {
             deletes.push(STATE_KEY.to_string());
         }

@@ -427,7 +427,7 @@ fn reads_do_not_wait_for_a_save() {
     a.publish(entry).unwrap();
     let reader = MhClient::join(MhConfig { role: Role::Observer, ..cfg(&addr, SECRET, "reader") }).unwrap();
     let a_id = a.node_id();
-    let saving = crate::server::lock(&mh.shared.store);
+    let saving = crate::shared::lock(&mh.shared.store);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let nodes = reader.nodes().map(|n| n.len());
@@ -641,7 +641,7 @@ fn a_node_holds_its_management_host_to_its_key() {
 // `vnic/victim`, node "victim" can.
 #[test]
 fn a_node_speaks_only_for_its_own_addresses_and_names() {
-    use crate::server::claims_anothers_address;
+    use crate::requests::claims_anothers_address;
     use std::net::IpAddr;
     let victim =
         NodeInfo { id: 1, name: "victim".into(), links: vec!["198.18.0.5:7000".into()], ..NodeInfo::default() };

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::State;
 use crate::proto::{GrantEntry, NodeInfo, RegionEntry};
-use crate::state::State;
 use crate::{MhError, NodeId};
 
 /// Where the records live, under the fabric's etcd prefix.
