@@ -389,7 +389,8 @@ fn first_frames_naming_unknown_nodes_are_not_looked_up_without_end() {
 // keys on record), sent from another socket that never answers, fill the owner's accepted
 // handshakes past HANDSHAKES_BEFORE_RETRY; a genuine node then connects and writes at once
 // (well within the 5 s those handshakes hold their slots): the owner answered its Hello with a
-// Retry, and its Hello with the token opened the connection.
+// Retry (counted in the bee's connection stats), and its Hello with the token opened the
+// connection.
 #[test]
 fn under_load_a_genuine_node_connects_through_a_retry() {
     let mh = TestMh::start("identity-retry");
@@ -424,8 +425,10 @@ fn under_load_a_genuine_node_connects_through_a_retry() {
     let bee = node(&mh.addr, "bee", &sb, true).unwrap();
     region.grant(bee.id(), Access::WRITE).unwrap();
     let t = Instant::now();
-    bee.connect(owner.id()).unwrap().write(&region.handle(), 0, b"through", OpFlags::default()).wait().unwrap();
+    let conn = bee.connect(owner.id()).unwrap();
+    conn.write(&region.handle(), 0, b"through", OpFlags::default()).wait().unwrap();
     assert!(t.elapsed() < Duration::from_secs(3), "the genuine node waited {:?}", t.elapsed());
+    assert!(conn.stats().retries >= 1, "the owner asked for a retry: {:?}", conn.stats());
     let mut b = [0u8; 7];
     region.read_at(0, &mut b).unwrap();
     assert_eq!(&b, b"through");

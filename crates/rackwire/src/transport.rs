@@ -192,6 +192,9 @@ pub struct ConnStats {
     /// Edge transport: unsealed frames that proved nothing (a handshake step in the peer's
     /// name whose proof does not hold, a close before the keys): ignored, nothing changed.
     pub unproven: u64,
+    /// Edge transport: Retries a busy peer asked of this end's handshake (each one Hello
+    /// sent again, with the peer's token).
+    pub retries: u64,
     /// Edge transport: datagrams sent, each in a frame of its own (see
     /// [`crate::Conn::send_datagram`]; over shared memory they count as messages).
     pub datagrams_sent: u64,

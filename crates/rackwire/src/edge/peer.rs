@@ -413,6 +413,7 @@ impl PeerTransport for EdgePeer {
             replayed: p.replayed,
             unsealed: p.unsealed,
             unproven: p.unproven,
+            retries: p.retries,
             datagrams_sent: p.datagrams_sent,
             datagrams_received: p.datagrams_received,
             datagrams_dropped: p.datagrams_dropped,
