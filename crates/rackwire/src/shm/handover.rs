@@ -31,6 +31,10 @@ use crate::{Access, NodeId};
 /// mapped to map it again (each does on its next access); past it, the first reader seals.
 pub(crate) const WRITERS_REMAP_GRACE: Duration = Duration::from_millis(20);
 
+/// The longest readers wait for a move made for a writer (a move waits for each mapped peer's
+/// unmap at most [`crate::REVOKE_ACK_TIMEOUT`]).
+const MOVE_WAIT_MAX: Duration = Duration::from_secs(30);
+
 /// What became of a map request.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Handover {
@@ -89,16 +93,27 @@ pub(super) fn move_for(fabric: &Arc<Node>, r: &Arc<RegionInner>, peer: NodeId) {
     if r.migrating.load(Ordering::SeqCst) {
         return;
     }
-    {
+    let writers: OwnIdSet<NodeId> = {
         let acl = lock(&r.acl);
         let writers = acl.mapped_by.iter().copied().chain([peer]);
-        let writers: OwnIdSet<NodeId> = writers.filter(|p| acl.grants.get(p).is_some_and(|g| g.stores())).collect();
-        *lock(&r.writers_first) = WritersFirst { until: Some(Instant::now() + WRITERS_REMAP_GRACE), waiting: writers };
-    }
-    let (fabric, r) = (fabric.clone(), r.clone());
+        writers.filter(|p| acl.grants.get(p).is_some_and(|g| g.stores())).collect()
+    };
+    // Readers wait from now: through the move (every request is told to come back while it
+    // moves) and the writers' grace, which starts once it has moved.
+    *lock(&r.writers_first) = WritersFirst { until: Some(Instant::now() + MOVE_WAIT_MAX), waiting: writers };
+    let (fabric, region) = (fabric.clone(), r.clone());
     // Its own thread: the move asks every mapped peer to unmap and waits for their answers,
     // which the control threads (this request's among them) read.
-    let _ = std::thread::Builder::new().name("rw-region-move".into()).spawn(move || {
-        migrate(&fabric, &r);
+    let spawned = std::thread::Builder::new().name("rw-region-move".into()).spawn(move || {
+        let moved = migrate(&fabric, &region);
+        let mut w = lock(&region.writers_first);
+        if moved {
+            w.until = Some(Instant::now() + WRITERS_REMAP_GRACE);
+        } else {
+            *w = WritersFirst::default();
+        }
     });
+    if spawned.is_err() {
+        *lock(&r.writers_first) = WritersFirst::default();
+    }
 }
