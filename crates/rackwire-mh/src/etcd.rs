@@ -261,24 +261,6 @@ impl Etcd {
         )?;
         Ok(v["succeeded"].as_bool().unwrap_or(false))
     }
-
-    /// Write `PREFIX/name` if `me` still holds the leader key under `lease`. False when it
-    /// does not (it was deposed): nothing was written.
-    pub fn put_if_leader(&self, me: &str, lease: i64, name: &str, value: &[u8]) -> Result<bool, MhError> {
-        let leader = b64(self.key("leader").as_bytes());
-        let v = self.call(
-            "/v3/kv/txn",
-            json!({
-                "compare": [
-                    { "key": leader, "target": "VALUE", "result": "EQUAL", "value": b64(me.as_bytes()) },
-                    { "key": leader, "target": "LEASE", "result": "EQUAL", "lease": lease.to_string() },
-                ],
-                "success": [{ "request_put": { "key": b64(self.key(name).as_bytes()), "value": b64(value) } }],
-                "failure": [],
-            }),
-        )?;
-        Ok(v["succeeded"].as_bool().unwrap_or(false))
-    }
 }
 
 #[cfg(test)]

@@ -344,20 +344,7 @@ fn first_frames_naming_unknown_nodes_are_not_looked_up_without_end() {
     let owner = node(&mh.addr, "owner", &sa, true).unwrap();
     let to: SocketAddr = record(&mh.addr, owner.id()).links[0].parse().unwrap();
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let hello = |from: u32| {
-        let (mut a, _b) = rackwire_sim::pair::connecting_as(
-            Config::new(1, 1472),
-            &rackwire_sim::keys::credentials(from, SECRET.as_bytes()),
-            &rackwire_sim::keys::credentials(owner.id(), SECRET.as_bytes()),
-        );
-        let mut f = rackwire_sim::pair::drain(&mut a, 0).remove(0).1;
-        // The pair's ends are nodes 1 and 2: name the owner, and `from`, instead.
-        let mut h = rackwire_wire::HandshakeRepr::parse(&f[rackwire_wire::HEADER_LEN..]).unwrap();
-        (h.from, h.to) = (from, owner.id());
-        h.emit(&mut f[rackwire_wire::HEADER_LEN..]);
-        rackwire_wire::Frame::new_unchecked(&mut f[..]).fill_checksums();
-        f
-    };
+    let hello = |from: u32| first_hello(from, owner.id());
     let unknown = 3_000_000_000u32;
     let one = hello(unknown);
     for _ in 0..300 {
@@ -402,19 +389,7 @@ fn under_load_a_genuine_node_connects_through_a_retry() {
     let named: Vec<Fabric> =
         dirs.iter().enumerate().map(|(i, d)| node(&mh.addr, &format!("n{i}"), d, true).unwrap()).collect();
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let hello = |from: u32| {
-        let (mut a, _b) = rackwire_sim::pair::connecting_as(
-            Config::new(1, 1472),
-            &rackwire_sim::keys::credentials(from, SECRET.as_bytes()),
-            &rackwire_sim::keys::credentials(owner.id(), SECRET.as_bytes()),
-        );
-        let mut f = rackwire_sim::pair::drain(&mut a, 0).remove(0).1;
-        let mut h = rackwire_wire::HandshakeRepr::parse(&f[rackwire_wire::HEADER_LEN..]).unwrap();
-        (h.from, h.to) = (from, owner.id());
-        h.emit(&mut f[rackwire_wire::HEADER_LEN..]);
-        rackwire_wire::Frame::new_unchecked(&mut f[..]).fill_checksums();
-        f
-    };
+    let hello = |from: u32| first_hello(from, owner.id());
     // Each twice: the first makes the owner look the node's key up, the second opens.
     for round in 0..2 {
         for n in &named {
@@ -432,4 +407,20 @@ fn under_load_a_genuine_node_connects_through_a_retry() {
     let mut b = [0u8; 7];
     region.read_at(0, &mut b).unwrap();
     assert_eq!(&b, b"through");
+}
+
+/// A first handshake frame (a Hello) from node `from` to node `to`, as a caller holding the
+/// secret sends it (from the simulator's pair, whose ends are nodes 1 and 2, renamed).
+fn first_hello(from: u32, to: u32) -> Vec<u8> {
+    let (mut a, _b) = rackwire_sim::pair::connecting_as(
+        Config::new(1, 1472),
+        &rackwire_sim::keys::credentials(from, SECRET.as_bytes()),
+        &rackwire_sim::keys::credentials(to, SECRET.as_bytes()),
+    );
+    let mut f = rackwire_sim::pair::drain(&mut a, 0).remove(0).1;
+    let mut h = rackwire_wire::HandshakeRepr::parse(&f[rackwire_wire::HEADER_LEN..]).unwrap();
+    (h.from, h.to) = (from, to);
+    h.emit(&mut f[rackwire_wire::HEADER_LEN..]);
+    rackwire_wire::Frame::new_unchecked(&mut f[..]).fill_checksums();
+    f
 }

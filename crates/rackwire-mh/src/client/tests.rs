@@ -647,18 +647,18 @@ fn a_node_speaks_only_for_its_own_addresses_and_names() {
         NodeInfo { id: 1, name: "victim".into(), links: vec!["198.18.0.5:7000".into()], ..NodeInfo::default() };
     let nodes = [victim.clone()];
     let at = |a: &str| Some(a.parse::<IpAddr>().ok());
-    let from = |ip_of_me: &'static str| move |n: NodeId| if n == 1 { at("10.0.0.1") } else { at(ip_of_me) };
+    let from = |ip_of_me: &'static str| move |n: NodeId| if n == 1 { at("198.19.0.1") } else { at(ip_of_me) };
     let claim = |links: &[&str]| NodeInfo {
         id: 2,
         links: links.iter().map(|l| l.to_string()).collect(),
         ..NodeInfo::default()
     };
-    let refused = claims_anothers_address(&claim(&["198.18.0.5:7000"]), 2, nodes.iter(), from("10.0.0.1"));
+    let refused = claims_anothers_address(&claim(&["198.18.0.5:7000"]), 2, nodes.iter(), from("198.19.0.1"));
     assert!(refused.is_some_and(|w| w.contains("link 198.18.0.5:7000")));
-    let refused = claims_anothers_address(&claim(&["198.18.0.5:7001"]), 2, nodes.iter(), from("10.0.0.2"));
+    let refused = claims_anothers_address(&claim(&["198.18.0.5:7001"]), 2, nodes.iter(), from("198.19.0.2"));
     assert!(refused.is_some_and(|w| w.contains("address 198.18.0.5 is node victim's")));
-    assert_eq!(claims_anothers_address(&claim(&["198.18.0.5:7001"]), 2, nodes.iter(), from("10.0.0.1")), None);
-    let victim_down = |n: NodeId| if n == 1 { None } else { at("10.0.0.2") };
+    assert_eq!(claims_anothers_address(&claim(&["198.18.0.5:7001"]), 2, nodes.iter(), from("198.19.0.1")), None);
+    let victim_down = |n: NodeId| if n == 1 { None } else { at("198.19.0.2") };
     assert_eq!(claims_anothers_address(&claim(&["198.18.0.5:7000"]), 2, nodes.iter(), victim_down), None);
     // Names under vnic/ belong to their node.
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();

@@ -64,16 +64,18 @@ pub(crate) fn to_state(recs: &[(String, Vec<u8>)]) -> Result<Option<State>, MhEr
     let damaged = |name: &str, e: serde_json::Error| MhError::Config(format!("record {name} in etcd is damaged: {e}"));
     let mut state = State::default();
     let mut meta = None;
+    let (nodes, regions, grants) =
+        (format!("{RECORDS_PREFIX}node/"), format!("{RECORDS_PREFIX}region/"), format!("{RECORDS_PREFIX}grant/"));
     for (name, bytes) in recs {
         if name == META {
             meta = Some(serde_json::from_slice::<Meta>(bytes).map_err(|e| damaged(name, e))?);
-        } else if name.starts_with(&format!("{RECORDS_PREFIX}node/")) {
+        } else if name.starts_with(&nodes) {
             let n: NodeInfo = serde_json::from_slice(bytes).map_err(|e| damaged(name, e))?;
             state.nodes.insert(n.id, n);
-        } else if name.starts_with(&format!("{RECORDS_PREFIX}region/")) {
+        } else if name.starts_with(&regions) {
             let e: RegionEntry = serde_json::from_slice(bytes).map_err(|e| damaged(name, e))?;
             state.regions.insert(e.name.clone(), e);
-        } else if name.starts_with(&format!("{RECORDS_PREFIX}grant/")) {
+        } else if name.starts_with(&grants) {
             state.grants.push(serde_json::from_slice(bytes).map_err(|e| damaged(name, e))?);
         }
     }
