@@ -4,7 +4,9 @@
  *   notify owner     allocates a region and publishes it as "c-notify"
  *   notify writer    writes into it: refused before the grant, refused with a forged key,
  *                    placed (and the owner notified) after the grant, refused once revoked;
- *                    then a datagram (and one too large, refused)
+ *                    then a datagram (and one too large, refused). On a served region
+ *                    ("c-notify-served") granted write only, its write lands and its read
+ *                    is refused, over shared memory too
  *
  * The owner checks, in its own memory, that only the granted write landed.
  */
@@ -44,6 +46,10 @@ static int owner(RwFabric *f) {
         return 1;
     }
     CHECK(rw_region_grant(r, writer, RW_ACCESS_WRITE));
+    RwRegion *served;
+    CHECK(rw_region_alloc_served(f, 4096, RW_ACCESS_READ | RW_ACCESS_WRITE, &served));
+    CHECK(rw_region_grant(served, writer, RW_ACCESS_WRITE));
+    CHECK(rw_region_publish(served, "c-notify-served"));
     say(c, "go");
     RwNotification n;
     CHECK(rw_fabric_wait_notification(f, 30000, &n));
@@ -60,6 +66,14 @@ static int owner(RwFabric *f) {
         fprintf(stderr, "owner: a write after the revoke landed\n");
         return 1;
     }
+    uint8_t *smem;
+    size_t slen;
+    CHECK(rw_region_ptr(served, &smem, &slen));
+    if (memcmp(smem, "served", 6) != 0) {
+        fprintf(stderr, "owner: the write into the served region did not land\n");
+        return 1;
+    }
+    rw_region_free(served);
     printf("owner ok: notified with %llu, \"%s\" in place, every refused write left the region unchanged\n",
            (unsigned long long)n.imm, GREETING);
     rw_conn_free(c);
@@ -98,6 +112,13 @@ static int writer(RwFabric *f) {
     expect_msg(f, "go");
     RwOpFlags notify = {.notify = true, .imm = 42};
     CHECK(write_wait(c, &t, 64, GREETING, notify));
+    RwRemoteRegion s;
+    CHECK(rw_lookup(f, "c-notify-served", &s));
+    CHECK(write_wait(c, &s, 0, "served", none));
+    RwOp *rd;
+    CHECK(rw_read(c, &s, 0, 6, none, &rd));
+    expect(rw_op_wait(rd), RW_STATUS_UNGRANTED, "a read of a served region granted write only");
+    rw_op_free(rd);
     expect_msg(f, "revoked");
     expect(write_wait(c, &t, 128, "after the revoke", none), RW_STATUS_REVOKED, "write after the revoke");
     /* A datagram: a message with nothing to wait for; one past the largest is refused. */
@@ -105,7 +126,8 @@ static int writer(RwFabric *f) {
     expect(rw_send_datagram(c, big, sizeof big), RW_STATUS_MESSAGE_TOO_LARGE, "a datagram too large");
     CHECK(rw_send_datagram(c, (const uint8_t *)"dgram", 5));
     say(c, "done");
-    printf("writer ok: ungranted, forged and revoked writes refused with their own codes\n");
+    printf("writer ok: ungranted, forged and revoked writes refused with their own codes; a served region's "
+           "write grant does not read\n");
     rw_conn_free(c);
     return 0;
 }

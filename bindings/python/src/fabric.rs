@@ -84,11 +84,14 @@ impl Fabric {
     }
 
     /// A region of `len` bytes that peers may be granted at most `access` to ("r", "w",
-    /// "a", combined: "rwa").
-    #[pyo3(signature = (len, access="rw"))]
-    fn alloc(&self, len: u64, access: &str) -> PyResult<Region> {
-        let r = self.inner.alloc(len, self::access(access)?).map_err(to_py)?;
-        Ok(Region { inner: r })
+    /// "a", combined: "rwa"). With `served`, this node serves it: no peer maps it, so a grant
+    /// holds exactly as named over shared memory too (a "w" grant cannot read), at a round
+    /// trip through this node per operation.
+    #[pyo3(signature = (len, access="rw", served=false))]
+    fn alloc(&self, len: u64, access: &str, served: bool) -> PyResult<Region> {
+        let access = self::access(access)?;
+        let r = if served { self.inner.alloc_served(len, access) } else { self.inner.alloc(len, access) };
+        Ok(Region { inner: r.map_err(to_py)? })
     }
 
     /// A connection to node `node`.

@@ -168,6 +168,19 @@ def test_refusals_are_their_own_classes_and_leave_the_target_unchanged(mh):
     assert bytes(view[:2]) == b"ok" and not view[2:].any()
 
 
+def test_a_served_regions_write_grant_cannot_read(mh):
+    # A served region granted "w": the write lands in the owner's memory, the read of it is
+    # refused (over shared memory a mapped region's writer could read it all).
+    owner, init = node(mh, "owner"), node(mh, "init")
+    region = owner.alloc(4096, "rwa", served=True)
+    region.grant(init.id, "w")
+    conn = init.connect(owner.id)
+    conn.write(region.handle, 8, b"into-served").wait()
+    assert region.read(8, 11) == b"into-served"
+    with pytest.raises(rackwire.UngrantedError):
+        conn.read(region.handle, 8, 11).wait()
+
+
 def test_other_errors(mh):
     # Unknown peer, a timeout, a message too large, a limit, bad arguments, a wrong secret,
     # and a peer that left.

@@ -13,6 +13,7 @@ mod lang_bench;
 mod launch;
 mod rack;
 mod seal_bench;
+mod served_bench;
 mod sim;
 mod stripe_bench;
 mod vnic_bench;
@@ -204,7 +205,9 @@ struct BenchArgs {
     /// `lang`: the same ping-pong and 1 MiB writes from Rust, C and Python in the same run.
     /// `seal`: the edge transport's 64 B ping-pong and 1 MiB one-way writes with frames sealed
     /// and unsealed, alternated --repeat times (frames of --mtu bytes).
-    #[arg(value_parser = ["vnic", "stripe", "coll", "lang", "seal"])]
+    /// `served`: a served region's reads, writes and atomics over shared memory against a
+    /// mapped region's, alternated --repeat times.
+    #[arg(value_parser = ["vnic", "stripe", "coll", "lang", "seal", "served"])]
     suite: Option<String>,
     /// With `coll`: ranks (comma-separated for several runs).
     #[arg(long, value_delimiter = ',', default_value = "2")]
@@ -444,6 +447,13 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--scale must be in (0, 10]");
             }
             seal_bench::run(b.mtu.unwrap_or(seal_bench::MTU_DEFAULT), b.repeat, b.scale, b.json)
+        }
+        Cmd::Bench(b) if b.suite.as_deref() == Some("served") => {
+            init_logging(tracing::Level::WARN);
+            if !(b.scale > 0.0 && b.scale <= 10.0) {
+                bail!("--scale must be in (0, 10]");
+            }
+            served_bench::run(b.repeat, b.scale, b.json)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("lang") => {
             init_logging(tracing::Level::WARN);

@@ -240,6 +240,15 @@ enum RwStatus rw_region_alloc(const struct RwFabric *f,
                               uint32_t access_bits,
                               struct RwRegion **out);
 
+// Allocate a region of `len` bytes that this node serves: no peer ever maps it, every
+// operation on it is checked here against the peer's grant, so a write grant cannot read
+// and an atomic grant cannot store, over shared memory too (each operation costs a round
+// trip through this node).
+enum RwStatus rw_region_alloc_served(const struct RwFabric *f,
+                                     uint64_t len,
+                                     uint32_t access_bits,
+                                     struct RwRegion **out);
+
 // Free a region (peers lose access).
 void rw_region_free(struct RwRegion *r);
 

@@ -95,6 +95,20 @@ pub extern "C" fn rw_region_alloc(f: *const RwFabric, len: u64, access_bits: u32
     guard(|| boxed(out, RwRegion(obj(f, "fabric")?.0.alloc(len, access(access_bits)?)?), "out"))
 }
 
+/// Allocate a region of `len` bytes that this node serves: no peer ever maps it, every
+/// operation on it is checked here against the peer's grant, so a write grant cannot read
+/// and an atomic grant cannot store, over shared memory too (each operation costs a round
+/// trip through this node).
+#[no_mangle]
+pub extern "C" fn rw_region_alloc_served(
+    f: *const RwFabric,
+    len: u64,
+    access_bits: u32,
+    out: *mut *mut RwRegion,
+) -> RwStatus {
+    guard(|| boxed(out, RwRegion(obj(f, "fabric")?.0.alloc_served(len, access(access_bits)?)?), "out"))
+}
+
 /// Free a region (peers lose access).
 #[no_mangle]
 pub extern "C" fn rw_region_free(r: *mut RwRegion) {

@@ -13,8 +13,9 @@ use std::ops::BitOr;
 /// ([`Access::WRITE`] or [`Access::ATOMIC`]) gives a mapping the peer can read and write with
 /// plain loads, stores and atomic instructions — the kernel cannot map memory write-only, nor
 /// tell a store from an atomic. Grant store rights over shared memory only to peers that may
-/// also read the region and change it any way; keep data that such a peer must not read in a
-/// region of its own.
+/// also read the region and change it any way; for data such a peer must not read, use a
+/// region the owner serves ([`crate::Fabric::alloc_served`]), where every grant holds exactly
+/// as named on every transport.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Access(u8);
 

@@ -215,7 +215,27 @@ impl Fabric {
     }
 
     /// Allocate a zeroed region of `len` bytes that peers may be granted up to `access`.
+    ///
+    /// Peers on this host map it (see [`Access`] for what a shared-memory grant then gives);
+    /// for data a grantee must not reach beyond its grant, use [`Fabric::alloc_served`].
     pub fn alloc(&self, len: u64, access: Access) -> Result<Region, Error> {
+        self.alloc_region(len, access, false)
+    }
+
+    /// Allocate a zeroed region of `len` bytes that this node *serves*: its memory is never
+    /// handed to a peer, on any transport. Every operation a peer asks for comes to this
+    /// node as a request, is checked against that peer's grant, its key and the region's
+    /// bounds, and is carried out here, so a grant holds exactly as named over shared memory
+    /// as over the edge transport: a peer granted [`Access::WRITE`] cannot read, one granted
+    /// [`Access::ATOMIC`] cannot store. The price over shared memory is a round trip through
+    /// this node's connection thread per operation (per 60 KiB piece of a large one) instead
+    /// of a plain load or store; revoking costs no copy. Pinning ([`crate::Conn::pin`]) needs
+    /// a mapped region and is refused for a served one.
+    pub fn alloc_served(&self, len: u64, access: Access) -> Result<Region, Error> {
+        self.alloc_region(len, access, true)
+    }
+
+    fn alloc_region(&self, len: u64, access: Access, served: bool) -> Result<Region, Error> {
         if len == 0 || len > rackwire_shm::SHM_REGION_BYTES_MAX {
             return Err(Error::Config(format!(
                 "region length {len} outside 1..={}",
@@ -236,6 +256,7 @@ impl Fabric {
             acl: Mutex::new(Acl::default()),
             migrating: AtomicBool::new(false),
             writers_first: Mutex::new(Default::default()),
+            served,
         });
         self.inner.regions.insert(inner.clone())?;
         Ok(Region { inner, fabric: self.inner.clone() })

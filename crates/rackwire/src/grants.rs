@@ -36,6 +36,9 @@ pub(crate) struct RegionInner {
     pub migrating: AtomicBool,
     /// After a move made for writers: the writers readers wait for.
     pub writers_first: Mutex<WritersFirst>,
+    /// Served by this node: the memory is never handed to a peer, every operation on it
+    /// comes as a request this node checks and carries out ([`crate::Fabric::alloc_served`]).
+    pub served: bool,
 }
 
 /// After the region moved to fresh memory for a writer over shared memory: the writers that
@@ -100,8 +103,7 @@ impl RegionTable {
     }
 
     /// Apply the access rules and, while they cannot change, run `then` with the region and the
-    /// peer's grant. The shared-memory transport sends the descriptor inside `then`, so no
-    /// revocation can slip between the decision and the hand-over.
+    /// peer's grant: for an operation this node carries out itself (the peer maps nothing).
     pub(crate) fn with_grant<T>(
         &self,
         peer: NodeId,
@@ -110,7 +112,34 @@ impl RegionTable {
         need: Access,
         then: impl FnOnce(&Arc<RegionInner>, Access) -> T,
     ) -> Result<T, Refusal> {
-        let decided = self.decide(peer, region, key, need, then);
+        self.decided(peer, region, key, need, false, then)
+    }
+
+    /// [`RegionTable::with_grant`] for a peer that is handed the memory to map: the peer is
+    /// recorded as holding a mapping (a revocation then asks it to unmap and moves the memory).
+    /// The shared-memory transport sends the descriptor inside `then`, so no revocation can
+    /// slip between the decision and the hand-over.
+    pub(crate) fn with_grant_to_map<T>(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        key: u128,
+        need: Access,
+        then: impl FnOnce(&Arc<RegionInner>, Access) -> T,
+    ) -> Result<T, Refusal> {
+        self.decided(peer, region, key, need, true, then)
+    }
+
+    fn decided<T>(
+        &self,
+        peer: NodeId,
+        region: RegionId,
+        key: u128,
+        need: Access,
+        maps: bool,
+        then: impl FnOnce(&Arc<RegionInner>, Access) -> T,
+    ) -> Result<T, Refusal> {
+        let decided = self.decide(peer, region, key, need, maps, then);
         if let Err(why) = decided {
             self.refused(peer, region, why);
         }
@@ -123,6 +152,7 @@ impl RegionTable {
         region: RegionId,
         key: u128,
         need: Access,
+        maps: bool,
         then: impl FnOnce(&Arc<RegionInner>, Access) -> T,
     ) -> Result<T, Refusal> {
         let r = read(&self.regions).get(&region).cloned().ok_or(Refusal::UnknownRegion)?;
@@ -135,7 +165,10 @@ impl RegionTable {
         }
         match acl.grants.get(&peer).copied() {
             Some(g) if g.contains(need) => {
-                acl.mapped_by.insert(peer);
+                // A served region is never handed over, so nobody holds a mapping of it.
+                if maps && !r.served {
+                    acl.mapped_by.insert(peer);
+                }
                 Ok(then(&r, g))
             }
             Some(_) => Err(Refusal::Ungranted { needed: need.bits() }),

@@ -47,6 +47,7 @@ mod id;
 mod metrics;
 mod node;
 mod op;
+mod owner;
 mod pin;
 mod region;
 mod shm;

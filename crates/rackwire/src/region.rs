@@ -67,6 +67,11 @@ impl Region {
         self.inner.len == 0
     }
 
+    /// Whether this node serves it ([`crate::Fabric::alloc_served`]): no peer ever maps it.
+    pub fn is_served(&self) -> bool {
+        self.inner.served
+    }
+
     /// The most any grant of this region may allow.
     pub fn access(&self) -> Access {
         self.inner.max_access

@@ -120,9 +120,10 @@ impl Node {
     fn run(&mut self, a: &[&str]) -> Result<String, String> {
         let f = &self.fabric;
         Ok(match a[0] {
-            "alloc" => {
+            "alloc" | "alloc-served" => {
                 let access: Access = arg(a, 2)?.parse().map_err(|e: rackwire::ParseAccessError| e.to_string())?;
-                let r = f.alloc(num(a, 1)?, access).map_err(|e| e.to_string())?;
+                let r = if a[0] == "alloc" { f.alloc(num(a, 1)?, access) } else { f.alloc_served(num(a, 1)?, access) };
+                let r = r.map_err(|e| e.to_string())?;
                 let s = format!("ok {} {}", r.id(), r.handle());
                 self.regions.insert(r.id(), r);
                 s

@@ -17,6 +17,7 @@
 mod control;
 mod handover;
 mod ops;
+mod served;
 
 use std::collections::HashMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -45,12 +46,20 @@ const LABEL_ACCEPTOR: &str = "rackwire-shm-acceptor";
 use crate::grants::Refusal;
 use crate::node::Node;
 use crate::pin::{out_of_bounds, signal_access, store_with_signal, PinSet, Pinned};
-use crate::sync::{lock, read};
+use crate::sync::{lock, read, write};
 use crate::transport::PeerTransport;
 use crate::{
     Access, BatchOptions, Completion, ConnStats, Error, NodeId, Notification, Op, OpFlags, RegionId, RemoteRegion,
     Signal, SignalOp, CONNECT_TIMEOUT, MESSAGE_RING_BYTES, NOTIFY_RING_BYTES,
 };
+
+/// Where an operation on a peer's region goes.
+enum Target<'a> {
+    /// Our mapping of it: plain loads, stores and atomic instructions.
+    Mapped(&'a Mapping),
+    /// The owner serves it: each operation is a request ([`served`]).
+    Served,
+}
 
 struct Mapping {
     mem: Arc<SharedMem>,
@@ -70,6 +79,8 @@ impl Drop for Mapping {
 
 enum MapAnswer {
     Granted,
+    /// The owner serves the region: no mapping, each operation goes to it.
+    Served,
     Refused(Refusal),
     Failed(Error),
 }
@@ -108,6 +119,10 @@ pub(crate) struct ShmPeer {
     rx_notify_watch: RingWatch,
     /// Region ids the peer handed us: looked up with the cheap hasher on every operation.
     maps: RwLock<rackwire_proto::OwnIdMap<RegionId, Mapping>>,
+    /// Region ids of the peer's that it serves ([`served`]): never mapped.
+    served: RwLock<rackwire_proto::OwnIdSet<RegionId>>,
+    /// Operations on served regions waiting for the owner's answer, by request.
+    served_waiters: Mutex<HashMap<u64, SyncSender<served::ServedReply>>>,
     pending: Mutex<HashMap<u64, PendingMap>>,
     unmap_waiters: Mutex<HashMap<u64, SyncSender<()>>>,
     next_req: AtomicU64,
@@ -130,6 +145,8 @@ impl ShmPeer {
             rx_msg: Mutex::new(local.msg),
             rx_notify: Mutex::new(local.notify),
             maps: RwLock::new(Default::default()),
+            served: RwLock::new(Default::default()),
+            served_waiters: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             unmap_waiters: Mutex::new(HashMap::new()),
             next_req: AtomicU64::new(1),
@@ -309,14 +326,27 @@ impl ShmPeer {
     /// Read the control socket until the connection ends, then tear down.
     fn serve(self: Arc<Self>, mut buf: Vec<u8>) {
         loop {
-            let (msg, mut fds) = match recv(&self.sock, &mut buf) {
+            let (msg, mut fds, payload) = match control::recv_with(&self.sock, &mut buf) {
                 Ok(m) => m,
                 Err(e) => {
                     debug!(peer = self.peer, "connection ends: {e}");
                     break;
                 }
             };
+            let data = payload.clone().map_or(&[][..], |r| &buf[r]);
             match msg {
+                PeerMsg::Served { req, region, key, op } => self.serve_op(req, region, &key, op, data),
+                PeerMsg::ServedDone { req, code, detail, value } => self.served_done(req, code, detail, value, data),
+                _ if payload.is_some() => {
+                    warn!(peer = self.peer, "data after a control message that carries none; closing");
+                    break;
+                }
+                PeerMsg::MapServed { req } => {
+                    if let Some(p) = lock(&self.pending).remove(&req) {
+                        write(&self.served).insert(p.region);
+                        let _ = p.reply.send(MapAnswer::Served);
+                    }
+                }
                 PeerMsg::MapRequest { req, region, key, want } => self.serve_map(req, region, &key, want),
                 PeerMsg::MapGranted { req, access } => {
                     let Some(p) = lock(&self.pending).remove(&req) else {
@@ -368,6 +398,7 @@ impl ShmPeer {
             let _ = p.reply.send(MapAnswer::Failed(Error::PeerGone(self.peer)));
         }
         lock(&self.unmap_waiters).clear();
+        lock(&self.served_waiters).clear();
         self.maps.write().unwrap_or_else(|e| e.into_inner()).clear();
         if let Some(f) = self.fabric.upgrade() {
             let me: Arc<dyn PeerTransport> = self.clone();
@@ -384,7 +415,11 @@ impl ShmPeer {
             let _ = send(&self.sock, &PeerMsg::MapRefused { req, code: Refusal::BadKey.code(), detail: 0 }, &[]);
             return;
         };
-        let decided = f.regions.with_grant(self.peer, region, key, Access::from_bits(want), |r, grant| {
+        let decided = f.regions.with_grant_to_map(self.peer, region, key, Access::from_bits(want), |r, grant| {
+            if r.served {
+                let told = send(&self.sock, &PeerMsg::MapServed { req }, &[]).map(|()| handover::Handover::Sent);
+                return (told, r.clone());
+            }
             (handover::hand_over(&self.sock, r, req, self.peer, grant), r.clone())
         });
         let busy = PeerMsg::MapRefused { req, code: Refusal::Busy.code(), detail: 0 };
@@ -418,13 +453,14 @@ impl ShmPeer {
     }
 
     /// Run `place` on the mapping of `t` that allows `need`, asking the owner for it first when
-    /// we have none. The map is held shared while `place` runs, so an unmap (which takes it
-    /// exclusively) waits until no operation is using the mapping.
-    fn with_mapping<T>(
+    /// we have none; or, when the owner serves the region, on [`Target::Served`]. The map is
+    /// held shared while `place` runs on a mapping, so an unmap (which takes it exclusively)
+    /// waits until no operation is using it.
+    fn with_target<T>(
         &self,
         t: &RemoteRegion,
         need: Access,
-        place: impl FnOnce(&Mapping) -> Result<T, Error>,
+        place: impl FnOnce(Target<'_>) -> Result<T, Error>,
     ) -> Result<T, Error> {
         if t.node != self.peer {
             return Err(Error::UnknownPeer(t.node));
@@ -443,9 +479,12 @@ impl ShmPeer {
                         return Err(Error::BadKey { region: t.region });
                     }
                     if m.access.contains(need) {
-                        return place(m);
+                        return place(Target::Mapped(m));
                     }
                 }
+            }
+            if read(&self.served).contains(&t.region) {
+                return place(Target::Served);
             }
             let deadline = *deadline.get_or_insert_with(|| Instant::now() + self.op_timeout);
             let r = self.request_mapping(t, need, deadline);
@@ -478,7 +517,7 @@ impl ShmPeer {
                 return Err(Error::PeerGone(self.peer));
             }
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(MapAnswer::Granted) => return Ok(()),
+                Ok(MapAnswer::Granted | MapAnswer::Served) => return Ok(()),
                 Ok(MapAnswer::Refused(Refusal::Busy)) => std::thread::sleep(Duration::from_millis(1)),
                 Ok(MapAnswer::Refused(r)) => {
                     let op = RefusedOp { node: self.peer, region: t.region, offset: 0, len: 0, need };

@@ -1,7 +1,10 @@
 //! The one-sided and two-sided operations over shared memory: stores, loads and atomic
 //! instructions on mapped regions, records pushed into the peer's rings.
 
+use rackwire_proto::AtomicOp;
+
 use super::*;
+use crate::owner::apply_atomic;
 
 impl PeerTransport for ShmPeer {
     fn peer(&self) -> NodeId {
@@ -33,16 +36,11 @@ impl PeerTransport for ShmPeer {
     }
 
     fn compare_swap(&self, t: &RemoteRegion, offset: u64, expected: u64, new: u64, flags: OpFlags) -> Op {
-        use std::sync::atomic::Ordering::{AcqRel, Acquire};
-        Op::ready(
-            self.do_atomic(t, offset, flags, |w| {
-                w.compare_exchange(expected, new, AcqRel, Acquire).unwrap_or_else(|v| v)
-            }),
-        )
+        Op::ready(self.do_atomic(t, offset, flags, AtomicOp::CompareSwap { expected, new }))
     }
 
     fn fetch_add(&self, t: &RemoteRegion, offset: u64, add: u64, flags: OpFlags) -> Op {
-        Op::ready(self.do_atomic(t, offset, flags, |w| w.fetch_add(add, std::sync::atomic::Ordering::AcqRel)))
+        Op::ready(self.do_atomic(t, offset, flags, AtomicOp::FetchAdd(add)))
     }
 
     fn send(&self, msg: &[u8]) -> Op {
@@ -133,7 +131,12 @@ impl PeerTransport for ShmPeer {
     }
 
     fn pin(&self, t: &RemoteRegion, need: Access) -> Result<Pinned, Error> {
-        let (mem, pins, access) = self.with_mapping(t, need, |m| Ok((m.mem.clone(), m.pins.clone(), m.access)))?;
+        let (mem, pins, access) = self.with_target(t, need, |place| match place {
+            Target::Mapped(m) => Ok((m.mem.clone(), m.pins.clone(), m.access)),
+            Target::Served => {
+                Err(Error::Config(format!("region {} is served by its owner: it cannot be pinned", t.region)))
+            }
+        })?;
         let stats = self.stats.clone();
         let counts = Box::new(move |writes, bytes| {
             stats.writes.fetch_add(writes, Relaxed);
@@ -244,7 +247,16 @@ impl ShmPeer {
         flags: OpFlags,
     ) -> Result<Completion, Error> {
         let len = data.len() as u64;
-        self.with_mapping(t, Access::WRITE, |m| {
+        self.with_target(t, Access::WRITE, |place| {
+            let m = match place {
+                Target::Mapped(m) => m,
+                Target::Served => {
+                    self.served_write(t, offset, data)?;
+                    self.stats.writes.fetch_add(1, Relaxed);
+                    self.stats.bytes_written.fetch_add(len, Relaxed);
+                    return Ok(());
+                }
+            };
             if offset.checked_add(len).is_none_or(|end| end > m.mem.len() as u64) {
                 return Err(self.refused(Self::oob(t, m, offset, len)));
             }
@@ -270,7 +282,16 @@ impl ShmPeer {
         signal: Signal,
         flags: OpFlags,
     ) -> Result<Completion, Error> {
-        let old = self.with_mapping(t, signal_access(&signal, data), |m| {
+        let old = self.with_target(t, signal_access(&signal, data), |place| {
+            let m = match place {
+                Target::Mapped(m) => m,
+                Target::Served => {
+                    let old = self.served_write_signal(t, offset, data, signal)?;
+                    self.stats.writes.fetch_add(1, Relaxed);
+                    self.stats.bytes_written.fetch_add(data.len() as u64, Relaxed);
+                    return Ok(old);
+                }
+            };
             // Counted before the stores: an atomic instruction after them would wait for
             // them to reach the peer's cache, and this call need not.
             self.stats.writes.fetch_add(1, Relaxed);
@@ -292,7 +313,10 @@ impl ShmPeer {
         opts: BatchOptions,
     ) -> Result<Completion, Error> {
         let f = self.fabric.upgrade().ok_or(Error::Closed)?;
-        self.with_mapping(t, Access::WRITE, |m| {
+        self.with_target(t, Access::WRITE, |place| {
+            let Target::Mapped(m) = place else {
+                return self.served_batch(t, entries);
+            };
             f.copy.write_batch(&m.mem, entries, opts.combine, opts.channels).map(drop).map_err(|i| {
                 let (off, d) = entries[i];
                 self.refused(Self::oob(t, m, off, d.len() as u64))
@@ -307,7 +331,10 @@ impl ShmPeer {
     }
 
     pub(super) fn do_read(&self, t: &RemoteRegion, offset: u64, len: u64, flags: OpFlags) -> Result<Completion, Error> {
-        let out = self.with_mapping(t, Access::READ, |m| {
+        let out = self.with_target(t, Access::READ, |place| {
+            let Target::Mapped(m) = place else {
+                return self.served_read(t, offset, len);
+            };
             if offset.checked_add(len).is_none_or(|end| end > m.mem.len() as u64) {
                 return Err(self.refused(Self::oob(t, m, offset, len)));
             }
@@ -326,14 +353,17 @@ impl ShmPeer {
         t: &RemoteRegion,
         offset: u64,
         flags: OpFlags,
-        op: impl FnOnce(&AtomicU64) -> u64,
+        op: AtomicOp,
     ) -> Result<Completion, Error> {
         if !offset.is_multiple_of(8) {
             return Err(Error::Misaligned { offset });
         }
-        let old = self.with_mapping(t, Access::ATOMIC, |m| match m.mem.atomic_u64(offset) {
-            Some(word) => Ok(op(word)),
-            None => Err(self.refused(Self::oob(t, m, offset, 8))),
+        let old = self.with_target(t, Access::ATOMIC, |place| match place {
+            Target::Served => self.served_atomic(t, offset, op),
+            Target::Mapped(m) => match m.mem.atomic_u64(offset) {
+                Some(word) => Ok(apply_atomic(word, op)),
+                None => Err(self.refused(Self::oob(t, m, offset, 8))),
+            },
         })?;
         self.stats.atomics.fetch_add(1, Relaxed);
         self.notify_after(t.region, offset, 8, flags)?;
