@@ -104,7 +104,10 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
         let m = col(&|r| pick(&r.0));
         let s = col(&|r| pick(&r.1));
         let ratio = col(&|r| pick(&r.1) / pick(&r.0));
-        doc.insert(name.into(), serde_json::json!({ "mapped": triple(m), "served": triple(s), "ratio": triple(ratio) }));
+        doc.insert(
+            name.into(),
+            serde_json::json!({ "mapped": triple(m), "served": triple(s), "ratio": triple(ratio) }),
+        );
         table.add_row([name.to_string(), fmt(m, digits), fmt(s, digits), fmt(ratio, 2)]);
     }
     if json {

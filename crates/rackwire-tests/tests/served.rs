@@ -81,7 +81,10 @@ fn large_operations_on_a_served_region_arrive_whole() {
     let back = peer.ok(&format!("read {h} 0 {}", len + 10));
     assert_eq!(back.len(), 2 * (len + 10));
     assert_eq!(&back[..10], "0000000000", "bytes before the write are untouched");
-    assert!(back[10..10 + 2 * len].chars().collect::<Vec<_>>().chunks(2).all(|c| c == ['a', 'b']), "write arrived whole");
+    assert!(
+        back[10..10 + 2 * len].chars().collect::<Vec<_>>().chunks(2).all(|c| c == ['a', 'b']),
+        "write arrived whole"
+    );
     assert_eq!(&back[10 + 2 * len..], "0000000000", "bytes after the write are untouched");
     let entries = format!("0:{},70000:{},1500000:{}", hex(b"one"), hex(&[7u8; 70_000]), hex(b"three"));
     peer.ok(&format!("batch {h} {entries}"));

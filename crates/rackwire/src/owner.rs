@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rackwire_proto::AtomicOp;
 
-use crate::grants::{RegionInner, Refusal};
+use crate::grants::{Refusal, RegionInner};
 use crate::node::Node;
 use crate::pin::signal_access;
 use crate::{Access, NodeId, RegionId, Signal, SignalOp};
@@ -75,7 +75,14 @@ pub(crate) fn read(
 }
 
 /// A 64-bit atomic at an 8-byte aligned `offset`; the old value.
-pub(crate) fn atomic(fab: &Node, peer: NodeId, region: RegionId, key: u128, offset: u64, op: AtomicOp) -> Result<u64, Refusal> {
+pub(crate) fn atomic(
+    fab: &Node,
+    peer: NodeId,
+    region: RegionId,
+    key: u128,
+    offset: u64,
+    op: AtomicOp,
+) -> Result<u64, Refusal> {
     if !offset.is_multiple_of(8) {
         return Err(Refusal::Misaligned);
     }

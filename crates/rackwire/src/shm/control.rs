@@ -193,8 +193,7 @@ pub(super) fn recv_with(sock: &ControlSocket, buf: &mut [u8]) -> Result<Received
         Some(i) => (&buf[..i], Some(i + 1..n)),
         None => (&buf[..n], None),
     };
-    let msg =
-        serde_json::from_slice(text).map_err(|e| Error::Protocol(format!("malformed control message: {e}")))?;
+    let msg = serde_json::from_slice(text).map_err(|e| Error::Protocol(format!("malformed control message: {e}")))?;
     Ok((msg, fds, payload))
 }
 

@@ -235,7 +235,9 @@ impl ShmPeer {
     ) -> Result<u64, Refusal> {
         let peer = self.peer;
         match op {
-            ServedOp::Write { offset, len, at } => owner::write(f, peer, region, key, offset, len, at, data).map(|()| 0),
+            ServedOp::Write { offset, len, at } => {
+                owner::write(f, peer, region, key, offset, len, at, data).map(|()| 0)
+            }
             ServedOp::WriteSignal { offset, signal, add, value } => {
                 let op = if add { SignalOp::Add(value) } else { SignalOp::Set(value) };
                 owner::write_signal(f, peer, region, key, offset, data, Signal { offset: signal, op })
