@@ -1,0 +1,416 @@
+//! The functions the C side (`prov.c`, which holds libfabric's structures) calls: plain
+//! numbers and pointers in, libfabric's negative error codes out. No panic crosses back:
+//! each body runs under `catch_unwind`, and a panic is `-FI_EOTHER`.
+#![allow(unsafe_code)]
+#![allow(missing_docs)]
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use crate::consts::*;
+use crate::engine::{self, Bind, RecvFlags};
+use crate::queues::{addr_bytes, addr_from, Entry, ProvErr, ADDR_BYTES};
+use crate::user::{Iov, RawIov};
+
+/// Run `f`; its error (positive) negated, a panic as `-FI_EOTHER`.
+fn guard(f: impl FnOnce() -> Result<i64, i32>) -> i64 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => -i64::from(e),
+        Err(_) => -i64::from(FI_EOTHER),
+    }
+}
+
+fn ok(r: Result<(), i32>) -> Result<i64, i32> {
+    r.map(|()| 0)
+}
+
+/// The pieces of a C `iovec` array.
+///
+/// # Safety
+/// `iov` points at `count` `struct iovec` (or `count` is 0).
+unsafe fn iovs(iov: *const RawIov, count: usize) -> Result<Vec<Iov>, i32> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if iov.is_null() || count > IOV_LIMIT {
+        return Err(FI_EINVAL);
+    }
+    // SAFETY: the caller passes `count` iovecs at `iov` (checked non-null above).
+    let raw = unsafe { std::slice::from_raw_parts(iov, count) };
+    Ok(raw.iter().map(|v| Iov { base: v.base as usize, len: v.len }).collect())
+}
+
+/// Pieces one operation's buffer has at most (`iov_limit`).
+pub const IOV_LIMIT: usize = 16;
+
+/// The timeout of a blocking call: negative waits for ever.
+fn timeout(ms: i32) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_configured() -> i32 {
+    i32::from(engine::configured())
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_domain_open() -> i64 {
+    guard(|| ok(engine::domain_open()))
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_domain_close() -> i64 {
+    guard(|| {
+        engine::domain_close();
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_cq_open(format: i32, out: *mut u64) -> i64 {
+    guard(|| {
+        let h = engine::cq_open(format)?;
+        // SAFETY: the C side passes a pointer to its own u64.
+        unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = h)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_cq_close(cq: u64) -> i64 {
+    guard(|| ok(engine::cq_close(cq)))
+}
+
+/// Bytes of one entry of `format`.
+fn entry_bytes(format: i32) -> usize {
+    match format {
+        FI_CQ_FORMAT_MSG => 24,
+        FI_CQ_FORMAT_DATA => 40,
+        FI_CQ_FORMAT_TAGGED => 48,
+        _ => 8,
+    }
+}
+
+/// `struct fi_cq_tagged_entry`: every format is a prefix of it.
+#[repr(C)]
+struct TaggedEntry {
+    op_context: usize,
+    flags: u64,
+    len: usize,
+    buf: usize,
+    data: u64,
+    tag: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<TaggedEntry>() == 48);
+
+/// Write `entries` into `buf` in `format`, and their sources into `src` (if not null).
+///
+/// # Safety
+/// `buf` holds `entries.len()` entries of `format`; `src`, if not null, as many `fi_addr_t`.
+unsafe fn write_entries(format: i32, entries: &[Entry], buf: *mut u8, src: *mut u64) {
+    let size = entry_bytes(format);
+    for (i, e) in entries.iter().enumerate() {
+        let full = TaggedEntry { op_context: e.ctx, flags: e.flags, len: e.len, buf: e.buf, data: e.data, tag: e.tag };
+        // SAFETY: `buf` has room for `entries.len()` entries of `size` bytes (the caller's
+        // count, which bounded how many were taken); `full` has at least `size` bytes.
+        unsafe { std::ptr::copy_nonoverlapping((&full as *const TaggedEntry).cast::<u8>(), buf.add(i * size), size) };
+        if !src.is_null() {
+            // SAFETY: `src` has room for as many addresses as entries.
+            unsafe { *src.add(i) = e.src };
+        }
+    }
+}
+
+/// `fi_cq_read`, `fi_cq_readfrom`, and their blocking forms (`blocking`, `timeout_ms`).
+#[no_mangle]
+pub extern "C" fn rwofi_cq_read(
+    cq: u64,
+    buf: *mut u8,
+    count: usize,
+    src: *mut u64,
+    blocking: i32,
+    timeout_ms: i32,
+) -> i64 {
+    guard(|| {
+        if buf.is_null() || count == 0 {
+            return Err(FI_EINVAL);
+        }
+        let format = engine::cq_format(cq)?;
+        let entries =
+            if blocking != 0 { engine::cq_sread(cq, count, timeout(timeout_ms))? } else { engine::cq_read(cq, count)? };
+        // SAFETY: the application's buffer holds `count` entries of the queue's format.
+        unsafe { write_entries(format, &entries, buf, src) };
+        Ok(entries.len() as i64)
+    })
+}
+
+/// The fields of `struct fi_cq_err_entry` the C side copies into the application's.
+#[repr(C)]
+pub struct RawErr {
+    op_context: usize,
+    flags: u64,
+    len: usize,
+    buf: usize,
+    data: u64,
+    tag: u64,
+    olen: usize,
+    err: i32,
+    prov_errno: i32,
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_cq_readerr(cq: u64, out: *mut RawErr) -> i64 {
+    guard(|| {
+        let e = engine::cq_readerr(cq)?;
+        let raw = RawErr {
+            op_context: e.entry.ctx,
+            flags: e.entry.flags,
+            len: e.entry.len,
+            buf: e.entry.buf,
+            data: e.entry.data,
+            tag: e.entry.tag,
+            olen: e.olen,
+            err: e.err,
+            prov_errno: e.prov_errno,
+        };
+        // SAFETY: the C side passes a pointer to its own RawErr.
+        unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = raw)?;
+        Ok(1)
+    })
+}
+
+/// The text of a provider error code: a static NUL-terminated string.
+#[no_mangle]
+pub extern "C" fn rwofi_strerror(prov_errno: i32) -> *const u8 {
+    let text = ProvErr::text(prov_errno);
+    text.as_ptr()
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_cq_signal(cq: u64) -> i64 {
+    guard(|| ok(engine::cq_signal(cq)))
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_cntr_open(out: *mut u64) -> i64 {
+    guard(|| {
+        let h = engine::cntr_open()?;
+        // SAFETY: the C side passes a pointer to its own u64.
+        unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = h)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_cntr_close(c: u64) -> i64 {
+    guard(|| ok(engine::cntr_close(c)))
+}
+
+/// The counter's value (`errors` 0) or its error count; `u64::MAX` on a bad counter.
+#[no_mangle]
+pub extern "C" fn rwofi_cntr_read(c: u64, errors: i32) -> u64 {
+    catch_unwind(|| engine::cntr_read(c).map_or(u64::MAX, |(v, e)| if errors != 0 { e } else { v })).unwrap_or(u64::MAX)
+}
+
+/// Add to (`add` 1) or set the counter's value (`errors` 0) or error count.
+#[no_mangle]
+pub extern "C" fn rwofi_cntr_change(c: u64, errors: i32, add: i32, v: u64) -> i64 {
+    guard(|| ok(engine::cntr_change(c, errors != 0, add != 0, v)))
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_cntr_wait(c: u64, threshold: u64, timeout_ms: i32) -> i64 {
+    guard(|| ok(engine::cntr_wait(c, threshold, timeout(timeout_ms))))
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_av_open(kind: i32, out: *mut u64) -> i64 {
+    guard(|| {
+        let h = engine::av_open(kind)?;
+        // SAFETY: the C side passes a pointer to its own u64.
+        unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = h)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_av_close(av: u64) -> i64 {
+    guard(|| ok(engine::av_close(av)))
+}
+
+/// Insert `count` addresses of [`ADDR_BYTES`] each; `fi_addr` (if not null) gets each one's
+/// `fi_addr_t` (`FI_ADDR_NOTAVAIL` for a bad one). The number inserted.
+#[no_mangle]
+pub extern "C" fn rwofi_av_insert(av: u64, addr: *const u8, count: usize, fi_addr: *mut u64) -> i64 {
+    guard(|| {
+        if count == 0 {
+            return Ok(0);
+        }
+        if addr.is_null() || count > crate::queues::AV_ENTRIES_MAX {
+            return Err(FI_EINVAL);
+        }
+        // SAFETY: the application passes `count` addresses of the length `fi_getname` gave.
+        let raw = unsafe { std::slice::from_raw_parts(addr, count * ADDR_BYTES) };
+        let addrs: Vec<_> = raw.chunks(ADDR_BYTES).map(addr_from).collect();
+        let got = engine::av_insert(av, &addrs)?;
+        if !fi_addr.is_null() {
+            for (i, fa) in got.iter().enumerate() {
+                // SAFETY: the application's array has room for `count` addresses.
+                unsafe { *fi_addr.add(i) = fa.unwrap_or(FI_ADDR_UNSPEC) };
+            }
+        }
+        Ok(got.iter().filter(|f| f.is_some()).count() as i64)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_av_remove(av: u64, fi_addr: *const u64, count: usize) -> i64 {
+    guard(|| {
+        if count > 0 && fi_addr.is_null() {
+            return Err(FI_EINVAL);
+        }
+        for i in 0..count {
+            // SAFETY: the application passes `count` addresses.
+            engine::av_remove(av, unsafe { *fi_addr.add(i) })?;
+        }
+        Ok(0)
+    })
+}
+
+/// Write the address behind `fa` into `addr` (room `*len`); `*len` becomes its length.
+#[no_mangle]
+pub extern "C" fn rwofi_av_lookup(av: u64, fa: u64, addr: *mut u8, len: *mut usize) -> i64 {
+    guard(|| {
+        let a = engine::av_lookup(av, fa)?;
+        // SAFETY: the C side checked `len`; `addr` has `*len` bytes.
+        unsafe { put_name(a, addr, len) }
+    })
+}
+
+/// # Safety
+/// `len` points at the room of `addr` (which may be null when the room is 0).
+unsafe fn put_name(a: crate::queues::Addr, addr: *mut u8, len: *mut usize) -> Result<i64, i32> {
+    // SAFETY: as the caller says.
+    let room = unsafe { len.as_mut() }.ok_or(FI_EINVAL)?;
+    let bytes = addr_bytes(a);
+    let fits = *room >= ADDR_BYTES && !addr.is_null();
+    if fits {
+        // SAFETY: `addr` has `*room >= ADDR_BYTES` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr, ADDR_BYTES) };
+    }
+    *room = ADDR_BYTES;
+    if fits {
+        Ok(0)
+    } else {
+        Err(FI_ETOOSMALL)
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_ep_open(out: *mut u64) -> i64 {
+    guard(|| {
+        let id = engine::ep_open()?;
+        // SAFETY: the C side passes a pointer to its own u64.
+        unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = u64::from(id))?;
+        Ok(0)
+    })
+}
+
+fn ep_id(ep: u64) -> Result<u32, i32> {
+    u32::try_from(ep).map_err(|_| FI_EINVAL)
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_ep_close(ep: u64) -> i64 {
+    guard(|| ok(engine::ep_close(ep_id(ep)?)))
+}
+
+/// Bind `ep` to a completion queue (`kind` 1), an address vector (2) or a counter (3).
+#[no_mangle]
+pub extern "C" fn rwofi_ep_bind(ep: u64, kind: i32, obj: u64, flags: u64) -> i64 {
+    guard(|| {
+        let what = match kind {
+            1 => Bind::Cq(obj, flags),
+            2 => Bind::Av(obj),
+            3 => Bind::Cntr(obj, flags),
+            _ => return Err(FI_EINVAL),
+        };
+        ok(engine::ep_bind(ep_id(ep)?, what))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_ep_enable(ep: u64) -> i64 {
+    guard(|| ok(engine::ep_enable(ep_id(ep)?)))
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_ep_getname(ep: u64, addr: *mut u8, len: *mut usize) -> i64 {
+    guard(|| {
+        let a = engine::ep_name(ep_id(ep)?)?;
+        // SAFETY: `len` is the room of `addr` (libfabric's contract for fi_getname).
+        unsafe { put_name(a, addr, len) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_ep_cancel(ep: u64, ctx: usize) -> i64 {
+    guard(|| ok(engine::ep_cancel(ep_id(ep)?, ctx)))
+}
+
+/// A send: `tagged` and `has_data` say whether `tag` and `data` count.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rwofi_send(
+    ep: u64,
+    iov: *const RawIov,
+    count: usize,
+    dest: u64,
+    tagged: i32,
+    tag: u64,
+    has_data: i32,
+    data: u64,
+    flags: u64,
+    ctx: usize,
+) -> i64 {
+    guard(|| {
+        // SAFETY: the C side passes the application's `count` iovecs.
+        let iov = unsafe { iovs(iov, count) }?;
+        let tag = (tagged != 0).then_some(tag);
+        let data = (has_data != 0).then_some(data);
+        ok(engine::send(ep_id(ep)?, &iov, dest, tag, data, flags, ctx))
+    })
+}
+
+/// A receive: `tagged` says whether `tag` and `ignore` count.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rwofi_recv(
+    ep: u64,
+    iov: *const RawIov,
+    count: usize,
+    src: u64,
+    tagged: i32,
+    tag: u64,
+    ignore: u64,
+    flags: u64,
+    ctx: usize,
+) -> i64 {
+    guard(|| {
+        // SAFETY: the C side passes the application's `count` iovecs.
+        let iov = unsafe { iovs(iov, count) }?;
+        if flags & FI_MULTI_RECV != 0 {
+            return Err(FI_ENOSYS);
+        }
+        let how = RecvFlags {
+            peek: flags & FI_PEEK != 0,
+            claim: flags & FI_CLAIM != 0,
+            discard: flags & FI_DISCARD != 0,
+            completion: flags & FI_COMPLETION != 0,
+        };
+        let tag = (tagged != 0).then_some((tag, ignore));
+        ok(engine::recv(ep_id(ep)?, iov, src, tag, how, ctx))
+    })
+}

@@ -1,0 +1,784 @@
+//! The provider's state in this process: one join of the fabric, shared by every domain; the
+//! endpoints, completion queues, counters and address vectors, each behind a number the C
+//! side holds; and progress (messages taken from the fabric and matched, pieces of sends
+//! pushed out as the peers' rings have room), made by every call that reads or posts.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rackwire::{Conn, Fabric, FabricConfig, NodeId, Op};
+use tracing::{debug, warn};
+
+use crate::consts::*;
+use crate::ep::{Matcher, Posted, RxDone};
+use crate::queues::{Addr, Av, Cntr, Cq, Entry, ErrEntry, ProvErr};
+use crate::user::{capacity, gather, Iov};
+use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX, HEADER_BYTES};
+
+/// Operations an endpoint holds queued for sending at most (its `tx_attr.size`).
+pub const TX_QUEUE_MAX: usize = 1024;
+/// Messages taken from the fabric per round of progress at most.
+const RX_BATCH: usize = 64;
+/// How long a blocking read sleeps between looks at most.
+const WAIT_SLICE: Duration = Duration::from_millis(1);
+
+/// How a send completes.
+#[derive(Debug)]
+struct TxDone {
+    ep: u32,
+    ctx: usize,
+    flags: u64,
+    len: usize,
+    /// Whether a completion is written (not for injects and unflagged selective sends).
+    completion: bool,
+}
+
+/// One piece of a send waiting for room at its peer.
+#[derive(Debug)]
+struct Piece {
+    dest: Addr,
+    bytes: Vec<u8>,
+    /// On the last piece: how the send completes.
+    done: Option<TxDone>,
+}
+
+/// An endpoint.
+#[derive(Debug, Default)]
+struct Ep {
+    enabled: bool,
+    tx_cq: Option<(u64, bool)>,
+    rx_cq: Option<(u64, bool)>,
+    av: Option<u64>,
+    tx_cntr: Option<u64>,
+    rx_cntr: Option<u64>,
+    rx: Matcher,
+    txq: VecDeque<Piece>,
+}
+
+/// Everything behind the lock.
+#[derive(Default)]
+pub(crate) struct State {
+    eps: HashMap<u32, Ep>,
+    next_ep: u32,
+    cqs: HashMap<u64, Cq>,
+    avs: HashMap<u64, Av>,
+    cntrs: HashMap<u64, Cntr>,
+    next_handle: u64,
+    conns: HashMap<NodeId, Conn>,
+    next_msg: u64,
+    /// Sends handed to a transport that completes them later (the edge transport).
+    inflight: VecDeque<(Op, TxDone)>,
+    domains: usize,
+    dropped: u64,
+}
+
+/// The provider in this process.
+pub(crate) struct Provider {
+    fabric: Fabric,
+    me: NodeId,
+    st: Mutex<State>,
+}
+
+static PROVIDER: Mutex<Option<Arc<Provider>>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether this process is configured to join a fabric (its environment names one).
+pub fn configured() -> bool {
+    std::env::var_os("RACKWIRE_MH").is_some() || std::env::var_os("RACKWIRE_CONFIG").is_some()
+}
+
+/// A warning for the user, where libfabric's own warnings go: standard error, when
+/// `FI_LOG_LEVEL` asks for warnings or more (as libfabric's providers do); and to tracing.
+fn log_warning(text: &str) {
+    warn!("rackwire provider: {text}");
+    let level = std::env::var("FI_LOG_LEVEL").unwrap_or_default().to_ascii_lowercase();
+    if ["warn", "trace", "info", "debug"].contains(&level.as_str()) {
+        eprintln!("libfabric:{}:rackwire:core: {text}", std::process::id());
+    }
+}
+
+/// The provider, joining the fabric on first use.
+fn provider() -> Result<Arc<Provider>, i32> {
+    let mut p = lock(&PROVIDER);
+    if let Some(p) = p.as_ref() {
+        return Ok(p.clone());
+    }
+    if !configured() {
+        return Err(FI_ENODATA);
+    }
+    let cfg = FabricConfig::from_env().map_err(|e| {
+        log_warning(&format!("bad fabric configuration: {e}"));
+        FI_EINVAL
+    })?;
+    let fabric = Fabric::join(cfg).map_err(|e| {
+        log_warning(&format!("cannot join the fabric: {e}"));
+        FI_ENODEV
+    })?;
+    let me = fabric.id();
+    let made = Arc::new(Provider { fabric, me, st: Mutex::new(State::default()) });
+    *p = Some(made.clone());
+    Ok(made)
+}
+
+/// Run `f` on the provider's state (after a round of progress).
+fn with<T>(f: impl FnOnce(&Provider, &mut State) -> Result<T, i32>) -> Result<T, i32> {
+    let p = lock(&PROVIDER).clone().ok_or(FI_EOPBADSTATE)?;
+    let mut st = lock(&p.st);
+    p.progress(&mut st);
+    f(&p, &mut st)
+}
+
+impl State {
+    fn handle(&mut self) -> u64 {
+        self.next_handle += 1;
+        self.next_handle
+    }
+
+    fn ep(&mut self, ep: u32) -> Result<&mut Ep, i32> {
+        self.eps.get_mut(&ep).ok_or(FI_EINVAL)
+    }
+
+    /// The `fi_addr_t` of `src` in endpoint `ep`'s vector.
+    fn src_addr(&self, ep: u32, src: Addr) -> u64 {
+        let av = self.eps.get(&ep).and_then(|e| e.av).and_then(|a| self.avs.get(&a));
+        av.and_then(|av| av.lookup(src)).unwrap_or(FI_ADDR_UNSPEC)
+    }
+
+    fn count(&mut self, cntr: Option<u64>, ok: bool) {
+        if let Some(c) = cntr.and_then(|c| self.cntrs.get_mut(&c)) {
+            if ok {
+                c.value += 1;
+            } else {
+                c.errors += 1;
+            }
+        }
+    }
+
+    fn tx_complete(&mut self, d: TxDone, err: Option<(i32, ProvErr)>) {
+        let Some(ep) = self.eps.get(&d.ep) else { return };
+        let (cq, cntr) = (ep.tx_cq, ep.tx_cntr);
+        self.count(cntr, err.is_none());
+        let Some(cq) = cq.and_then(|(c, _)| self.cqs.get_mut(&c)) else { return };
+        let entry = Entry { ctx: d.ctx, flags: d.flags, len: d.len, src: FI_ADDR_UNSPEC, ..Entry::default() };
+        match err {
+            None if d.completion => cq.entries.push_back(entry),
+            None => {}
+            Some((err, prov)) => cq.errors.push_back(ErrEntry { entry, olen: 0, err, prov_errno: prov as i32 }),
+        }
+    }
+
+    fn rx_complete(&mut self, ep: u32, d: RxDone) {
+        let src = self.src_addr(ep, d.src);
+        let Some(e) = self.eps.get(&ep) else { return };
+        let (cq, cntr) = (e.rx_cq, e.rx_cntr);
+        let truncated = d.copied < d.total;
+        self.count(cntr, !truncated);
+        let Some(cq) = cq.and_then(|(c, _)| self.cqs.get_mut(&c)) else { return };
+        let class = if d.tagged { FI_TAGGED } else { FI_MSG };
+        let entry = Entry {
+            ctx: d.recv.ctx,
+            flags: FI_RECV | class | if d.data.is_some() { FI_REMOTE_CQ_DATA } else { 0 },
+            len: d.copied,
+            buf: d.recv.iov.first().map_or(0, |v| v.base),
+            data: d.data.unwrap_or(0),
+            tag: d.tag,
+            src,
+        };
+        if truncated {
+            let olen = d.total - d.copied;
+            cq.errors.push_back(ErrEntry { entry, olen, err: FI_ETRUNC, prov_errno: ProvErr::Truncated as i32 });
+        } else if d.recv.completion {
+            cq.entries.push_back(entry);
+        }
+    }
+
+    /// A message (or piece) from `from` for one of our endpoints.
+    fn dispatch(&mut self, from: NodeId, msg: &[u8]) {
+        let (h, payload) = match Header::decode(msg) {
+            Ok(x) => x,
+            Err(e) => {
+                self.dropped += 1;
+                warn!(from, "rackwire provider: dropped a malformed message ({e:?})");
+                return;
+            }
+        };
+        let Some(ep) = self.eps.get_mut(&h.dst_ep) else {
+            self.dropped += 1;
+            debug!(from, ep = h.dst_ep, "rackwire provider: a message for an endpoint that is closed");
+            return;
+        };
+        match ep.rx.arrive((from, h.src_ep), &h, payload) {
+            Ok(Some(done)) => self.rx_complete(h.dst_ep, done),
+            Ok(None) => {}
+            Err(why) => {
+                self.dropped += 1;
+                warn!(from, "rackwire provider: dropped a message ({why:?})");
+            }
+        }
+    }
+
+    fn all_full(&self) -> bool {
+        self.eps.values().any(|e| e.rx.full())
+    }
+}
+
+impl Provider {
+    fn conn(&self, st: &mut State, node: NodeId) -> Result<Conn, i32> {
+        if let Some(c) = st.conns.get(&node) {
+            return Ok(c.clone());
+        }
+        let c = self.fabric.connect(node).map_err(|e| {
+            warn!(node, "rackwire provider: cannot reach node {node}: {e}");
+            FI_EHOSTUNREACH
+        })?;
+        st.conns.insert(node, c.clone());
+        Ok(c)
+    }
+
+    /// Take what the fabric holds for us, push out what waits for room, finish what the
+    /// transports finished.
+    fn progress(&self, st: &mut State) {
+        for _ in 0..4 {
+            if st.all_full() {
+                break;
+            }
+            let taken = self.fabric.recv_waiting_with(RX_BATCH, |from, msg| st.dispatch(from, msg));
+            match taken {
+                Ok(n) if n < RX_BATCH => break,
+                Ok(_) => {}
+                Err(e) => {
+                    debug!("rackwire provider: receiving: {e}");
+                    break;
+                }
+            }
+        }
+        let eps: Vec<u32> = st.eps.iter().filter(|(_, e)| !e.txq.is_empty()).map(|(id, _)| *id).collect();
+        for ep in eps {
+            self.push(st, ep);
+        }
+        for _ in 0..st.inflight.len() {
+            let Some((mut op, done)) = st.inflight.pop_front() else { break };
+            match op.poll() {
+                None => st.inflight.push_back((op, done)),
+                Some(Ok(_)) => st.tx_complete(done, None),
+                Some(Err(e)) => {
+                    warn!("rackwire provider: a send failed: {e}");
+                    st.tx_complete(done, Some((FI_EIO, ProvErr::Fabric)));
+                }
+            }
+        }
+    }
+
+    /// Push endpoint `ep`'s queued pieces while their peers have room.
+    fn push(&self, st: &mut State, ep: u32) {
+        loop {
+            let Some(piece) = st.eps.get_mut(&ep).and_then(|e| e.txq.pop_front()) else { return };
+            let (node, _) = piece.dest;
+            if node == self.me {
+                st.dispatch(node, &piece.bytes);
+                if let Some(d) = piece.done {
+                    st.tx_complete(d, None);
+                }
+                continue;
+            }
+            let conn = match self.conn(st, node) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.fail_send(st, ep, piece, e);
+                    continue;
+                }
+            };
+            let len = piece.bytes.len();
+            let sent = conn.send_with(len, |buf| {
+                buf[..len].copy_from_slice(&piece.bytes);
+                Some(len)
+            });
+            match sent {
+                None => {
+                    // No room at the peer: try again at the next progress.
+                    if let Some(e) = st.eps.get_mut(&ep) {
+                        e.txq.push_front(piece);
+                    }
+                    return;
+                }
+                Some(mut op) => match (op.poll(), piece.done) {
+                    (Some(Err(e)), done) => {
+                        warn!(node, "rackwire provider: a send to node {node} failed: {e}");
+                        let piece = Piece { done, ..piece };
+                        self.fail_send(st, ep, piece, FI_EHOSTUNREACH);
+                    }
+                    (Some(Ok(_)), Some(d)) => st.tx_complete(d, None),
+                    (None, Some(d)) => st.inflight.push_back((op, d)),
+                    (_, None) => {}
+                },
+            }
+        }
+    }
+
+    /// A piece could not go: the send it belongs to fails, and its other pieces are dropped.
+    fn fail_send(&self, st: &mut State, ep: u32, piece: Piece, err: i32) {
+        let mut done = piece.done;
+        if done.is_none() {
+            if let Some(e) = st.eps.get_mut(&ep) {
+                while let Some(p) = e.txq.pop_front() {
+                    if p.done.is_some() {
+                        done = p.done;
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(d) = done {
+            st.tx_complete(d, Some((err, ProvErr::PeerGone)));
+        }
+    }
+}
+
+// ---- what the C side calls ----
+
+/// A domain opened: joins the fabric on the first.
+pub fn domain_open() -> Result<(), i32> {
+    let p = provider()?;
+    lock(&p.st).domains += 1;
+    Ok(())
+}
+
+/// A domain closed: the last one leaves the fabric.
+pub fn domain_close() {
+    let mut slot = lock(&PROVIDER);
+    let last = slot.as_ref().is_some_and(|p| {
+        let mut st = lock(&p.st);
+        st.domains = st.domains.saturating_sub(1);
+        st.domains == 0
+    });
+    if last {
+        if let Some(p) = slot.take() {
+            match Arc::try_unwrap(p) {
+                Ok(p) => p.fabric.close(),
+                Err(p) => *slot = Some(p),
+            }
+        }
+    }
+}
+
+/// A completion queue of `format` (`FI_CQ_FORMAT_UNSPEC` is the context format).
+pub fn cq_open(format: i32) -> Result<u64, i32> {
+    if !(FI_CQ_FORMAT_UNSPEC..=FI_CQ_FORMAT_TAGGED).contains(&format) {
+        return Err(FI_ENOSYS);
+    }
+    let format = if format == FI_CQ_FORMAT_UNSPEC { FI_CQ_FORMAT_CONTEXT } else { format };
+    with(|_, st| {
+        let h = st.handle();
+        st.cqs.insert(h, Cq::new(format));
+        Ok(h)
+    })
+}
+
+/// Close completion queue `cq`; refused while an endpoint is bound to it.
+pub fn cq_close(cq: u64) -> Result<(), i32> {
+    with(|_, st| {
+        if st.eps.values().any(|e| e.tx_cq.map(|c| c.0) == Some(cq) || e.rx_cq.map(|c| c.0) == Some(cq)) {
+            return Err(FI_EBUSY);
+        }
+        st.cqs.remove(&cq).map(drop).ok_or(FI_EINVAL)
+    })
+}
+
+/// The format of `cq`.
+pub fn cq_format(cq: u64) -> Result<i32, i32> {
+    with(|_, st| st.cqs.get(&cq).map(|c| c.format).ok_or(FI_EINVAL))
+}
+
+/// Up to `max` completions of `cq`: `FI_EAGAIN` when none, `FI_EAVAIL` when one in error waits.
+pub fn cq_read(cq: u64, max: usize) -> Result<Vec<Entry>, i32> {
+    with(|_, st| {
+        let q = st.cqs.get_mut(&cq).ok_or(FI_EINVAL)?;
+        if !q.errors.is_empty() {
+            return Err(FI_EAVAIL);
+        }
+        if q.entries.is_empty() {
+            return Err(FI_EAGAIN);
+        }
+        let n = max.min(q.entries.len());
+        Ok(q.entries.drain(..n).collect())
+    })
+}
+
+/// [`cq_read`], waiting up to `timeout` (`None`: for ever) for a completion.
+pub fn cq_sread(cq: u64, max: usize, timeout: Option<Duration>) -> Result<Vec<Entry>, i32> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        match cq_read(cq, max) {
+            Err(FI_EAGAIN) => {}
+            other => return other,
+        }
+        let signaled = with(|_, st| Ok(st.cqs.get_mut(&cq).is_some_and(|q| std::mem::take(&mut q.signaled))))?;
+        if signaled {
+            return Err(FI_EAGAIN);
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left == Some(Duration::ZERO) {
+            return Err(FI_EAGAIN);
+        }
+        let p = lock(&PROVIDER).clone().ok_or(FI_EOPBADSTATE)?;
+        let _ = p.fabric.wait_input(&[], left.unwrap_or(WAIT_SLICE).min(WAIT_SLICE));
+    }
+}
+
+/// The next completion in error of `cq`.
+pub fn cq_readerr(cq: u64) -> Result<ErrEntry, i32> {
+    with(|_, st| st.cqs.get_mut(&cq).ok_or(FI_EINVAL)?.errors.pop_front().ok_or(FI_EAGAIN))
+}
+
+/// Wake a waiter of `cq`.
+pub fn cq_signal(cq: u64) -> Result<(), i32> {
+    with(|_, st| {
+        st.cqs.get_mut(&cq).ok_or(FI_EINVAL)?.signaled = true;
+        Ok(())
+    })
+}
+
+/// A counter.
+pub fn cntr_open() -> Result<u64, i32> {
+    with(|_, st| {
+        let h = st.handle();
+        st.cntrs.insert(h, Cntr::default());
+        Ok(h)
+    })
+}
+
+/// Close counter `c`.
+pub fn cntr_close(c: u64) -> Result<(), i32> {
+    with(|_, st| {
+        if st.eps.values().any(|e| e.tx_cntr == Some(c) || e.rx_cntr == Some(c)) {
+            return Err(FI_EBUSY);
+        }
+        st.cntrs.remove(&c).map(drop).ok_or(FI_EINVAL)
+    })
+}
+
+/// Counter `c`'s values (completed, failed).
+pub fn cntr_read(c: u64) -> Result<(u64, u64), i32> {
+    with(|_, st| st.cntrs.get(&c).map(|c| (c.value, c.errors)).ok_or(FI_EINVAL))
+}
+
+/// Change counter `c`: `add` to its value (or its errors with `errors`), or `set` it.
+pub fn cntr_change(c: u64, errors: bool, add: bool, v: u64) -> Result<(), i32> {
+    with(|_, st| {
+        let c = st.cntrs.get_mut(&c).ok_or(FI_EINVAL)?;
+        let slot = if errors { &mut c.errors } else { &mut c.value };
+        *slot = if add { slot.wrapping_add(v) } else { v };
+        Ok(())
+    })
+}
+
+/// Wait until counter `c` reaches `threshold`, up to `timeout`; `FI_EAVAIL` if it counts errors.
+pub fn cntr_wait(c: u64, threshold: u64, timeout: Option<Duration>) -> Result<(), i32> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let (_, errors0) = cntr_read(c)?;
+    loop {
+        let (v, errors) = cntr_read(c)?;
+        if v >= threshold {
+            return Ok(());
+        }
+        if errors > errors0 {
+            return Err(FI_EAVAIL);
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left == Some(Duration::ZERO) {
+            return Err(FI_ETIMEDOUT);
+        }
+        let p = lock(&PROVIDER).clone().ok_or(FI_EOPBADSTATE)?;
+        let _ = p.fabric.wait_input(&[], left.unwrap_or(WAIT_SLICE).min(WAIT_SLICE));
+    }
+}
+
+/// An address vector of `kind`.
+pub fn av_open(kind: i32) -> Result<u64, i32> {
+    if ![FI_AV_UNSPEC, FI_AV_MAP, FI_AV_TABLE].contains(&kind) {
+        return Err(FI_EINVAL);
+    }
+    with(|_, st| {
+        let h = st.handle();
+        st.avs.insert(h, Av::new(kind));
+        Ok(h)
+    })
+}
+
+/// Close address vector `av`.
+pub fn av_close(av: u64) -> Result<(), i32> {
+    with(|_, st| {
+        if st.eps.values().any(|e| e.av == Some(av)) {
+            return Err(FI_EBUSY);
+        }
+        st.avs.remove(&av).map(drop).ok_or(FI_EINVAL)
+    })
+}
+
+/// Insert `addrs` into `av`: each its `fi_addr_t`, or `None` where it is malformed.
+pub fn av_insert(av: u64, addrs: &[Option<Addr>]) -> Result<Vec<Option<u64>>, i32> {
+    with(|_, st| {
+        let av = st.avs.get_mut(&av).ok_or(FI_EINVAL)?;
+        Ok(addrs.iter().map(|a| a.and_then(|a| av.insert(a).ok())).collect())
+    })
+}
+
+/// Remove `fa` from `av`.
+pub fn av_remove(av: u64, fa: u64) -> Result<(), i32> {
+    with(|_, st| st.avs.get_mut(&av).ok_or(FI_EINVAL)?.remove(fa))
+}
+
+/// The address behind `fa` in `av`.
+pub fn av_lookup(av: u64, fa: u64) -> Result<Addr, i32> {
+    with(|_, st| st.avs.get(&av).ok_or(FI_EINVAL)?.resolve(fa).ok_or(FI_EINVAL))
+}
+
+/// An endpoint; its number.
+pub fn ep_open() -> Result<u32, i32> {
+    with(|_, st| {
+        if st.eps.len() >= u32::MAX as usize / 2 {
+            return Err(FI_ENOMEM);
+        }
+        while st.eps.contains_key(&st.next_ep) {
+            st.next_ep = st.next_ep.wrapping_add(1);
+        }
+        let id = st.next_ep;
+        st.next_ep = st.next_ep.wrapping_add(1);
+        st.eps.insert(id, Ep::default());
+        Ok(id)
+    })
+}
+
+/// Close endpoint `ep`: its queued sends and posted receives are dropped.
+pub fn ep_close(ep: u32) -> Result<(), i32> {
+    with(|_, st| st.eps.remove(&ep).map(drop).ok_or(FI_EINVAL))
+}
+
+/// What an endpoint is bound to.
+pub enum Bind {
+    /// A completion queue, for sends (`FI_TRANSMIT`), receives (`FI_RECV`) or both, with
+    /// `FI_SELECTIVE_COMPLETION` or not.
+    Cq(u64, u64),
+    /// An address vector.
+    Av(u64),
+    /// A counter, for sends or receives.
+    Cntr(u64, u64),
+}
+
+/// Bind `ep` to `what`.
+pub fn ep_bind(ep: u32, what: Bind) -> Result<(), i32> {
+    with(|_, st| {
+        let known = match &what {
+            Bind::Cq(c, _) => st.cqs.contains_key(c),
+            Bind::Av(a) => st.avs.contains_key(a),
+            Bind::Cntr(c, _) => st.cntrs.contains_key(c),
+        };
+        if !known {
+            return Err(FI_EINVAL);
+        }
+        let e = st.ep(ep)?;
+        if e.enabled && !matches!(what, Bind::Cntr(..)) {
+            return Err(FI_EOPBADSTATE);
+        }
+        match what {
+            Bind::Cq(c, flags) => {
+                let selective = flags & FI_SELECTIVE_COMPLETION != 0;
+                if flags & FI_TRANSMIT != 0 {
+                    e.tx_cq = Some((c, selective));
+                }
+                if flags & FI_RECV_BIND != 0 {
+                    e.rx_cq = Some((c, selective));
+                }
+            }
+            Bind::Av(a) => e.av = Some(a),
+            Bind::Cntr(c, flags) => {
+                if flags & FI_SEND != 0 {
+                    e.tx_cntr = Some(c);
+                }
+                if flags & FI_RECV != 0 {
+                    e.rx_cntr = Some(c);
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Enable `ep`: it needs an address vector and a completion queue for each direction.
+pub fn ep_enable(ep: u32) -> Result<(), i32> {
+    with(|_, st| {
+        let e = st.ep(ep)?;
+        if e.av.is_none() {
+            return Err(FI_ENOAV);
+        }
+        if e.tx_cq.is_none() && e.tx_cntr.is_none() || e.rx_cq.is_none() && e.rx_cntr.is_none() {
+            return Err(FI_ENOCQ);
+        }
+        e.enabled = true;
+        Ok(())
+    })
+}
+
+/// The address of `ep`.
+pub fn ep_name(ep: u32) -> Result<Addr, i32> {
+    with(|p, st| st.eps.get(&ep).map(|_| (p.me, ep)).ok_or(FI_EINVAL))
+}
+
+/// Cancel `ep`'s posted receive of context `ctx`.
+pub fn ep_cancel(ep: u32, ctx: usize) -> Result<(), i32> {
+    with(|_, st| {
+        let e = st.ep(ep)?;
+        let (recv, tagged) = e.rx.cancel(ctx).ok_or(FI_ENOENT)?;
+        let Some(cq) = e.rx_cq.and_then(|(c, _)| st.cqs.get_mut(&c)) else { return Ok(()) };
+        let flags = FI_RECV | if tagged { FI_TAGGED } else { FI_MSG };
+        let entry = Entry { ctx: recv.ctx, flags, src: FI_ADDR_UNSPEC, ..Entry::default() };
+        let prov_errno = ProvErr::Cancelled as i32;
+        cq.errors.push_back(ErrEntry { entry, olen: 0, err: FI_ECANCELED, prov_errno });
+        Ok(())
+    })
+}
+
+/// A send from `ep`: the bytes of `iov` to `dest` (an address of its vector), tagged with
+/// `tag` or plain, with remote CQ `data` or none. The bytes are copied before this returns.
+pub fn send(
+    ep: u32,
+    iov: &[Iov],
+    dest: u64,
+    tag: Option<u64>,
+    data: Option<u64>,
+    flags: u64,
+    ctx: usize,
+) -> Result<(), i32> {
+    with(|p, st| {
+        let e = st.eps.get(&ep).ok_or(FI_EINVAL)?;
+        if !e.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        if e.txq.len() >= TX_QUEUE_MAX {
+            return Err(FI_EAGAIN);
+        }
+        let av = e.av.and_then(|a| st.avs.get(&a)).ok_or(FI_EOPBADSTATE)?;
+        let to = av.resolve(dest).ok_or(FI_EINVAL)?;
+        let total = capacity(iov);
+        if total > crate::ep::MSG_BYTES_MAX {
+            return Err(FI_EMSGSIZE);
+        }
+        let selective = e.tx_cq.is_some_and(|(_, s)| s);
+        let completion = flags & FI_INJECT == 0 && (!selective || flags & FI_COMPLETION != 0);
+        let class = if tag.is_some() { FI_TAGGED } else { FI_MSG };
+        let done = TxDone { ep, ctx, flags: FI_SEND | class, len: total, completion };
+        st.next_msg += 1;
+        let msg_id = st.next_msg;
+        let mut all = Vec::with_capacity(total);
+        gather(iov, &mut all);
+        let header = |kind, len_or_offset| Header {
+            kind,
+            tagged: tag.is_some(),
+            has_data: data.is_some(),
+            dst_ep: to.1,
+            src_ep: ep,
+            tag: tag.unwrap_or(0),
+            data: data.unwrap_or(0),
+            msg_id,
+            len_or_offset,
+        };
+        let chunks: Vec<&[u8]> = if all.is_empty() { vec![&[]] } else { all.chunks(FRAGMENT_BYTES_MAX).collect() };
+        let n = chunks.len();
+        let mut pieces = Vec::with_capacity(n);
+        let mut offset = 0u64;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let h = match (n, i) {
+                (1, _) => header(Kind::Whole, 0),
+                (_, 0) => header(Kind::First, total as u64),
+                _ => header(Kind::Next, offset),
+            };
+            let mut bytes = vec![0u8; HEADER_BYTES + chunk.len()];
+            h.encode(&mut bytes);
+            bytes[HEADER_BYTES..].copy_from_slice(chunk);
+            offset += chunk.len() as u64;
+            pieces.push(Piece { dest: to, bytes, done: None });
+        }
+        pieces.last_mut().expect("at least one piece").done = Some(done);
+        st.eps.get_mut(&ep).expect("looked up").txq.extend(pieces);
+        p.push(st, ep);
+        Ok(())
+    })
+}
+
+/// How a receive is posted.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecvFlags {
+    /// `FI_PEEK`.
+    pub peek: bool,
+    /// `FI_CLAIM`.
+    pub claim: bool,
+    /// `FI_DISCARD`.
+    pub discard: bool,
+    /// `FI_COMPLETION`.
+    pub completion: bool,
+}
+
+/// A receive on `ep` into `iov`, from `src` (`FI_ADDR_UNSPEC`: anyone), of a tagged message
+/// matching `(tag, ignore)` or a plain one.
+pub fn recv(ep: u32, iov: Vec<Iov>, src: u64, tag: Option<(u64, u64)>, how: RecvFlags, ctx: usize) -> Result<(), i32> {
+    with(|_, st| {
+        let e = st.eps.get(&ep).ok_or(FI_EINVAL)?;
+        if !e.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        let from = if src == FI_ADDR_UNSPEC {
+            None
+        } else {
+            let av = e.av.and_then(|a| st.avs.get(&a)).ok_or(FI_EOPBADSTATE)?;
+            Some(av.resolve(src).ok_or(FI_EINVAL)?)
+        };
+        let selective = e.rx_cq.is_some_and(|(_, s)| s);
+        let (t, ignore) = tag.unwrap_or((0, 0));
+        let posted = Posted { ctx, iov, src: from, tag: t, ignore, completion: !selective || how.completion };
+        let tagged = tag.is_some();
+        let e = st.ep(ep)?;
+        if how.peek {
+            let found = e.rx.peek(&posted, tagged, how.claim, how.discard);
+            let Some(cq) = e.rx_cq.and_then(|(c, _)| st.cqs.get_mut(&c)) else { return Ok(()) };
+            let flags = FI_RECV | if tagged { FI_TAGGED } else { FI_MSG };
+            match found {
+                None => {
+                    let entry = Entry { ctx, flags, src: FI_ADDR_UNSPEC, ..Entry::default() };
+                    let prov_errno = ProvErr::NoMessage as i32;
+                    cq.errors.push_back(ErrEntry { entry, olen: 0, err: FI_ENOMSG, prov_errno });
+                }
+                Some(seen) => {
+                    let data_flag = if seen.data.is_some() { FI_REMOTE_CQ_DATA } else { 0 };
+                    let entry = Entry {
+                        ctx,
+                        flags: flags | data_flag,
+                        len: seen.len,
+                        buf: 0,
+                        data: seen.data.unwrap_or(0),
+                        tag: seen.tag,
+                        src: FI_ADDR_UNSPEC,
+                    };
+                    let src = st.src_addr(ep, seen.src);
+                    if let Some(cq) = st.eps.get(&ep).and_then(|e| e.rx_cq).and_then(|(c, _)| st.cqs.get_mut(&c)) {
+                        cq.entries.push_back(Entry { src, ..entry });
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let done = if how.claim { Some(e.rx.claim(posted, tagged, how.discard)?) } else { e.rx.post(posted, tagged)? };
+        if let Some(d) = done {
+            st.rx_complete(ep, d);
+        }
+        Ok(())
+    })
+}
+
+/// Messages dropped as malformed or for closed endpoints (for tests and diagnostics).
+pub fn dropped() -> u64 {
+    with(|_, st| Ok(st.dropped)).unwrap_or(0)
+}

@@ -1,0 +1,166 @@
+/*
+ * fi_getinfo's answer: one fi_info for an RDM endpoint, with the attributes and limits the
+ * provider really has, or -FI_ENODATA when the hints ask for what it cannot do (another
+ * endpoint type, capabilities or modes it lacks, larger limits, automatic progress) or the
+ * process is not configured to join a fabric (no RACKWIRE_MH nor RACKWIRE_CONFIG).
+ */
+#include "prov.h"
+
+/* Whether `hints` asks only for what the provider does. */
+static int hints_fit(const struct fi_info *hints)
+{
+	const struct fi_ep_attr *ep = hints->ep_attr;
+	const struct fi_domain_attr *dom = hints->domain_attr;
+	const struct fi_fabric_attr *fab = hints->fabric_attr;
+	const struct fi_tx_attr *tx = hints->tx_attr;
+	const struct fi_rx_attr *rx = hints->rx_attr;
+
+	if (hints->caps & ~(uint64_t)RW_CAPS)
+		return 0;
+	if (hints->addr_format != FI_FORMAT_UNSPEC)
+		return 0;
+	if ((hints->dest_addr && hints->dest_addrlen != RW_ADDR_BYTES) ||
+	    (hints->src_addr && hints->src_addrlen != RW_ADDR_BYTES))
+		return 0;
+	if (ep) {
+		if (ep->type != FI_EP_UNSPEC && ep->type != FI_EP_RDM)
+			return 0;
+		if (ep->max_msg_size > RW_MSG_BYTES_MAX || ep->tx_ctx_cnt > 1 || ep->rx_ctx_cnt > 1)
+			return 0;
+		if (ep->auth_key_size)
+			return 0;
+	}
+	if (dom) {
+		if (dom->name && strcmp(dom->name, RW_PROV_NAME))
+			return 0;
+		if (dom->data_progress == FI_PROGRESS_AUTO || dom->control_progress == FI_PROGRESS_AUTO)
+			return 0;
+		if (dom->caps & ~(uint64_t)(FI_LOCAL_COMM | FI_REMOTE_COMM))
+			return 0;
+		if (dom->av_type != FI_AV_UNSPEC && dom->av_type != FI_AV_MAP && dom->av_type != FI_AV_TABLE)
+			return 0;
+		if (dom->mr_mode & (FI_MR_BASIC | FI_MR_SCALABLE) && (dom->mr_mode & ~(FI_MR_BASIC | FI_MR_SCALABLE)))
+			return 0;
+		if (dom->cq_data_size > 8 || dom->auth_key_size)
+			return 0;
+	}
+	if (fab && fab->name && strcmp(fab->name, RW_PROV_NAME))
+		return 0;
+	if (tx) {
+		if (tx->caps & ~(uint64_t)RW_CAPS || tx->inject_size > RW_INJECT_BYTES || tx->size > RW_TX_SIZE ||
+		    tx->iov_limit > RW_IOV_LIMIT || tx->rma_iov_limit)
+			return 0;
+		if (tx->msg_order & ~(uint64_t)FI_ORDER_SAS)
+			return 0;
+	}
+	if (rx) {
+		if (rx->caps & ~(uint64_t)RW_CAPS || rx->size > RW_RX_SIZE || rx->iov_limit > RW_IOV_LIMIT ||
+		    rx->total_buffered_recv > RW_BUFFERED_RECV)
+			return 0;
+		if (rx->msg_order & ~(uint64_t)FI_ORDER_SAS)
+			return 0;
+	}
+	return 1;
+}
+
+int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags, const struct fi_info *hints,
+	       struct fi_info **out)
+{
+	struct fi_info *fi;
+	uint64_t caps;
+
+	(void)node; (void)service;
+	*out = NULL;
+	if (!rwofi_configured())
+		return -FI_ENODATA;
+	/* Addresses are given by fi_getname after the endpoint exists; none can be asked for. */
+	if (flags & FI_SOURCE && (node || service))
+		return -FI_ENODATA;
+	if (hints && !hints_fit(hints))
+		return -FI_ENODATA;
+
+	fi = fi_dupinfo(NULL);
+	if (!fi)
+		return -FI_ENOMEM;
+	caps = hints && hints->caps ? (hints->caps & RW_PRIMARY_CAPS) | RW_SECONDARY_CAPS : RW_CAPS;
+	if (!(caps & (FI_MSG | FI_TAGGED)))
+		caps |= FI_MSG | FI_TAGGED;
+	if (!(caps & (FI_SEND | FI_RECV)))
+		caps |= FI_SEND | FI_RECV;
+	fi->caps = caps;
+	fi->mode = 0;
+	fi->addr_format = FI_FORMAT_UNSPEC;
+	if (hints && hints->dest_addr) {
+		fi->dest_addr = malloc(RW_ADDR_BYTES);
+		if (!fi->dest_addr)
+			goto nomem;
+		memcpy(fi->dest_addr, hints->dest_addr, RW_ADDR_BYTES);
+		fi->dest_addrlen = RW_ADDR_BYTES;
+	}
+
+	fi->ep_attr->type = FI_EP_RDM;
+	fi->ep_attr->protocol = FI_PROTO_UNSPEC;
+	fi->ep_attr->max_msg_size = RW_MSG_BYTES_MAX;
+	fi->ep_attr->mem_tag_format = 0;
+	fi->ep_attr->tx_ctx_cnt = 1;
+	fi->ep_attr->rx_ctx_cnt = 1;
+
+	fi->tx_attr->caps = caps;
+	fi->tx_attr->mode = 0;
+	fi->tx_attr->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
+	fi->tx_attr->msg_order = FI_ORDER_SAS;
+	fi->tx_attr->comp_order = FI_ORDER_NONE;
+	fi->tx_attr->inject_size = RW_INJECT_BYTES;
+	fi->tx_attr->size = RW_TX_SIZE;
+	fi->tx_attr->iov_limit = RW_IOV_LIMIT;
+	fi->tx_attr->rma_iov_limit = 0;
+
+	fi->rx_attr->caps = caps;
+	fi->rx_attr->mode = 0;
+	fi->rx_attr->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
+	fi->rx_attr->msg_order = FI_ORDER_SAS;
+	fi->rx_attr->comp_order = FI_ORDER_NONE;
+	fi->rx_attr->total_buffered_recv = RW_BUFFERED_RECV;
+	fi->rx_attr->size = RW_RX_SIZE;
+	fi->rx_attr->iov_limit = RW_IOV_LIMIT;
+
+	fi->domain_attr->name = strdup(RW_PROV_NAME);
+	if (!fi->domain_attr->name)
+		goto nomem;
+	fi->domain_attr->threading = hints && hints->domain_attr && hints->domain_attr->threading
+					     ? hints->domain_attr->threading
+					     : FI_THREAD_SAFE;
+	fi->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+	fi->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+	fi->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	fi->domain_attr->av_type = hints && hints->domain_attr ? hints->domain_attr->av_type : FI_AV_UNSPEC;
+	/* Nothing needs registering: data is copied in and out of the application's buffers. */
+	fi->domain_attr->mr_mode = 0;
+	if (hints && hints->domain_attr && hints->domain_attr->mr_mode & (FI_MR_BASIC | FI_MR_SCALABLE))
+		fi->domain_attr->mr_mode = hints->domain_attr->mr_mode;
+	if (FI_VERSION_LT(version, FI_VERSION(1, 5)))
+		fi->domain_attr->mr_mode = FI_MR_SCALABLE;
+	fi->domain_attr->mr_key_size = 8;
+	fi->domain_attr->cq_data_size = 8;
+	fi->domain_attr->cq_cnt = RW_OBJECTS_MAX;
+	fi->domain_attr->ep_cnt = RW_OBJECTS_MAX;
+	fi->domain_attr->tx_ctx_cnt = RW_OBJECTS_MAX;
+	fi->domain_attr->rx_ctx_cnt = RW_OBJECTS_MAX;
+	fi->domain_attr->max_ep_tx_ctx = 1;
+	fi->domain_attr->max_ep_rx_ctx = 1;
+	fi->domain_attr->cntr_cnt = RW_OBJECTS_MAX;
+	fi->domain_attr->mr_iov_limit = 1;
+	fi->domain_attr->mr_cnt = RW_OBJECTS_MAX;
+	fi->domain_attr->caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+	fi->domain_attr->max_err_data = 0;
+
+	fi->fabric_attr->name = strdup(RW_PROV_NAME);
+	if (!fi->fabric_attr->name)
+		goto nomem;
+	fi->fabric_attr->prov_version = RW_PROV_VERSION;
+	*out = fi;
+	return 0;
+nomem:
+	fi_freeinfo(fi);
+	return -FI_ENOMEM;
+}

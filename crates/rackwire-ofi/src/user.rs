@@ -1,0 +1,91 @@
+//! The application's buffers. libfabric's contract: a buffer handed to an operation stays
+//! valid, and the application does not touch it, until the operation's completion is read
+//! (a send's buffer only until the call returns: this provider copies it at once). This
+//! module is the only place that reads or writes through the addresses the application gave.
+#![allow(unsafe_code)]
+
+/// One piece of an application buffer (`struct iovec`), kept as plain numbers so the queues
+/// that hold it are `Send`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Iov {
+    /// Its address.
+    pub base: usize,
+    /// Its length.
+    pub len: usize,
+}
+
+/// The `struct iovec` of the C side.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RawIov {
+    /// Base.
+    pub base: *mut u8,
+    /// Length.
+    pub len: usize,
+}
+
+/// Total bytes of `iov`.
+pub fn capacity(iov: &[Iov]) -> usize {
+    iov.iter().map(|v| v.len).sum()
+}
+
+/// Copy `data` into `iov` from byte `at` of the buffer it describes, as far as it reaches;
+/// the bytes copied.
+pub fn scatter(iov: &[Iov], mut at: usize, mut data: &[u8]) -> usize {
+    let mut copied = 0;
+    for v in iov {
+        if data.is_empty() {
+            break;
+        }
+        if at >= v.len {
+            at -= v.len;
+            continue;
+        }
+        let n = (v.len - at).min(data.len());
+        // SAFETY: the application gave `v` for this receive and keeps it valid and untouched
+        // until its completion (libfabric's contract); `at + n <= v.len`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (v.base as *mut u8).add(at), n) };
+        copied += n;
+        data = &data[n..];
+        at = 0;
+    }
+    copied
+}
+
+/// Append the bytes of `iov` to `out`.
+pub fn gather(iov: &[Iov], out: &mut Vec<u8>) {
+    for v in iov {
+        if v.len == 0 {
+            continue;
+        }
+        // SAFETY: the application gave `v` to this send and keeps it valid during the call
+        // (libfabric's contract); it is read once, here.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(v.base as *const u8, v.len) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks scattering into a buffer of three pieces from an offset inside the second: the
+    // bytes land across the piece boundary in order, nothing is written past the end, and
+    // the count says how much fit; gathering reads the pieces back in order.
+    #[test]
+    fn scatter_and_gather_follow_the_pieces() {
+        let mut a = [0u8; 4];
+        let mut b = [0u8; 3];
+        let mut c = [0u8; 2];
+        let iov = [
+            Iov { base: a.as_mut_ptr() as usize, len: a.len() },
+            Iov { base: b.as_mut_ptr() as usize, len: b.len() },
+            Iov { base: c.as_mut_ptr() as usize, len: c.len() },
+        ];
+        assert_eq!(capacity(&iov), 9);
+        assert_eq!(scatter(&iov, 5, b"wxyz!"), 4);
+        assert_eq!((a, b, c), ([0; 4], [0, b'w', b'x'], [b'y', b'z']));
+        let mut out = Vec::new();
+        gather(&iov, &mut out);
+        assert_eq!(out, b"\0\0\0\0\0wxyz");
+    }
+}

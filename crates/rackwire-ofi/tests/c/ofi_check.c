@@ -1,0 +1,365 @@
+/*
+ * The rackwire provider through libfabric's own API, as an application uses it: two
+ * processes (forked; names exchanged over a socket pair) on RDM endpoints. Checks, each with
+ * the result it must give: fi_getinfo refusing hints it cannot meet; plain and tagged
+ * messages, with remote CQ data and the sender's address (FI_SOURCE); a message sent before
+ * its receive was posted; messages of several pieces (3 MiB) both ways round; truncation
+ * as an error completion (FI_ETRUNC, its text); FI_PEEK, FI_CLAIM; cancel; tags with ignore
+ * bits; inject (no completion); counters; bad use refused with libfabric's codes; and a peer
+ * that left failing a send with an error completion. Prints "<role> ok" and exits 0 when
+ * every check held; otherwise says which failed and exits 1.
+ */
+#define _GNU_SOURCE
+#include <assert.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+#define V FI_VERSION(1, 17)
+#define BIG ((size_t)3 << 20)
+static const char *role = "main";
+
+#define CHECK(cond, ...)                                                     \
+	do {                                                                 \
+		if (!(cond)) {                                               \
+			fprintf(stderr, "%s: check failed at line %d: ", role, __LINE__); \
+			fprintf(stderr, __VA_ARGS__);                        \
+			fprintf(stderr, "\n");                               \
+			exit(1);                                             \
+		}                                                            \
+	} while (0)
+#define OK(call)                                                             \
+	do {                                                                 \
+		long _r = (long)(call);                                      \
+		CHECK(_r == 0, "%s returned %ld (%s)", #call, _r, fi_strerror((int)-_r)); \
+	} while (0)
+
+struct side {
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	struct fid_cntr *tx_cntr, *rx_cntr;
+	fi_addr_t peer;
+	int sock;
+};
+
+static struct fi_info *hints_base(void)
+{
+	struct fi_info *h = fi_allocinfo();
+	h->fabric_attr->prov_name = strdup("rackwire");
+	h->ep_attr->type = FI_EP_RDM;
+	h->caps = FI_MSG | FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV;
+	return h;
+}
+
+/* Hints the provider cannot meet get -FI_ENODATA; hints it can get its real limits. */
+static void check_getinfo(void)
+{
+	struct fi_info *h, *fi = NULL;
+	h = hints_base();
+	h->caps |= FI_RMA;
+	CHECK(fi_getinfo(V, NULL, NULL, 0, h, &fi) == -FI_ENODATA, "FI_RMA was offered");
+	fi_freeinfo(h);
+	h = hints_base();
+	h->ep_attr->type = FI_EP_MSG;
+	CHECK(fi_getinfo(V, NULL, NULL, 0, h, &fi) == -FI_ENODATA, "FI_EP_MSG was offered");
+	fi_freeinfo(h);
+	h = hints_base();
+	h->domain_attr->data_progress = FI_PROGRESS_AUTO;
+	CHECK(fi_getinfo(V, NULL, NULL, 0, h, &fi) == -FI_ENODATA, "automatic progress was offered");
+	fi_freeinfo(h);
+	h = hints_base();
+	h->tx_attr->inject_size = 1 << 20;
+	CHECK(fi_getinfo(V, NULL, NULL, 0, h, &fi) == -FI_ENODATA, "a 1 MiB inject size was offered");
+	fi_freeinfo(h);
+	h = hints_base();
+	OK(fi_getinfo(V, NULL, NULL, 0, h, &fi));
+	CHECK(fi->ep_attr->type == FI_EP_RDM && (fi->caps & FI_TAGGED) && !(fi->caps & FI_RMA), "caps %llx",
+	      (unsigned long long)fi->caps);
+	CHECK(fi->ep_attr->max_msg_size == (size_t)1 << 30, "max_msg_size %zu", fi->ep_attr->max_msg_size);
+	CHECK(fi->tx_attr->inject_size == 65536 - 48, "inject_size %zu", fi->tx_attr->inject_size);
+	CHECK(!strcmp(fi->fabric_attr->prov_name, "rackwire"), "provider %s", fi->fabric_attr->prov_name);
+	fi_freeinfo(fi);
+	fi_freeinfo(h);
+}
+
+static void open_side(struct side *s, enum fi_av_type av_type)
+{
+	struct fi_info *h = hints_base();
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
+	struct fi_av_attr av_attr = { .type = av_type };
+	struct fi_cntr_attr cntr_attr = { .events = FI_CNTR_EVENTS_COMP };
+	OK(fi_getinfo(V, NULL, NULL, 0, h, &s->info));
+	fi_freeinfo(h);
+	OK(fi_fabric(s->info->fabric_attr, &s->fabric, NULL));
+	OK(fi_domain(s->fabric, s->info, &s->domain, NULL));
+	OK(fi_endpoint(s->domain, s->info, &s->ep, NULL));
+	OK(fi_cq_open(s->domain, &cq_attr, &s->cq, NULL));
+	OK(fi_av_open(s->domain, &av_attr, &s->av, NULL));
+	OK(fi_cntr_open(s->domain, &cntr_attr, &s->tx_cntr, NULL));
+	OK(fi_cntr_open(s->domain, &cntr_attr, &s->rx_cntr, NULL));
+	CHECK(fi_enable(s->ep) == -FI_ENOAV, "an endpoint without a vector was enabled");
+	OK(fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV));
+	OK(fi_ep_bind(s->ep, &s->av->fid, 0));
+	OK(fi_ep_bind(s->ep, &s->tx_cntr->fid, FI_SEND));
+	OK(fi_ep_bind(s->ep, &s->rx_cntr->fid, FI_RECV));
+	OK(fi_enable(s->ep));
+}
+
+static void exchange_names(struct side *s)
+{
+	char mine[64], theirs[64];
+	size_t len = sizeof(mine), tiny = 2;
+	CHECK(fi_getname(&s->ep->fid, mine, &tiny) == -FI_ETOOSMALL && tiny == 8, "a short name buffer: len %zu", tiny);
+	OK(fi_getname(&s->ep->fid, mine, &len));
+	CHECK(len == 8, "name length %zu", len);
+	CHECK(write(s->sock, mine, len) == (ssize_t)len, "writing the name");
+	CHECK(read(s->sock, theirs, len) == (ssize_t)len, "reading the peer's name");
+	CHECK(fi_av_insert(s->av, theirs, 1, &s->peer, 0, NULL) == 1, "inserting the peer's name");
+	char back[16];
+	size_t blen = sizeof(back);
+	OK(fi_av_lookup(s->av, s->peer, back, &blen));
+	CHECK(blen == 8 && !memcmp(back, theirs, 8), "the vector gives another address back");
+}
+
+static void sync_step(struct side *s)
+{
+	char c = 's';
+	CHECK(write(s->sock, &c, 1) == 1 && read(s->sock, &c, 1) == 1, "syncing with the peer");
+}
+
+/* The next completion, waiting up to 10 s; its return is fi_cq_readfrom's. */
+static ssize_t next(struct side *s, struct fi_cq_tagged_entry *e, fi_addr_t *src)
+{
+	for (int i = 0; i < 1000000; i++) {
+		ssize_t r = fi_cq_readfrom(s->cq, e, 1, src);
+		if (r != -FI_EAGAIN)
+			return r;
+		if (i > 1000)
+			usleep(10);
+	}
+	return -FI_ETIMEDOUT;
+}
+
+static struct fi_cq_tagged_entry expect_one(struct side *s, uint64_t flags, fi_addr_t *src)
+{
+	struct fi_cq_tagged_entry e;
+	fi_addr_t from = FI_ADDR_NOTAVAIL;
+	ssize_t r = next(s, &e, &from);
+	CHECK(r == 1, "reading a completion: %zd (%s)", r, fi_strerror((int)-r));
+	CHECK((e.flags & flags) == flags, "completion flags %llx lack %llx", (unsigned long long)e.flags,
+	      (unsigned long long)flags);
+	if (src)
+		*src = from;
+	return e;
+}
+
+static void fill(char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (char)((i * 31 + seed) & 0xff);
+}
+static int filled(const char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (char)((i * 31 + seed) & 0xff))
+			return 0;
+	return 1;
+}
+
+static void sender(struct side *s)
+{
+	char ctx[8][16];
+	char *big = malloc(BIG);
+	struct fi_cq_tagged_entry e;
+
+	/* 1: sent before the receive is posted, with data. */
+	OK(fi_tsenddata(s->ep, "early", 5, NULL, 77, s->peer, 0x100, ctx[0]));
+	e = expect_one(s, FI_SEND | FI_TAGGED, NULL);
+	CHECK(e.op_context == ctx[0], "send completion context");
+	sync_step(s);
+	/* 2: 3 MiB into a posted receive, then 3 MiB before the receive. */
+	fill(big, BIG, 1);
+	sync_step(s); /* the receive is posted */
+	OK(fi_tsend(s->ep, big, BIG, NULL, s->peer, 0x200, ctx[1]));
+	expect_one(s, FI_SEND, NULL);
+	fill(big, BIG, 2);
+	OK(fi_tsend(s->ep, big, BIG, NULL, s->peer, 0x201, ctx[1]));
+	/* Its pieces wait for room at the receiver, which takes them once it reads again. */
+	sync_step(s);
+	expect_one(s, FI_SEND, NULL);
+	/* 3: truncation; 4: peek and claim; 5: ignore bits; 6: inject; 7: a plain message. */
+	OK(fi_tsend(s->ep, big, 100, NULL, s->peer, 0x300, ctx[2]));
+	expect_one(s, FI_SEND, NULL);
+	OK(fi_tsend(s->ep, "peekme", 6, NULL, s->peer, 0x400, ctx[3]));
+	expect_one(s, FI_SEND, NULL);
+	OK(fi_tsend(s->ep, "ignored", 7, NULL, s->peer, 0x6ab, ctx[4]));
+	expect_one(s, FI_SEND, NULL);
+	OK(fi_tinject(s->ep, "inj", 3, s->peer, 0x700));
+	OK(fi_send(s->ep, "plain", 5, NULL, s->peer, ctx[5]));
+	expect_one(s, FI_SEND | FI_MSG, NULL);
+	sync_step(s);
+	/* Bad use: an address not in the vector; RMA and atomics, not offered; a busy queue. */
+	CHECK(fi_tsend(s->ep, "x", 1, NULL, 99, 1, ctx[6]) == -FI_EINVAL, "a send to an unknown address");
+	CHECK(fi_read(s->ep, big, 8, NULL, s->peer, 0, 1, ctx[6]) == -FI_ENOSYS, "RMA was carried out");
+	size_t count = 0;
+	CHECK(fi_atomicvalid(s->ep, FI_UINT64, FI_SUM, &count) != 0, "an atomic was called valid");
+	CHECK(fi_close(&s->cq->fid) == -FI_EBUSY, "a bound queue closed");
+	CHECK(fi_cntr_read(s->tx_cntr) == 8, "send counter %llu, expected 8",
+	      (unsigned long long)fi_cntr_read(s->tx_cntr));
+	/* The peer leaves: a send to it ends in an error completion, not a hang. */
+	sync_step(s);
+	char c;
+	CHECK(read(s->sock, &c, 1) == 0, "the peer should have gone");
+	int failed = 0;
+	for (int i = 0; i < 400 && !failed; i++) {
+		ssize_t r = fi_tsend(s->ep, big, 200000, NULL, s->peer, 0x900, ctx[7]);
+		CHECK(r == 0 || r == -FI_EAGAIN, "a send to a gone peer: %zd", r);
+		r = next(s, &e, NULL);
+		if (r == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = { 0 };
+			CHECK(fi_cq_readerr(s->cq, &err, 0) == 1, "reading the error");
+			CHECK(err.err == FI_EHOSTUNREACH || err.err == FI_EIO, "error %d", err.err);
+			failed = 1;
+		}
+		usleep(5000);
+	}
+	CHECK(failed, "sends to a peer that left never failed");
+	free(big);
+}
+
+static void receiver(struct side *s)
+{
+	char buf[64], ctx[8][16];
+	char *big = malloc(BIG);
+	struct fi_cq_tagged_entry e;
+	fi_addr_t from;
+
+	sync_step(s); /* the early message was sent */
+	usleep(20000);
+	OK(fi_trecv(s->ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, 0x100, 0, ctx[0]));
+	e = expect_one(s, FI_RECV | FI_TAGGED | FI_REMOTE_CQ_DATA, &from);
+	CHECK(e.len == 5 && !memcmp(buf, "early", 5) && e.data == 77 && e.tag == 0x100, "early message: len %zu data %llu",
+	      e.len, (unsigned long long)e.data);
+	CHECK(from == s->peer, "the source address %llu is not the sender's %llu", (unsigned long long)from,
+	      (unsigned long long)s->peer);
+	OK(fi_trecv(s->ep, big, BIG, NULL, s->peer, 0x200, 0, ctx[1]));
+	sync_step(s);
+	e = expect_one(s, FI_RECV, NULL);
+	CHECK(e.len == BIG && filled(big, BIG, 1), "3 MiB into a posted receive: len %zu", e.len);
+	sync_step(s); /* the second 3 MiB was sent before its receive */
+	usleep(20000);
+	memset(big, 0, BIG);
+	OK(fi_trecv(s->ep, big, BIG, NULL, FI_ADDR_UNSPEC, 0x201, 0, ctx[1]));
+	e = expect_one(s, FI_RECV, NULL);
+	CHECK(e.len == BIG && filled(big, BIG, 2), "3 MiB before its receive: len %zu", e.len);
+
+	/* Truncation. */
+	OK(fi_trecv(s->ep, buf, 10, NULL, FI_ADDR_UNSPEC, 0x300, 0, ctx[2]));
+	CHECK(next(s, &e, NULL) == -FI_EAVAIL, "truncation is an error");
+	struct fi_cq_err_entry err = { 0 };
+	CHECK(fi_cq_readerr(s->cq, &err, 0) == 1 && err.err == FI_ETRUNC && err.olen == 90 && err.len == 10,
+	      "truncation: err %d olen %zu len %zu", err.err, err.olen, err.len);
+	const char *text = fi_cq_strerror(s->cq, err.prov_errno, err.err_data, NULL, 0);
+	CHECK(text && strstr(text, "larger"), "its text: %s", text ? text : "(none)");
+
+	/* Peek, then claim. */
+	struct iovec none = { NULL, 0 };
+	struct fi_msg_tagged peek = { .msg_iov = &none, .iov_count = 0, .addr = FI_ADDR_UNSPEC, .tag = 0x400,
+				      .context = ctx[3] };
+	OK(fi_trecvmsg(s->ep, &peek, FI_PEEK | FI_CLAIM));
+	e = expect_one(s, FI_RECV | FI_TAGGED, NULL);
+	CHECK(e.len == 6 && e.op_context == ctx[3], "peek: len %zu", e.len);
+	struct iovec into = { buf, sizeof(buf) };
+	struct fi_msg_tagged claim = { .msg_iov = &into, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 0x400,
+				       .context = ctx[3] };
+	OK(fi_trecvmsg(s->ep, &claim, FI_CLAIM));
+	e = expect_one(s, FI_RECV, NULL);
+	CHECK(e.len == 6 && !memcmp(buf, "peekme", 6), "claimed message");
+	OK(fi_trecvmsg(s->ep, &peek, FI_PEEK));
+	CHECK(next(s, &e, NULL) == -FI_EAVAIL && fi_cq_readerr(s->cq, &err, 0) == 1 && err.err == FI_ENOMSG,
+	      "a peek with nothing waiting: err %d", err.err);
+
+	/* Ignore bits, inject, a plain message. */
+	OK(fi_trecv(s->ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, 0x600, 0xff, ctx[4]));
+	e = expect_one(s, FI_RECV, NULL);
+	CHECK(e.tag == 0x6ab && !memcmp(buf, "ignored", 7), "ignore bits: tag %llx", (unsigned long long)e.tag);
+	OK(fi_trecv(s->ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, 0x700, 0, ctx[5]));
+	e = expect_one(s, FI_RECV, NULL);
+	CHECK(e.len == 3 && !memcmp(buf, "inj", 3), "injected message");
+	OK(fi_recv(s->ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, ctx[6]));
+	e = expect_one(s, FI_RECV | FI_MSG, NULL);
+	CHECK(e.len == 5 && !memcmp(buf, "plain", 5), "plain message");
+	sync_step(s);
+
+	/* Cancel. */
+	OK(fi_trecv(s->ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, 0x500, 0, ctx[7]));
+	OK(fi_cancel(&s->ep->fid, ctx[7]));
+	CHECK(next(s, &e, NULL) == -FI_EAVAIL && fi_cq_readerr(s->cq, &err, 0) == 1 && err.err == FI_ECANCELED &&
+		      err.op_context == ctx[7],
+	      "cancel: err %d", err.err);
+	CHECK(fi_cancel(&s->ep->fid, ctx[7]) == -FI_ENOENT, "cancelling twice");
+	CHECK(fi_cntr_read(s->rx_cntr) == 7 && fi_cntr_readerr(s->rx_cntr) == 1, "receive counter %llu, errors %llu",
+	      (unsigned long long)fi_cntr_read(s->rx_cntr), (unsigned long long)fi_cntr_readerr(s->rx_cntr));
+	sync_step(s);
+	free(big);
+}
+
+static void close_side(struct side *s)
+{
+	OK(fi_close(&s->ep->fid));
+	OK(fi_close(&s->cq->fid));
+	OK(fi_close(&s->av->fid));
+	OK(fi_close(&s->tx_cntr->fid));
+	OK(fi_close(&s->rx_cntr->fid));
+	OK(fi_close(&s->domain->fid));
+	OK(fi_close(&s->fabric->fid));
+	fi_freeinfo(s->info);
+}
+
+int main(void)
+{
+	int sv[2];
+	check_getinfo();
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+	pid_t b = fork();
+	if (b == 0) {
+		struct side s = { .sock = sv[1] };
+		role = "receiver";
+		close(sv[0]);
+		open_side(&s, FI_AV_MAP);
+		exchange_names(&s);
+		receiver(&s);
+		close_side(&s);
+		printf("receiver ok\n");
+		return 0;
+	}
+	close(sv[1]);
+	struct side s = { .sock = sv[0] };
+	role = "sender";
+	open_side(&s, FI_AV_TABLE);
+	exchange_names(&s);
+	sender(&s);
+	int status = 0;
+	waitpid(b, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the receiver failed");
+	printf("sender ok\n");
+	return 0;
+}
