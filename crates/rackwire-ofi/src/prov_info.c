@@ -6,6 +6,10 @@
  */
 #include "prov.h"
 
+/* A tag format of 64 one-bit fields: all 64 bits matched (libfabric's providers call it
+ * FI_TAG_GENERIC; the public headers do not name it). */
+#define RW_TAG_FORMAT 0xAAAAAAAAAAAAAAAAULL
+
 /* Whether `hints` asks only for what the provider does. */
 static int hints_fit(const struct fi_info *hints)
 {
@@ -101,7 +105,11 @@ int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 	fi->ep_attr->type = FI_EP_RDM;
 	fi->ep_attr->protocol = FI_PROTO_UNSPEC;
 	fi->ep_attr->max_msg_size = RW_MSG_BYTES_MAX;
-	fi->ep_attr->mem_tag_format = 0;
+	/* Every one of a tag's 64 bits is matched (with ignore bits): any format the application
+	 * asks for fits. */
+	fi->ep_attr->mem_tag_format = hints && hints->ep_attr && hints->ep_attr->mem_tag_format
+					      ? hints->ep_attr->mem_tag_format
+					      : RW_TAG_FORMAT;
 	fi->ep_attr->tx_ctx_cnt = 1;
 	fi->ep_attr->rx_ctx_cnt = 1;
 

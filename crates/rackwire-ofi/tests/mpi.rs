@@ -1,0 +1,107 @@
+//! Open MPI over the provider: `tests/mpi/mpi_check.c` (point-to-point, every collective,
+//! one-sided), run by `mpirun` with Open MPI's `cm` messaging layer on `mtl ofi` restricted
+//! to the `rackwire` provider (`--mca btl self`: no other transport between ranks; one-sided
+//! through `osc pt2pt` on the same messaging), at 2, 3 and 5 ranks over shared memory and 3
+//! over the edge transport. Without Open MPI (Debian: openmpi-bin, libopenmpi-dev) or the
+//! provider's libfabric side the tests say so and skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rackwire_tests::{TempDir, TestMh, SECRET};
+
+fn provider_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.parent()?.join("ofi");
+    dir.join("librackwire-fi.so").exists().then_some(dir)
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success())
+}
+
+/// The provider's folder and the built check program, or why the test skips.
+fn setup(build: &TempDir) -> Option<(PathBuf, PathBuf)> {
+    let Some(dir) = provider_dir() else {
+        eprintln!("skipped: the provider was built without libfabric's headers (install libfabric-dev)");
+        return None;
+    };
+    if !have("mpicc") || !have("mpirun") {
+        eprintln!("skipped: Open MPI is missing (install openmpi-bin libopenmpi-dev)");
+        return None;
+    }
+    let exe = build.0.join("mpi_check");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi_check.c");
+    let o =
+        Command::new("mpicc").args(["-O1", "-Wall", "-Werror"]).arg(&src).arg("-o").arg(&exe).output().expect("mpicc");
+    assert!(o.status.success(), "mpicc mpi_check.c:\n{}", String::from_utf8_lossy(&o.stderr));
+    Some((dir, exe))
+}
+
+/// `mpirun -n ranks exe args` over the provider, as a user runs it (see the README), ended
+/// after `limit` at most.
+fn mpirun(dir: &Path, mh: &TestMh, exe: &Path, ranks: usize, edge: bool, args: &[&str], limit: Duration) -> Output {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
+        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rackwire"])
+        .args(["--mca", "osc", "pt2pt", "--mca", "btl", "self"])
+        .args(["-x", "FI_PROVIDER_PATH", "-x", "RACKWIRE_MH", "-x", "RACKWIRE_SECRET"])
+        .env("FI_PROVIDER_PATH", dir)
+        .env("RACKWIRE_MH", &mh.addr)
+        .env("RACKWIRE_SECRET", SECRET)
+        .env_remove("RACKWIRE_NAME")
+        .env_remove("RACKWIRE_CONFIG");
+    if edge {
+        cmd.args(["-x", "RACKWIRE_TRANSPORT", "-x", "RACKWIRE_LINKS"])
+            .env("RACKWIRE_TRANSPORT", "edge")
+            .env("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0");
+    } else {
+        cmd.env_remove("RACKWIRE_TRANSPORT").env_remove("RACKWIRE_LINKS");
+    }
+    let mut child = cmd.arg(exe).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("mpirun");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+// Checks an MPI program's point-to-point, collectives and one-sided results (each checked by
+// the ranks against their own computation; a mismatch aborts the job) under Open MPI over the
+// provider at 2, 3 and 5 ranks over shared memory, and at 3 over the edge transport: mpirun
+// exits 0 and rank 0 reports every check passed.
+#[test]
+fn an_mpi_program_runs_over_the_provider() {
+    let build = TempDir::new("ofi-mpi");
+    let Some((dir, exe)) = setup(&build) else { return };
+    let mh = TestMh::start("ofi-mpi");
+    for (ranks, edge) in [(2, false), (3, false), (5, false), (3, true)] {
+        let o = mpirun(&dir, &mh, &exe, ranks, edge, &[], Duration::from_secs(180));
+        let out = text(&o);
+        let over = if edge { "edge" } else { "shared memory" };
+        assert!(o.status.success(), "{ranks} ranks over {over}:\n{out}");
+        assert!(out.contains(&format!("mpi_check ok: {ranks} ranks")), "{ranks} ranks over {over}:\n{out}");
+    }
+}
+
+// Checks that a rank killed in the middle of a job makes mpirun fail, well before the time
+// limit, rather than leave the other ranks waiting on the dead one for ever.
+#[test]
+fn a_killed_rank_fails_the_job_instead_of_hanging_it() {
+    let build = TempDir::new("ofi-mpi-die");
+    let Some((dir, exe)) = setup(&build) else { return };
+    let mh = TestMh::start("ofi-mpi-die");
+    let started = Instant::now();
+    let o = mpirun(&dir, &mh, &exe, 3, false, &["die"], Duration::from_secs(120));
+    assert!(!o.status.success(), "the job succeeded with a dead rank:\n{}", text(&o));
+    assert!(started.elapsed() < Duration::from_secs(60), "the job took {:?} to fail", started.elapsed());
+}
