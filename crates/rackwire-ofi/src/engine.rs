@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use crate::consts::*;
 use crate::ep::{Matcher, Posted, RxDone};
 use crate::queues::{Addr, Av, Cntr, Cq, Entry, ErrEntry, ProvErr};
-use crate::user::{capacity, gather, Iov};
+use crate::user::{capacity, copy_out, gather, Iov};
 use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX, HEADER_BYTES};
 
 /// Operations an endpoint holds queued for sending at most (its `tx_attr.size`).
@@ -34,13 +34,54 @@ struct TxDone {
     completion: bool,
 }
 
-/// One piece of a send waiting for room at its peer.
+/// Where a send's bytes are.
 #[derive(Debug)]
-struct Piece {
+enum Source {
+    /// Copied at the call (injects, whose buffer the application may reuse at once).
+    Owned(Vec<u8>),
+    /// The application's buffer, valid until the send completes (libfabric's contract):
+    /// copied piece by piece into the peer's ring as it has room.
+    User(Vec<Iov>),
+}
+
+/// A send not yet wholly handed to its peer.
+#[derive(Debug)]
+struct TxOp {
     dest: Addr,
-    bytes: Vec<u8>,
-    /// On the last piece: how the send completes.
-    done: Option<TxDone>,
+    header: Header,
+    src: Source,
+    total: usize,
+    /// Bytes handed over so far.
+    sent: usize,
+    done: TxDone,
+}
+
+impl TxOp {
+    /// The header and length of the next piece.
+    fn next_piece(&self) -> (Header, usize) {
+        if self.total <= FRAGMENT_BYTES_MAX {
+            return (Header { kind: Kind::Whole, len_or_offset: 0, ..self.header }, self.total);
+        }
+        let n = (self.total - self.sent).min(FRAGMENT_BYTES_MAX);
+        let h = if self.sent == 0 {
+            Header { kind: Kind::First, len_or_offset: self.total as u64, ..self.header }
+        } else {
+            Header { kind: Kind::Next, len_or_offset: self.sent as u64, ..self.header }
+        };
+        (h, n)
+    }
+
+    /// Write the next piece (header `h`, `n` bytes) into `buf`.
+    fn fill(&self, h: &Header, n: usize, buf: &mut [u8]) {
+        h.encode(buf);
+        let out = &mut buf[HEADER_BYTES..HEADER_BYTES + n];
+        match &self.src {
+            Source::Owned(v) => out.copy_from_slice(&v[self.sent..self.sent + n]),
+            Source::User(iov) => {
+                copy_out(iov, self.sent, out);
+            }
+        }
+    }
 }
 
 /// An endpoint.
@@ -53,7 +94,7 @@ struct Ep {
     tx_cntr: Option<u64>,
     rx_cntr: Option<u64>,
     rx: Matcher,
-    txq: VecDeque<Piece>,
+    txq: VecDeque<TxOp>,
 }
 
 /// Everything behind the lock.
@@ -71,6 +112,8 @@ pub(crate) struct State {
     inflight: VecDeque<(Op, TxDone)>,
     domains: usize,
     dropped: u64,
+    /// Sends queued over all endpoints.
+    tx_queued: usize,
 }
 
 /// The provider in this process.
@@ -256,9 +299,11 @@ impl Provider {
                 }
             }
         }
-        let eps: Vec<u32> = st.eps.iter().filter(|(_, e)| !e.txq.is_empty()).map(|(id, _)| *id).collect();
-        for ep in eps {
-            self.push(st, ep);
+        if st.tx_queued > 0 {
+            let eps: Vec<u32> = st.eps.iter().filter(|(_, e)| !e.txq.is_empty()).map(|(id, _)| *id).collect();
+            for ep in eps {
+                self.push(st, ep);
+            }
         }
         for _ in 0..st.inflight.len() {
             let Some((mut op, done)) = st.inflight.pop_front() else { break };
@@ -273,68 +318,69 @@ impl Provider {
         }
     }
 
-    /// Push endpoint `ep`'s queued pieces while their peers have room.
+    /// Push endpoint `ep`'s queued sends, piece by piece, while their peers have room.
     fn push(&self, st: &mut State, ep: u32) {
         loop {
-            let Some(piece) = st.eps.get_mut(&ep).and_then(|e| e.txq.pop_front()) else { return };
-            let (node, _) = piece.dest;
+            let Some(op) = st.eps.get_mut(&ep).and_then(|e| e.txq.front()) else { return };
+            let (node, _) = op.dest;
+            let (h, n) = op.next_piece();
+            let len = HEADER_BYTES + n;
             if node == self.me {
-                st.dispatch(node, &piece.bytes);
-                if let Some(d) = piece.done {
-                    st.tx_complete(d, None);
-                }
+                let mut bytes = vec![0u8; len];
+                op.fill(&h, n, &mut bytes);
+                st.dispatch(node, &bytes);
+                self.piece_sent(st, ep, n, None);
                 continue;
             }
             let conn = match self.conn(st, node) {
                 Ok(c) => c,
                 Err(e) => {
-                    self.fail_send(st, ep, piece, e);
+                    self.fail_send(st, ep, e);
                     continue;
                 }
             };
-            let len = piece.bytes.len();
+            let op = st.eps.get(&ep).and_then(|e| e.txq.front()).expect("looked at above");
             let sent = conn.send_with(len, |buf| {
-                buf[..len].copy_from_slice(&piece.bytes);
+                op.fill(&h, n, buf);
                 Some(len)
             });
             match sent {
-                None => {
-                    // No room at the peer: try again at the next progress.
-                    if let Some(e) = st.eps.get_mut(&ep) {
-                        e.txq.push_front(piece);
-                    }
-                    return;
-                }
-                Some(mut op) => match (op.poll(), piece.done) {
-                    (Some(Err(e)), done) => {
+                // No room at the peer: the rest goes at the next progress.
+                None => return,
+                Some(mut o) => match o.poll() {
+                    Some(Err(e)) => {
                         warn!(node, "rackwire provider: a send to node {node} failed: {e}");
-                        let piece = Piece { done, ..piece };
-                        self.fail_send(st, ep, piece, FI_EHOSTUNREACH);
+                        self.fail_send(st, ep, FI_EHOSTUNREACH);
                     }
-                    (Some(Ok(_)), Some(d)) => st.tx_complete(d, None),
-                    (None, Some(d)) => st.inflight.push_back((op, d)),
-                    (_, None) => {}
+                    Some(Ok(_)) => self.piece_sent(st, ep, n, None),
+                    None => self.piece_sent(st, ep, n, Some(o)),
                 },
             }
         }
     }
 
-    /// A piece could not go: the send it belongs to fails, and its other pieces are dropped.
-    fn fail_send(&self, st: &mut State, ep: u32, piece: Piece, err: i32) {
-        let mut done = piece.done;
-        if done.is_none() {
-            if let Some(e) = st.eps.get_mut(&ep) {
-                while let Some(p) = e.txq.pop_front() {
-                    if p.done.is_some() {
-                        done = p.done;
-                        break;
-                    }
-                }
-            }
+    /// `n` more bytes of `ep`'s first queued send were handed over (`pending`: the
+    /// transport finishes them later); the send completes with its last piece.
+    fn piece_sent(&self, st: &mut State, ep: u32, n: usize, pending: Option<Op>) {
+        let Some(e) = st.eps.get_mut(&ep) else { return };
+        let Some(op) = e.txq.front_mut() else { return };
+        op.sent += n;
+        if op.sent < op.total {
+            return;
         }
-        if let Some(d) = done {
-            st.tx_complete(d, Some((err, ProvErr::PeerGone)));
+        let op = e.txq.pop_front().expect("looked at above");
+        st.tx_queued -= 1;
+        match pending {
+            Some(o) => st.inflight.push_back((o, op.done)),
+            None => st.tx_complete(op.done, None),
         }
+    }
+
+    /// `ep`'s first queued send could not go: it fails with `err`.
+    fn fail_send(&self, st: &mut State, ep: u32, err: i32) {
+        let Some(op) = st.eps.get_mut(&ep).and_then(|e| e.txq.pop_front()) else { return };
+        st.tx_queued -= 1;
+        st.tx_complete(op.done, Some((err, ProvErr::PeerGone)));
     }
 }
 
@@ -555,7 +601,11 @@ pub fn ep_open() -> Result<u32, i32> {
 
 /// Close endpoint `ep`: its queued sends and posted receives are dropped.
 pub fn ep_close(ep: u32) -> Result<(), i32> {
-    with(|_, st| st.eps.remove(&ep).map(drop).ok_or(FI_EINVAL))
+    with(|_, st| {
+        let e = st.eps.remove(&ep).ok_or(FI_EINVAL)?;
+        st.tx_queued -= e.txq.len();
+        Ok(())
+    })
 }
 
 /// What an endpoint is bound to.
@@ -672,38 +722,26 @@ pub fn send(
         let class = if tag.is_some() { FI_TAGGED } else { FI_MSG };
         let done = TxDone { ep, ctx, flags: FI_SEND | class, len: total, completion };
         st.next_msg += 1;
-        let msg_id = st.next_msg;
-        let mut all = Vec::with_capacity(total);
-        gather(iov, &mut all);
-        let header = |kind, len_or_offset| Header {
-            kind,
+        let header = Header {
+            kind: Kind::Whole,
             tagged: tag.is_some(),
             has_data: data.is_some(),
             dst_ep: to.1,
             src_ep: ep,
             tag: tag.unwrap_or(0),
             data: data.unwrap_or(0),
-            msg_id,
-            len_or_offset,
+            msg_id: st.next_msg,
+            len_or_offset: 0,
         };
-        let chunks: Vec<&[u8]> = if all.is_empty() { vec![&[]] } else { all.chunks(FRAGMENT_BYTES_MAX).collect() };
-        let n = chunks.len();
-        let mut pieces = Vec::with_capacity(n);
-        let mut offset = 0u64;
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            let h = match (n, i) {
-                (1, _) => header(Kind::Whole, 0),
-                (_, 0) => header(Kind::First, total as u64),
-                _ => header(Kind::Next, offset),
-            };
-            let mut bytes = vec![0u8; HEADER_BYTES + chunk.len()];
-            h.encode(&mut bytes);
-            bytes[HEADER_BYTES..].copy_from_slice(chunk);
-            offset += chunk.len() as u64;
-            pieces.push(Piece { dest: to, bytes, done: None });
-        }
-        pieces.last_mut().expect("at least one piece").done = Some(done);
-        st.eps.get_mut(&ep).expect("looked up").txq.extend(pieces);
+        let src = if flags & FI_INJECT != 0 {
+            let mut all = Vec::with_capacity(total);
+            gather(iov, &mut all);
+            Source::Owned(all)
+        } else {
+            Source::User(iov.to_vec())
+        };
+        st.eps.get_mut(&ep).expect("looked up").txq.push_back(TxOp { dest: to, header, src, total, sent: 0, done });
+        st.tx_queued += 1;
         p.push(st, ep);
         Ok(())
     })

@@ -52,6 +52,29 @@ pub fn scatter(iov: &[Iov], mut at: usize, mut data: &[u8]) -> usize {
     copied
 }
 
+/// Copy bytes `at..at + out.len()` of the buffer `iov` describes into `out` (as far as it
+/// reaches); the bytes copied.
+pub fn copy_out(iov: &[Iov], mut at: usize, out: &mut [u8]) -> usize {
+    let mut copied = 0;
+    for v in iov {
+        if copied == out.len() {
+            break;
+        }
+        if at >= v.len {
+            at -= v.len;
+            continue;
+        }
+        let n = (v.len - at).min(out.len() - copied);
+        // SAFETY: the application gave `v` to this send and keeps it valid and unchanged
+        // until the send's completion (libfabric's contract); `at + n <= v.len`.
+        let src = unsafe { std::slice::from_raw_parts((v.base as *const u8).add(at), n) };
+        out[copied..copied + n].copy_from_slice(src);
+        copied += n;
+        at = 0;
+    }
+    copied
+}
+
 /// Append the bytes of `iov` to `out`.
 pub fn gather(iov: &[Iov], out: &mut Vec<u8>) {
     for v in iov {
@@ -87,5 +110,11 @@ mod tests {
         let mut out = Vec::new();
         gather(&iov, &mut out);
         assert_eq!(out, b"\0\0\0\0\0wxyz");
+        let mut part = [0u8; 3];
+        assert_eq!(copy_out(&iov, 4, &mut part), 3);
+        assert_eq!(&part, b"\0wx");
+        let mut tail = [9u8; 4];
+        assert_eq!(copy_out(&iov, 7, &mut tail), 2, "only two bytes are left past 7");
+        assert_eq!(&tail, b"yz\x09\x09");
     }
 }
