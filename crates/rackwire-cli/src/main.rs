@@ -11,6 +11,7 @@ mod figures;
 mod inspect;
 mod lang_bench;
 mod launch;
+mod ofi_bench;
 mod rack;
 mod seal_bench;
 mod served_bench;
@@ -206,8 +207,9 @@ struct BenchArgs {
     /// `seal`: the edge transport's 64 B ping-pong and 1 MiB one-way writes with frames sealed
     /// and unsealed, alternated --repeat times (frames of --mtu bytes).
     /// `served`: a served region's reads, writes and atomics over shared memory against a
-    /// mapped region's, alternated --repeat times.
-    #[arg(value_parser = ["vnic", "stripe", "coll", "lang", "seal", "served"])]
+    /// mapped region's, alternated --repeat times. `ofi`: libfabric's fi_pingpong over the
+    /// rackwire provider and libfabric's shm, tcp and udp;ofi_rxd providers, --repeat times.
+    #[arg(value_parser = ["vnic", "stripe", "coll", "lang", "seal", "served", "ofi"])]
     suite: Option<String>,
     /// With `coll`: ranks (comma-separated for several runs).
     #[arg(long, value_delimiter = ',', default_value = "2")]
@@ -447,6 +449,13 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--scale must be in (0, 10]");
             }
             seal_bench::run(b.mtu.unwrap_or(seal_bench::MTU_DEFAULT), b.repeat, b.scale, b.json)
+        }
+        Cmd::Bench(b) if b.suite.as_deref() == Some("ofi") => {
+            init_logging(tracing::Level::WARN);
+            if !(b.scale > 0.0 && b.scale <= 10.0) {
+                bail!("--scale must be in (0, 10]");
+            }
+            ofi_bench::run(b.repeat, b.scale, b.json)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("served") => {
             init_logging(tracing::Level::WARN);

@@ -199,3 +199,26 @@ fn quick_demo_writes_a_report() {
         serde_json::from_str(&std::fs::read_to_string(report.join("results.json")).unwrap()).unwrap();
     assert!(json["rows"].as_array().unwrap().len() >= 8);
 }
+
+// Checks `rackwire bench ofi` end to end at tiny scale where libfabric's fi_pingpong and the
+// provider (built beside this binary by the workspace build) are there: one JSON document
+// with positive figures for rackwire and each of libfabric's providers, and rackwire's ratio
+// against each peer.
+#[test]
+fn bench_ofi_measures_every_provider() {
+    let dir = std::path::Path::new(env!("CARGO_BIN_EXE_rackwire")).parent().expect("bin folder").join("ofi");
+    let have_tool =
+        Command::new("sh").args(["-c", "command -v fi_pingpong"]).output().is_ok_and(|o| o.status.success());
+    if !dir.join("librackwire-fi.so").exists() || !have_tool {
+        eprintln!("skipped: needs fi_pingpong (libfabric-bin) and the provider (cargo build -p rackwire-ofi)");
+        return;
+    }
+    let o = rackwire(&["bench", "ofi", "--repeat", "1", "--scale", "0.02", "--json"]);
+    assert!(o.status.success(), "bench ofi failed: {}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    for p in ["rackwire", "shm", "tcp", "udp;ofi_rxd"] {
+        assert!(doc[p]["lat_us_64b"]["median"].as_f64().unwrap() > 0.0, "{p}: {doc}");
+        assert!(doc[p]["mb_s_1mib"]["median"].as_f64().unwrap() > 0.0, "{p}: {doc}");
+        assert!(doc[p]["ours_over_theirs_lat"]["median"].as_f64().unwrap() > 0.0, "{p}: {doc}");
+    }
+}
