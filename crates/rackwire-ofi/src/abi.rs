@@ -7,9 +7,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
+use crate::atomics::{self, Form};
 use crate::consts::*;
 use crate::engine::{self, Bind, RecvFlags};
+use crate::objects;
 use crate::queues::{addr_bytes, addr_from, Entry, ProvErr, ADDR_BYTES};
+use crate::rma;
 use crate::user::{Iov, RawIov};
 
 /// Run `f`; its error (positive) negated, a panic as `-FI_EOTHER`.
@@ -70,7 +73,7 @@ pub extern "C" fn rwofi_domain_close() -> i64 {
 #[no_mangle]
 pub extern "C" fn rwofi_cq_open(format: i32, out: *mut u64) -> i64 {
     guard(|| {
-        let h = engine::cq_open(format)?;
+        let h = objects::cq_open(format)?;
         // SAFETY: the C side passes a pointer to its own u64.
         unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = h)?;
         Ok(0)
@@ -79,7 +82,7 @@ pub extern "C" fn rwofi_cq_open(format: i32, out: *mut u64) -> i64 {
 
 #[no_mangle]
 pub extern "C" fn rwofi_cq_close(cq: u64) -> i64 {
-    guard(|| ok(engine::cq_close(cq)))
+    guard(|| ok(objects::cq_close(cq)))
 }
 
 /// Bytes of one entry of `format`.
@@ -137,9 +140,12 @@ pub extern "C" fn rwofi_cq_read(
         if buf.is_null() || count == 0 {
             return Err(FI_EINVAL);
         }
-        let format = engine::cq_format(cq)?;
-        let entries =
-            if blocking != 0 { engine::cq_sread(cq, count, timeout(timeout_ms))? } else { engine::cq_read(cq, count)? };
+        let format = objects::cq_format(cq)?;
+        let entries = if blocking != 0 {
+            objects::cq_sread(cq, count, timeout(timeout_ms))?
+        } else {
+            objects::cq_read(cq, count)?
+        };
         // SAFETY: the application's buffer holds `count` entries of the queue's format.
         unsafe { write_entries(format, &entries, buf, src) };
         Ok(entries.len() as i64)
@@ -163,7 +169,7 @@ pub struct RawErr {
 #[no_mangle]
 pub extern "C" fn rwofi_cq_readerr(cq: u64, out: *mut RawErr) -> i64 {
     guard(|| {
-        let e = engine::cq_readerr(cq)?;
+        let e = objects::cq_readerr(cq)?;
         let raw = RawErr {
             op_context: e.entry.ctx,
             flags: e.entry.flags,
@@ -190,13 +196,13 @@ pub extern "C" fn rwofi_strerror(prov_errno: i32) -> *const u8 {
 
 #[no_mangle]
 pub extern "C" fn rwofi_cq_signal(cq: u64) -> i64 {
-    guard(|| ok(engine::cq_signal(cq)))
+    guard(|| ok(objects::cq_signal(cq)))
 }
 
 #[no_mangle]
 pub extern "C" fn rwofi_cntr_open(out: *mut u64) -> i64 {
     guard(|| {
-        let h = engine::cntr_open()?;
+        let h = objects::cntr_open()?;
         // SAFETY: the C side passes a pointer to its own u64.
         unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = h)?;
         Ok(0)
@@ -205,30 +211,31 @@ pub extern "C" fn rwofi_cntr_open(out: *mut u64) -> i64 {
 
 #[no_mangle]
 pub extern "C" fn rwofi_cntr_close(c: u64) -> i64 {
-    guard(|| ok(engine::cntr_close(c)))
+    guard(|| ok(objects::cntr_close(c)))
 }
 
 /// The counter's value (`errors` 0) or its error count; `u64::MAX` on a bad counter.
 #[no_mangle]
 pub extern "C" fn rwofi_cntr_read(c: u64, errors: i32) -> u64 {
-    catch_unwind(|| engine::cntr_read(c).map_or(u64::MAX, |(v, e)| if errors != 0 { e } else { v })).unwrap_or(u64::MAX)
+    catch_unwind(|| objects::cntr_read(c).map_or(u64::MAX, |(v, e)| if errors != 0 { e } else { v }))
+        .unwrap_or(u64::MAX)
 }
 
 /// Add to (`add` 1) or set the counter's value (`errors` 0) or error count.
 #[no_mangle]
 pub extern "C" fn rwofi_cntr_change(c: u64, errors: i32, add: i32, v: u64) -> i64 {
-    guard(|| ok(engine::cntr_change(c, errors != 0, add != 0, v)))
+    guard(|| ok(objects::cntr_change(c, errors != 0, add != 0, v)))
 }
 
 #[no_mangle]
 pub extern "C" fn rwofi_cntr_wait(c: u64, threshold: u64, timeout_ms: i32) -> i64 {
-    guard(|| ok(engine::cntr_wait(c, threshold, timeout(timeout_ms))))
+    guard(|| ok(objects::cntr_wait(c, threshold, timeout(timeout_ms))))
 }
 
 #[no_mangle]
 pub extern "C" fn rwofi_av_open(kind: i32, out: *mut u64) -> i64 {
     guard(|| {
-        let h = engine::av_open(kind)?;
+        let h = objects::av_open(kind)?;
         // SAFETY: the C side passes a pointer to its own u64.
         unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = h)?;
         Ok(0)
@@ -237,7 +244,7 @@ pub extern "C" fn rwofi_av_open(kind: i32, out: *mut u64) -> i64 {
 
 #[no_mangle]
 pub extern "C" fn rwofi_av_close(av: u64) -> i64 {
-    guard(|| ok(engine::av_close(av)))
+    guard(|| ok(objects::av_close(av)))
 }
 
 /// Insert `count` addresses of [`ADDR_BYTES`] each; `fi_addr` (if not null) gets each one's
@@ -254,7 +261,7 @@ pub extern "C" fn rwofi_av_insert(av: u64, addr: *const u8, count: usize, fi_add
         // SAFETY: the application passes `count` addresses of the length `fi_getname` gave.
         let raw = unsafe { std::slice::from_raw_parts(addr, count * ADDR_BYTES) };
         let addrs: Vec<_> = raw.chunks(ADDR_BYTES).map(addr_from).collect();
-        let got = engine::av_insert(av, &addrs)?;
+        let got = objects::av_insert(av, &addrs)?;
         if !fi_addr.is_null() {
             for (i, fa) in got.iter().enumerate() {
                 // SAFETY: the application's array has room for `count` addresses.
@@ -273,7 +280,7 @@ pub extern "C" fn rwofi_av_remove(av: u64, fi_addr: *const u64, count: usize) ->
         }
         for i in 0..count {
             // SAFETY: the application passes `count` addresses.
-            engine::av_remove(av, unsafe { *fi_addr.add(i) })?;
+            objects::av_remove(av, unsafe { *fi_addr.add(i) })?;
         }
         Ok(0)
     })
@@ -283,7 +290,7 @@ pub extern "C" fn rwofi_av_remove(av: u64, fi_addr: *const u64, count: usize) ->
 #[no_mangle]
 pub extern "C" fn rwofi_av_lookup(av: u64, fa: u64, addr: *mut u8, len: *mut usize) -> i64 {
     guard(|| {
-        let a = engine::av_lookup(av, fa)?;
+        let a = objects::av_lookup(av, fa)?;
         // SAFETY: the C side checked `len`; `addr` has `*len` bytes.
         unsafe { put_name(a, addr, len) }
     })
@@ -412,5 +419,124 @@ pub extern "C" fn rwofi_recv(
         };
         let tag = (tagged != 0).then_some((tag, ignore));
         ok(engine::recv(ep_id(ep)?, iov, src, tag, how, ctx))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_mr_reg(buf: *const u8, len: usize, access: u64, key: *mut u64) -> i64 {
+    guard(|| {
+        let k = rma::mr_reg(buf as usize, len, access)?;
+        // SAFETY: the C side passes a pointer to its own u64.
+        unsafe { key.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = k)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rwofi_mr_close(key: u64) -> i64 {
+    guard(|| ok(rma::mr_close(key)))
+}
+
+/// An RMA write (`read` 0) or read (`read` 1) of the application's `count` iovecs.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rwofi_rma(
+    ep: u64,
+    read: i32,
+    iov: *const RawIov,
+    count: usize,
+    peer: u64,
+    addr: u64,
+    key: u64,
+    has_data: i32,
+    data: u64,
+    flags: u64,
+    ctx: usize,
+) -> i64 {
+    guard(|| {
+        // SAFETY: the C side passes the application's `count` iovecs.
+        let iov = unsafe { iovs(iov, count) }?;
+        let ep = ep_id(ep)?;
+        if read != 0 {
+            ok(rma::read(ep, iov, peer, addr, key, flags, ctx))
+        } else {
+            let data = (has_data != 0).then_some(data);
+            ok(rma::write(ep, &iov, peer, addr, key, data, flags, ctx))
+        }
+    })
+}
+
+/// `n` bytes at `p`, or none for a null pointer.
+///
+/// # Safety
+/// `p` is null or points at `n` readable bytes.
+unsafe fn bytes<'a>(p: *const u8, n: usize) -> &'a [u8] {
+    if p.is_null() {
+        &[]
+    } else {
+        // SAFETY: as the caller says.
+        unsafe { std::slice::from_raw_parts(p, n) }
+    }
+}
+
+/// An atomic: `form` 0 write, 1 fetch, 2 compare; `count` elements of `dt` at `buf` (and
+/// `compare`), the old values into `result`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rwofi_atomic(
+    ep: u64,
+    form: i32,
+    dt: i32,
+    op: i32,
+    buf: *const u8,
+    count: usize,
+    compare: *const u8,
+    result: *mut u8,
+    peer: u64,
+    addr: u64,
+    key: u64,
+    flags: u64,
+    ctx: usize,
+) -> i64 {
+    guard(|| {
+        let form = u8::try_from(form).ok().and_then(Form::from_code).ok_or(FI_EINVAL)?;
+        let size = atomics::elem_bytes(dt).ok_or(FI_EOPNOTSUPP)?;
+        if count > atomics::count_max(dt) {
+            return Err(FI_EINVAL);
+        }
+        let n = size * count;
+        // SAFETY: the application passes `count` elements at `buf` (and at `compare` for the
+        // compare form); a read passes none.
+        let operands = unsafe { bytes(buf, n) };
+        let compares = if form == Form::Compare {
+            if compare.is_null() {
+                return Err(FI_EINVAL);
+            }
+            // SAFETY: as above.
+            unsafe { bytes(compare, n) }
+        } else {
+            &[]
+        };
+        let result = match form {
+            Form::Write => Vec::new(),
+            _ if result.is_null() => return Err(FI_EINVAL),
+            _ => vec![Iov { base: result as usize, len: n }],
+        };
+        let call = rma::AtomicCall { form, dt, op, count, operands, compares, result };
+        ok(rma::atomic(ep_id(ep)?, call, peer, addr, key, flags, ctx))
+    })
+}
+
+/// Whether `op` on `dt` in `form` is done, and how many elements one call may carry.
+#[no_mangle]
+pub extern "C" fn rwofi_atomic_valid(dt: i32, op: i32, form: i32, count: *mut usize) -> i64 {
+    guard(|| {
+        let form = u8::try_from(form).ok().and_then(Form::from_code).ok_or(FI_EINVAL)?;
+        let n = rma::atomic_valid(dt, op, form)?;
+        // SAFETY: the C side passes a pointer to its own size_t, or null.
+        if let Some(c) = unsafe { count.as_mut() } {
+            *c = n;
+        }
+        Ok(0)
     })
 }

@@ -5,9 +5,15 @@
 
 /// Capabilities and operation flags.
 pub const FI_MSG: u64 = 1 << 1;
+pub const FI_RMA: u64 = 1 << 2;
 pub const FI_TAGGED: u64 = 1 << 3;
+pub const FI_ATOMIC: u64 = 1 << 4;
+pub const FI_READ: u64 = 1 << 8;
+pub const FI_WRITE: u64 = 1 << 9;
 pub const FI_RECV: u64 = 1 << 10;
 pub const FI_SEND: u64 = 1 << 11;
+pub const FI_REMOTE_READ: u64 = 1 << 12;
+pub const FI_REMOTE_WRITE: u64 = 1 << 13;
 pub const FI_MULTI_RECV: u64 = 1 << 16;
 pub const FI_REMOTE_CQ_DATA: u64 = 1 << 17;
 pub const FI_PEEK: u64 = 1 << 19;
@@ -31,6 +37,7 @@ pub const FI_EIO: i32 = 5;
 pub const FI_EAGAIN: i32 = 11;
 pub const FI_ENOMEM: i32 = 12;
 pub const FI_EACCES: i32 = 13;
+pub const FI_EKEYREJECTED: i32 = 129;
 pub const FI_EBUSY: i32 = 16;
 pub const FI_ENODEV: i32 = 19;
 pub const FI_EINVAL: i32 = 22;
@@ -38,6 +45,7 @@ pub const FI_ENOSYS: i32 = 38;
 pub const FI_ENOMSG: i32 = 42;
 pub const FI_ENODATA: i32 = 61;
 pub const FI_EMSGSIZE: i32 = 90;
+pub const FI_EOPNOTSUPP: i32 = 95;
 pub const FI_EADDRNOTAVAIL: i32 = 99;
 pub const FI_ETIMEDOUT: i32 = 110;
 pub const FI_EHOSTUNREACH: i32 = 113;

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rackwire::{Conn, Fabric, FabricConfig, NodeId, Op};
 use tracing::{debug, warn};
@@ -21,22 +21,22 @@ pub const TX_QUEUE_MAX: usize = 1024;
 /// Messages taken from the fabric per round of progress at most.
 const RX_BATCH: usize = 64;
 /// How long a blocking read sleeps between looks at most.
-const WAIT_SLICE: Duration = Duration::from_millis(1);
+pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(1);
 
-/// How a send completes.
+/// How a send (or an RMA operation) completes.
 #[derive(Debug)]
-struct TxDone {
-    ep: u32,
-    ctx: usize,
-    flags: u64,
-    len: usize,
+pub(crate) struct TxDone {
+    pub ep: u32,
+    pub ctx: usize,
+    pub flags: u64,
+    pub len: usize,
     /// Whether a completion is written (not for injects and unflagged selective sends).
-    completion: bool,
+    pub completion: bool,
 }
 
 /// Where a send's bytes are.
 #[derive(Debug)]
-enum Source {
+pub(crate) enum Source {
     /// Copied at the call (injects, whose buffer the application may reuse at once).
     Owned(Vec<u8>),
     /// The application's buffer, valid until the send completes (libfabric's contract):
@@ -44,21 +44,32 @@ enum Source {
     User(Vec<Iov>),
 }
 
-/// A send not yet wholly handed to its peer.
+/// A send (or an RMA request or answer) not yet wholly handed to its peer.
 #[derive(Debug)]
-struct TxOp {
-    dest: Addr,
-    header: Header,
-    src: Source,
-    total: usize,
+pub(crate) struct TxOp {
+    pub dest: Addr,
+    pub header: Header,
+    pub src: Source,
+    pub total: usize,
     /// Bytes handed over so far.
-    sent: usize,
-    done: TxDone,
+    pub sent: usize,
+    /// How it completes once handed over (RMA operations complete on the target's answer).
+    pub done: Option<TxDone>,
 }
 
 impl TxOp {
     /// The header and length of the next piece.
     fn next_piece(&self) -> (Header, usize) {
+        match self.header.kind {
+            Kind::Write | Kind::ReadResp => {
+                let n = (self.total - self.sent).min(FRAGMENT_BYTES_MAX);
+                let at = self.header.len_or_offset + self.sent as u64;
+                let last = self.sent + n == self.total;
+                return (Header { len_or_offset: at, last, ..self.header }, n);
+            }
+            Kind::ReadReq | Kind::Atomic | Kind::Ack => return (self.header, self.total),
+            Kind::Whole | Kind::First | Kind::Next => {}
+        }
         if self.total <= FRAGMENT_BYTES_MAX {
             return (Header { kind: Kind::Whole, len_or_offset: 0, ..self.header }, self.total);
         }
@@ -86,32 +97,39 @@ impl TxOp {
 
 /// An endpoint.
 #[derive(Debug, Default)]
-struct Ep {
-    enabled: bool,
-    tx_cq: Option<(u64, bool)>,
-    rx_cq: Option<(u64, bool)>,
-    av: Option<u64>,
-    tx_cntr: Option<u64>,
-    rx_cntr: Option<u64>,
-    rx: Matcher,
-    txq: VecDeque<TxOp>,
+pub(crate) struct Ep {
+    pub enabled: bool,
+    pub tx_cq: Option<(u64, bool)>,
+    pub rx_cq: Option<(u64, bool)>,
+    pub av: Option<u64>,
+    pub tx_cntr: Option<u64>,
+    pub rx_cntr: Option<u64>,
+    /// Counters of RMA reads and of RMA writes (and atomics).
+    pub rd_cntr: Option<u64>,
+    pub wr_cntr: Option<u64>,
+    pub rx: Matcher,
+    pub txq: VecDeque<TxOp>,
 }
 
 /// Everything behind the lock.
 #[derive(Default)]
 pub(crate) struct State {
-    eps: HashMap<u32, Ep>,
+    pub(crate) eps: HashMap<u32, Ep>,
     next_ep: u32,
-    cqs: HashMap<u64, Cq>,
-    avs: HashMap<u64, Av>,
-    cntrs: HashMap<u64, Cntr>,
+    pub(crate) cqs: HashMap<u64, Cq>,
+    pub(crate) avs: HashMap<u64, Av>,
+    pub(crate) cntrs: HashMap<u64, Cntr>,
     next_handle: u64,
     conns: HashMap<NodeId, Conn>,
-    next_msg: u64,
+    pub(crate) next_msg: u64,
     /// Sends handed to a transport that completes them later (the edge transport).
     inflight: VecDeque<(Op, TxDone)>,
     domains: usize,
-    dropped: u64,
+    pub(crate) dropped: u64,
+    /// Registered regions by key.
+    pub(crate) mrs: HashMap<u64, crate::rma::Mr>,
+    /// RMA operations in flight by number.
+    pub(crate) rma: HashMap<u64, crate::rma::RmaOp>,
     /// Sends queued over all endpoints.
     tx_queued: usize,
 }
@@ -124,6 +142,13 @@ pub(crate) struct Provider {
 }
 
 static PROVIDER: Mutex<Option<Arc<Provider>>> = Mutex::new(None);
+
+/// Wait up to `d` for input from the fabric (a blocking call's nap between looks).
+pub(crate) fn nap(d: Duration) -> Result<(), i32> {
+    let p = lock(&PROVIDER).clone().ok_or(FI_EOPBADSTATE)?;
+    let _ = p.fabric.wait_input(&[], d.min(WAIT_SLICE));
+    Ok(())
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -168,7 +193,7 @@ fn provider() -> Result<Arc<Provider>, i32> {
 }
 
 /// Run `f` on the provider's state (after a round of progress).
-fn with<T>(f: impl FnOnce(&Provider, &mut State) -> Result<T, i32>) -> Result<T, i32> {
+pub(crate) fn with<T>(f: impl FnOnce(&Provider, &mut State) -> Result<T, i32>) -> Result<T, i32> {
     let p = lock(&PROVIDER).clone().ok_or(FI_EOPBADSTATE)?;
     let mut st = lock(&p.st);
     p.progress(&mut st);
@@ -176,7 +201,14 @@ fn with<T>(f: impl FnOnce(&Provider, &mut State) -> Result<T, i32>) -> Result<T,
 }
 
 impl State {
-    fn handle(&mut self) -> u64 {
+    /// Whether any endpoint is bound to queue, vector or counter `h`.
+    pub(crate) fn bound(&self, h: u64) -> bool {
+        self.eps
+            .values()
+            .any(|e| [e.tx_cq.map(|c| c.0), e.rx_cq.map(|c| c.0), e.av, e.tx_cntr, e.rx_cntr].contains(&Some(h)))
+    }
+
+    pub(crate) fn handle(&mut self) -> u64 {
         self.next_handle += 1;
         self.next_handle
     }
@@ -186,12 +218,12 @@ impl State {
     }
 
     /// The `fi_addr_t` of `src` in endpoint `ep`'s vector.
-    fn src_addr(&self, ep: u32, src: Addr) -> u64 {
+    pub(crate) fn src_addr(&self, ep: u32, src: Addr) -> u64 {
         let av = self.eps.get(&ep).and_then(|e| e.av).and_then(|a| self.avs.get(&a));
         av.and_then(|av| av.lookup(src)).unwrap_or(FI_ADDR_UNSPEC)
     }
 
-    fn count(&mut self, cntr: Option<u64>, ok: bool) {
+    pub(crate) fn count(&mut self, cntr: Option<u64>, ok: bool) {
         if let Some(c) = cntr.and_then(|c| self.cntrs.get_mut(&c)) {
             if ok {
                 c.value += 1;
@@ -201,11 +233,24 @@ impl State {
         }
     }
 
+    /// Queue `op` on endpoint `ep`'s sends.
+    pub(crate) fn queue(&mut self, ep: u32, op: TxOp) {
+        if let Some(e) = self.eps.get_mut(&ep) {
+            e.txq.push_back(op);
+            self.tx_queued += 1;
+        }
+    }
+
     fn tx_complete(&mut self, d: TxDone, err: Option<(i32, ProvErr)>) {
-        let Some(ep) = self.eps.get(&d.ep) else { return };
-        let (cq, cntr) = (ep.tx_cq, ep.tx_cntr);
+        let cntr = self.eps.get(&d.ep).and_then(|e| e.tx_cntr);
         self.count(cntr, err.is_none());
-        let Some(cq) = cq.and_then(|(c, _)| self.cqs.get_mut(&c)) else { return };
+        self.tx_entry(d, err);
+    }
+
+    /// The completion of a send or an RMA operation, in its endpoint's transmit queue.
+    pub(crate) fn tx_entry(&mut self, d: TxDone, err: Option<(i32, ProvErr)>) {
+        let Some(ep) = self.eps.get(&d.ep) else { return };
+        let Some(cq) = ep.tx_cq.and_then(|(c, _)| self.cqs.get_mut(&c)) else { return };
         let entry = Entry { ctx: d.ctx, flags: d.flags, len: d.len, src: FI_ADDR_UNSPEC, ..Entry::default() };
         match err {
             None if d.completion => cq.entries.push_back(entry),
@@ -249,6 +294,11 @@ impl State {
                 return;
             }
         };
+        match h.kind {
+            Kind::Write | Kind::ReadReq | Kind::Atomic => return self.serve_rma(from, &h, payload),
+            Kind::ReadResp | Kind::Ack => return self.rma_answer(from, &h, payload),
+            Kind::Whole | Kind::First | Kind::Next => {}
+        }
         let Some(ep) = self.eps.get_mut(&h.dst_ep) else {
             self.dropped += 1;
             debug!(from, ep = h.dst_ep, "rackwire provider: a message for an endpoint that is closed");
@@ -319,7 +369,7 @@ impl Provider {
     }
 
     /// Push endpoint `ep`'s queued sends, piece by piece, while their peers have room.
-    fn push(&self, st: &mut State, ep: u32) {
+    pub(crate) fn push(&self, st: &mut State, ep: u32) {
         loop {
             let Some(op) = st.eps.get_mut(&ep).and_then(|e| e.txq.front()) else { return };
             let (node, _) = op.dest;
@@ -370,9 +420,10 @@ impl Provider {
         }
         let op = e.txq.pop_front().expect("looked at above");
         st.tx_queued -= 1;
-        match pending {
-            Some(o) => st.inflight.push_back((o, op.done)),
-            None => st.tx_complete(op.done, None),
+        match (pending, op.done) {
+            (_, None) => {}
+            (Some(o), Some(d)) => st.inflight.push_back((o, d)),
+            (None, Some(d)) => st.tx_complete(d, None),
         }
     }
 
@@ -380,7 +431,14 @@ impl Provider {
     fn fail_send(&self, st: &mut State, ep: u32, err: i32) {
         let Some(op) = st.eps.get_mut(&ep).and_then(|e| e.txq.pop_front()) else { return };
         st.tx_queued -= 1;
-        st.tx_complete(op.done, Some((err, ProvErr::PeerGone)));
+        if let Some(d) = op.done {
+            st.tx_complete(d, Some((err, ProvErr::PeerGone)));
+        } else if let Some(id) = (op.header.kind != Kind::Ack).then_some(op.header.msg_id) {
+            // An RMA request that could not go: its operation fails now.
+            if let Some(r) = st.rma.remove(&id) {
+                st.tx_entry(r.done, Some((err, ProvErr::PeerGone)));
+            }
+        }
     }
 }
 
@@ -411,178 +469,6 @@ pub fn domain_close() {
     }
 }
 
-/// A completion queue of `format` (`FI_CQ_FORMAT_UNSPEC` is the context format).
-pub fn cq_open(format: i32) -> Result<u64, i32> {
-    if !(FI_CQ_FORMAT_UNSPEC..=FI_CQ_FORMAT_TAGGED).contains(&format) {
-        return Err(FI_ENOSYS);
-    }
-    let format = if format == FI_CQ_FORMAT_UNSPEC { FI_CQ_FORMAT_CONTEXT } else { format };
-    with(|_, st| {
-        let h = st.handle();
-        st.cqs.insert(h, Cq::new(format));
-        Ok(h)
-    })
-}
-
-/// Close completion queue `cq`; refused while an endpoint is bound to it.
-pub fn cq_close(cq: u64) -> Result<(), i32> {
-    with(|_, st| {
-        if st.eps.values().any(|e| e.tx_cq.map(|c| c.0) == Some(cq) || e.rx_cq.map(|c| c.0) == Some(cq)) {
-            return Err(FI_EBUSY);
-        }
-        st.cqs.remove(&cq).map(drop).ok_or(FI_EINVAL)
-    })
-}
-
-/// The format of `cq`.
-pub fn cq_format(cq: u64) -> Result<i32, i32> {
-    with(|_, st| st.cqs.get(&cq).map(|c| c.format).ok_or(FI_EINVAL))
-}
-
-/// Up to `max` completions of `cq`: `FI_EAGAIN` when none, `FI_EAVAIL` when one in error waits.
-pub fn cq_read(cq: u64, max: usize) -> Result<Vec<Entry>, i32> {
-    with(|_, st| {
-        let q = st.cqs.get_mut(&cq).ok_or(FI_EINVAL)?;
-        if !q.errors.is_empty() {
-            return Err(FI_EAVAIL);
-        }
-        if q.entries.is_empty() {
-            return Err(FI_EAGAIN);
-        }
-        let n = max.min(q.entries.len());
-        Ok(q.entries.drain(..n).collect())
-    })
-}
-
-/// [`cq_read`], waiting up to `timeout` (`None`: for ever) for a completion.
-pub fn cq_sread(cq: u64, max: usize, timeout: Option<Duration>) -> Result<Vec<Entry>, i32> {
-    let deadline = timeout.map(|t| Instant::now() + t);
-    loop {
-        match cq_read(cq, max) {
-            Err(FI_EAGAIN) => {}
-            other => return other,
-        }
-        let signaled = with(|_, st| Ok(st.cqs.get_mut(&cq).is_some_and(|q| std::mem::take(&mut q.signaled))))?;
-        if signaled {
-            return Err(FI_EAGAIN);
-        }
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        if left == Some(Duration::ZERO) {
-            return Err(FI_EAGAIN);
-        }
-        let p = lock(&PROVIDER).clone().ok_or(FI_EOPBADSTATE)?;
-        let _ = p.fabric.wait_input(&[], left.unwrap_or(WAIT_SLICE).min(WAIT_SLICE));
-    }
-}
-
-/// The next completion in error of `cq`.
-pub fn cq_readerr(cq: u64) -> Result<ErrEntry, i32> {
-    with(|_, st| st.cqs.get_mut(&cq).ok_or(FI_EINVAL)?.errors.pop_front().ok_or(FI_EAGAIN))
-}
-
-/// Wake a waiter of `cq`.
-pub fn cq_signal(cq: u64) -> Result<(), i32> {
-    with(|_, st| {
-        st.cqs.get_mut(&cq).ok_or(FI_EINVAL)?.signaled = true;
-        Ok(())
-    })
-}
-
-/// A counter.
-pub fn cntr_open() -> Result<u64, i32> {
-    with(|_, st| {
-        let h = st.handle();
-        st.cntrs.insert(h, Cntr::default());
-        Ok(h)
-    })
-}
-
-/// Close counter `c`.
-pub fn cntr_close(c: u64) -> Result<(), i32> {
-    with(|_, st| {
-        if st.eps.values().any(|e| e.tx_cntr == Some(c) || e.rx_cntr == Some(c)) {
-            return Err(FI_EBUSY);
-        }
-        st.cntrs.remove(&c).map(drop).ok_or(FI_EINVAL)
-    })
-}
-
-/// Counter `c`'s values (completed, failed).
-pub fn cntr_read(c: u64) -> Result<(u64, u64), i32> {
-    with(|_, st| st.cntrs.get(&c).map(|c| (c.value, c.errors)).ok_or(FI_EINVAL))
-}
-
-/// Change counter `c`: `add` to its value (or its errors with `errors`), or `set` it.
-pub fn cntr_change(c: u64, errors: bool, add: bool, v: u64) -> Result<(), i32> {
-    with(|_, st| {
-        let c = st.cntrs.get_mut(&c).ok_or(FI_EINVAL)?;
-        let slot = if errors { &mut c.errors } else { &mut c.value };
-        *slot = if add { slot.wrapping_add(v) } else { v };
-        Ok(())
-    })
-}
-
-/// Wait until counter `c` reaches `threshold`, up to `timeout`; `FI_EAVAIL` if it counts errors.
-pub fn cntr_wait(c: u64, threshold: u64, timeout: Option<Duration>) -> Result<(), i32> {
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let (_, errors0) = cntr_read(c)?;
-    loop {
-        let (v, errors) = cntr_read(c)?;
-        if v >= threshold {
-            return Ok(());
-        }
-        if errors > errors0 {
-            return Err(FI_EAVAIL);
-        }
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        if left == Some(Duration::ZERO) {
-            return Err(FI_ETIMEDOUT);
-        }
-        let p = lock(&PROVIDER).clone().ok_or(FI_EOPBADSTATE)?;
-        let _ = p.fabric.wait_input(&[], left.unwrap_or(WAIT_SLICE).min(WAIT_SLICE));
-    }
-}
-
-/// An address vector of `kind`.
-pub fn av_open(kind: i32) -> Result<u64, i32> {
-    if ![FI_AV_UNSPEC, FI_AV_MAP, FI_AV_TABLE].contains(&kind) {
-        return Err(FI_EINVAL);
-    }
-    with(|_, st| {
-        let h = st.handle();
-        st.avs.insert(h, Av::new(kind));
-        Ok(h)
-    })
-}
-
-/// Close address vector `av`.
-pub fn av_close(av: u64) -> Result<(), i32> {
-    with(|_, st| {
-        if st.eps.values().any(|e| e.av == Some(av)) {
-            return Err(FI_EBUSY);
-        }
-        st.avs.remove(&av).map(drop).ok_or(FI_EINVAL)
-    })
-}
-
-/// Insert `addrs` into `av`: each its `fi_addr_t`, or `None` where it is malformed.
-pub fn av_insert(av: u64, addrs: &[Option<Addr>]) -> Result<Vec<Option<u64>>, i32> {
-    with(|_, st| {
-        let av = st.avs.get_mut(&av).ok_or(FI_EINVAL)?;
-        Ok(addrs.iter().map(|a| a.and_then(|a| av.insert(a).ok())).collect())
-    })
-}
-
-/// Remove `fa` from `av`.
-pub fn av_remove(av: u64, fa: u64) -> Result<(), i32> {
-    with(|_, st| st.avs.get_mut(&av).ok_or(FI_EINVAL)?.remove(fa))
-}
-
-/// The address behind `fa` in `av`.
-pub fn av_lookup(av: u64, fa: u64) -> Result<Addr, i32> {
-    with(|_, st| st.avs.get(&av).ok_or(FI_EINVAL)?.resolve(fa).ok_or(FI_EINVAL))
-}
-
 /// An endpoint; its number.
 pub fn ep_open() -> Result<u32, i32> {
     with(|_, st| {
@@ -604,6 +490,7 @@ pub fn ep_close(ep: u32) -> Result<(), i32> {
     with(|_, st| {
         let e = st.eps.remove(&ep).ok_or(FI_EINVAL)?;
         st.tx_queued -= e.txq.len();
+        st.rma_drop_ep(ep);
         Ok(())
     })
 }
@@ -651,6 +538,12 @@ pub fn ep_bind(ep: u32, what: Bind) -> Result<(), i32> {
                 }
                 if flags & FI_RECV != 0 {
                     e.rx_cntr = Some(c);
+                }
+                if flags & FI_READ != 0 {
+                    e.rd_cntr = Some(c);
+                }
+                if flags & FI_WRITE != 0 {
+                    e.wr_cntr = Some(c);
                 }
             }
         }
@@ -732,6 +625,7 @@ pub fn send(
             data: data.unwrap_or(0),
             msg_id: st.next_msg,
             len_or_offset: 0,
+            last: false,
         };
         let src = if flags & FI_INJECT != 0 {
             let mut all = Vec::with_capacity(total);
@@ -740,8 +634,7 @@ pub fn send(
         } else {
             Source::User(iov.to_vec())
         };
-        st.eps.get_mut(&ep).expect("looked up").txq.push_back(TxOp { dest: to, header, src, total, sent: 0, done });
-        st.tx_queued += 1;
+        st.queue(ep, TxOp { dest: to, header, src, total, sent: 0, done: Some(done) });
         p.push(st, ep);
         Ok(())
     })

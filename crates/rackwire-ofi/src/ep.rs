@@ -106,6 +106,8 @@ pub enum Dropped {
     TooLong,
     /// A piece out of place.
     OutOfOrder,
+    /// Not a message (an RMA request or answer, handled elsewhere).
+    NotAMessage,
 }
 
 /// The receive side of one endpoint.
@@ -170,6 +172,7 @@ impl Matcher {
                 }
             }
             Kind::Next => self.piece(src, h.msg_id, h.len_or_offset as usize, payload),
+            _ => Err(Dropped::NotAMessage),
         }
     }
 
@@ -284,7 +287,18 @@ mod tests {
     use super::*;
 
     fn header(kind: Kind, tag: u64, msg_id: u64, len_or_offset: u64) -> Header {
-        Header { kind, tagged: true, has_data: false, dst_ep: 0, src_ep: 0, tag, data: 0, msg_id, len_or_offset }
+        Header {
+            kind,
+            tagged: true,
+            has_data: false,
+            dst_ep: 0,
+            src_ep: 0,
+            tag,
+            data: 0,
+            msg_id,
+            len_or_offset,
+            last: false,
+        }
     }
 
     fn recv(buf: &mut [u8], tag: u64, ignore: u64, ctx: usize) -> Posted {
@@ -390,7 +404,7 @@ mod tests {
             let mut sent = 0usize;
             for (kind, tag, msg_id, len_or_offset, payload) in msgs {
                 let kind = [Kind::Whole, Kind::First, Kind::Next][kind as usize];
-                let h = Header { kind, tagged: true, has_data: false, dst_ep: 0, src_ep: 0, tag, data: 0, msg_id, len_or_offset };
+                let h = Header { kind, tagged: true, has_data: false, dst_ep: 0, src_ep: 0, tag, data: 0, msg_id, len_or_offset, last: false };
                 sent += payload.len();
                 let _ = m.arrive((1, 0), &h, &payload);
                 proptest::prop_assert!(m.unexpected_bytes <= sent);

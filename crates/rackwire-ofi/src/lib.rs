@@ -13,10 +13,13 @@
 //! address vectors (table and map); manual progress. Not yet: RMA, atomics, `FI_MULTI_RECV`,
 //! wait objects, automatic progress.
 
+pub mod atomics;
 pub mod consts;
 pub mod engine;
 pub mod ep;
+pub mod objects;
 pub mod queues;
+pub mod rma;
 pub mod user;
 pub mod wire;
 

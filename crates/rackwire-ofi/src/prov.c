@@ -23,50 +23,62 @@ int rw_no_ops_set(struct fid *fid, const char *name, uint64_t flags, void *ops, 
 	return -FI_ENOSYS;
 }
 
-/* ---- memory regions: a key and a handle (no transfer needs one yet) ---- */
+/* ---- memory regions: registered with the Rust side, which checks every remote access ---- */
 static int mr_close(struct fid *fid)
 {
-	free(OF(struct rw_mr, mr.fid, fid));
-	return 0;
+	struct rw_mr *m = OF(struct rw_mr, mr.fid, fid);
+	int r = ret_int(rwofi_mr_close(m->mr.key));
+	free(m);
+	return r;
 }
 static struct fi_ops mr_fid_ops = FID_OPS(mr_close, rw_no_bind, rw_no_control);
 
-static int mr_make(struct fid *dom_fid, uint64_t requested_key, uint64_t flags, struct fid_mr **out, void *context)
+static int mr_make(const void *buf, size_t len, uint64_t access, uint64_t flags, struct fid_mr **out, void *context)
 {
-	struct rw_domain *dom = OF(struct rw_domain, d.fid, dom_fid);
 	struct rw_mr *m;
+	int64_t r;
 	if (flags)
 		return -FI_EBADFLAGS;
+	if (!out || (!buf && len))
+		return -FI_EINVAL;
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -FI_ENOMEM;
+	r = rwofi_mr_reg(buf, len, access, &m->mr.key);
+	if (r < 0) {
+		free(m);
+		return (int)r;
+	}
 	m->mr.fid.fclass = FI_CLASS_MR;
 	m->mr.fid.context = context;
 	m->mr.fid.ops = &mr_fid_ops;
-	m->mr.key = requested_key ? requested_key : ++dom->next_key;
 	m->mr.mem_desc = NULL;
 	*out = &m->mr;
 	return 0;
 }
+/* Keys are the provider's (FI_MR_PROV_KEY): a requested key is not used. */
 static int mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access, uint64_t offset,
 		  uint64_t requested_key, uint64_t flags, struct fid_mr **mr, void *context)
 {
-	(void)buf; (void)len; (void)access; (void)offset;
-	return mr_make(fid, requested_key, flags, mr, context);
+	(void)fid; (void)offset; (void)requested_key;
+	return mr_make(buf, len, access, flags, mr, context);
 }
 static int mr_regv(struct fid *fid, const struct iovec *iov, size_t count, uint64_t access, uint64_t offset,
 		   uint64_t requested_key, uint64_t flags, struct fid_mr **mr, void *context)
 {
-	(void)iov; (void)access; (void)offset;
-	if (count > 1)
+	(void)fid; (void)offset; (void)requested_key;
+	if (count != 1 || !iov)
 		return -FI_EINVAL;
-	return mr_make(fid, requested_key, flags, mr, context);
+	return mr_make(iov[0].iov_base, iov[0].iov_len, access, flags, mr, context);
 }
 static int mr_regattr(struct fid *fid, const struct fi_mr_attr *attr, uint64_t flags, struct fid_mr **mr)
 {
-	if (!attr || attr->iov_count > 1)
+	(void)fid;
+	if (!attr || attr->iov_count != 1 || !attr->mr_iov)
 		return -FI_EINVAL;
-	return mr_make(fid, attr->requested_key, flags, mr, attr->context);
+	if (attr->iface != FI_HMEM_SYSTEM)
+		return -FI_ENOSYS;
+	return mr_make(attr->mr_iov[0].iov_base, attr->mr_iov[0].iov_len, attr->access, flags, mr, attr->context);
 }
 static struct fi_ops_mr domain_mr_ops = {
 	.size = sizeof(struct fi_ops_mr), .reg = mr_reg, .regv = mr_regv, .regattr = mr_regattr,
@@ -375,6 +387,16 @@ static int eq_open(struct fid_fabric *f, struct fi_eq_attr *attr, struct fid_eq 
 
 
 /* ---- domains ---- */
+static size_t ofi_datatype_size(enum fi_datatype dt)
+{
+	switch (dt) {
+	case FI_INT8: case FI_UINT8: return 1;
+	case FI_INT16: case FI_UINT16: return 2;
+	case FI_INT32: case FI_UINT32: case FI_FLOAT: return 4;
+	case FI_INT64: case FI_UINT64: case FI_DOUBLE: return 8;
+	default: return 0;
+	}
+}
 static int domain_close(struct fid *fid)
 {
 	rwofi_domain_close();
@@ -402,11 +424,21 @@ static int no_srx(struct fid_domain *d, struct fi_rx_attr *attr, struct fid_ep *
 	(void)d; (void)attr; (void)rx; (void)context;
 	return -FI_ENOSYS;
 }
-static int no_query_atomic(struct fid_domain *d, enum fi_datatype dt, enum fi_op op, struct fi_atomic_attr *attr,
-			   uint64_t flags)
+static int query_atomic(struct fid_domain *d, enum fi_datatype dt, enum fi_op op, struct fi_atomic_attr *attr,
+			uint64_t flags)
 {
-	(void)d; (void)dt; (void)op; (void)attr; (void)flags;
-	return -FI_EOPNOTSUPP;
+	int form = flags & FI_COMPARE_ATOMIC ? RW_ATOMIC_COMPARE : flags & FI_FETCH_ATOMIC ? RW_ATOMIC_FETCH : RW_ATOMIC_WRITE;
+	size_t count = 0;
+	int r;
+	(void)d;
+	if (!attr)
+		return -FI_EINVAL;
+	r = ret_int(rwofi_atomic_valid((int)dt, (int)op, form, &count));
+	if (r)
+		return r;
+	attr->count = count;
+	attr->size = ofi_datatype_size(dt);
+	return 0;
 }
 static int no_query_collective(struct fid_domain *d, enum fi_collective_op coll, struct fi_collective_attr *attr,
 			       uint64_t flags)
@@ -423,7 +455,7 @@ static int endpoint2(struct fid_domain *d, struct fi_info *info, struct fid_ep *
 static struct fi_ops_domain domain_ops = {
 	.size = sizeof(struct fi_ops_domain), .av_open = av_open, .cq_open = cq_open, .endpoint = rw_ep_open,
 	.scalable_ep = no_scalable_ep, .cntr_open = cntr_open, .poll_open = no_poll_open, .stx_ctx = no_stx,
-	.srx_ctx = no_srx, .query_atomic = no_query_atomic, .query_collective = no_query_collective,
+	.srx_ctx = no_srx, .query_atomic = query_atomic, .query_collective = no_query_collective,
 	.endpoint2 = endpoint2,
 };
 static int domain_open(struct fid_fabric *f, struct fi_info *info, struct fid_domain **out, void *context)

@@ -63,6 +63,13 @@ int64_t rwofi_ep_getname(uint64_t ep, void *addr, size_t *len);
 int64_t rwofi_ep_cancel(uint64_t ep, void *ctx);
 int64_t rwofi_send(uint64_t ep, const struct iovec *iov, size_t count, fi_addr_t dest, int tagged, uint64_t tag,
 		   int has_data, uint64_t data, uint64_t flags, void *ctx);
+int64_t rwofi_mr_reg(const void *buf, size_t len, uint64_t access, uint64_t *key);
+int64_t rwofi_mr_close(uint64_t key);
+int64_t rwofi_rma(uint64_t ep, int read, const struct iovec *iov, size_t count, fi_addr_t peer, uint64_t addr,
+		  uint64_t key, int has_data, uint64_t data, uint64_t flags, void *ctx);
+int64_t rwofi_atomic(uint64_t ep, int form, int dt, int op, const void *buf, size_t count, const void *compare,
+		     void *result, fi_addr_t peer, uint64_t addr, uint64_t key, uint64_t flags, void *ctx);
+int64_t rwofi_atomic_valid(int dt, int op, int form, size_t *count);
 int64_t rwofi_recv(uint64_t ep, const struct iovec *iov, size_t count, fi_addr_t src, int tagged, uint64_t tag,
 		   uint64_t ignore, uint64_t flags, void *ctx);
 
@@ -83,13 +90,25 @@ _Static_assert(FI_ENOCQ == 263 && FI_ENOAV == 267 && FI_ETRUNC == 265, "errors")
 _Static_assert(FI_CQ_FORMAT_CONTEXT == 1 && FI_CQ_FORMAT_TAGGED == 4, "formats");
 _Static_assert(FI_AV_MAP == 1 && FI_AV_TABLE == 2, "av types");
 _Static_assert(sizeof(struct fi_cq_tagged_entry) == 48, "tagged entry");
+_Static_assert(FI_RMA == (1ULL << 2) && FI_ATOMIC == (1ULL << 4) && FI_READ == (1ULL << 8) && FI_WRITE == (1ULL << 9),
+	       "rma caps");
+_Static_assert(FI_REMOTE_READ == (1ULL << 12) && FI_REMOTE_WRITE == (1ULL << 13), "rma caps");
+_Static_assert(FI_EKEYREJECTED == 129 && FI_EOPNOTSUPP == 95, "errors");
+_Static_assert(FI_INT8 == 0 && FI_UINT64 == 7 && FI_FLOAT == 8 && FI_DOUBLE == 9, "datatypes");
+_Static_assert(FI_MIN == 0 && FI_BXOR == 9 && FI_ATOMIC_READ == 10 && FI_ATOMIC_WRITE == 11, "atomic ops");
+_Static_assert(FI_CSWAP == 12 && FI_CSWAP_GT == 17 && FI_MSWAP == 18, "atomic ops");
 
 /* What the provider offers (src/engine.rs, src/ep.rs, src/wire.rs have the numbers). */
 #define RW_PROV_NAME "rackwire"
 #define RW_PROV_VERSION FI_VERSION(0, 1)
 #define RW_FI_VERSION FI_VERSION(1, 17)
-#define RW_PRIMARY_CAPS (FI_MSG | FI_TAGGED | FI_SEND | FI_RECV)
+#define RW_PRIMARY_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_RECV | FI_READ | FI_WRITE | \
+			 FI_REMOTE_READ | FI_REMOTE_WRITE)
 #define RW_SECONDARY_CAPS (FI_SOURCE | FI_DIRECTED_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM)
+/* RMA addresses are virtual addresses, keys the provider's: an application must allow both. */
+#define RW_RMA_MR_MODE (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY)
+#define RW_ORDER (FI_ORDER_SAS | FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | \
+		  FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW)
 #define RW_CAPS (RW_PRIMARY_CAPS | RW_SECONDARY_CAPS)
 #define RW_ADDR_BYTES 8
 #define RW_MSG_BYTES_MAX ((size_t)1 << 30)
@@ -132,6 +151,9 @@ struct rw_eq {
 struct rw_mr {
 	struct fid_mr mr;
 };
+
+/* An atomic call's form, as the Rust side numbers it. */
+enum rw_atomic_form { RW_ATOMIC_WRITE = 0, RW_ATOMIC_FETCH = 1, RW_ATOMIC_COMPARE = 2 };
 
 #define OF(type, field, p) ((type *)((char *)(p) - offsetof(type, field)))
 

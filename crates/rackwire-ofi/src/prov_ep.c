@@ -1,6 +1,5 @@
 /*
- * Endpoints: binding, enabling, names, and the message and tagged operations. RMA and
- * atomics are not offered (fi_getinfo does not list them); their tables answer -FI_ENOSYS.
+ * Endpoints: binding, enabling, names, and the message, tagged, RMA and atomic operations.
  */
 #include "prov.h"
 
@@ -290,136 +289,194 @@ static struct fi_ops_tagged ep_tagged_ops = {
 	.sendv = t_sendv, .sendmsg = t_sendmsg, .inject = t_inject, .senddata = t_senddata, .injectdata = t_injectdata,
 };
 
-/* ---- RMA and atomics: not offered ---- */
-static ssize_t rma_read(struct fid_ep *ep, void *buf, size_t len, void *desc, fi_addr_t src, uint64_t addr, uint64_t key,
+/* ---- RMA: carried out by the target's provider after its checks (src/rma.rs) ---- */
+static ssize_t rma_read(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src, uint64_t addr, uint64_t key,
 			void *ctx)
 {
-	(void)ep; (void)buf; (void)len; (void)desc; (void)src; (void)addr; (void)key; (void)ctx;
-	return -FI_ENOSYS;
+	struct iovec iov = { buf, len };
+	(void)desc;
+	return rwofi_rma(EPH(e), 1, &iov, 1, src, addr, key, 0, 0, txf(e), ctx);
 }
-static ssize_t rma_readv(struct fid_ep *ep, const struct iovec *iov, void **desc, size_t count, fi_addr_t src,
+static ssize_t rma_readv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count, fi_addr_t src,
 			 uint64_t addr, uint64_t key, void *ctx)
 {
-	(void)ep; (void)iov; (void)desc; (void)count; (void)src; (void)addr; (void)key; (void)ctx;
-	return -FI_ENOSYS;
+	(void)desc;
+	return rwofi_rma(EPH(e), 1, iov, count, src, addr, key, 0, 0, txf(e), ctx);
 }
-static ssize_t rma_msg(struct fid_ep *ep, const struct fi_msg_rma *msg, uint64_t flags)
+static ssize_t rma_readmsg(struct fid_ep *e, const struct fi_msg_rma *m, uint64_t flags)
 {
-	(void)ep; (void)msg; (void)flags;
-	return -FI_ENOSYS;
+	if (!m || m->rma_iov_count != 1 || !m->rma_iov)
+		return -FI_EINVAL;
+	return rwofi_rma(EPH(e), 1, m->msg_iov, m->iov_count, m->addr, m->rma_iov[0].addr, m->rma_iov[0].key, 0, 0,
+			 flags, m->context);
 }
-static ssize_t rma_write(struct fid_ep *ep, const void *buf, size_t len, void *desc, fi_addr_t dest, uint64_t addr,
+static ssize_t rma_write(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dest, uint64_t addr,
 			 uint64_t key, void *ctx)
 {
-	(void)ep; (void)buf; (void)len; (void)desc; (void)dest; (void)addr; (void)key; (void)ctx;
-	return -FI_ENOSYS;
+	struct iovec iov = { (void *)buf, len };
+	(void)desc;
+	return rwofi_rma(EPH(e), 0, &iov, 1, dest, addr, key, 0, 0, txf(e), ctx);
 }
-static ssize_t rma_inject(struct fid_ep *ep, const void *buf, size_t len, fi_addr_t dest, uint64_t addr, uint64_t key)
+static ssize_t rma_writev(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count, fi_addr_t dest,
+			  uint64_t addr, uint64_t key, void *ctx)
 {
-	(void)ep; (void)buf; (void)len; (void)dest; (void)addr; (void)key;
-	return -FI_ENOSYS;
+	(void)desc;
+	return rwofi_rma(EPH(e), 0, iov, count, dest, addr, key, 0, 0, txf(e), ctx);
 }
-static ssize_t rma_writedata(struct fid_ep *ep, const void *buf, size_t len, void *desc, uint64_t data, fi_addr_t dest,
+static ssize_t rma_writemsg(struct fid_ep *e, const struct fi_msg_rma *m, uint64_t flags)
+{
+	if (!m || m->rma_iov_count != 1 || !m->rma_iov)
+		return -FI_EINVAL;
+	if (flags & FI_INJECT) {
+		size_t len = 0;
+		for (size_t i = 0; i < m->iov_count; i++)
+			len += m->msg_iov[i].iov_len;
+		if (len > RW_INJECT_BYTES)
+			return -FI_EMSGSIZE;
+	}
+	return rwofi_rma(EPH(e), 0, m->msg_iov, m->iov_count, m->addr, m->rma_iov[0].addr, m->rma_iov[0].key,
+			 !!(flags & FI_REMOTE_CQ_DATA), m->data, flags, m->context);
+}
+static ssize_t rma_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dest, uint64_t addr, uint64_t key)
+{
+	struct iovec iov = { (void *)buf, len };
+	if (len > RW_INJECT_BYTES)
+		return -FI_EMSGSIZE;
+	return rwofi_rma(EPH(e), 0, &iov, 1, dest, addr, key, 0, 0, FI_INJECT, NULL);
+}
+static ssize_t rma_writedata(struct fid_ep *e, const void *buf, size_t len, void *desc, uint64_t data, fi_addr_t dest,
 			     uint64_t addr, uint64_t key, void *ctx)
 {
-	(void)ep; (void)buf; (void)len; (void)desc; (void)data; (void)dest; (void)addr; (void)key; (void)ctx;
-	return -FI_ENOSYS;
+	struct iovec iov = { (void *)buf, len };
+	(void)desc;
+	return rwofi_rma(EPH(e), 0, &iov, 1, dest, addr, key, 1, data, txf(e), ctx);
 }
-static ssize_t rma_injectdata(struct fid_ep *ep, const void *buf, size_t len, uint64_t data, fi_addr_t dest,
+static ssize_t rma_injectdata(struct fid_ep *e, const void *buf, size_t len, uint64_t data, fi_addr_t dest,
 			      uint64_t addr, uint64_t key)
 {
-	(void)ep; (void)buf; (void)len; (void)data; (void)dest; (void)addr; (void)key;
-	return -FI_ENOSYS;
+	struct iovec iov = { (void *)buf, len };
+	if (len > RW_INJECT_BYTES)
+		return -FI_EMSGSIZE;
+	return rwofi_rma(EPH(e), 0, &iov, 1, dest, addr, key, 1, data, FI_INJECT, NULL);
 }
 static struct fi_ops_rma ep_rma_ops = {
-	.size = sizeof(struct fi_ops_rma), .read = rma_read, .readv = rma_readv, .readmsg = rma_msg,
-	.write = rma_write, .writev = rma_readv, .writemsg = rma_msg, .inject = rma_inject,
+	.size = sizeof(struct fi_ops_rma), .read = rma_read, .readv = rma_readv, .readmsg = rma_readmsg,
+	.write = rma_write, .writev = rma_writev, .writemsg = rma_writemsg, .inject = rma_inject,
 	.writedata = rma_writedata, .injectdata = rma_injectdata,
 };
 
+/* ---- atomics: one buffer of elements per call (iov_limit 1 for atomics) ---- */
+#define AT(form, buf, count, cmp, res, dest, addr, key, dt, op, flags, ctx) \
+	rwofi_atomic(EPH(ep), form, (int)(dt), (int)(op), buf, count, cmp, res, dest, addr, key, flags, ctx)
 
 static ssize_t at_write(struct fid_ep *ep, const void *buf, size_t count, void *desc, fi_addr_t dest, uint64_t addr,
 			uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx)
 {
-	(void)ep; (void)buf; (void)count; (void)desc; (void)dest; (void)addr; (void)key; (void)dt; (void)op; (void)ctx;
-	return -FI_ENOSYS;
+	(void)desc;
+	return AT(RW_ATOMIC_WRITE, buf, count, NULL, NULL, dest, addr, key, dt, op, txf(ep), ctx);
 }
 static ssize_t at_writev(struct fid_ep *ep, const struct fi_ioc *iov, void **desc, size_t count, fi_addr_t dest,
 			 uint64_t addr, uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx)
 {
-	(void)ep; (void)iov; (void)desc; (void)count; (void)dest; (void)addr; (void)key; (void)dt; (void)op; (void)ctx;
-	return -FI_ENOSYS;
+	(void)desc;
+	if (count != 1 || !iov)
+		return -FI_EINVAL;
+	return AT(RW_ATOMIC_WRITE, iov[0].addr, iov[0].count, NULL, NULL, dest, addr, key, dt, op, txf(ep), ctx);
 }
-static ssize_t at_writemsg(struct fid_ep *ep, const struct fi_msg_atomic *msg, uint64_t flags)
+static ssize_t at_writemsg(struct fid_ep *ep, const struct fi_msg_atomic *m, uint64_t flags)
 {
-	(void)ep; (void)msg; (void)flags;
-	return -FI_ENOSYS;
+	if (!m || m->iov_count != 1 || m->rma_iov_count != 1)
+		return -FI_EINVAL;
+	return AT(RW_ATOMIC_WRITE, m->msg_iov[0].addr, m->msg_iov[0].count, NULL, NULL, m->addr, m->rma_iov[0].addr,
+		  m->rma_iov[0].key, m->datatype, m->op, flags, m->context);
 }
 static ssize_t at_inject(struct fid_ep *ep, const void *buf, size_t count, fi_addr_t dest, uint64_t addr, uint64_t key,
 			 enum fi_datatype dt, enum fi_op op)
 {
-	(void)ep; (void)buf; (void)count; (void)dest; (void)addr; (void)key; (void)dt; (void)op;
-	return -FI_ENOSYS;
+	return AT(RW_ATOMIC_WRITE, buf, count, NULL, NULL, dest, addr, key, dt, op, FI_INJECT, NULL);
 }
 static ssize_t at_readwrite(struct fid_ep *ep, const void *buf, size_t count, void *desc, void *result,
 			    void *result_desc, fi_addr_t dest, uint64_t addr, uint64_t key, enum fi_datatype dt,
 			    enum fi_op op, void *ctx)
 {
-	(void)ep; (void)buf; (void)count; (void)desc; (void)result; (void)result_desc; (void)dest; (void)addr;
-	(void)key; (void)dt; (void)op; (void)ctx;
-	return -FI_ENOSYS;
+	(void)desc; (void)result_desc;
+	return AT(RW_ATOMIC_FETCH, buf, count, NULL, result, dest, addr, key, dt, op, txf(ep), ctx);
 }
 static ssize_t at_readwritev(struct fid_ep *ep, const struct fi_ioc *iov, void **desc, size_t count,
 			     struct fi_ioc *resultv, void **result_desc, size_t result_count, fi_addr_t dest,
 			     uint64_t addr, uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx)
 {
-	(void)ep; (void)iov; (void)desc; (void)count; (void)resultv; (void)result_desc; (void)result_count;
-	(void)dest; (void)addr; (void)key; (void)dt; (void)op; (void)ctx;
-	return -FI_ENOSYS;
+	(void)desc; (void)result_desc;
+	if (count != 1 || result_count != 1 || !iov || !resultv || resultv[0].count < iov[0].count)
+		return -FI_EINVAL;
+	return AT(RW_ATOMIC_FETCH, iov[0].addr, iov[0].count, NULL, resultv[0].addr, dest, addr, key, dt, op, txf(ep),
+		  ctx);
 }
-static ssize_t at_readwritemsg(struct fid_ep *ep, const struct fi_msg_atomic *msg, struct fi_ioc *resultv,
+static ssize_t at_readwritemsg(struct fid_ep *ep, const struct fi_msg_atomic *m, struct fi_ioc *resultv,
 			       void **result_desc, size_t result_count, uint64_t flags)
 {
-	(void)ep; (void)msg; (void)resultv; (void)result_desc; (void)result_count; (void)flags;
-	return -FI_ENOSYS;
+	(void)result_desc;
+	if (!m || m->iov_count != 1 || m->rma_iov_count != 1 || result_count != 1 || !resultv ||
+	    resultv[0].count < m->msg_iov[0].count)
+		return -FI_EINVAL;
+	return AT(RW_ATOMIC_FETCH, m->msg_iov[0].addr, m->msg_iov[0].count, NULL, resultv[0].addr, m->addr,
+		  m->rma_iov[0].addr, m->rma_iov[0].key, m->datatype, m->op, flags, m->context);
 }
 static ssize_t at_compwrite(struct fid_ep *ep, const void *buf, size_t count, void *desc, const void *compare,
 			    void *compare_desc, void *result, void *result_desc, fi_addr_t dest, uint64_t addr,
 			    uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx)
 {
-	(void)ep; (void)buf; (void)count; (void)desc; (void)compare; (void)compare_desc; (void)result;
-	(void)result_desc; (void)dest; (void)addr; (void)key; (void)dt; (void)op; (void)ctx;
-	return -FI_ENOSYS;
+	(void)desc; (void)compare_desc; (void)result_desc;
+	return AT(RW_ATOMIC_COMPARE, buf, count, compare, result, dest, addr, key, dt, op, txf(ep), ctx);
 }
 static ssize_t at_compwritev(struct fid_ep *ep, const struct fi_ioc *iov, void **desc, size_t count,
 			     const struct fi_ioc *comparev, void **compare_desc, size_t compare_count,
 			     struct fi_ioc *resultv, void **result_desc, size_t result_count, fi_addr_t dest,
 			     uint64_t addr, uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx)
 {
-	(void)ep; (void)iov; (void)desc; (void)count; (void)comparev; (void)compare_desc; (void)compare_count;
-	(void)resultv; (void)result_desc; (void)result_count; (void)dest; (void)addr; (void)key; (void)dt; (void)op;
-	(void)ctx;
-	return -FI_ENOSYS;
+	(void)desc; (void)compare_desc; (void)result_desc;
+	if (count != 1 || compare_count != 1 || result_count != 1 || !iov || !comparev || !resultv ||
+	    comparev[0].count != iov[0].count || resultv[0].count < iov[0].count)
+		return -FI_EINVAL;
+	return AT(RW_ATOMIC_COMPARE, iov[0].addr, iov[0].count, comparev[0].addr, resultv[0].addr, dest, addr, key, dt,
+		  op, txf(ep), ctx);
 }
-static ssize_t at_compwritemsg(struct fid_ep *ep, const struct fi_msg_atomic *msg, const struct fi_ioc *comparev,
+static ssize_t at_compwritemsg(struct fid_ep *ep, const struct fi_msg_atomic *m, const struct fi_ioc *comparev,
 			       void **compare_desc, size_t compare_count, struct fi_ioc *resultv, void **result_desc,
 			       size_t result_count, uint64_t flags)
 {
-	(void)ep; (void)msg; (void)comparev; (void)compare_desc; (void)compare_count; (void)resultv;
-	(void)result_desc; (void)result_count; (void)flags;
-	return -FI_ENOSYS;
+	(void)compare_desc; (void)result_desc;
+	if (!m || m->iov_count != 1 || m->rma_iov_count != 1 || compare_count != 1 || result_count != 1 || !comparev ||
+	    !resultv || comparev[0].count != m->msg_iov[0].count || resultv[0].count < m->msg_iov[0].count)
+		return -FI_EINVAL;
+	return AT(RW_ATOMIC_COMPARE, m->msg_iov[0].addr, m->msg_iov[0].count, comparev[0].addr, resultv[0].addr,
+		  m->addr, m->rma_iov[0].addr, m->rma_iov[0].key, m->datatype, m->op, flags, m->context);
 }
-static int at_valid(struct fid_ep *ep, enum fi_datatype dt, enum fi_op op, size_t *count)
+static int at_valid(int form, enum fi_datatype dt, enum fi_op op, size_t *count)
 {
-	(void)ep; (void)dt; (void)op; (void)count;
-	return -FI_EOPNOTSUPP;
+	return ret_int(rwofi_atomic_valid((int)dt, (int)op, form, count));
+}
+static int at_writevalid(struct fid_ep *ep, enum fi_datatype dt, enum fi_op op, size_t *count)
+{
+	(void)ep;
+	return at_valid(RW_ATOMIC_WRITE, dt, op, count);
+}
+static int at_readwritevalid(struct fid_ep *ep, enum fi_datatype dt, enum fi_op op, size_t *count)
+{
+	(void)ep;
+	return at_valid(RW_ATOMIC_FETCH, dt, op, count);
+}
+static int at_compwritevalid(struct fid_ep *ep, enum fi_datatype dt, enum fi_op op, size_t *count)
+{
+	(void)ep;
+	return at_valid(RW_ATOMIC_COMPARE, dt, op, count);
 }
 static struct fi_ops_atomic ep_atomic_ops = {
 	.size = sizeof(struct fi_ops_atomic), .write = at_write, .writev = at_writev, .writemsg = at_writemsg,
 	.inject = at_inject, .readwrite = at_readwrite, .readwritev = at_readwritev,
 	.readwritemsg = at_readwritemsg, .compwrite = at_compwrite, .compwritev = at_compwritev,
-	.compwritemsg = at_compwritemsg, .writevalid = at_valid, .readwritevalid = at_valid,
-	.compwritevalid = at_valid,
+	.compwritemsg = at_compwritemsg, .writevalid = at_writevalid, .readwritevalid = at_readwritevalid,
+	.compwritevalid = at_compwritevalid,
 };
 
 int rw_ep_open(struct fid_domain *d, struct fi_info *info, struct fid_ep **out, void *context)

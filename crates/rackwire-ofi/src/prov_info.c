@@ -10,6 +10,18 @@
  * FI_TAG_GENERIC; the public headers do not name it). */
 #define RW_TAG_FORMAT 0xAAAAAAAAAAAAAAAAULL
 
+/* Whether the application can use RMA keys and addresses as this provider gives them. */
+static int rma_mr_ok(const struct fi_info *hints, uint32_t version)
+{
+	int mode;
+	if (!hints || !hints->domain_attr)
+		return 1;
+	mode = hints->domain_attr->mr_mode;
+	if (FI_VERSION_LT(version, FI_VERSION(1, 5)) || mode == FI_MR_BASIC)
+		return mode != FI_MR_SCALABLE;
+	return (mode & RW_RMA_MR_MODE) == RW_RMA_MR_MODE;
+}
+
 /* Whether `hints` asks only for what the provider does. */
 static int hints_fit(const struct fi_info *hints)
 {
@@ -34,6 +46,9 @@ static int hints_fit(const struct fi_info *hints)
 		if (ep->auth_key_size)
 			return 0;
 	}
+	/* RMA and atomics need virtual addresses and the provider's keys. */
+	if (hints->caps & (FI_RMA | FI_ATOMIC) && !rma_mr_ok(hints, FI_VERSION(1, 17)))
+		return 0;
 	if (dom) {
 		if (dom->name && strcmp(dom->name, RW_PROV_NAME))
 			return 0;
@@ -52,16 +67,16 @@ static int hints_fit(const struct fi_info *hints)
 		return 0;
 	if (tx) {
 		if (tx->caps & ~(uint64_t)RW_CAPS || tx->inject_size > RW_INJECT_BYTES || tx->size > RW_TX_SIZE ||
-		    tx->iov_limit > RW_IOV_LIMIT || tx->rma_iov_limit)
+		    tx->iov_limit > RW_IOV_LIMIT || tx->rma_iov_limit > 1)
 			return 0;
-		if (tx->msg_order & ~(uint64_t)FI_ORDER_SAS)
+		if (tx->msg_order & ~(uint64_t)RW_ORDER)
 			return 0;
 	}
 	if (rx) {
 		if (rx->caps & ~(uint64_t)RW_CAPS || rx->size > RW_RX_SIZE || rx->iov_limit > RW_IOV_LIMIT ||
 		    rx->total_buffered_recv > RW_BUFFERED_RECV)
 			return 0;
-		if (rx->msg_order & ~(uint64_t)FI_ORDER_SAS)
+		if (rx->msg_order & ~(uint64_t)RW_ORDER)
 			return 0;
 	}
 	return 1;
@@ -87,10 +102,11 @@ int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 	if (!fi)
 		return -FI_ENOMEM;
 	caps = hints && hints->caps ? (hints->caps & RW_PRIMARY_CAPS) | RW_SECONDARY_CAPS : RW_CAPS;
-	if (!(caps & (FI_MSG | FI_TAGGED)))
+	/* Without RMA keys the application can use, no RMA: leave it out unless asked for. */
+	if (!rma_mr_ok(hints, version))
+		caps &= ~(uint64_t)(FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE);
+	if (!(caps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC)))
 		caps |= FI_MSG | FI_TAGGED;
-	if (!(caps & (FI_SEND | FI_RECV)))
-		caps |= FI_SEND | FI_RECV;
 	fi->caps = caps;
 	fi->mode = 0;
 	fi->addr_format = FI_FORMAT_UNSPEC;
@@ -110,23 +126,26 @@ int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 	fi->ep_attr->mem_tag_format = hints && hints->ep_attr && hints->ep_attr->mem_tag_format
 					      ? hints->ep_attr->mem_tag_format
 					      : RW_TAG_FORMAT;
+	fi->ep_attr->max_order_raw_size = RW_MSG_BYTES_MAX;
+	fi->ep_attr->max_order_war_size = RW_MSG_BYTES_MAX;
+	fi->ep_attr->max_order_waw_size = RW_MSG_BYTES_MAX;
 	fi->ep_attr->tx_ctx_cnt = 1;
 	fi->ep_attr->rx_ctx_cnt = 1;
 
 	fi->tx_attr->caps = caps;
 	fi->tx_attr->mode = 0;
 	fi->tx_attr->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
-	fi->tx_attr->msg_order = FI_ORDER_SAS;
+	fi->tx_attr->msg_order = RW_ORDER;
 	fi->tx_attr->comp_order = FI_ORDER_NONE;
 	fi->tx_attr->inject_size = RW_INJECT_BYTES;
 	fi->tx_attr->size = RW_TX_SIZE;
 	fi->tx_attr->iov_limit = RW_IOV_LIMIT;
-	fi->tx_attr->rma_iov_limit = 0;
+	fi->tx_attr->rma_iov_limit = caps & (FI_RMA | FI_ATOMIC) ? 1 : 0;
 
 	fi->rx_attr->caps = caps;
 	fi->rx_attr->mode = 0;
 	fi->rx_attr->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
-	fi->rx_attr->msg_order = FI_ORDER_SAS;
+	fi->rx_attr->msg_order = RW_ORDER;
 	fi->rx_attr->comp_order = FI_ORDER_NONE;
 	fi->rx_attr->total_buffered_recv = RW_BUFFERED_RECV;
 	fi->rx_attr->size = RW_RX_SIZE;
@@ -142,12 +161,11 @@ int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 	fi->domain_attr->data_progress = FI_PROGRESS_MANUAL;
 	fi->domain_attr->resource_mgmt = FI_RM_ENABLED;
 	fi->domain_attr->av_type = hints && hints->domain_attr ? hints->domain_attr->av_type : FI_AV_UNSPEC;
-	/* Nothing needs registering: data is copied in and out of the application's buffers. */
-	fi->domain_attr->mr_mode = 0;
-	if (hints && hints->domain_attr && hints->domain_attr->mr_mode & (FI_MR_BASIC | FI_MR_SCALABLE))
-		fi->domain_attr->mr_mode = hints->domain_attr->mr_mode;
+	/* Local buffers need no registering (data is copied in and out of them); RMA targets
+	 * are named by virtual address under the provider's key. */
+	fi->domain_attr->mr_mode = caps & (FI_RMA | FI_ATOMIC) ? RW_RMA_MR_MODE : 0;
 	if (FI_VERSION_LT(version, FI_VERSION(1, 5)))
-		fi->domain_attr->mr_mode = FI_MR_SCALABLE;
+		fi->domain_attr->mr_mode = FI_MR_BASIC;
 	fi->domain_attr->mr_key_size = 8;
 	fi->domain_attr->cq_data_size = 8;
 	fi->domain_attr->cq_cnt = RW_OBJECTS_MAX;

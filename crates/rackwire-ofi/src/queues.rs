@@ -80,6 +80,9 @@ pub enum ProvErr {
     NoMessage = 4,
     /// The fabric refused the operation.
     Fabric = 5,
+    /// The target refused the access: the key, the range, the region's rights, or the
+    /// initiator is not among the target endpoint's peers.
+    Refused = 6,
 }
 
 impl ProvErr {
@@ -91,6 +94,7 @@ impl ProvErr {
             3 => "rackwire: the peer node is gone or cannot be reached\0",
             4 => "rackwire: no message matched\0",
             5 => "rackwire: the fabric refused the operation\0",
+            6 => "rackwire: the target refused the access (key, range, rights, or not one of its peers)\0",
             _ => "rackwire: unknown error\0",
         }
     }

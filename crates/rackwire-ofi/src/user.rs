@@ -75,6 +75,42 @@ pub fn copy_out(iov: &[Iov], mut at: usize, out: &mut [u8]) -> usize {
     copied
 }
 
+/// Memory the application registered (`fi_mr_reg`) and a peer may reach through its key:
+/// valid from registration until the region is closed (libfabric's contract). Only the
+/// provider's progress touches it, under the provider's lock, after checking that the range
+/// lies inside a region still registered.
+#[derive(Clone, Copy, Debug)]
+pub struct Registered {
+    /// Start address.
+    pub base: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+impl Registered {
+    /// `addr..addr + n` lies inside.
+    pub fn holds(&self, addr: u64, n: usize) -> bool {
+        let Ok(addr) = usize::try_from(addr) else { return false };
+        addr >= self.base && addr.checked_add(n).is_some_and(|end| end <= self.base + self.len)
+    }
+
+    /// A copy of `n` bytes at `addr` (inside: see [`Registered::holds`]).
+    pub fn read(&self, addr: u64, n: usize) -> Vec<u8> {
+        assert!(self.holds(addr, n), "callers check the range first");
+        // SAFETY: the range lies inside registered memory, valid until the region is closed,
+        // which cannot happen while the provider's lock (held by our caller) is held.
+        unsafe { std::slice::from_raw_parts(addr as usize as *const u8, n) }.to_vec()
+    }
+
+    /// Run `f` on the `n` bytes at `addr` (inside: see [`Registered::holds`]).
+    pub fn with_mut<T>(&self, addr: u64, n: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        assert!(self.holds(addr, n), "callers check the range first");
+        // SAFETY: as in `read`; the application hands this memory to remote peers by
+        // registering it, and only the provider writes it on their behalf, one at a time.
+        f(unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, n) })
+    }
+}
+
 /// Append the bytes of `iov` to `out`.
 pub fn gather(iov: &[Iov], out: &mut Vec<u8>) {
     for v in iov {

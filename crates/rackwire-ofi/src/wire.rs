@@ -1,6 +1,8 @@
 //! The provider's messages on the fabric: a fixed header, then the payload, in one rackwire
 //! message. A message larger than one rackwire message goes as a first fragment and next
-//! fragments, which the peer's connection delivers in order.
+//! fragments, which the peer's connection delivers in order. RMA and atomics are requests
+//! the target's provider checks and carries out, and answers (see [`Kind`] for what each
+//! header field holds in each).
 
 /// Bytes of the header before every payload.
 pub const HEADER_BYTES: usize = 48;
@@ -16,6 +18,19 @@ pub enum Kind {
     First,
     /// A further piece, at `offset` of the message.
     Next,
+    /// A piece of an RMA write: `tag` is the key, `len_or_offset` the target address of this
+    /// piece, `data` the remote CQ data, `msg_id` the operation; `last` on its last piece.
+    Write,
+    /// An RMA read: `tag` the key, `len_or_offset` the address, `data` the length.
+    ReadReq,
+    /// A piece of a read's answer: `len_or_offset` its offset in the read, `last` on the last.
+    ReadResp,
+    /// An atomic: `tag` the key, `len_or_offset` the address, `data` the operation
+    /// ([`crate::rma::AtomicReq`]); the payload its operands (then its compare values).
+    Atomic,
+    /// The end of a write, a read or an atomic: `data` is 0 or the error (positive), the
+    /// payload an atomic's old values.
+    Ack,
 }
 
 /// A message's header.
@@ -39,13 +54,21 @@ pub struct Header {
     pub msg_id: u64,
     /// A first fragment: the message's total length; a next one: its offset.
     pub len_or_offset: u64,
+    /// The last piece of a write or of a read's answer.
+    pub last: bool,
 }
 
 const KIND_WHOLE: u8 = 1;
 const KIND_FIRST: u8 = 2;
 const KIND_NEXT: u8 = 3;
+const KIND_WRITE: u8 = 4;
+const KIND_READ_REQ: u8 = 5;
+const KIND_READ_RESP: u8 = 6;
+const KIND_ATOMIC: u8 = 7;
+const KIND_ACK: u8 = 8;
 const FLAG_TAGGED: u8 = 1;
 const FLAG_DATA: u8 = 2;
+const FLAG_LAST: u8 = 4;
 
 /// Why a received message was not understood.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,8 +88,15 @@ impl Header {
             Kind::Whole => KIND_WHOLE,
             Kind::First => KIND_FIRST,
             Kind::Next => KIND_NEXT,
+            Kind::Write => KIND_WRITE,
+            Kind::ReadReq => KIND_READ_REQ,
+            Kind::ReadResp => KIND_READ_RESP,
+            Kind::Atomic => KIND_ATOMIC,
+            Kind::Ack => KIND_ACK,
         };
-        let flags = if self.tagged { FLAG_TAGGED } else { 0 } | if self.has_data { FLAG_DATA } else { 0 };
+        let flags = if self.tagged { FLAG_TAGGED } else { 0 }
+            | if self.has_data { FLAG_DATA } else { 0 }
+            | if self.last { FLAG_LAST } else { 0 };
         out[..HEADER_BYTES].fill(0);
         out[0] = kind;
         out[1] = flags;
@@ -87,10 +117,15 @@ impl Header {
             KIND_WHOLE => Kind::Whole,
             KIND_FIRST => Kind::First,
             KIND_NEXT => Kind::Next,
+            KIND_WRITE => Kind::Write,
+            KIND_READ_REQ => Kind::ReadReq,
+            KIND_READ_RESP => Kind::ReadResp,
+            KIND_ATOMIC => Kind::Atomic,
+            KIND_ACK => Kind::Ack,
             k => return Err(Malformed::UnknownKind(k)),
         };
         let flags = msg[1];
-        if flags & !(FLAG_TAGGED | FLAG_DATA) != 0 {
+        if flags & !(FLAG_TAGGED | FLAG_DATA | FLAG_LAST) != 0 {
             return Err(Malformed::UnknownFlags(flags));
         }
         let u32_at = |i: usize| u32::from_le_bytes(msg[i..i + 4].try_into().expect("4 bytes"));
@@ -105,6 +140,7 @@ impl Header {
             data: u64_at(24),
             msg_id: u64_at(32),
             len_or_offset: u64_at(40),
+            last: flags & FLAG_LAST != 0,
         };
         Ok((h, &msg[HEADER_BYTES..]))
     }
@@ -128,6 +164,7 @@ mod tests {
             data: 42,
             msg_id: 9,
             len_or_offset: 1 << 40,
+            last: true,
         };
         let mut buf = vec![0u8; HEADER_BYTES + 3];
         h.encode(&mut buf);
@@ -140,5 +177,10 @@ mod tests {
         bad[0] = 1;
         bad[1] = 0x80;
         assert_eq!(Header::decode(&bad), Err(Malformed::UnknownFlags(0x80)));
+        for kind in [Kind::Whole, Kind::Next, Kind::Write, Kind::ReadReq, Kind::ReadResp, Kind::Atomic, Kind::Ack] {
+            let h = Header { kind, last: false, ..h };
+            h.encode(&mut buf);
+            assert_eq!(Header::decode(&buf).map(|(h, _)| h), Ok(h));
+        }
     }
 }

@@ -5,9 +5,12 @@
  * messages, with remote CQ data and the sender's address (FI_SOURCE); a message sent before
  * its receive was posted; messages of several pieces (3 MiB) both ways round; truncation
  * as an error completion (FI_ETRUNC, its text); FI_PEEK, FI_CLAIM; cancel; tags with ignore
- * bits; inject (no completion); counters; bad use refused with libfabric's codes; and a peer
- * that left failing a send with an error completion. Prints "<role> ok" and exits 0 when
- * every check held; otherwise says which failed and exits 1.
+ * bits; inject (no completion); counters; RMA writes (3 MiB, and with remote CQ data) and
+ * reads checked byte for byte; atomics (fetch-and-add, compare-and-swap, read) and what
+ * fi_atomicvalid says; refused accesses (bad key, out of bounds, a read-only region, an
+ * endpoint whose vector lacks the initiator) as error completions; bad use refused with
+ * libfabric's codes; and a peer that left failing a send with an error completion. Prints
+ * "<role> ok" and exits 0 when every check held; otherwise says which failed and exits 1.
  */
 #define _GNU_SOURCE
 #include <assert.h>
@@ -65,7 +68,8 @@ static struct fi_info *hints_base(void)
 	struct fi_info *h = fi_allocinfo();
 	h->fabric_attr->prov_name = strdup("rackwire");
 	h->ep_attr->type = FI_EP_RDM;
-	h->caps = FI_MSG | FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV;
+	h->caps = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SOURCE | FI_DIRECTED_RECV;
+	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
 	return h;
 }
 
@@ -74,8 +78,8 @@ static void check_getinfo(void)
 {
 	struct fi_info *h, *fi = NULL;
 	h = hints_base();
-	h->caps |= FI_RMA;
-	CHECK(fi_getinfo(V, NULL, NULL, 0, h, &fi) == -FI_ENODATA, "FI_RMA was offered");
+	h->domain_attr->mr_mode = FI_MR_LOCAL;
+	CHECK(fi_getinfo(V, NULL, NULL, 0, h, &fi) == -FI_ENODATA, "RMA was offered without provider keys");
 	fi_freeinfo(h);
 	h = hints_base();
 	h->ep_attr->type = FI_EP_MSG;
@@ -91,8 +95,9 @@ static void check_getinfo(void)
 	fi_freeinfo(h);
 	h = hints_base();
 	OK(fi_getinfo(V, NULL, NULL, 0, h, &fi));
-	CHECK(fi->ep_attr->type == FI_EP_RDM && (fi->caps & FI_TAGGED) && !(fi->caps & FI_RMA), "caps %llx",
+	CHECK(fi->ep_attr->type == FI_EP_RDM && (fi->caps & FI_TAGGED) && (fi->caps & FI_RMA), "caps %llx",
 	      (unsigned long long)fi->caps);
+	CHECK(fi->domain_attr->mr_mode == (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY), "mr_mode %x", fi->domain_attr->mr_mode);
 	CHECK(fi->ep_attr->max_msg_size == (size_t)1 << 30, "max_msg_size %zu", fi->ep_attr->max_msg_size);
 	CHECK(fi->tx_attr->inject_size == 65536 - 48, "inject_size %zu", fi->tx_attr->inject_size);
 	CHECK(!strcmp(fi->fabric_attr->prov_name, "rackwire"), "provider %s", fi->fabric_attr->prov_name);
@@ -190,6 +195,136 @@ static int filled(const char *p, size_t n, unsigned seed)
 	return 1;
 }
 
+/* What the target tells the initiator: its region, a read-only region, and the name of a
+ * second endpoint whose vector does not hold the initiator. */
+struct rma_info {
+	uint64_t addr, key, ro_addr, ro_key;
+	char ep2[8];
+};
+
+/* Wait for the answer to an RMA operation: its completion, or its error (returned). */
+static int rma_done(struct side *s, uint64_t flags)
+{
+	struct fi_cq_tagged_entry e;
+	ssize_t r = next(s, &e, NULL);
+	if (r == -FI_EAVAIL) {
+		struct fi_cq_err_entry err = { 0 };
+		CHECK(fi_cq_readerr(s->cq, &err, 0) == 1, "reading an RMA error");
+		return err.err;
+	}
+	CHECK(r == 1 && (e.flags & flags) == flags, "RMA completion: %zd, flags %llx", r, (unsigned long long)e.flags);
+	return 0;
+}
+
+static void rma_initiator(struct side *s, char *big)
+{
+	struct rma_info info;
+	char ctx[16];
+	fi_addr_t ep2;
+	CHECK(read(s->sock, &info, sizeof info) == (ssize_t)sizeof info, "reading the target's regions");
+	CHECK(fi_av_insert(s->av, info.ep2, 1, &ep2, 0, NULL) == 1, "inserting the second endpoint");
+	/* 3 MiB written in pieces, read back. */
+	fill(big, BIG, 3);
+	OK(fi_write(s->ep, big, BIG, NULL, s->peer, info.addr, info.key, ctx));
+	CHECK(rma_done(s, FI_RMA | FI_WRITE) == 0, "the 3 MiB write failed");
+	char *back = calloc(1, BIG);
+	OK(fi_read(s->ep, back, BIG, NULL, s->peer, info.addr, info.key, ctx));
+	CHECK(rma_done(s, FI_RMA | FI_READ) == 0, "the 3 MiB read failed");
+	CHECK(filled(back, BIG, 3), "the 3 MiB read back differs");
+	free(back);
+	/* A write with remote CQ data (the target checks it got 99), and atomics on the words past it. */
+	uint64_t word = 5, old = 0, cmp = 0, res = 0;
+	OK(fi_writedata(s->ep, &word, 8, NULL, 99, s->peer, info.addr + BIG + 8, info.key, ctx));
+	CHECK(rma_done(s, FI_RMA | FI_WRITE) == 0, "the write with data failed");
+	word = 10;
+	OK(fi_fetch_atomic(s->ep, &word, 1, NULL, &old, NULL, s->peer, info.addr + BIG + 8, info.key, FI_UINT64, FI_SUM, ctx));
+	CHECK(rma_done(s, FI_ATOMIC | FI_READ) == 0 && old == 5, "fetch-and-add: old %llu", (unsigned long long)old);
+	word = 77;
+	cmp = 14;
+	OK(fi_compare_atomic(s->ep, &word, 1, NULL, &cmp, NULL, &res, NULL, s->peer, info.addr + BIG + 8, info.key, FI_UINT64,
+			     FI_CSWAP, ctx));
+	CHECK(rma_done(s, FI_ATOMIC) == 0 && res == 15, "compare-and-swap that must fail: old %llu", (unsigned long long)res);
+	cmp = 15;
+	OK(fi_compare_atomic(s->ep, &word, 1, NULL, &cmp, NULL, &res, NULL, s->peer, info.addr + BIG + 8, info.key, FI_UINT64,
+			     FI_CSWAP, ctx));
+	CHECK(rma_done(s, FI_ATOMIC) == 0 && res == 15, "compare-and-swap: old %llu", (unsigned long long)res);
+	OK(fi_fetch_atomic(s->ep, NULL, 1, NULL, &res, NULL, s->peer, info.addr + BIG + 8, info.key, FI_UINT64, FI_ATOMIC_READ,
+			   ctx));
+	CHECK(rma_done(s, FI_ATOMIC) == 0 && res == 77, "atomic read: %llu", (unsigned long long)res);
+	word = 1;
+	OK(fi_atomic(s->ep, &word, 1, NULL, s->peer, info.addr + BIG + 16, info.key, FI_UINT64, FI_SUM, ctx));
+	CHECK(rma_done(s, FI_ATOMIC | FI_WRITE) == 0, "atomic add failed");
+	/* Refused at the target: each an error completion with its own code. */
+	OK(fi_write(s->ep, big, 8, NULL, s->peer, info.addr, info.key ^ 1, ctx));
+	CHECK(rma_done(s, 0) == FI_EKEYREJECTED, "a write with a bad key");
+	OK(fi_write(s->ep, big, 64, NULL, s->peer, info.addr + BIG + 32, info.key, ctx));
+	CHECK(rma_done(s, 0) == FI_EACCES, "a write past the region's end");
+	OK(fi_write(s->ep, big, 8, NULL, s->peer, info.ro_addr, info.ro_key, ctx));
+	CHECK(rma_done(s, 0) == FI_EACCES, "a write into a read-only region");
+	OK(fi_read(s->ep, big, 8, NULL, ep2, info.addr, info.key, ctx));
+	CHECK(rma_done(s, 0) == FI_EACCES, "a read through an endpoint whose vector lacks the initiator");
+	OK(fi_read(s->ep, big, 8, NULL, s->peer, info.ro_addr, info.ro_key, ctx));
+	CHECK(rma_done(s, FI_RMA | FI_READ) == 0 && !memcmp(big, "readonly", 8), "reading the read-only region");
+	CHECK(write(s->sock, "d", 1) == 1, "telling the target the RMA is done");
+	sync_step(s);
+}
+
+/* Serve RMA (the provider's progress runs in every read of the queue) until the initiator is
+ * done; then check the memory. */
+static void rma_target(struct side *s)
+{
+	char *mem = calloc(1, BIG + 64);
+	char ro[64] = "readonly";
+	struct fid_mr *mr, *ro_mr;
+	struct fid_ep *ep2;
+	struct fid_av *av2;
+	struct fid_cq *cq2;
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
+	struct rma_info info = { 0 };
+	size_t len = 8;
+	OK(fi_mr_reg(s->domain, mem, BIG + 64, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
+	OK(fi_mr_reg(s->domain, ro, sizeof ro, FI_REMOTE_READ, 0, 0, 0, &ro_mr, NULL));
+	OK(fi_endpoint(s->domain, s->info, &ep2, NULL));
+	OK(fi_av_open(s->domain, &av_attr, &av2, NULL));
+	OK(fi_cq_open(s->domain, &cq_attr, &cq2, NULL));
+	OK(fi_ep_bind(ep2, &cq2->fid, FI_TRANSMIT | FI_RECV));
+	OK(fi_ep_bind(ep2, &av2->fid, 0));
+	OK(fi_enable(ep2));
+	OK(fi_getname(&ep2->fid, info.ep2, &len));
+	info.addr = (uint64_t)(uintptr_t)mem;
+	info.key = fi_mr_key(mr);
+	info.ro_addr = (uint64_t)(uintptr_t)ro;
+	info.ro_key = fi_mr_key(ro_mr);
+	CHECK(info.key != info.ro_key && info.key != 0, "keys %llx %llx", (unsigned long long)info.key,
+	      (unsigned long long)info.ro_key);
+	CHECK(write(s->sock, &info, sizeof info) == (ssize_t)sizeof info, "sending the regions");
+	int data_seen = 0;
+	for (;;) {
+		struct fi_cq_tagged_entry e;
+		fi_addr_t from;
+		ssize_t r = fi_cq_readfrom(s->cq, &e, 1, &from);
+		if (r == 1) {
+			CHECK((e.flags & FI_REMOTE_CQ_DATA) && (e.flags & FI_REMOTE_WRITE) && e.data == 99 && from == s->peer,
+			      "remote CQ data: flags %llx data %llu", (unsigned long long)e.flags, (unsigned long long)e.data);
+			data_seen++;
+		}
+		char c;
+		if (recv(s->sock, &c, 1, MSG_DONTWAIT) == 1)
+			break;
+	}
+	CHECK(data_seen == 1, "remote CQ data completions: %d", data_seen);
+	CHECK(filled(mem, BIG, 3) && *(uint64_t *)(mem + BIG + 8) == 77 && *(uint64_t *)(mem + BIG + 16) == 1,
+	      "the target's memory after the RMA");
+	sync_step(s);
+	OK(fi_close(&ep2->fid));
+	OK(fi_close(&cq2->fid));
+	OK(fi_close(&av2->fid));
+	OK(fi_close(&mr->fid));
+	OK(fi_close(&ro_mr->fid));
+	free(mem);
+}
+
 static void sender(struct side *s)
 {
 	char ctx[8][16];
@@ -222,11 +357,14 @@ static void sender(struct side *s)
 	OK(fi_send(s->ep, "plain", 5, NULL, s->peer, ctx[5]));
 	expect_one(s, FI_SEND | FI_MSG, NULL);
 	sync_step(s);
+	rma_initiator(s, big);
 	/* Bad use: an address not in the vector; RMA and atomics, not offered; a busy queue. */
 	CHECK(fi_tsend(s->ep, "x", 1, NULL, 99, 1, ctx[6]) == -FI_EINVAL, "a send to an unknown address");
-	CHECK(fi_read(s->ep, big, 8, NULL, s->peer, 0, 1, ctx[6]) == -FI_ENOSYS, "RMA was carried out");
 	size_t count = 0;
-	CHECK(fi_atomicvalid(s->ep, FI_UINT64, FI_SUM, &count) != 0, "an atomic was called valid");
+	CHECK(fi_atomicvalid(s->ep, FI_UINT64, FI_SUM, &count) == 0 && count > 0, "64-bit sums are not valid");
+	CHECK(fi_atomicvalid(s->ep, FI_DOUBLE, FI_BOR, &count) != 0, "a bitwise or of doubles was called valid");
+	CHECK(fi_compare_atomicvalid(s->ep, FI_UINT64, FI_CSWAP, &count) == 0, "compare-and-swap is not valid");
+	CHECK(fi_fetch_atomicvalid(s->ep, FI_UINT64, FI_CSWAP, &count) != 0, "a fetching compare was called valid");
 	CHECK(fi_close(&s->cq->fid) == -FI_EBUSY, "a bound queue closed");
 	CHECK(fi_cntr_read(s->tx_cntr) == 8, "send counter %llu, expected 8",
 	      (unsigned long long)fi_cntr_read(s->tx_cntr));
@@ -321,6 +459,7 @@ static void receiver(struct side *s)
 	e = expect_one(s, FI_RECV | FI_MSG, NULL);
 	CHECK(e.len == 5 && !memcmp(buf, "plain", 5), "plain message");
 	sync_step(s);
+	rma_target(s);
 
 	/* Cancel. */
 	OK(fi_trecv(s->ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, 0x500, 0, ctx[7]));
