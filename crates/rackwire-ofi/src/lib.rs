@@ -7,11 +7,12 @@
 //! ([`engine`]) joins the fabric once per process from the environment (`RACKWIRE_MH`, the
 //! secret, as every rackwire program), names endpoints by node and number, and carries
 //! messages and tagged messages over rackwire's messages ([`wire`]), matched at the
-//! receiver ([`ep`]) and completed into queues ([`queues`]). What it offers now: `FI_EP_RDM`
-//! with `FI_MSG` and `FI_TAGGED` (remote CQ data, `FI_SOURCE`, directed receives, injects,
-//! `FI_PEEK`/`FI_CLAIM`/`FI_DISCARD`, cancel), completion queues of every format, counters,
-//! address vectors (table and map); manual progress. Not yet: RMA, atomics, `FI_MULTI_RECV`,
-//! wait objects, automatic progress.
+//! receiver ([`ep`]) and completed into queues ([`queues`]); RMA and atomics onto registered
+//! memory are requests the target's provider checks and carries out ([`rma`], [`atomics`]).
+//! What it offers: `FI_EP_RDM` with `FI_MSG`, `FI_TAGGED`, `FI_RMA`, `FI_ATOMIC` (remote CQ
+//! data, `FI_SOURCE`, directed receives, injects, `FI_PEEK`/`FI_CLAIM`/`FI_DISCARD`, cancel),
+//! completion queues of every format, counters, address vectors (table and map); manual
+//! progress. Not yet: `FI_MULTI_RECV`, wait objects, automatic progress (see docs/ofi.md).
 
 pub mod atomics;
 pub mod consts;
