@@ -57,6 +57,22 @@ pub extern "C" fn rwofi_configured() -> i32 {
     i32::from(engine::configured())
 }
 
+/// This process's address (its node, any endpoint) into `out` (8 bytes), joining the fabric
+/// if it has not yet.
+#[no_mangle]
+pub extern "C" fn rwofi_src_addr(out: *mut u8) -> i64 {
+    guard(|| {
+        let node = engine::node_id()?;
+        let bytes = crate::queues::addr_bytes((node, engine::ANY_EP));
+        if out.is_null() {
+            return Err(FI_EINVAL);
+        }
+        // SAFETY: the C side passes 8 bytes it allocated.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out, bytes.len()) };
+        Ok(0)
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn rwofi_domain_open() -> i64 {
     guard(|| ok(engine::domain_open()))

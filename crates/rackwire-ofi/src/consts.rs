@@ -22,6 +22,8 @@ pub const FI_INJECT: u64 = 1 << 25;
 /// `FI_CLAIM` and `FI_DISCARD` (receive flags).
 pub const FI_CLAIM: u64 = 1 << 59;
 pub const FI_DISCARD: u64 = 1 << 58;
+/// The provider's own flag: the call is an inject, which writes no completion (`prov.h`).
+pub const RW_NO_COMPLETION: u64 = 1 << 62;
 /// Bind flag: only operations flagged `FI_COMPLETION` complete into the queue.
 pub const FI_SELECTIVE_COMPLETION: u64 = 1 << 59;
 /// Bind flags of completion queues and counters.

@@ -16,6 +16,8 @@ use crate::queues::{Addr, Av, Cntr, Cq, Entry, ErrEntry, ProvErr};
 use crate::user::{capacity, copy_out, gather, Iov};
 use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX, HEADER_BYTES};
 
+/// Endpoints per process at most (the domain's `ep_cnt`).
+pub const EPS_MAX: usize = 1024;
 /// Operations an endpoint holds queued for sending at most (its `tx_attr.size`).
 pub const TX_QUEUE_MAX: usize = 1024;
 /// Messages taken from the fabric per round of progress at most.
@@ -321,8 +323,14 @@ impl State {
 
 impl Provider {
     fn conn(&self, st: &mut State, node: NodeId) -> Result<Conn, i32> {
-        if let Some(c) = st.conns.get(&node) {
-            return Ok(c.clone());
+        // A connection that died (the peer left, or left and joined again under the same id)
+        // is dropped here: the next one is made afresh.
+        match st.conns.get(&node) {
+            Some(c) if c.is_alive() => return Ok(c.clone()),
+            Some(_) => {
+                st.conns.remove(&node);
+            }
+            None => {}
         }
         let c = self.fabric.connect(node).map_err(|e| {
             warn!(node, "rackwire provider: cannot reach node {node}: {e}");
@@ -444,6 +452,14 @@ impl Provider {
 
 // ---- what the C side calls ----
 
+/// The endpoint number of a source address that names no endpoint yet (`fi_getinfo`'s).
+pub const ANY_EP: u32 = u32::MAX;
+
+/// This process's node id, joining the fabric if it has not yet.
+pub fn node_id() -> Result<u32, i32> {
+    Ok(provider()?.me)
+}
+
 /// A domain opened: joins the fabric on the first.
 pub fn domain_open() -> Result<(), i32> {
     let p = provider()?;
@@ -472,10 +488,10 @@ pub fn domain_close() {
 /// An endpoint; its number.
 pub fn ep_open() -> Result<u32, i32> {
     with(|_, st| {
-        if st.eps.len() >= u32::MAX as usize / 2 {
+        if st.eps.len() >= EPS_MAX {
             return Err(FI_ENOMEM);
         }
-        while st.eps.contains_key(&st.next_ep) {
+        while st.eps.contains_key(&st.next_ep) || st.next_ep == ANY_EP {
             st.next_ep = st.next_ep.wrapping_add(1);
         }
         let id = st.next_ep;
@@ -611,7 +627,7 @@ pub fn send(
             return Err(FI_EMSGSIZE);
         }
         let selective = e.tx_cq.is_some_and(|(_, s)| s);
-        let completion = flags & FI_INJECT == 0 && (!selective || flags & FI_COMPLETION != 0);
+        let completion = flags & RW_NO_COMPLETION == 0 && (!selective || flags & FI_COMPLETION != 0);
         let class = if tag.is_some() { FI_TAGGED } else { FI_MSG };
         let done = TxDone { ep, ctx, flags: FI_SEND | class, len: total, completion };
         st.next_msg += 1;

@@ -26,6 +26,7 @@
 
 /* ---- the Rust side ---- */
 int rwofi_configured(void);
+int64_t rwofi_src_addr(void *out);
 int64_t rwofi_domain_open(void);
 int64_t rwofi_domain_close(void);
 int64_t rwofi_cq_open(int format, uint64_t *out);
@@ -105,6 +106,13 @@ _Static_assert(FI_CSWAP == 12 && FI_CSWAP_GT == 17 && FI_MSWAP == 18, "atomic op
 #define RW_PRIMARY_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_RECV | FI_READ | FI_WRITE | \
 			 FI_REMOTE_READ | FI_REMOTE_WRITE)
 #define RW_SECONDARY_CAPS (FI_SOURCE | FI_DIRECTED_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM)
+/* What comes with whatever was asked for: the modifiers and the secondary capabilities. */
+#define RW_OPTIONAL_CAPS (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SOURCE | \
+			  FI_LOCAL_COMM | FI_REMOTE_COMM)
+/* Which capabilities belong to the transmit side, which to the receive side. */
+#define RW_TX_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_READ | FI_WRITE)
+#define RW_RX_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE | \
+		    FI_DIRECTED_RECV | FI_SOURCE)
 /* RMA addresses are virtual addresses, keys the provider's: an application must allow both. */
 #define RW_RMA_MR_MODE (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY)
 #define RW_ORDER (FI_ORDER_SAS | FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | \
@@ -151,6 +159,11 @@ struct rw_eq {
 struct rw_mr {
 	struct fid_mr mr;
 };
+
+/* The provider's own operation flag, in a bit libfabric 1.17 leaves unused: the call is an
+ * inject (fi_inject and friends), which writes no completion. Cleared from the flags an
+ * application passes. */
+#define RW_NO_COMPLETION (1ULL << 62)
 
 /* An atomic call's form, as the Rust side numbers it. */
 enum rw_atomic_form { RW_ATOMIC_WRITE = 0, RW_ATOMIC_FETCH = 1, RW_ATOMIC_COMPARE = 2 };

@@ -185,7 +185,8 @@ static ssize_t msg_recvmsg(struct fid_ep *e, const struct fi_msg *m, uint64_t fl
 {
 	if (!m)
 		return -FI_EINVAL;
-	return rwofi_recv(EPH(e), m->msg_iov, m->iov_count, rxsrc(e, m->addr), 0, 0, 0, flags, m->context);
+	return rwofi_recv(EPH(e), m->msg_iov, m->iov_count, rxsrc(e, m->addr), 0, 0, 0, flags & ~RW_NO_COMPLETION,
+			  m->context);
 }
 static ssize_t msg_send(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dest, void *ctx)
 {
@@ -202,13 +203,13 @@ static ssize_t msg_sendmsg(struct fid_ep *e, const struct fi_msg *m, uint64_t fl
 {
 	if (!m)
 		return -FI_EINVAL;
-	return send_common(e, m->msg_iov, m->iov_count, m->addr, 0, 0, !!(flags & FI_REMOTE_CQ_DATA), m->data, flags,
-			   m->context);
+	return send_common(e, m->msg_iov, m->iov_count, m->addr, 0, 0, !!(flags & FI_REMOTE_CQ_DATA), m->data,
+			   flags & ~RW_NO_COMPLETION, m->context);
 }
 static ssize_t msg_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dest)
 {
 	struct iovec iov = { (void *)buf, len };
-	return send_common(e, &iov, 1, dest, 0, 0, 0, 0, FI_INJECT, NULL);
+	return send_common(e, &iov, 1, dest, 0, 0, 0, 0, FI_INJECT | RW_NO_COMPLETION, NULL);
 }
 static ssize_t msg_senddata(struct fid_ep *e, const void *buf, size_t len, void *desc, uint64_t data, fi_addr_t dest,
 			    void *ctx)
@@ -220,7 +221,7 @@ static ssize_t msg_senddata(struct fid_ep *e, const void *buf, size_t len, void 
 static ssize_t msg_injectdata(struct fid_ep *e, const void *buf, size_t len, uint64_t data, fi_addr_t dest)
 {
 	struct iovec iov = { (void *)buf, len };
-	return send_common(e, &iov, 1, dest, 0, 0, 1, data, FI_INJECT, NULL);
+	return send_common(e, &iov, 1, dest, 0, 0, 1, data, FI_INJECT | RW_NO_COMPLETION, NULL);
 }
 static struct fi_ops_msg ep_msg_ops = {
 	.size = sizeof(struct fi_ops_msg), .recv = msg_recv, .recvv = msg_recvv, .recvmsg = msg_recvmsg,
@@ -246,7 +247,8 @@ static ssize_t t_recvmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64
 {
 	if (!m)
 		return -FI_EINVAL;
-	return rwofi_recv(EPH(e), m->msg_iov, m->iov_count, rxsrc(e, m->addr), 1, m->tag, m->ignore, flags, m->context);
+	return rwofi_recv(EPH(e), m->msg_iov, m->iov_count, rxsrc(e, m->addr), 1, m->tag, m->ignore,
+			  flags & ~RW_NO_COMPLETION, m->context);
 }
 static ssize_t t_send(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dest, uint64_t tag, void *ctx)
 {
@@ -265,12 +267,12 @@ static ssize_t t_sendmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64
 	if (!m)
 		return -FI_EINVAL;
 	return send_common(e, m->msg_iov, m->iov_count, m->addr, 1, m->tag, !!(flags & FI_REMOTE_CQ_DATA), m->data,
-			   flags, m->context);
+			   flags & ~RW_NO_COMPLETION, m->context);
 }
 static ssize_t t_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dest, uint64_t tag)
 {
 	struct iovec iov = { (void *)buf, len };
-	return send_common(e, &iov, 1, dest, 1, tag, 0, 0, FI_INJECT, NULL);
+	return send_common(e, &iov, 1, dest, 1, tag, 0, 0, FI_INJECT | RW_NO_COMPLETION, NULL);
 }
 static ssize_t t_senddata(struct fid_ep *e, const void *buf, size_t len, void *desc, uint64_t data, fi_addr_t dest,
 			  uint64_t tag, void *ctx)
@@ -282,7 +284,7 @@ static ssize_t t_senddata(struct fid_ep *e, const void *buf, size_t len, void *d
 static ssize_t t_injectdata(struct fid_ep *e, const void *buf, size_t len, uint64_t data, fi_addr_t dest, uint64_t tag)
 {
 	struct iovec iov = { (void *)buf, len };
-	return send_common(e, &iov, 1, dest, 1, tag, 1, data, FI_INJECT, NULL);
+	return send_common(e, &iov, 1, dest, 1, tag, 1, data, FI_INJECT | RW_NO_COMPLETION, NULL);
 }
 static struct fi_ops_tagged ep_tagged_ops = {
 	.size = sizeof(struct fi_ops_tagged), .recv = t_recv, .recvv = t_recvv, .recvmsg = t_recvmsg, .send = t_send,
@@ -308,7 +310,7 @@ static ssize_t rma_readmsg(struct fid_ep *e, const struct fi_msg_rma *m, uint64_
 	if (!m || m->rma_iov_count != 1 || !m->rma_iov)
 		return -FI_EINVAL;
 	return rwofi_rma(EPH(e), 1, m->msg_iov, m->iov_count, m->addr, m->rma_iov[0].addr, m->rma_iov[0].key, 0, 0,
-			 flags, m->context);
+			 flags & ~RW_NO_COMPLETION, m->context);
 }
 static ssize_t rma_write(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dest, uint64_t addr,
 			 uint64_t key, void *ctx)
@@ -335,14 +337,14 @@ static ssize_t rma_writemsg(struct fid_ep *e, const struct fi_msg_rma *m, uint64
 			return -FI_EMSGSIZE;
 	}
 	return rwofi_rma(EPH(e), 0, m->msg_iov, m->iov_count, m->addr, m->rma_iov[0].addr, m->rma_iov[0].key,
-			 !!(flags & FI_REMOTE_CQ_DATA), m->data, flags, m->context);
+			 !!(flags & FI_REMOTE_CQ_DATA), m->data, flags & ~RW_NO_COMPLETION, m->context);
 }
 static ssize_t rma_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dest, uint64_t addr, uint64_t key)
 {
 	struct iovec iov = { (void *)buf, len };
 	if (len > RW_INJECT_BYTES)
 		return -FI_EMSGSIZE;
-	return rwofi_rma(EPH(e), 0, &iov, 1, dest, addr, key, 0, 0, FI_INJECT, NULL);
+	return rwofi_rma(EPH(e), 0, &iov, 1, dest, addr, key, 0, 0, FI_INJECT | RW_NO_COMPLETION, NULL);
 }
 static ssize_t rma_writedata(struct fid_ep *e, const void *buf, size_t len, void *desc, uint64_t data, fi_addr_t dest,
 			     uint64_t addr, uint64_t key, void *ctx)
@@ -357,7 +359,7 @@ static ssize_t rma_injectdata(struct fid_ep *e, const void *buf, size_t len, uin
 	struct iovec iov = { (void *)buf, len };
 	if (len > RW_INJECT_BYTES)
 		return -FI_EMSGSIZE;
-	return rwofi_rma(EPH(e), 0, &iov, 1, dest, addr, key, 1, data, FI_INJECT, NULL);
+	return rwofi_rma(EPH(e), 0, &iov, 1, dest, addr, key, 1, data, FI_INJECT | RW_NO_COMPLETION, NULL);
 }
 static struct fi_ops_rma ep_rma_ops = {
 	.size = sizeof(struct fi_ops_rma), .read = rma_read, .readv = rma_readv, .readmsg = rma_readmsg,
@@ -388,12 +390,12 @@ static ssize_t at_writemsg(struct fid_ep *ep, const struct fi_msg_atomic *m, uin
 	if (!m || m->iov_count != 1 || m->rma_iov_count != 1)
 		return -FI_EINVAL;
 	return AT(RW_ATOMIC_WRITE, m->msg_iov[0].addr, m->msg_iov[0].count, NULL, NULL, m->addr, m->rma_iov[0].addr,
-		  m->rma_iov[0].key, m->datatype, m->op, flags, m->context);
+		  m->rma_iov[0].key, m->datatype, m->op, flags & ~RW_NO_COMPLETION, m->context);
 }
 static ssize_t at_inject(struct fid_ep *ep, const void *buf, size_t count, fi_addr_t dest, uint64_t addr, uint64_t key,
 			 enum fi_datatype dt, enum fi_op op)
 {
-	return AT(RW_ATOMIC_WRITE, buf, count, NULL, NULL, dest, addr, key, dt, op, FI_INJECT, NULL);
+	return AT(RW_ATOMIC_WRITE, buf, count, NULL, NULL, dest, addr, key, dt, op, FI_INJECT | RW_NO_COMPLETION, NULL);
 }
 static ssize_t at_readwrite(struct fid_ep *ep, const void *buf, size_t count, void *desc, void *result,
 			    void *result_desc, fi_addr_t dest, uint64_t addr, uint64_t key, enum fi_datatype dt,
@@ -420,7 +422,7 @@ static ssize_t at_readwritemsg(struct fid_ep *ep, const struct fi_msg_atomic *m,
 	    resultv[0].count < m->msg_iov[0].count)
 		return -FI_EINVAL;
 	return AT(RW_ATOMIC_FETCH, m->msg_iov[0].addr, m->msg_iov[0].count, NULL, resultv[0].addr, m->addr,
-		  m->rma_iov[0].addr, m->rma_iov[0].key, m->datatype, m->op, flags, m->context);
+		  m->rma_iov[0].addr, m->rma_iov[0].key, m->datatype, m->op, flags & ~RW_NO_COMPLETION, m->context);
 }
 static ssize_t at_compwrite(struct fid_ep *ep, const void *buf, size_t count, void *desc, const void *compare,
 			    void *compare_desc, void *result, void *result_desc, fi_addr_t dest, uint64_t addr,
@@ -450,7 +452,7 @@ static ssize_t at_compwritemsg(struct fid_ep *ep, const struct fi_msg_atomic *m,
 	    !resultv || comparev[0].count != m->msg_iov[0].count || resultv[0].count < m->msg_iov[0].count)
 		return -FI_EINVAL;
 	return AT(RW_ATOMIC_COMPARE, m->msg_iov[0].addr, m->msg_iov[0].count, comparev[0].addr, resultv[0].addr,
-		  m->addr, m->rma_iov[0].addr, m->rma_iov[0].key, m->datatype, m->op, flags, m->context);
+		  m->addr, m->rma_iov[0].addr, m->rma_iov[0].key, m->datatype, m->op, flags & ~RW_NO_COMPLETION, m->context);
 }
 static int at_valid(int form, enum fi_datatype dt, enum fi_op op, size_t *count)
 {

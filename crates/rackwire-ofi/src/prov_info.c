@@ -92,8 +92,10 @@ int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 	*out = NULL;
 	if (!rwofi_configured())
 		return -FI_ENODATA;
-	/* Addresses are given by fi_getname after the endpoint exists; none can be asked for. */
-	if (flags & FI_SOURCE && (node || service))
+	/* Addresses are node ids and endpoint numbers, not hosts and ports: a destination given
+	 * by node and service cannot be resolved; a source one names nothing to choose (the
+	 * process has one node, endpoints get their numbers when opened), so it is not used. */
+	if (!(flags & FI_SOURCE) && node)
 		return -FI_ENODATA;
 	if (hints && !hints_fit(hints))
 		return -FI_ENODATA;
@@ -101,15 +103,28 @@ int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 	fi = fi_dupinfo(NULL);
 	if (!fi)
 		return -FI_ENOMEM;
-	caps = hints && hints->caps ? (hints->caps & RW_PRIMARY_CAPS) | RW_SECONDARY_CAPS : RW_CAPS;
+	/* What was asked for, with the modifiers and secondary capabilities that come with it;
+	 * everything without hints. */
+	caps = hints && hints->caps ? hints->caps | RW_OPTIONAL_CAPS : RW_CAPS;
 	/* Without RMA keys the application can use, no RMA: leave it out unless asked for. */
 	if (!rma_mr_ok(hints, version))
 		caps &= ~(uint64_t)(FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE);
-	if (!(caps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC)))
-		caps |= FI_MSG | FI_TAGGED;
 	fi->caps = caps;
 	fi->mode = 0;
 	fi->addr_format = FI_FORMAT_UNSPEC;
+	fi->src_addr = malloc(RW_ADDR_BYTES);
+	if (!fi->src_addr)
+		goto nomem;
+	if (hints && hints->src_addr) {
+		memcpy(fi->src_addr, hints->src_addr, RW_ADDR_BYTES);
+	} else {
+		int64_t r = rwofi_src_addr(fi->src_addr);
+		if (r < 0) {
+			fi_freeinfo(fi);
+			return (int)r;
+		}
+	}
+	fi->src_addrlen = RW_ADDR_BYTES;
 	if (hints && hints->dest_addr) {
 		fi->dest_addr = malloc(RW_ADDR_BYTES);
 		if (!fi->dest_addr)
@@ -132,7 +147,7 @@ int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 	fi->ep_attr->tx_ctx_cnt = 1;
 	fi->ep_attr->rx_ctx_cnt = 1;
 
-	fi->tx_attr->caps = caps;
+	fi->tx_attr->caps = caps & RW_TX_CAPS;
 	fi->tx_attr->mode = 0;
 	fi->tx_attr->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
 	fi->tx_attr->msg_order = RW_ORDER;
@@ -142,7 +157,7 @@ int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 	fi->tx_attr->iov_limit = RW_IOV_LIMIT;
 	fi->tx_attr->rma_iov_limit = caps & (FI_RMA | FI_ATOMIC) ? 1 : 0;
 
-	fi->rx_attr->caps = caps;
+	fi->rx_attr->caps = caps & RW_RX_CAPS;
 	fi->rx_attr->mode = 0;
 	fi->rx_attr->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
 	fi->rx_attr->msg_order = RW_ORDER;
@@ -164,7 +179,9 @@ int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 	/* Local buffers need no registering (data is copied in and out of them); RMA targets
 	 * are named by virtual address under the provider's key. */
 	fi->domain_attr->mr_mode = caps & (FI_RMA | FI_ATOMIC) ? RW_RMA_MR_MODE : 0;
-	if (FI_VERSION_LT(version, FI_VERSION(1, 5)))
+	/* FI_MR_BASIC (the 1.0 name of virtual addresses and provider keys) is answered in kind. */
+	if (FI_VERSION_LT(version, FI_VERSION(1, 5)) ||
+	    (hints && hints->domain_attr && hints->domain_attr->mr_mode == FI_MR_BASIC))
 		fi->domain_attr->mr_mode = FI_MR_BASIC;
 	fi->domain_attr->mr_key_size = 8;
 	fi->domain_attr->cq_data_size = 8;

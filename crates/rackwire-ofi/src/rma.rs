@@ -287,7 +287,7 @@ fn prepare(st: &State, ep: u32, fa: u64, flags: u64) -> Result<(Addr, bool), i32
     }
     let to = e.av.and_then(|a| st.avs.get(&a)).ok_or(FI_EOPBADSTATE)?.resolve(fa).ok_or(FI_EINVAL)?;
     let selective = e.tx_cq.is_some_and(|(_, s)| s);
-    Ok((to, flags & FI_INJECT == 0 && (!selective || flags & FI_COMPLETION != 0)))
+    Ok((to, flags & RW_NO_COMPLETION == 0 && (!selective || flags & FI_COMPLETION != 0)))
 }
 
 /// The header of a request from `ep` to `to` on `(key, address)`, carrying `data`.
