@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 fn main() {
-    println!("cargo:rerun-if-changed=src/prov.h");
+    println!("cargo:rerun-if-changed=src/provider.h");
     for f in ["src/prov.c", "src/prov_ep.c", "src/prov_info.c"] {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -1,5 +1,5 @@
 //! The libfabric values this provider uses (from `rdma/fabric.h` and friends, version 1.17).
-//! The C side checks each against the headers when it is built (`prov.h`, `_Static_assert`).
+//! The C side checks each against the headers when it is built (`provider.h`, `_Static_assert`).
 //! Each keeps libfabric's name and meaning (see `fi_getinfo(3)`, `fi_errno(3)`).
 #![allow(missing_docs)]
 
@@ -22,7 +22,7 @@ pub const FI_INJECT: u64 = 1 << 25;
 /// `FI_CLAIM` and `FI_DISCARD` (receive flags).
 pub const FI_CLAIM: u64 = 1 << 59;
 pub const FI_DISCARD: u64 = 1 << 58;
-/// The provider's own flag: the call is an inject, which writes no completion (`prov.h`).
+/// The provider's own flag: the call is an inject, which writes no completion (`provider.h`).
 pub const RW_NO_COMPLETION: u64 = 1 << 62;
 /// Bind flag: only operations flagged `FI_COMPLETION` complete into the queue.
 pub const FI_SELECTIVE_COMPLETION: u64 = 1 << 59;

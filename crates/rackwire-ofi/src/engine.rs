@@ -12,7 +12,7 @@ use tracing::{debug, warn};
 
 use crate::consts::*;
 use crate::ep::{Matcher, Posted, RxDone};
-use crate::queues::{Addr, Av, Cntr, Cq, Entry, ErrEntry, ProvErr};
+use crate::queues::{Addr, Av, Cntr, Cq, Entry, ErrEntry, ProvErr, TxDone};
 use crate::user::{capacity, copy_out, gather, Iov};
 use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX, HEADER_BYTES};
 
@@ -24,17 +24,6 @@ pub const TX_QUEUE_MAX: usize = 1024;
 const RX_BATCH: usize = 64;
 /// How long a blocking read sleeps between looks at most.
 pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(1);
-
-/// How a send (or an RMA operation) completes.
-#[derive(Debug)]
-pub(crate) struct TxDone {
-    pub ep: u32,
-    pub ctx: usize,
-    pub flags: u64,
-    pub len: usize,
-    /// Whether a completion is written (not for injects and unflagged selective sends).
-    pub completion: bool,
-}
 
 /// Where a send's bytes are.
 #[derive(Debug)]
@@ -129,9 +118,9 @@ pub(crate) struct State {
     domains: usize,
     pub(crate) dropped: u64,
     /// Registered regions by key.
-    pub(crate) mrs: HashMap<u64, crate::rma::Mr>,
+    pub(crate) mrs: HashMap<u64, crate::regions::Mr>,
     /// RMA operations in flight by number.
-    pub(crate) rma: HashMap<u64, crate::rma::RmaOp>,
+    pub(crate) rma: HashMap<u64, crate::regions::RmaOp>,
     /// Sends queued over all endpoints.
     tx_queued: usize,
 }
@@ -140,6 +129,9 @@ pub(crate) struct State {
 pub(crate) struct Provider {
     fabric: Fabric,
     me: NodeId,
+    /// The process that joined: a child forked after it has the memory but none of the
+    /// threads, so it joins afresh.
+    pid: u32,
     st: Mutex<State>,
 }
 
@@ -147,7 +139,7 @@ static PROVIDER: Mutex<Option<Arc<Provider>>> = Mutex::new(None);
 
 /// Wait up to `d` for input from the fabric (a blocking call's nap between looks).
 pub(crate) fn nap(d: Duration) -> Result<(), i32> {
-    let p = lock(&PROVIDER).clone().ok_or(FI_EOPBADSTATE)?;
+    let p = lock(&PROVIDER).clone().filter(|p| p.pid == std::process::id()).ok_or(FI_EOPBADSTATE)?;
     let _ = p.fabric.wait_input(&[], d.min(WAIT_SLICE));
     Ok(())
 }
@@ -174,8 +166,15 @@ fn log_warning(text: &str) {
 /// The provider, joining the fabric on first use.
 fn provider() -> Result<Arc<Provider>, i32> {
     let mut p = lock(&PROVIDER);
-    if let Some(p) = p.as_ref() {
-        return Ok(p.clone());
+    match p.take() {
+        Some(old) if old.pid == std::process::id() => {
+            *p = Some(old.clone());
+            return Ok(old);
+        }
+        // Inherited through fork: its threads are not in this process, so closing it would
+        // wait on them. Let it be; this process joins as a node of its own.
+        Some(old) => std::mem::forget(old),
+        None => {}
     }
     if !configured() {
         return Err(FI_ENODATA);
@@ -189,14 +188,14 @@ fn provider() -> Result<Arc<Provider>, i32> {
         FI_ENODEV
     })?;
     let me = fabric.id();
-    let made = Arc::new(Provider { fabric, me, st: Mutex::new(State::default()) });
+    let made = Arc::new(Provider { fabric, me, pid: std::process::id(), st: Mutex::new(State::default()) });
     *p = Some(made.clone());
     Ok(made)
 }
 
 /// Run `f` on the provider's state (after a round of progress).
 pub(crate) fn with<T>(f: impl FnOnce(&Provider, &mut State) -> Result<T, i32>) -> Result<T, i32> {
-    let p = lock(&PROVIDER).clone().ok_or(FI_EOPBADSTATE)?;
+    let p = lock(&PROVIDER).clone().filter(|p| p.pid == std::process::id()).ok_or(FI_EOPBADSTATE)?;
     let mut st = lock(&p.st);
     p.progress(&mut st);
     f(&p, &mut st)
@@ -470,7 +469,7 @@ pub fn domain_open() -> Result<(), i32> {
 /// A domain closed: the last one leaves the fabric.
 pub fn domain_close() {
     let mut slot = lock(&PROVIDER);
-    let last = slot.as_ref().is_some_and(|p| {
+    let last = slot.as_ref().filter(|p| p.pid == std::process::id()).is_some_and(|p| {
         let mut st = lock(&p.st);
         st.domains = st.domains.saturating_sub(1);
         st.domains == 0

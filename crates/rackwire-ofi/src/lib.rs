@@ -2,7 +2,7 @@
 //! MPI's `mtl ofi`, libfabric's own tools — run unmodified on the fabric, picked by
 //! `FI_PROVIDER=rackwire` with `FI_PROVIDER_PATH` naming the folder of `librackwire-fi.so`.
 //!
-//! The C side (`src/prov.c`, `src/prov_ep.c`, `src/prov_info.c`) holds libfabric's objects,
+//! The C side (`src/prov.c`, `src/prov_ep.c`, `src/prov_info.c`, sharing `src/provider.h`) holds libfabric's objects,
 //! laid out by its own headers, and calls this crate for everything they do: the engine
 //! ([`engine`]) joins the fabric once per process from the environment (`RACKWIRE_MH`, the
 //! secret, as every rackwire program), names endpoints by node and number, and carries
@@ -20,6 +20,7 @@ pub mod engine;
 pub mod ep;
 pub mod objects;
 pub mod queues;
+mod regions;
 pub mod rma;
 pub mod user;
 pub mod wire;

@@ -6,22 +6,7 @@
  * file only unpacks libfabric's arguments and packs its results. Endpoints are in
  * prov_ep.c, fi_getinfo's answer in prov_info.c.
  */
-#include "prov.h"
-
-/* ---- what every object answers for what it does not do ---- */
-int rw_no_bind(struct fid *fid, struct fid *bfid, uint64_t flags) { (void)fid; (void)bfid; (void)flags; return -FI_ENOSYS; }
-int rw_no_control(struct fid *fid, int command, void *arg) { (void)fid; (void)command; (void)arg; return -FI_ENOSYS; }
-int rw_no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops, void *context)
-{
-	(void)fid; (void)name; (void)flags; (void)ops; (void)context;
-	return -FI_ENOSYS;
-}
-int rw_no_tostr(const struct fid *fid, char *buf, size_t len) { (void)fid; (void)buf; (void)len; return -FI_ENOSYS; }
-int rw_no_ops_set(struct fid *fid, const char *name, uint64_t flags, void *ops, void *context)
-{
-	(void)fid; (void)name; (void)flags; (void)ops; (void)context;
-	return -FI_ENOSYS;
-}
+#include "provider.h"
 
 /* ---- memory regions: registered with the Rust side, which checks every remote access ---- */
 static int mr_close(struct fid *fid)

@@ -1,7 +1,7 @@
 /*
  * Endpoints: binding, enabling, names, and the message, tagged, RMA and atomic operations.
  */
-#include "prov.h"
+#include "provider.h"
 
 #define EPH(p) (OF(struct rw_ep, ep, p)->h)
 

@@ -4,7 +4,7 @@
  * endpoint type, capabilities or modes it lacks, larger limits, automatic progress) or the
  * process is not configured to join a fabric (no RACKWIRE_MH nor RACKWIRE_CONFIG).
  */
-#include "prov.h"
+#include "provider.h"
 
 /* A tag format of 64 one-bit fields: all 64 bits matched (libfabric's providers call it
  * FI_TAG_GENERIC; the public headers do not name it). */

@@ -100,6 +100,17 @@ impl ProvErr {
     }
 }
 
+/// How a send (or an RMA operation) completes: into its endpoint's transmit queue.
+#[derive(Debug)]
+pub(crate) struct TxDone {
+    pub ep: u32,
+    pub ctx: usize,
+    pub flags: u64,
+    pub len: usize,
+    /// Whether a completion is written (not for injects and unflagged selective sends).
+    pub completion: bool,
+}
+
 /// A completion queue.
 #[derive(Debug)]
 pub struct Cq {

@@ -14,46 +14,11 @@ use rackwire::NodeId;
 
 use crate::atomics::{self, Form};
 use crate::consts::*;
-use crate::engine::{with, Source, State, TxDone, TxOp};
-use crate::queues::{Addr, Entry, ProvErr};
+use crate::engine::{with, Source, State, TxOp};
+use crate::queues::{Addr, Entry, ProvErr, TxDone};
+use crate::regions::{Mr, RmaOp, Waiting, MRS_MAX, RMA_IN_FLIGHT_MAX};
 use crate::user::{capacity, gather, scatter, Iov, Registered};
 use crate::wire::{Header, Kind};
-
-/// Regions registered per process at most.
-pub const MRS_MAX: usize = 1 << 16;
-/// RMA operations in flight per process at most (past it, calls answer `-FI_EAGAIN`).
-pub const RMA_IN_FLIGHT_MAX: usize = 4096;
-
-/// A registered region.
-#[derive(Clone, Copy, Debug)]
-pub struct Mr {
-    /// Its memory.
-    pub mem: Registered,
-    /// `FI_REMOTE_READ`, `FI_REMOTE_WRITE`.
-    pub access: u64,
-}
-
-/// What an RMA operation in flight waits for.
-#[derive(Debug)]
-pub(crate) enum Waiting {
-    /// The target's answer to a write or a write-form atomic.
-    Ack,
-    /// A read's data, into these buffers.
-    Read { into: Vec<Iov>, got: usize },
-    /// The old values of a fetch or compare atomic, into these buffers.
-    Old { into: Vec<Iov> },
-}
-
-/// An RMA operation in flight, by its number.
-#[derive(Debug)]
-pub(crate) struct RmaOp {
-    pub ep: u32,
-    pub dest: Addr,
-    pub done: TxDone,
-    pub waiting: Waiting,
-    /// `FI_READ` or `FI_WRITE`: which of the endpoint's RMA counters it counts in.
-    pub counts_as: u64,
-}
 
 /// An atomic request's operation, datatype, element count and form, in a header's `data`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -489,6 +489,8 @@ static void close_side(struct side *s)
 int main(void)
 {
 	int sv[2];
+	/* Before the fork on purpose: fi_getinfo joins the fabric (for the source address), so the
+	 * child inherits a provider whose threads it does not have, and must join afresh. */
 	check_getinfo();
 	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
 	pid_t b = fork();

@@ -2,8 +2,8 @@
  * What the C files of the rackwire provider share: libfabric's headers, the Rust side's
  * functions, the objects' layouts and the answers common to every table.
  */
-#ifndef RW_PROV_H
-#define RW_PROV_H
+#ifndef RW_PROVIDER_H
+#define RW_PROVIDER_H
 
 #include <errno.h>
 #include <stdint.h>
@@ -178,11 +178,21 @@ static inline int ret_int(int64_t r) { return r < 0 ? (int)r : 0; }
 	{ .size = sizeof(struct fi_ops), .close = close_fn, .bind = bind_fn, .control = control_fn, \
 	  .ops_open = rw_no_ops_open, .tostr = rw_no_tostr, .ops_set = rw_no_ops_set }
 
-int rw_no_bind(struct fid *fid, struct fid *bfid, uint64_t flags);
-int rw_no_control(struct fid *fid, int command, void *arg);
-int rw_no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops, void *context);
-int rw_no_tostr(const struct fid *fid, char *buf, size_t len);
-int rw_no_ops_set(struct fid *fid, const char *name, uint64_t flags, void *ops, void *context);
+
+/* What every object answers for what it does not do. */
+static inline int rw_no_bind(struct fid *fid, struct fid *bfid, uint64_t flags) { (void)fid; (void)bfid; (void)flags; return -FI_ENOSYS; }
+static inline int rw_no_control(struct fid *fid, int command, void *arg) { (void)fid; (void)command; (void)arg; return -FI_ENOSYS; }
+static inline int rw_no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops, void *context)
+{
+	(void)fid; (void)name; (void)flags; (void)ops; (void)context;
+	return -FI_ENOSYS;
+}
+static inline int rw_no_tostr(const struct fid *fid, char *buf, size_t len) { (void)fid; (void)buf; (void)len; return -FI_ENOSYS; }
+static inline int rw_no_ops_set(struct fid *fid, const char *name, uint64_t flags, void *ops, void *context)
+{
+	(void)fid; (void)name; (void)flags; (void)ops; (void)context;
+	return -FI_ENOSYS;
+}
 
 int rw_ep_open(struct fid_domain *d, struct fi_info *info, struct fid_ep **out, void *context);
 int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
