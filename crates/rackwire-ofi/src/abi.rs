@@ -52,6 +52,12 @@ fn timeout(ms: i32) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
+/// Called in the child after a fork (the C side's `pthread_atfork` handler).
+#[no_mangle]
+pub extern "C" fn rwofi_forked() {
+    engine::forked();
+}
+
 #[no_mangle]
 pub extern "C" fn rwofi_configured() -> i32 {
     i32::from(engine::configured())

@@ -4,10 +4,12 @@
 //! pushed out as the peers' rings have room), made by every call that reads or posts.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rackwire::{Conn, Fabric, FabricConfig, NodeId, Op};
+use rackwire::{Conn, Fabric, FabricConfig, NodeId, Op, Receiver};
+use rackwire_proto::OwnIdMap;
 use tracing::{debug, warn};
 
 use crate::consts::*;
@@ -105,13 +107,15 @@ pub(crate) struct Ep {
 /// Everything behind the lock.
 #[derive(Default)]
 pub(crate) struct State {
-    pub(crate) eps: HashMap<u32, Ep>,
+    /// Tables keyed by numbers this process chose (looked up, never added to, by what a
+    /// peer sends): the cheap hasher.
+    pub(crate) eps: OwnIdMap<u32, Ep>,
     next_ep: u32,
-    pub(crate) cqs: HashMap<u64, Cq>,
-    pub(crate) avs: HashMap<u64, Av>,
-    pub(crate) cntrs: HashMap<u64, Cntr>,
+    pub(crate) cqs: OwnIdMap<u64, Cq>,
+    pub(crate) avs: OwnIdMap<u64, Av>,
+    pub(crate) cntrs: OwnIdMap<u64, Cntr>,
     next_handle: u64,
-    conns: HashMap<NodeId, Conn>,
+    conns: OwnIdMap<NodeId, Conn>,
     pub(crate) next_msg: u64,
     /// Sends handed to a transport that completes them later (the edge transport).
     inflight: VecDeque<(Op, TxDone)>,
@@ -123,23 +127,38 @@ pub(crate) struct State {
     pub(crate) rma: HashMap<u64, crate::regions::RmaOp>,
     /// Sends queued over all endpoints.
     tx_queued: usize,
+    /// The standing view of the fabric's peers that progress takes messages through.
+    receiver: Option<Receiver>,
 }
 
 /// The provider in this process.
 pub(crate) struct Provider {
     fabric: Fabric,
     me: NodeId,
-    /// The process that joined: a child forked after it has the memory but none of the
-    /// threads, so it joins afresh.
-    pid: u32,
+    /// The [`FORKS`] count when it joined: a child forked since has the memory but none of
+    /// the threads, so it joins afresh.
+    generation: u64,
     st: Mutex<State>,
 }
 
 static PROVIDER: Mutex<Option<Arc<Provider>>> = Mutex::new(None);
 
+/// Forks this process's line has gone through (counted in the child by the C side's
+/// `pthread_atfork` handler, [`forked`]): one load tells a provider inherited through fork.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// This process is the child of a fork.
+pub fn forked() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn ours(p: &Arc<Provider>) -> bool {
+    p.generation == FORKS.load(Ordering::Relaxed)
+}
+
 /// Wait up to `d` for input from the fabric (a blocking call's nap between looks).
 pub(crate) fn nap(d: Duration) -> Result<(), i32> {
-    let p = lock(&PROVIDER).clone().filter(|p| p.pid == std::process::id()).ok_or(FI_EOPBADSTATE)?;
+    let p = lock(&PROVIDER).clone().filter(ours).ok_or(FI_EOPBADSTATE)?;
     let _ = p.fabric.wait_input(&[], d.min(WAIT_SLICE));
     Ok(())
 }
@@ -167,7 +186,7 @@ fn log_warning(text: &str) {
 fn provider() -> Result<Arc<Provider>, i32> {
     let mut p = lock(&PROVIDER);
     match p.take() {
-        Some(old) if old.pid == std::process::id() => {
+        Some(old) if ours(&old) => {
             *p = Some(old.clone());
             return Ok(old);
         }
@@ -188,14 +207,15 @@ fn provider() -> Result<Arc<Provider>, i32> {
         FI_ENODEV
     })?;
     let me = fabric.id();
-    let made = Arc::new(Provider { fabric, me, pid: std::process::id(), st: Mutex::new(State::default()) });
+    let generation = FORKS.load(Ordering::Relaxed);
+    let made = Arc::new(Provider { fabric, me, generation, st: Mutex::new(State::default()) });
     *p = Some(made.clone());
     Ok(made)
 }
 
 /// Run `f` on the provider's state (after a round of progress).
 pub(crate) fn with<T>(f: impl FnOnce(&Provider, &mut State) -> Result<T, i32>) -> Result<T, i32> {
-    let p = lock(&PROVIDER).clone().filter(|p| p.pid == std::process::id()).ok_or(FI_EOPBADSTATE)?;
+    let p = lock(&PROVIDER).clone().filter(ours).ok_or(FI_EOPBADSTATE)?;
     let mut st = lock(&p.st);
     p.progress(&mut st);
     f(&p, &mut st)
@@ -346,7 +366,9 @@ impl Provider {
             if st.all_full() {
                 break;
             }
-            let taken = self.fabric.recv_waiting_with(RX_BATCH, |from, msg| st.dispatch(from, msg));
+            let mut r = st.receiver.take().unwrap_or_else(|| self.fabric.receiver());
+            let taken = self.fabric.recv_waiting_into(&mut r, RX_BATCH, |from, msg| st.dispatch(from, msg));
+            st.receiver = Some(r);
             match taken {
                 Ok(n) if n < RX_BATCH => break,
                 Ok(_) => {}
@@ -469,7 +491,7 @@ pub fn domain_open() -> Result<(), i32> {
 /// A domain closed: the last one leaves the fabric.
 pub fn domain_close() {
     let mut slot = lock(&PROVIDER);
-    let last = slot.as_ref().filter(|p| p.pid == std::process::id()).is_some_and(|p| {
+    let last = slot.as_ref().filter(|p| ours(p)).is_some_and(|p| {
         let mut st = lock(&p.st);
         st.domains = st.domains.saturating_sub(1);
         st.domains == 0

@@ -519,6 +519,8 @@ static int fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **out, voi
 
 static void prov_cleanup(void) {}
 
+static void register_fork_handler(void);
+
 static struct fi_provider rw_prov = {
 	.version = RW_PROV_VERSION,
 	.fi_version = RW_FI_VERSION,
@@ -528,8 +530,22 @@ static struct fi_provider rw_prov = {
 	.cleanup = prov_cleanup,
 };
 
-/* Called by the Rust side's fi_prov_ini (a cdylib exports only Rust's symbols). */
+/* The child of a fork: its provider state is its parent's, without the threads. */
+static void after_fork_in_child(void)
+{
+	rwofi_forked();
+}
+
+static void register_fork_handler(void)
+{
+	pthread_atfork(NULL, NULL, after_fork_in_child);
+}
+
+/* Called by the Rust side's fi_prov_ini (a cdylib exports only Rust's symbols), once per
+ * process by libfabric. */
 struct fi_provider *rwofi_c_provider(void)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, register_fork_handler);
 	return &rw_prov;
 }

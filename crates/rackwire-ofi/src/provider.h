@@ -22,10 +22,12 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 #include <rdma/providers/fi_prov.h>
+#include <pthread.h>
 #include <time.h>
 
 /* ---- the Rust side ---- */
 int rwofi_configured(void);
+void rwofi_forked(void);
 int64_t rwofi_src_addr(void *out);
 int64_t rwofi_domain_open(void);
 int64_t rwofi_domain_close(void);

@@ -119,6 +119,11 @@ impl std::fmt::Debug for Fabric {
     }
 }
 
+/// A standing view of a node's peers for a loop that takes messages ([`Fabric::receiver`]).
+pub struct Receiver {
+    view: PeerView,
+}
+
 impl Fabric {
     /// Join the fabric: prove the secret to the management host, get an id, open this node's
     /// shared-memory endpoint and register it.
@@ -329,11 +334,29 @@ impl Fabric {
     /// its sender where the transport holds it (as [`Fabric::recv_with`]), without waiting.
     /// Returns how many were taken. With [`Fabric::wait_input`], one thread serves the
     /// fabric's messages and a device of its own (the virtual NIC's TUN) alike.
-    pub fn recv_waiting_with(&self, max: usize, mut f: impl FnMut(NodeId, &[u8])) -> Result<usize, Error> {
-        let mut view = self.inner.peer_view();
+    pub fn recv_waiting_with(&self, max: usize, f: impl FnMut(NodeId, &[u8])) -> Result<usize, Error> {
+        self.recv_waiting_into(&mut self.receiver(), max, f)
+    }
+
+    /// A standing view of this node's peers, for a loop that takes messages over and over
+    /// ([`Fabric::recv_waiting_into`]): a snapshot of the peers costs a lock and a reference
+    /// count; a standing one is brought up to date only when the peers change (one load).
+    pub fn receiver(&self) -> Receiver {
+        Receiver { view: self.inner.peer_view() }
+    }
+
+    /// [`Fabric::recv_waiting_with`] through the standing view `r` (from [`Fabric::receiver`]
+    /// of this fabric).
+    pub fn recv_waiting_into(
+        &self,
+        r: &mut Receiver,
+        max: usize,
+        mut f: impl FnMut(NodeId, &[u8]),
+    ) -> Result<usize, Error> {
+        let view = &mut r.view;
         let mut taken = 0;
         while taken < max {
-            let got = self.poll_peers(&mut view, |p| {
+            let got = self.poll_peers(view, |p| {
                 let from = p.peer();
                 p.try_recv_with(&mut |data| f(from, data)).map(|got| got.then_some(()))
             })?;

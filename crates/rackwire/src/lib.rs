@@ -63,7 +63,7 @@ pub use config::{
 };
 pub use conn::Conn;
 pub use error::{Error, MhErrorText};
-pub use fabric::{Fabric, Message};
+pub use fabric::{Fabric, Message, Receiver};
 pub use handle::{RemoteRegion, REMOTE_REGION_BYTES};
 pub use id::RegionId;
 pub use op::{BatchOptions, Cmp, Completion, Notification, Op, OpFlags, Signal, SignalOp};
