@@ -19,8 +19,11 @@ use rackwire_bench::repeat::median_spread;
 const REPEAT_MAX: usize = 50;
 /// The providers measured, rackwire first.
 const PROVIDERS: [&str; 4] = ["rackwire", "shm", "tcp", "udp;ofi_rxd"];
-/// Round trips per size (at full scale).
-const ITERS: f64 = 5000.0;
+/// Round trips at 64 B (at full scale): enough that setting up the connection (its first
+/// message, timed by fi_pingpong like any other) weighs little, for every provider.
+const ITERS: f64 = 50_000.0;
+/// Round trips at 1 MiB per one at 64 B.
+const LARGE_PER_SMALL: u64 = 100;
 /// How long one fi_pingpong pair may take.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 const SECRET: &str = "rackwire-bench-ofi-secret";
@@ -110,7 +113,7 @@ fn pingpong(provider: &str, size: &str, iters: u64, dir: &Path, mh: &str) -> Res
 
 fn measure(provider: &str, iters: u64, dir: &Path, mh: &str) -> Result<Figures> {
     let small = pingpong(provider, "64", iters, dir, mh)?;
-    let large = pingpong(provider, "1048576", (iters / 10).max(10), dir, mh)?;
+    let large = pingpong(provider, "1048576", (iters / LARGE_PER_SMALL).max(10), dir, mh)?;
     match (small.get("64"), large.get("1m")) {
         (Some(s), Some(l)) => Ok(Figures { lat_us: s.1, mb_s: l.0 }),
         _ => bail!("fi_pingpong over {provider} printed no 64 B or 1 MiB row"),
@@ -169,7 +172,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
     println!(
         "(fi_pingpong -e rdm -m tagged, {iters} round trips at 64 B, {} at 1 MiB; {repeat} repeats, providers rotated; \
          below 1 is faster for latency, above 1 for bandwidth)",
-        (iters / 10).max(10)
+        (iters / LARGE_PER_SMALL).max(10)
     );
     Ok(())
 }
