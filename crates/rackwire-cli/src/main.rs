@@ -11,6 +11,7 @@ mod figures;
 mod inspect;
 mod lang_bench;
 mod launch;
+mod mpi_bench;
 mod ofi_bench;
 mod rack;
 mod seal_bench;
@@ -209,7 +210,8 @@ struct BenchArgs {
     /// `served`: a served region's reads, writes and atomics over shared memory against a
     /// mapped region's, alternated --repeat times. `ofi`: libfabric's fi_pingpong over the
     /// rackwire provider and libfabric's shm, tcp and udp;ofi_rxd providers, --repeat times.
-    #[arg(value_parser = ["vnic", "stripe", "coll", "lang", "seal", "served", "ofi"])]
+    /// `mpi`: one MPI program under Open MPI over the provider, over vader and over tcp.
+    #[arg(value_parser = ["vnic", "stripe", "coll", "lang", "seal", "served", "ofi", "mpi"])]
     suite: Option<String>,
     /// With `coll`: ranks (comma-separated for several runs).
     #[arg(long, value_delimiter = ',', default_value = "2")]
@@ -449,6 +451,13 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--scale must be in (0, 10]");
             }
             seal_bench::run(b.mtu.unwrap_or(seal_bench::MTU_DEFAULT), b.repeat, b.scale, b.json)
+        }
+        Cmd::Bench(b) if b.suite.as_deref() == Some("mpi") => {
+            init_logging(tracing::Level::WARN);
+            if !(b.scale > 0.0 && b.scale <= 10.0) {
+                bail!("--scale must be in (0, 10]");
+            }
+            mpi_bench::run(b.repeat, b.scale, b.json)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("ofi") => {
             init_logging(tracing::Level::WARN);

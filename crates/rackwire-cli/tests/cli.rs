@@ -222,3 +222,28 @@ fn bench_ofi_measures_every_provider() {
         assert!(doc[p]["ours_over_theirs_lat"]["median"].as_f64().unwrap() > 0.0, "{p}: {doc}");
     }
 }
+
+// Checks `rackwire bench mpi` end to end at tiny scale where Open MPI and the provider are
+// there: one JSON document with positive figures over rackwire, vader and tcp for each of the
+// four measures, and rackwire's ratio against each.
+#[test]
+fn bench_mpi_measures_every_transport() {
+    let dir = std::path::Path::new(env!("CARGO_BIN_EXE_rackwire")).parent().expect("bin folder").join("ofi");
+    let have = |t: &str| {
+        Command::new("sh").args(["-c", &format!("command -v {t}")]).output().is_ok_and(|o| o.status.success())
+    };
+    if !dir.join("librackwire-fi.so").exists() || !have("mpirun") || !have("mpicc") {
+        eprintln!(
+            "skipped: needs Open MPI (openmpi-bin, libopenmpi-dev) and the provider (cargo build -p rackwire-ofi)"
+        );
+        return;
+    }
+    let o = rackwire(&["bench", "mpi", "--repeat", "1", "--scale", "0.01", "--json"]);
+    assert!(o.status.success(), "bench mpi failed: {}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    for key in ["pingpong_8B_us", "bw_1MiB_MBs", "allreduce_64KiB_us", "alltoallv_64KiB_us"] {
+        for t in ["rackwire", "vader", "tcp", "rackwire_over_vader", "rackwire_over_tcp"] {
+            assert!(doc[key][t]["median"].as_f64().unwrap() > 0.0, "{key} {t}: {doc}");
+        }
+    }
+}
