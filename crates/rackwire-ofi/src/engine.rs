@@ -210,15 +210,43 @@ fn provider() -> Result<Arc<Provider>, i32> {
     let generation = FORKS.load(Ordering::Relaxed);
     let made = Arc::new(Provider { fabric, me, generation, st: Mutex::new(State::default()) });
     *p = Some(made.clone());
+    CHANGES.fetch_add(1, Ordering::Release);
     Ok(made)
+}
+
+/// Changes of [`PROVIDER`] (a join, a leave): a thread's cached provider is good while this
+/// has not moved (with [`FORKS`]).
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's copy of the provider, and the [`CHANGES`] and [`FORKS`] counts it was
+    /// taken at: every call but the first after a change reads it without the global lock
+    /// or a reference count (each an atomic instruction on a shared cache line).
+    static CACHED: std::cell::RefCell<Option<(u64, u64, Arc<Provider>)>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Run `f` on the provider's state (after a round of progress).
 pub(crate) fn with<T>(f: impl FnOnce(&Provider, &mut State) -> Result<T, i32>) -> Result<T, i32> {
-    let p = lock(&PROVIDER).clone().filter(ours).ok_or(FI_EOPBADSTATE)?;
-    let mut st = lock(&p.st);
-    p.progress(&mut st);
-    f(&p, &mut st)
+    CACHED.with(|cell| {
+        let (changes, forks) = (CHANGES.load(Ordering::Acquire), FORKS.load(Ordering::Relaxed));
+        {
+            let mut cached = cell.borrow_mut();
+            if !matches!(&*cached, Some((c, f, _)) if *c == changes && *f == forks) {
+                *cached = lock(&PROVIDER).clone().filter(ours).map(|p| (changes, forks, p));
+            }
+        }
+        // Borrowed, not cloned, for the call (no call made under it comes back here).
+        let cached = cell.borrow();
+        let p = cached.as_ref().map(|(_, _, p)| p).ok_or(FI_EOPBADSTATE)?;
+        let mut st = lock(&p.st);
+        p.progress(&mut st);
+        f(p, &mut st)
+    })
+}
+
+/// Forget this thread's cached provider (before it leaves the fabric).
+fn uncache() {
+    CACHED.with(|cell| cell.borrow_mut().take());
 }
 
 impl State {
@@ -497,6 +525,8 @@ pub fn domain_close() {
         st.domains == 0
     });
     if last {
+        uncache();
+        CHANGES.fetch_add(1, Ordering::Release);
         if let Some(p) = slot.take() {
             match Arc::try_unwrap(p) {
                 Ok(p) => p.fabric.close(),
