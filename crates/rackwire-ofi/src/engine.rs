@@ -728,7 +728,9 @@ pub fn recv(ep: u32, iov: Vec<Iov>, src: u64, tag: Option<(u64, u64)>, how: Recv
         if !e.enabled {
             return Err(FI_EOPBADSTATE);
         }
-        let from = if src == FI_ADDR_UNSPEC {
+        // A claim names its message by the context of the peek that claimed it: its source
+        // address means nothing (applications pass 0, which a map vector need not hold).
+        let from = if src == FI_ADDR_UNSPEC || (how.claim && !how.peek) {
             None
         } else {
             let av = e.av.and_then(|a| st.avs.get(&a)).ok_or(FI_EOPBADSTATE)?;

@@ -2,8 +2,9 @@
 //! one-sided), run by `mpirun` with Open MPI's `cm` messaging layer on `mtl ofi` restricted
 //! to the `rackwire` provider (`--mca btl self`: no other transport between ranks; one-sided
 //! through `osc pt2pt` on the same messaging), at 2, 3 and 5 ranks over shared memory and 3
-//! over the edge transport. Without Open MPI (Debian: openmpi-bin, libopenmpi-dev) or the
-//! provider's libfabric side the tests say so and skip.
+//! over the edge transport; and mpi4py's Python programs. Without Open MPI (Debian:
+//! openmpi-bin, libopenmpi-dev), mpi4py (python3-mpi4py) or the provider's libfabric side the
+//! tests say so and skip.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -42,6 +43,19 @@ fn setup(build: &TempDir) -> Option<(PathBuf, PathBuf)> {
 /// `mpirun -n ranks exe args` over the provider, as a user runs it (see the README), ended
 /// after `limit` at most.
 fn mpirun(dir: &Path, mh: &TestMh, exe: &Path, ranks: usize, edge: bool, args: &[&str], limit: Duration) -> Output {
+    mpirun_program(dir, mh, &[exe.as_os_str()], ranks, edge, args, limit)
+}
+
+/// `mpirun -n ranks PROGRAM... args` over the provider, ended after `limit` at most.
+fn mpirun_program(
+    dir: &Path,
+    mh: &TestMh,
+    program: &[&std::ffi::OsStr],
+    ranks: usize,
+    edge: bool,
+    args: &[&str],
+    limit: Duration,
+) -> Output {
     let mut cmd = Command::new("mpirun");
     cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
         .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rackwire"])
@@ -59,7 +73,7 @@ fn mpirun(dir: &Path, mh: &TestMh, exe: &Path, ranks: usize, edge: bool, args: &
     } else {
         cmd.env_remove("RACKWIRE_TRANSPORT").env_remove("RACKWIRE_LINKS");
     }
-    let mut child = cmd.arg(exe).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("mpirun");
+    let mut child = cmd.args(program).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("mpirun");
     let deadline = Instant::now() + limit;
     while child.try_wait().expect("wait").is_none() {
         if Instant::now() > deadline {
@@ -104,4 +118,26 @@ fn a_killed_rank_fails_the_job_instead_of_hanging_it() {
     let o = mpirun(&dir, &mh, &exe, 3, false, &["die"], Duration::from_secs(120));
     assert!(!o.status.success(), "the job succeeded with a dead rank:\n{}", text(&o));
     assert!(started.elapsed() < Duration::from_secs(60), "the job took {:?} to fail", started.elapsed());
+}
+
+// Checks mpi4py over the provider at 3 ranks (tests/mpi/mpi4py_check.py: pickled objects sent
+// with sendrecv, which matches with a matched probe; numpy buffers through Allreduce and
+// Bcast; a collective of Python objects), each rank checking its own results:
+// mpirun exits 0 and rank 0 reports all three ranks' checks held.
+#[test]
+fn mpi4py_runs_over_the_provider() {
+    let build = TempDir::new("ofi-mpi4py");
+    let Some((dir, _)) = setup(&build) else { return };
+    let importable =
+        Command::new("python3").args(["-c", "import mpi4py, numpy"]).output().is_ok_and(|o| o.status.success());
+    if !importable {
+        eprintln!("skipped: python3 with mpi4py and numpy is needed (Debian: python3-mpi4py python3-numpy)");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi4py_check.py");
+    let mh = TestMh::start("ofi-mpi4py");
+    let program = [std::ffi::OsStr::new("python3"), script.as_os_str()];
+    let o = mpirun_program(&dir, &mh, &program, 3, false, &[], Duration::from_secs(180));
+    let out = text(&o);
+    assert!(o.status.success() && out.contains("mpi4py ok 3"), "{out}");
 }

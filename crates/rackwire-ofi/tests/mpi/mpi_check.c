@@ -2,7 +2,8 @@
  * An MPI program run by Open MPI over the rackwire provider (pml cm, mtl ofi; one-sided
  * through osc pt2pt on top of it). Every result is checked against what this rank computes
  * itself; a mismatch names the check and aborts the job. Covers point-to-point (blocking,
- * non-blocking, synchronous, wildcard source and tag, probe and iprobe, 4 MiB messages),
+ * non-blocking, synchronous, wildcard source and tag, probe and iprobe, matched probes,
+ * 4 MiB messages),
  * the collectives (barrier, bcast, reduce, allreduce, gather(v), scatter(v), allgather(v),
  * alltoall(v), reduce_scatter(_block), scan, exscan), and one-sided (put, get, accumulate
  * under fence; fetch-and-op and compare-and-swap under lock). With the argument "die", rank
@@ -85,6 +86,28 @@ static void point_to_point(void)
 		CHECK(big[2] == pattern(0, 2), "after iprobe");
 	}
 	free(big);
+
+	/* Matched probe (MPI_Mprobe, MPI_Improbe) and the receive of what it matched. */
+	if (rank == 0) {
+		for (int dst = 1; dst < size; dst++) {
+			long v = pattern(dst, 9), w = pattern(dst, 10);
+			MPI_Send(&v, 1, MPI_LONG, dst, 9, MPI_COMM_WORLD);
+			MPI_Send(&w, 1, MPI_LONG, dst, 10, MPI_COMM_WORLD);
+		}
+	} else {
+		MPI_Message m;
+		long v = -1;
+		int got = 0, flag = 0;
+		MPI_Mprobe(0, 9, MPI_COMM_WORLD, &m, &st);
+		MPI_Get_count(&st, MPI_LONG, &got);
+		MPI_Mrecv(&v, 1, MPI_LONG, &m, &st);
+		CHECK(got == 1 && v == pattern(rank, 9) && st.MPI_TAG == 9, "mprobe/mrecv got %ld", v);
+		for (int i = 0; i < 10000000 && !flag; i++)
+			MPI_Improbe(MPI_ANY_SOURCE, 10, MPI_COMM_WORLD, &flag, &m, &st);
+		CHECK(flag && st.MPI_SOURCE == 0, "improbe never matched");
+		MPI_Mrecv(&v, 1, MPI_LONG, &m, MPI_STATUS_IGNORE);
+		CHECK(v == pattern(rank, 10), "improbe/mrecv got %ld", v);
+	}
 }
 
 static void collectives(void)
