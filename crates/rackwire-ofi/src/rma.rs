@@ -235,6 +235,9 @@ impl State {
 
 /// Register `len` bytes at `base` for `access`; the key.
 pub fn mr_reg(base: usize, len: usize, access: u64) -> Result<u64, i32> {
+    if base.checked_add(len).is_none() {
+        return Err(FI_EINVAL);
+    }
     with(|_, st| st.mr_reg(Registered { base, len }, access))
 }
 

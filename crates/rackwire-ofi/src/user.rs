@@ -91,7 +91,8 @@ impl Registered {
     /// `addr..addr + n` lies inside.
     pub fn holds(&self, addr: u64, n: usize) -> bool {
         let Ok(addr) = usize::try_from(addr) else { return false };
-        addr >= self.base && addr.checked_add(n).is_some_and(|end| end <= self.base + self.len)
+        let Some(limit) = self.base.checked_add(self.len) else { return false };
+        addr >= self.base && addr.checked_add(n).is_some_and(|end| end <= limit)
     }
 
     /// A copy of `n` bytes at `addr` (inside: see [`Registered::holds`]).
@@ -152,5 +153,18 @@ mod tests {
         let mut tail = [9u8; 4];
         assert_eq!(copy_out(&iov, 7, &mut tail), 2, "only two bytes are left past 7");
         assert_eq!(&tail, b"yz\x09\x09");
+    }
+
+    // Checks the range test of registered memory: a range inside and one touching the end
+    // pass; one a byte past the end, one starting before the region, a length that wraps the
+    // address space and a region whose own end would wrap all fail (none panics).
+    #[test]
+    fn registered_ranges_are_checked_without_wrapping() {
+        let r = Registered { base: 4096, len: 100 };
+        assert!(r.holds(4096, 100) && r.holds(4100, 10) && r.holds(4196, 0));
+        assert!(!r.holds(4100, 97) && !r.holds(4095, 1) && !r.holds(4100, usize::MAX));
+        assert!(!r.holds(u64::MAX, 1));
+        let wrapping = Registered { base: usize::MAX - 10, len: 100 };
+        assert!(!wrapping.holds((usize::MAX - 5) as u64, 1));
     }
 }
