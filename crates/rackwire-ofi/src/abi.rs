@@ -384,6 +384,17 @@ pub extern "C" fn rwofi_ep_getname(ep: u64, addr: *mut u8, len: *mut usize) -> i
     })
 }
 
+/// `FI_OPT_MIN_MULTI_RECV` of `ep`: set from `*value` when `set`, then `*value` its value.
+#[no_mangle]
+pub extern "C" fn rwofi_ep_min_multi_recv(ep: u64, set: i32, value: *mut usize) -> i64 {
+    guard(|| {
+        // SAFETY: the C side passes a pointer to a size_t of the application's (checked).
+        let v = unsafe { value.as_mut() }.ok_or(FI_EINVAL)?;
+        *v = engine::ep_min_multi_recv(ep_id(ep)?, (set != 0).then_some(*v))?;
+        Ok(0)
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn rwofi_ep_cancel(ep: u64, ctx: usize) -> i64 {
     guard(|| ok(engine::ep_cancel(ep_id(ep)?, ctx)))
@@ -430,14 +441,12 @@ pub extern "C" fn rwofi_recv(
     guard(|| {
         // SAFETY: the C side passes the application's `count` iovecs.
         let iov = unsafe { iovs(iov, count) }?;
-        if flags & FI_MULTI_RECV != 0 {
-            return Err(FI_ENOSYS);
-        }
         let how = RecvFlags {
             peek: flags & FI_PEEK != 0,
             claim: flags & FI_CLAIM != 0,
             discard: flags & FI_DISCARD != 0,
             completion: flags & FI_COMPLETION != 0,
+            multi: flags & FI_MULTI_RECV != 0,
         };
         let tag = (tagged != 0).then_some((tag, ignore));
         ok(engine::recv(ep_id(ep)?, iov, src, tag, how, ctx))

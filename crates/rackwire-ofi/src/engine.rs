@@ -18,6 +18,9 @@ use crate::queues::{Addr, Av, Cntr, Cq, Entry, ErrEntry, ProvErr, TxDone};
 use crate::user::{capacity, copy_out, gather, Iov};
 use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX, HEADER_BYTES};
 
+/// Bytes a buffer of many messages keeps at least unless the application sets another
+/// (`FI_OPT_MIN_MULTI_RECV`): one whole fabric message.
+pub const MIN_MULTI_RECV_DEFAULT: usize = FRAGMENT_BYTES_MAX;
 /// Endpoints per process at most (the domain's `ep_cnt`).
 pub const EPS_MAX: usize = 1024;
 /// Operations an endpoint holds queued for sending at most (its `tx_attr.size`).
@@ -102,6 +105,8 @@ pub(crate) struct Ep {
     pub wr_cntr: Option<u64>,
     pub rx: Matcher,
     pub txq: VecDeque<TxOp>,
+    /// Bytes a buffer of many messages keeps at least, or is released (`FI_OPT_MIN_MULTI_RECV`).
+    pub min_multi_recv: usize,
 }
 
 /// Everything behind the lock.
@@ -318,7 +323,10 @@ impl State {
         let class = if d.tagged { FI_TAGGED } else { FI_MSG };
         let entry = Entry {
             ctx: d.recv.ctx,
-            flags: FI_RECV | class | if d.data.is_some() { FI_REMOTE_CQ_DATA } else { 0 },
+            flags: FI_RECV
+                | class
+                | if d.data.is_some() { FI_REMOTE_CQ_DATA } else { 0 }
+                | if d.recv.release { FI_MULTI_RECV } else { 0 },
             len: d.copied,
             buf: d.recv.iov.first().map_or(0, |v| v.base),
             data: d.data.unwrap_or(0),
@@ -547,7 +555,7 @@ pub fn ep_open() -> Result<u32, i32> {
         }
         let id = st.next_ep;
         st.next_ep = st.next_ep.wrapping_add(1);
-        st.eps.insert(id, Ep::default());
+        st.eps.insert(id, Ep { min_multi_recv: MIN_MULTI_RECV_DEFAULT, ..Ep::default() });
         Ok(id)
     })
 }
@@ -638,6 +646,17 @@ pub fn ep_name(ep: u32) -> Result<Addr, i32> {
     with(|p, st| st.eps.get(&ep).map(|_| (p.me, ep)).ok_or(FI_EINVAL))
 }
 
+/// `ep`'s `FI_OPT_MIN_MULTI_RECV`: set it to `set`, if given; its value.
+pub fn ep_min_multi_recv(ep: u32, set: Option<usize>) -> Result<usize, i32> {
+    with(|_, st| {
+        let e = st.ep(ep)?;
+        if let Some(v) = set {
+            e.min_multi_recv = v;
+        }
+        Ok(e.min_multi_recv)
+    })
+}
+
 /// Cancel `ep`'s posted receive of context `ctx`.
 pub fn ep_cancel(ep: u32, ctx: usize) -> Result<(), i32> {
     with(|_, st| {
@@ -718,6 +737,8 @@ pub struct RecvFlags {
     pub discard: bool,
     /// `FI_COMPLETION`.
     pub completion: bool,
+    /// `FI_MULTI_RECV`.
+    pub multi: bool,
 }
 
 /// A receive on `ep` into `iov`, from `src` (`FI_ADDR_UNSPEC`: anyone), of a tagged message
@@ -738,7 +759,9 @@ pub fn recv(ep: u32, iov: Vec<Iov>, src: u64, tag: Option<(u64, u64)>, how: Recv
         };
         let selective = e.rx_cq.is_some_and(|(_, s)| s);
         let (t, ignore) = tag.unwrap_or((0, 0));
-        let posted = Posted { ctx, iov, src: from, tag: t, ignore, completion: !selective || how.completion };
+        let multi = how.multi.then_some(e.min_multi_recv);
+        let completion = !selective || how.completion;
+        let posted = Posted { ctx, iov, src: from, tag: t, ignore, completion, multi, release: false };
         let tagged = tag.is_some();
         let e = st.ep(ep)?;
         if how.peek {
@@ -767,6 +790,15 @@ pub fn recv(ep: u32, iov: Vec<Iov>, src: u64, tag: Option<(u64, u64)>, how: Recv
                         cq.entries.push_back(Entry { src, ..entry });
                     }
                 }
+            }
+            return Ok(());
+        }
+        if how.multi {
+            if tagged || how.claim {
+                return Err(FI_EINVAL);
+            }
+            for d in e.rx.post_multi(posted)? {
+                st.rx_complete(ep, d);
             }
             return Ok(());
         }

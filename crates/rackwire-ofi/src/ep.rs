@@ -33,6 +33,11 @@ pub struct Posted {
     pub ignore: u64,
     /// Whether its completion is written to the queue (`FI_COMPLETION` or not selective).
     pub completion: bool,
+    /// A buffer for many messages (`FI_MULTI_RECV`): released once less than this many bytes
+    /// are left. Each message takes the next part of it ([`Matcher::post_multi`]).
+    pub multi: Option<usize>,
+    /// The part of a multi-message buffer whose completion releases it (`FI_MULTI_RECV` set).
+    pub release: bool,
 }
 
 impl Posted {
@@ -145,7 +150,7 @@ impl Matcher {
                 let key = (h.kind == Kind::First).then_some((src, h.msg_id));
                 match self.posted[c].iter().position(|p| p.matches(src, h.tag, h.tagged)) {
                     Some(i) => {
-                        let recv = self.posted[c].remove(i).expect("found");
+                        let recv = self.part_of(c, i, total);
                         let copied = scatter(&recv.iov, 0, payload);
                         let done = RxDone { recv, src, tag: h.tag, data, total, copied, tagged: h.tagged };
                         match key {
@@ -222,6 +227,54 @@ impl Matcher {
                 Ok(None)
             }
         }
+    }
+
+    /// Post a buffer for many messages: the messages waiting that it matches go into it at
+    /// once, one part each, while it has room; their completions.
+    pub fn post_multi(&mut self, recv: Posted) -> Result<Vec<RxDone>, i32> {
+        if recv.iov.len() != 1 || recv.multi.is_none() {
+            return Err(crate::consts::FI_EINVAL);
+        }
+        if self.posted[0].len() >= RX_POSTED_MAX {
+            return Err(crate::consts::FI_EAGAIN);
+        }
+        self.posted[0].push_back(recv);
+        let mut done = Vec::new();
+        loop {
+            let Some(at) = self.posted[0].len().checked_sub(1) else { break };
+            let Some(p) = self.posted[0].get(at).filter(|p| p.multi.is_some()) else { break };
+            let Some(i) = self.unexpected[0].iter().position(|u| u.claimed.is_none() && p.matches(u.src, u.tag, false))
+            else {
+                break;
+            };
+            let total = self.unexpected[0][i].total;
+            let part = self.part_of(0, at, total);
+            let released = part.release;
+            done.extend(self.take(0, i, part, false));
+            if released {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    /// The receive a message of `total` bytes goes into: posted receive `i` of `c` itself, or
+    /// for a buffer of many messages the next part of it (`total` bytes, or what is left),
+    /// the buffer released when less than its minimum is left after it.
+    fn part_of(&mut self, c: usize, i: usize, total: usize) -> Posted {
+        let Some(min) = self.posted[c][i].multi else {
+            return self.posted[c].remove(i).expect("found");
+        };
+        let p = &mut self.posted[c][i];
+        let left = p.iov[0];
+        let n = total.min(left.len);
+        let mut part = Posted { iov: vec![Iov { base: left.base, len: n }], multi: None, ..p.clone() };
+        p.iov[0] = Iov { base: left.base + n, len: left.len - n };
+        if left.len - n < min {
+            self.posted[c].remove(i);
+            part.release = true;
+        }
+        part
     }
 
     /// Deliver unexpected message `i` of `class` into `recv` (the rest of its pieces follow
@@ -303,7 +356,7 @@ mod tests {
 
     fn recv(buf: &mut [u8], tag: u64, ignore: u64, ctx: usize) -> Posted {
         let iov = vec![Iov { base: buf.as_mut_ptr() as usize, len: buf.len() }];
-        Posted { ctx, iov, src: None, tag, ignore, completion: true }
+        Posted { ctx, iov, src: None, tag, ignore, completion: true, multi: None, release: false }
     }
 
     // Checks tag matching both ways round: a message that arrives before its receive waits
@@ -381,6 +434,32 @@ mod tests {
         assert!(m.cancel(11).is_none());
     }
 
+    // Checks a buffer of many messages (FI_MULTI_RECV): messages that waited go in at once,
+    // later ones as they come, each into the next part of the buffer and reported there;
+    // the part after which less than the minimum is left releases the buffer (and says so);
+    // a message past what is left is cut to it; tagged messages never go into it.
+    #[test]
+    fn a_buffer_takes_many_messages_and_is_released() {
+        let mut m = Matcher::default();
+        let src = (4, 0);
+        let plain = |kind| Header { tagged: false, ..header(kind, 0, 0, 0) };
+        m.arrive(src, &plain(Kind::Whole), b"one").unwrap();
+        m.arrive(src, &plain(Kind::Whole), b"two!").unwrap();
+        let mut buf = [0u8; 16];
+        let iov = vec![Iov { base: buf.as_mut_ptr() as usize, len: buf.len() }];
+        let multi =
+            Posted { ctx: 9, iov, src: None, tag: 0, ignore: 0, completion: true, multi: Some(6), release: false };
+        let done = m.post_multi(multi).unwrap();
+        assert_eq!(done.len(), 2);
+        assert_eq!((done[0].copied, done[1].copied, done[1].recv.release), (3, 4, false));
+        assert_eq!(done[1].recv.iov[0].base - done[0].recv.iov[0].base, 3, "the second message follows the first");
+        assert!(m.arrive(src, &header(Kind::Whole, 0, 0, 0), b"tagged").unwrap().is_none(), "tagged: not into it");
+        let last = m.arrive(src, &plain(Kind::Whole), b"three").unwrap().expect("fits");
+        assert!(last.recv.release, "4 bytes are left, fewer than 6: released");
+        assert_eq!(&buf[..12], b"onetwo!three");
+        assert!(m.arrive(src, &plain(Kind::Whole), b"later").unwrap().is_none(), "released: waits");
+    }
+
     proptest::proptest! {
         // Checks that whatever a peer sends — pieces without a start, pieces out of place or
         // past the end, lengths too large, repeated message numbers, any tags — the matcher
@@ -398,7 +477,7 @@ mod tests {
             let mut bufs = vec![[0u8; 48]; posts];
             for (i, b) in bufs.iter_mut().enumerate() {
                 let iov = vec![Iov { base: b.as_mut_ptr() as usize + 8, len: 32 }];
-                let p = Posted { ctx: i, iov, src: None, tag: i as u64, ignore: 0, completion: true };
+                let p = Posted { ctx: i, iov, src: None, tag: i as u64, ignore: 0, completion: true, multi: None, release: false };
                 m.post(p, true).unwrap();
             }
             let mut sent = 0usize;

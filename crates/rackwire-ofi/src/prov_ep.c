@@ -69,15 +69,31 @@ static ssize_t ep_cancel(fid_t fid, void *context)
 {
 	return rwofi_ep_cancel(OF(struct rw_ep, ep.fid, fid)->h, context);
 }
+/* FI_OPT_MIN_MULTI_RECV is the one option: the least room a buffer of many messages keeps. */
 static int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen)
 {
-	(void)fid; (void)level; (void)optname; (void)optval; (void)optlen;
-	return -FI_ENOPROTOOPT;
+	size_t v = 0;
+	int r;
+	if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV)
+		return -FI_ENOPROTOOPT;
+	if (!optval || !optlen || *optlen < sizeof(size_t))
+		return -FI_ETOOSMALL;
+	r = ret_int(rwofi_ep_min_multi_recv(OF(struct rw_ep, ep.fid, fid)->h, 0, &v));
+	if (r)
+		return r;
+	memcpy(optval, &v, sizeof v);
+	*optlen = sizeof v;
+	return 0;
 }
 static int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen)
 {
-	(void)fid; (void)level; (void)optname; (void)optval; (void)optlen;
-	return -FI_ENOPROTOOPT;
+	size_t v;
+	if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV)
+		return -FI_ENOPROTOOPT;
+	if (!optval || optlen != sizeof(size_t))
+		return -FI_EINVAL;
+	memcpy(&v, optval, sizeof v);
+	return ret_int(rwofi_ep_min_multi_recv(OF(struct rw_ep, ep.fid, fid)->h, 1, &v));
 }
 static int no_tx_ctx(struct fid_ep *sep, int index, struct fi_tx_attr *attr, struct fid_ep **tx, void *context)
 {

@@ -63,6 +63,7 @@ int64_t rwofi_ep_close(uint64_t ep);
 int64_t rwofi_ep_bind(uint64_t ep, int kind, uint64_t obj, uint64_t flags);
 int64_t rwofi_ep_enable(uint64_t ep);
 int64_t rwofi_ep_getname(uint64_t ep, void *addr, size_t *len);
+int64_t rwofi_ep_min_multi_recv(uint64_t ep, int set, size_t *value);
 int64_t rwofi_ep_cancel(uint64_t ep, void *ctx);
 int64_t rwofi_send(uint64_t ep, const struct iovec *iov, size_t count, fi_addr_t dest, int tagged, uint64_t tag,
 		   int has_data, uint64_t data, uint64_t flags, void *ctx);
@@ -107,14 +108,15 @@ _Static_assert(FI_CSWAP == 12 && FI_CSWAP_GT == 17 && FI_MSWAP == 18, "atomic op
 #define RW_FI_VERSION FI_VERSION(1, 17)
 #define RW_PRIMARY_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_RECV | FI_READ | FI_WRITE | \
 			 FI_REMOTE_READ | FI_REMOTE_WRITE)
-#define RW_SECONDARY_CAPS (FI_SOURCE | FI_DIRECTED_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM)
+#define RW_SECONDARY_CAPS (FI_SOURCE | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM)
 /* What comes with whatever was asked for: the modifiers and the secondary capabilities. */
 #define RW_OPTIONAL_CAPS (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SOURCE | \
+			  FI_MULTI_RECV | \
 			  FI_LOCAL_COMM | FI_REMOTE_COMM)
 /* Which capabilities belong to the transmit side, which to the receive side. */
 #define RW_TX_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_READ | FI_WRITE)
 #define RW_RX_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE | \
-		    FI_DIRECTED_RECV | FI_SOURCE)
+		    FI_DIRECTED_RECV | FI_SOURCE | FI_MULTI_RECV)
 /* RMA addresses are virtual addresses, keys the provider's: an application must allow both. */
 #define RW_RMA_MR_MODE (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY)
 #define RW_ORDER (FI_ORDER_SAS | FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | \

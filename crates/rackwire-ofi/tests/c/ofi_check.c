@@ -7,7 +7,7 @@
  * as an error completion (FI_ETRUNC, its text); FI_PEEK, FI_CLAIM; cancel; tags with ignore
  * bits; inject (no completion); counters; RMA writes (3 MiB, and with remote CQ data) and
  * reads checked byte for byte; atomics (fetch-and-add, compare-and-swap, read) and what
- * fi_atomicvalid says; refused accesses (bad key, out of bounds, a read-only region, an
+ * fi_atomicvalid says; a buffer of many messages (FI_MULTI_RECV); refused accesses (bad key, out of bounds, a read-only region, an
  * endpoint whose vector lacks the initiator) as error completions; bad use refused with
  * libfabric's codes; and a peer that left failing a send with an error completion. Prints
  * "<role> ok" and exits 0 when every check held; otherwise says which failed and exits 1.
@@ -68,7 +68,7 @@ static struct fi_info *hints_base(void)
 	struct fi_info *h = fi_allocinfo();
 	h->fabric_attr->prov_name = strdup("rackwire");
 	h->ep_attr->type = FI_EP_RDM;
-	h->caps = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SOURCE | FI_DIRECTED_RECV;
+	h->caps = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SOURCE | FI_DIRECTED_RECV | FI_MULTI_RECV;
 	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
 	return h;
 }
@@ -358,6 +358,12 @@ static void sender(struct side *s)
 	expect_one(s, FI_SEND | FI_MSG, NULL);
 	sync_step(s);
 	rma_initiator(s, big);
+	/* Three messages for the receiver's buffer of many messages. */
+	const char *parts[3] = { "m1", "m22", "m333" };
+	for (int i = 0; i < 3; i++) {
+		OK(fi_send(s->ep, parts[i], strlen(parts[i]), NULL, s->peer, ctx[5]));
+		expect_one(s, FI_SEND | FI_MSG, NULL);
+	}
 	/* Bad use: an address not in the vector; RMA and atomics, not offered; a busy queue. */
 	CHECK(fi_tsend(s->ep, "x", 1, NULL, 99, 1, ctx[6]) == -FI_EINVAL, "a send to an unknown address");
 	size_t count = 0;
@@ -366,7 +372,7 @@ static void sender(struct side *s)
 	CHECK(fi_compare_atomicvalid(s->ep, FI_UINT64, FI_CSWAP, &count) == 0, "compare-and-swap is not valid");
 	CHECK(fi_fetch_atomicvalid(s->ep, FI_UINT64, FI_CSWAP, &count) != 0, "a fetching compare was called valid");
 	CHECK(fi_close(&s->cq->fid) == -FI_EBUSY, "a bound queue closed");
-	CHECK(fi_cntr_read(s->tx_cntr) == 8, "send counter %llu, expected 8",
+	CHECK(fi_cntr_read(s->tx_cntr) == 11, "send counter %llu, expected 11",
 	      (unsigned long long)fi_cntr_read(s->tx_cntr));
 	/* The peer leaves: a send to it ends in an error completion, not a hang. */
 	sync_step(s);
@@ -461,6 +467,26 @@ static void receiver(struct side *s)
 	sync_step(s);
 	rma_target(s);
 
+	/* A buffer of many messages (FI_MULTI_RECV), released when fewer than 8 bytes are left:
+	 * three messages go in one after the other, the third says the buffer is released. */
+	size_t min = 8, optlen = sizeof min;
+	OK(fi_setopt(&s->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min));
+	min = 0;
+	OK(fi_getopt(&s->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, &optlen));
+	CHECK(min == 8, "FI_OPT_MIN_MULTI_RECV reads back %zu", min);
+	char many[16] = { 0 };
+	struct iovec mv = { many, sizeof many };
+	struct fi_msg mm = { .msg_iov = &mv, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = ctx[2] };
+	OK(fi_recvmsg(s->ep, &mm, FI_MULTI_RECV));
+	size_t at[3] = { 0, 2, 5 }, len[3] = { 2, 3, 4 };
+	for (int i = 0; i < 3; i++) {
+		e = expect_one(s, FI_RECV | FI_MSG, NULL);
+		CHECK((char *)e.buf == many + at[i] && e.len == len[i] && e.op_context == ctx[2],
+		      "part %d of the buffer: at %td, len %zu", i, (char *)e.buf - many, e.len);
+		CHECK(!!(e.flags & FI_MULTI_RECV) == (i == 2), "part %d: FI_MULTI_RECV %d", i, !!(e.flags & FI_MULTI_RECV));
+	}
+	CHECK(!memcmp(many, "m1m22m333", 9), "the buffer holds %.9s", many);
+
 	/* Cancel. */
 	OK(fi_trecv(s->ep, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, 0x500, 0, ctx[7]));
 	OK(fi_cancel(&s->ep->fid, ctx[7]));
@@ -468,7 +494,7 @@ static void receiver(struct side *s)
 		      err.op_context == ctx[7],
 	      "cancel: err %d", err.err);
 	CHECK(fi_cancel(&s->ep->fid, ctx[7]) == -FI_ENOENT, "cancelling twice");
-	CHECK(fi_cntr_read(s->rx_cntr) == 7 && fi_cntr_readerr(s->rx_cntr) == 1, "receive counter %llu, errors %llu",
+	CHECK(fi_cntr_read(s->rx_cntr) == 10 && fi_cntr_readerr(s->rx_cntr) == 1, "receive counter %llu, errors %llu",
 	      (unsigned long long)fi_cntr_read(s->rx_cntr), (unsigned long long)fi_cntr_readerr(s->rx_cntr));
 	sync_step(s);
 	free(big);
