@@ -240,8 +240,8 @@ impl Matcher {
         }
         self.posted[0].push_back(recv);
         let mut done = Vec::new();
-        loop {
-            let Some(at) = self.posted[0].len().checked_sub(1) else { break };
+        // The buffer is the last posted receive until it is released.
+        while let Some(at) = self.posted[0].len().checked_sub(1) {
             let Some(p) = self.posted[0].get(at).filter(|p| p.multi.is_some()) else { break };
             let Some(i) = self.unexpected[0].iter().position(|u| u.claimed.is_none() && p.matches(u.src, u.tag, false))
             else {
