@@ -207,9 +207,14 @@ fn run_ours(
 
 /// Build the Open MPI harness with mpicc in `dir`.
 fn build_peer(dir: &Path) -> Result<PathBuf> {
-    let src = dir.join("coll_peer.c");
-    std::fs::write(&src, include_str!("peers/coll_peer.c"))?;
-    let exe = dir.join("coll_peer");
+    build_mpi(dir, "coll_peer", include_str!("peers/coll_peer.c"))
+}
+
+/// Build the MPI program `source` with mpicc in `dir`, as `dir/name`.
+pub(crate) fn build_mpi(dir: &Path, name: &str, source: &str) -> Result<PathBuf> {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source)?;
+    let exe = dir.join(name);
     let o = Command::new("mpicc")
         .args(["-O2", "-o"])
         .arg(&exe)

@@ -6,7 +6,7 @@
 //! each figure's median run with the spread, and rackwire's per-repeat ratio against each.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
@@ -46,35 +46,6 @@ const FIGURES: [(&str, &str, bool); 4] = [
     ("alltoallv_64KiB_us", "alltoallv 64 KiB, µs", false),
 ];
 
-/// Build the program with mpicc in `dir`.
-fn build(dir: &Path) -> Result<PathBuf> {
-    let src = dir.join("mpi_p2p.c");
-    std::fs::write(&src, include_str!("peers/mpi_p2p.c"))?;
-    let exe = dir.join("mpi_p2p");
-    let o = Command::new("mpicc")
-        .args(["-O2", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .context("mpicc not found: install Debian's openmpi-bin and libopenmpi-dev")?;
-    if !o.status.success() {
-        bail!("mpicc failed: {}", String::from_utf8_lossy(&o.stderr));
-    }
-    Ok(exe)
-}
-
-/// The folder of `librackwire-fi.so` (see `rackwire bench ofi`).
-fn provider_dir() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("FI_PROVIDER_PATH") {
-        return Ok(PathBuf::from(p));
-    }
-    let dir = std::env::current_exe()?.parent().context("own folder")?.join("ofi");
-    if !dir.join("librackwire-fi.so").exists() {
-        bail!("no provider at {}: build it with `cargo build --release -p rackwire-ofi`", dir.display());
-    }
-    Ok(dir)
-}
-
 /// One run of the program over `args`' transport; its figures.
 fn run_once(exe: &Path, args: &[&str], scale: f64, dir: &Path, mh: &str) -> Result<BTreeMap<String, f64>> {
     let o = Command::new("mpirun")
@@ -111,10 +82,10 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
     if !(1..=REPEAT_MAX).contains(&repeat) {
         bail!("--repeat must be 1..={REPEAT_MAX}");
     }
-    let dir = provider_dir()?;
+    let dir = crate::ofi_bench::provider_dir()?;
     let work = std::env::temp_dir().join(format!("rackwire-bench-mpi-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
-    let exe = build(&work)?;
+    let exe = crate::coll_bench::build_mpi(&work, "mpi_p2p", include_str!("peers/mpi_p2p.c"))?;
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes())?;
     let addr = mh.addr().to_string();
     let mut runs: BTreeMap<&str, Vec<BTreeMap<String, f64>>> = BTreeMap::new();

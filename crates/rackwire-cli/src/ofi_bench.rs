@@ -37,7 +37,7 @@ struct Figures {
 
 /// The folder holding `librackwire-fi.so`: `ofi/` beside this executable (where
 /// `cargo build --release -p rackwire-ofi` links it), or `FI_PROVIDER_PATH`.
-fn provider_dir() -> Result<PathBuf> {
+pub(crate) fn provider_dir() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("FI_PROVIDER_PATH") {
         return Ok(PathBuf::from(p));
     }

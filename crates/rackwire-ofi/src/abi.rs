@@ -28,6 +28,14 @@ fn ok(r: Result<(), i32>) -> Result<i64, i32> {
     r.map(|()| 0)
 }
 
+/// Write `v` where the C side's out-pointer `out` points (`FI_EINVAL` for a null one).
+fn put<T>(out: *mut T, v: T) -> Result<i64, i32> {
+    // SAFETY: the C side passes a pointer to a `T` of its own, or null (refused).
+    let slot = unsafe { out.as_mut() }.ok_or(FI_EINVAL)?;
+    *slot = v;
+    Ok(0)
+}
+
 /// The pieces of a C `iovec` array.
 ///
 /// # Safety
@@ -96,9 +104,7 @@ pub extern "C" fn rwofi_domain_close() -> i64 {
 pub extern "C" fn rwofi_cq_open(format: i32, out: *mut u64) -> i64 {
     guard(|| {
         let h = objects::cq_open(format)?;
-        // SAFETY: the C side passes a pointer to its own u64.
-        unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = h)?;
-        Ok(0)
+        put(out, h)
     })
 }
 
@@ -203,9 +209,7 @@ pub extern "C" fn rwofi_cq_readerr(cq: u64, out: *mut RawErr) -> i64 {
             err: e.err,
             prov_errno: e.prov_errno,
         };
-        // SAFETY: the C side passes a pointer to its own RawErr.
-        unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = raw)?;
-        Ok(1)
+        put(out, raw).map(|_| 1)
     })
 }
 
@@ -225,9 +229,7 @@ pub extern "C" fn rwofi_cq_signal(cq: u64) -> i64 {
 pub extern "C" fn rwofi_cntr_open(out: *mut u64) -> i64 {
     guard(|| {
         let h = objects::cntr_open()?;
-        // SAFETY: the C side passes a pointer to its own u64.
-        unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = h)?;
-        Ok(0)
+        put(out, h)
     })
 }
 
@@ -258,9 +260,7 @@ pub extern "C" fn rwofi_cntr_wait(c: u64, threshold: u64, timeout_ms: i32) -> i6
 pub extern "C" fn rwofi_av_open(kind: i32, out: *mut u64) -> i64 {
     guard(|| {
         let h = objects::av_open(kind)?;
-        // SAFETY: the C side passes a pointer to its own u64.
-        unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = h)?;
-        Ok(0)
+        put(out, h)
     })
 }
 
@@ -341,9 +341,7 @@ unsafe fn put_name(a: crate::queues::Addr, addr: *mut u8, len: *mut usize) -> Re
 pub extern "C" fn rwofi_ep_open(out: *mut u64) -> i64 {
     guard(|| {
         let id = engine::ep_open()?;
-        // SAFETY: the C side passes a pointer to its own u64.
-        unsafe { out.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = u64::from(id))?;
-        Ok(0)
+        put(out, u64::from(id))
     })
 }
 
@@ -457,9 +455,7 @@ pub extern "C" fn rwofi_recv(
 pub extern "C" fn rwofi_mr_reg(buf: *const u8, len: usize, access: u64, key: *mut u64) -> i64 {
     guard(|| {
         let k = rma::mr_reg(buf as usize, len, access)?;
-        // SAFETY: the C side passes a pointer to its own u64.
-        unsafe { key.as_mut() }.ok_or(FI_EINVAL).map(|o| *o = k)?;
-        Ok(0)
+        put(key, k)
     })
 }
 

@@ -40,6 +40,20 @@ pub(crate) enum Source {
     User(Vec<Iov>),
 }
 
+impl Source {
+    /// The bytes of `iov` for an operation flagged `flags`: copied now for an inject, left in
+    /// the application's buffer otherwise.
+    pub(crate) fn of(iov: &[Iov], flags: u64) -> Source {
+        if flags & FI_INJECT != 0 {
+            let mut all = Vec::with_capacity(capacity(iov));
+            gather(iov, &mut all);
+            Source::Owned(all)
+        } else {
+            Source::User(iov.to_vec())
+        }
+    }
+}
+
 /// A send (or an RMA request or answer) not yet wholly handed to its peer.
 #[derive(Debug)]
 pub(crate) struct TxOp {
@@ -285,6 +299,18 @@ impl State {
                 c.errors += 1;
             }
         }
+    }
+
+    /// For an operation from enabled endpoint `ep` to `fa` (an address of its vector) flagged
+    /// `flags`: the peer, and whether a completion is written for it.
+    pub(crate) fn prepare_tx(&self, ep: u32, fa: u64, flags: u64) -> Result<(Addr, bool), i32> {
+        let e = self.eps.get(&ep).ok_or(FI_EINVAL)?;
+        if !e.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        let to = e.av.and_then(|a| self.avs.get(&a)).ok_or(FI_EOPBADSTATE)?.resolve(fa).ok_or(FI_EINVAL)?;
+        let selective = e.tx_cq.is_some_and(|(_, s)| s);
+        Ok((to, flags & RW_NO_COMPLETION == 0 && (!selective || flags & FI_COMPLETION != 0)))
     }
 
     /// Queue `op` on endpoint `ep`'s sends.
@@ -690,14 +716,11 @@ pub fn send(
         if e.txq.len() >= TX_QUEUE_MAX {
             return Err(FI_EAGAIN);
         }
-        let av = e.av.and_then(|a| st.avs.get(&a)).ok_or(FI_EOPBADSTATE)?;
-        let to = av.resolve(dest).ok_or(FI_EINVAL)?;
+        let (to, completion) = st.prepare_tx(ep, dest, flags)?;
         let total = capacity(iov);
         if total > crate::ep::MSG_BYTES_MAX {
             return Err(FI_EMSGSIZE);
         }
-        let selective = e.tx_cq.is_some_and(|(_, s)| s);
-        let completion = flags & RW_NO_COMPLETION == 0 && (!selective || flags & FI_COMPLETION != 0);
         let class = if tag.is_some() { FI_TAGGED } else { FI_MSG };
         let done = TxDone { ep, ctx, flags: FI_SEND | class, len: total, completion };
         st.next_msg += 1;
@@ -713,13 +736,7 @@ pub fn send(
             len_or_offset: 0,
             last: false,
         };
-        let src = if flags & FI_INJECT != 0 {
-            let mut all = Vec::with_capacity(total);
-            gather(iov, &mut all);
-            Source::Owned(all)
-        } else {
-            Source::User(iov.to_vec())
-        };
+        let src = Source::of(iov, flags);
         st.queue(ep, TxOp { dest: to, header, src, total, sent: 0, done: Some(done) });
         p.push(st, ep);
         Ok(())

@@ -17,7 +17,7 @@ use crate::consts::*;
 use crate::engine::{with, Source, State, TxOp};
 use crate::queues::{Addr, Entry, ProvErr, TxDone};
 use crate::regions::{Mr, RmaOp, Waiting, MRS_MAX, RMA_IN_FLIGHT_MAX};
-use crate::user::{capacity, gather, scatter, Iov, Registered};
+use crate::user::{capacity, scatter, Iov, Registered};
 use crate::wire::{Header, Kind};
 
 /// An atomic request's operation, datatype, element count and form, in a header's `data`.
@@ -246,18 +246,6 @@ pub fn mr_close(key: u64) -> Result<(), i32> {
     with(|_, st| st.mrs.remove(&key).map(drop).ok_or(FI_EINVAL))
 }
 
-/// The peer `fa` names in `ep`'s vector, and whether an operation flagged `flags` writes a
-/// completion.
-fn prepare(st: &State, ep: u32, fa: u64, flags: u64) -> Result<(Addr, bool), i32> {
-    let e = st.eps.get(&ep).ok_or(FI_EINVAL)?;
-    if !e.enabled {
-        return Err(FI_EOPBADSTATE);
-    }
-    let to = e.av.and_then(|a| st.avs.get(&a)).ok_or(FI_EOPBADSTATE)?.resolve(fa).ok_or(FI_EINVAL)?;
-    let selective = e.tx_cq.is_some_and(|(_, s)| s);
-    Ok((to, flags & RW_NO_COMPLETION == 0 && (!selective || flags & FI_COMPLETION != 0)))
-}
-
 /// The header of a request from `ep` to `to` on `(key, address)`, carrying `data`.
 fn request(st: &mut State, kind: Kind, ep: u32, to: Addr, (key, addr): (u64, u64), data: u64) -> Header {
     st.next_msg += 1;
@@ -289,18 +277,11 @@ pub fn write(
     ctx: usize,
 ) -> Result<(), i32> {
     with(|p, st| {
-        let (to, completion) = prepare(st, ep, dest, flags)?;
+        let (to, completion) = st.prepare_tx(ep, dest, flags)?;
         let total = capacity(iov);
         let done = TxDone { ep, ctx, flags: FI_RMA | FI_WRITE, len: total, completion };
         let h = Header { has_data: data.is_some(), ..request(st, Kind::Write, ep, to, (key, addr), data.unwrap_or(0)) };
-        let src = if flags & FI_INJECT != 0 {
-            let mut v = Vec::with_capacity(total);
-            gather(iov, &mut v);
-            Source::Owned(v)
-        } else {
-            Source::User(iov.to_vec())
-        };
-        st.rma_start(ep, to, h, src, total, done, Waiting::Ack, FI_WRITE)?;
+        st.rma_start(ep, to, h, Source::of(iov, flags), total, done, Waiting::Ack, FI_WRITE)?;
         p.push(st, ep);
         Ok(())
     })
@@ -309,7 +290,7 @@ pub fn write(
 /// An RMA read into `iov` on `ep` from `addr` of the region `key` at `src`.
 pub fn read(ep: u32, iov: Vec<Iov>, src: u64, addr: u64, key: u64, flags: u64, ctx: usize) -> Result<(), i32> {
     with(|p, st| {
-        let (to, completion) = prepare(st, ep, src, flags)?;
+        let (to, completion) = st.prepare_tx(ep, src, flags)?;
         let total = capacity(&iov);
         let done = TxDone { ep, ctx, flags: FI_RMA | FI_READ, len: total, completion };
         let h = request(st, Kind::ReadReq, ep, to, (key, addr), total as u64);
@@ -366,7 +347,7 @@ pub fn atomic(
     payload[n..].copy_from_slice(call.compares);
     let req = AtomicReq { op: call.op, dt: call.dt, count: call.count as u32, form: call.form };
     with(|p, st| {
-        let (to, completion) = prepare(st, ep, dest, flags)?;
+        let (to, completion) = st.prepare_tx(ep, dest, flags)?;
         let (counts_as, waiting) = match call.form {
             Form::Write => (FI_WRITE, Waiting::Ack),
             _ => (FI_READ, Waiting::Old { into: call.result }),

@@ -6,21 +6,14 @@
 //! openmpi-bin, libopenmpi-dev), mpi4py (python3-mpi4py) or the provider's libfabric side the
 //! tests say so and skip.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use common::{have, provider_dir, run, text};
 use rackwire_tests::{TempDir, TestMh, SECRET};
-
-fn provider_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?.parent()?.join("ofi");
-    dir.join("librackwire-fi.so").exists().then_some(dir)
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success())
-}
 
 /// The provider's folder and the built check program, or why the test skips.
 fn setup(build: &TempDir) -> Option<(PathBuf, PathBuf)> {
@@ -40,14 +33,9 @@ fn setup(build: &TempDir) -> Option<(PathBuf, PathBuf)> {
     Some((dir, exe))
 }
 
-/// `mpirun -n ranks exe args` over the provider, as a user runs it (see the README), ended
-/// after `limit` at most.
-fn mpirun(dir: &Path, mh: &TestMh, exe: &Path, ranks: usize, edge: bool, args: &[&str], limit: Duration) -> Output {
-    mpirun_program(dir, mh, &[exe.as_os_str()], ranks, edge, args, limit)
-}
-
-/// `mpirun -n ranks PROGRAM... args` over the provider, ended after `limit` at most.
-fn mpirun_program(
+/// `mpirun -n ranks PROGRAM... args` over the provider, as a user runs it (see the README),
+/// ended after `limit` at most.
+fn mpirun(
     dir: &Path,
     mh: &TestMh,
     program: &[&std::ffi::OsStr],
@@ -60,33 +48,13 @@ fn mpirun_program(
     cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
         .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rackwire"])
         .args(["--mca", "osc", "pt2pt", "--mca", "btl", "self"])
-        .args(["-x", "FI_PROVIDER_PATH", "-x", "RACKWIRE_MH", "-x", "RACKWIRE_SECRET"])
-        .env("FI_PROVIDER_PATH", dir)
-        .env("RACKWIRE_MH", &mh.addr)
-        .env("RACKWIRE_SECRET", SECRET)
-        .env_remove("RACKWIRE_NAME")
-        .env_remove("RACKWIRE_CONFIG");
+        .args(["-x", "FI_PROVIDER_PATH", "-x", "RACKWIRE_MH", "-x", "RACKWIRE_SECRET"]);
+    common::fabric_env(&mut cmd, dir, &mh.addr, SECRET, None, edge);
     if edge {
-        cmd.args(["-x", "RACKWIRE_TRANSPORT", "-x", "RACKWIRE_LINKS"])
-            .env("RACKWIRE_TRANSPORT", "edge")
-            .env("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0");
-    } else {
-        cmd.env_remove("RACKWIRE_TRANSPORT").env_remove("RACKWIRE_LINKS");
+        cmd.args(["-x", "RACKWIRE_TRANSPORT", "-x", "RACKWIRE_LINKS"]);
     }
-    let mut child = cmd.args(program).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("mpirun");
-    let deadline = Instant::now() + limit;
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    cmd.args(program).args(args);
+    run(cmd, limit)
 }
 
 // Checks an MPI program's point-to-point, collectives and one-sided results (each checked by
@@ -99,7 +67,7 @@ fn an_mpi_program_runs_over_the_provider() {
     let Some((dir, exe)) = setup(&build) else { return };
     let mh = TestMh::start("ofi-mpi");
     for (ranks, edge) in [(2, false), (3, false), (5, false), (3, true)] {
-        let o = mpirun(&dir, &mh, &exe, ranks, edge, &[], Duration::from_secs(180));
+        let o = mpirun(&dir, &mh, &[exe.as_os_str()], ranks, edge, &[], Duration::from_secs(180));
         let out = text(&o);
         let over = if edge { "edge" } else { "shared memory" };
         assert!(o.status.success(), "{ranks} ranks over {over}:\n{out}");
@@ -115,7 +83,7 @@ fn a_killed_rank_fails_the_job_instead_of_hanging_it() {
     let Some((dir, exe)) = setup(&build) else { return };
     let mh = TestMh::start("ofi-mpi-die");
     let started = Instant::now();
-    let o = mpirun(&dir, &mh, &exe, 3, false, &["die"], Duration::from_secs(120));
+    let o = mpirun(&dir, &mh, &[exe.as_os_str()], 3, false, &["die"], Duration::from_secs(120));
     assert!(!o.status.success(), "the job succeeded with a dead rank:\n{}", text(&o));
     assert!(started.elapsed() < Duration::from_secs(60), "the job took {:?} to fail", started.elapsed());
 }
@@ -137,7 +105,7 @@ fn mpi4py_runs_over_the_provider() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi4py_check.py");
     let mh = TestMh::start("ofi-mpi4py");
     let program = [std::ffi::OsStr::new("python3"), script.as_os_str()];
-    let o = mpirun_program(&dir, &mh, &program, 3, false, &[], Duration::from_secs(180));
+    let o = mpirun(&dir, &mh, &program, 3, false, &[], Duration::from_secs(180));
     let out = text(&o);
     assert!(o.status.success() && out.contains("mpi4py ok 3"), "{out}");
 }

@@ -4,23 +4,14 @@
 //! libfabric's tools or headers (Debian: libfabric-bin, libfabric-dev) the tests say so and
 //! skip.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use common::{have, provider_dir, run, text};
 use rackwire_tests::{TempDir, TestMh, SECRET};
-
-/// The folder `FI_PROVIDER_PATH` names: `ofi/` beside the test's own profile folder, where
-/// the build links `librackwire-fi.so`.
-fn provider_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?.parent()?.join("ofi");
-    dir.join("librackwire-fi.so").exists().then_some(dir)
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success())
-}
 
 /// Everything the tests need, or why they skip.
 fn setup(tools: &[&str]) -> Option<PathBuf> {
@@ -38,38 +29,8 @@ fn setup(tools: &[&str]) -> Option<PathBuf> {
 /// The environment of a process on the fabric of `mh`, over `edge` or shared memory, named
 /// `name` (or, without one, after its process id: a program that forks needs that).
 fn fabric_env(cmd: &mut Command, dir: &Path, mh: &TestMh, name: Option<&str>, edge: bool) {
-    cmd.env("FI_PROVIDER_PATH", dir)
-        .env("FI_PROVIDER", "rackwire")
-        .env("RACKWIRE_MH", &mh.addr)
-        .env("RACKWIRE_SECRET", SECRET)
-        .env_remove("RACKWIRE_CONFIG");
-    match name {
-        Some(n) => cmd.env("RACKWIRE_NAME", n),
-        None => cmd.env_remove("RACKWIRE_NAME"),
-    };
-    if edge {
-        cmd.env("RACKWIRE_TRANSPORT", "edge").env("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0");
-    } else {
-        cmd.env_remove("RACKWIRE_TRANSPORT").env_remove("RACKWIRE_LINKS");
-    }
-}
-
-/// Run `cmd` to its end, at most `limit`.
-fn run(mut cmd: Command, limit: Duration) -> Output {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    let deadline = std::time::Instant::now() + limit;
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    common::fabric_env(cmd, dir, &mh.addr, SECRET, name, edge);
+    cmd.env("FI_PROVIDER", "rackwire");
 }
 
 /// A loopback TCP port free now (fi_pingpong's control connection).
