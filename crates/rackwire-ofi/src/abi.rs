@@ -36,21 +36,27 @@ fn put<T>(out: *mut T, v: T) -> Result<i64, i32> {
     Ok(0)
 }
 
-/// The pieces of a C `iovec` array.
+/// The pieces of a C `iovec` array, read in place.
 ///
 /// # Safety
-/// `iov` points at `count` `struct iovec` (or `count` is 0).
-unsafe fn iovs(iov: *const RawIov, count: usize) -> Result<Vec<Iov>, i32> {
+/// `iov` points at `count` `struct iovec` (or `count` is 0), valid for `'a`.
+unsafe fn iovs<'a>(iov: *const RawIov, count: usize) -> Result<&'a [Iov], i32> {
     if count == 0 {
-        return Ok(Vec::new());
+        return Ok(&[]);
     }
     if iov.is_null() || count > IOV_LIMIT {
         return Err(FI_EINVAL);
     }
-    // SAFETY: the caller passes `count` iovecs at `iov` (checked non-null above).
-    let raw = unsafe { std::slice::from_raw_parts(iov, count) };
-    Ok(raw.iter().map(|v| Iov { base: v.base as usize, len: v.len }).collect())
+    // SAFETY: the caller passes `count` iovecs at `iov` (checked non-null above), valid for
+    // the call; `Iov` is laid out as `RawIov` (both `repr(C)`: an address-sized word, then a
+    // `usize`; checked below), and any address is a valid `usize`.
+    Ok(unsafe { std::slice::from_raw_parts(iov.cast::<Iov>(), count) })
 }
+
+const _: () = assert!(
+    std::mem::size_of::<Iov>() == std::mem::size_of::<RawIov>()
+        && std::mem::align_of::<Iov>() == std::mem::align_of::<RawIov>()
+);
 
 /// Pieces one operation's buffer has at most (`iov_limit`).
 pub const IOV_LIMIT: usize = 16;
@@ -136,21 +142,20 @@ struct TaggedEntry {
 
 const _: () = assert!(std::mem::size_of::<TaggedEntry>() == 48);
 
-/// Write `entries` into `buf` in `format`, and their sources into `src` (if not null).
+/// Write entry `e` as the `i`th of `buf` in `format`, and its source as the `i`th of `src`
+/// (if not null).
 ///
 /// # Safety
-/// `buf` holds `entries.len()` entries of `format`; `src`, if not null, as many `fi_addr_t`.
-unsafe fn write_entries(format: i32, entries: &[Entry], buf: *mut u8, src: *mut u64) {
+/// `buf` holds more than `i` entries of `format`; `src`, if not null, as many `fi_addr_t`.
+unsafe fn write_entry(format: i32, i: usize, e: &Entry, buf: *mut u8, src: *mut u64) {
     let size = entry_bytes(format);
-    for (i, e) in entries.iter().enumerate() {
-        let full = TaggedEntry { op_context: e.ctx, flags: e.flags, len: e.len, buf: e.buf, data: e.data, tag: e.tag };
-        // SAFETY: `buf` has room for `entries.len()` entries of `size` bytes (the caller's
-        // count, which bounded how many were taken); `full` has at least `size` bytes.
-        unsafe { std::ptr::copy_nonoverlapping((&full as *const TaggedEntry).cast::<u8>(), buf.add(i * size), size) };
-        if !src.is_null() {
-            // SAFETY: `src` has room for as many addresses as entries.
-            unsafe { *src.add(i) = e.src };
-        }
+    let full = TaggedEntry { op_context: e.ctx, flags: e.flags, len: e.len, buf: e.buf, data: e.data, tag: e.tag };
+    // SAFETY: `buf` has room for entry `i` of `size` bytes (the caller's count bounded how
+    // many were taken); `full` has at least `size` bytes.
+    unsafe { std::ptr::copy_nonoverlapping((&full as *const TaggedEntry).cast::<u8>(), buf.add(i * size), size) };
+    if !src.is_null() {
+        // SAFETY: `src` has room for as many addresses as `buf` has entries.
+        unsafe { *src.add(i) = e.src };
     }
 }
 
@@ -168,15 +173,15 @@ pub extern "C" fn rwofi_cq_read(
         if buf.is_null() || count == 0 {
             return Err(FI_EINVAL);
         }
-        let format = objects::cq_format(cq)?;
-        let entries = if blocking != 0 {
-            objects::cq_sread(cq, count, timeout(timeout_ms))?
+        // SAFETY: the application's buffer holds `count` entries of the queue's format (and
+        // `src`, if not null, `count` addresses); no more than `count` are taken.
+        let out = &mut |format, i, e: &Entry| unsafe { write_entry(format, i, e, buf, src) };
+        let n = if blocking != 0 {
+            objects::cq_sread(cq, count, timeout(timeout_ms), out)?
         } else {
-            objects::cq_read(cq, count)?
+            objects::cq_read(cq, count, out)?
         };
-        // SAFETY: the application's buffer holds `count` entries of the queue's format.
-        unsafe { write_entries(format, &entries, buf, src) };
-        Ok(entries.len() as i64)
+        Ok(n as i64)
     })
 }
 
@@ -418,7 +423,7 @@ pub extern "C" fn rwofi_send(
         let iov = unsafe { iovs(iov, count) }?;
         let tag = (tagged != 0).then_some(tag);
         let data = (has_data != 0).then_some(data);
-        ok(engine::send(ep_id(ep)?, &iov, dest, tag, data, flags, ctx))
+        ok(engine::send(ep_id(ep)?, iov, dest, tag, data, flags, ctx))
     })
 }
 
@@ -447,7 +452,7 @@ pub extern "C" fn rwofi_recv(
             multi: flags & FI_MULTI_RECV != 0,
         };
         let tag = (tagged != 0).then_some((tag, ignore));
-        ok(engine::recv(ep_id(ep)?, iov, src, tag, how, ctx))
+        ok(engine::recv(ep_id(ep)?, iov.to_vec(), src, tag, how, ctx))
     })
 }
 
@@ -485,10 +490,10 @@ pub extern "C" fn rwofi_rma(
         let iov = unsafe { iovs(iov, count) }?;
         let ep = ep_id(ep)?;
         if read != 0 {
-            ok(rma::read(ep, iov, peer, addr, key, flags, ctx))
+            ok(rma::read(ep, iov.to_vec(), peer, addr, key, flags, ctx))
         } else {
             let data = (has_data != 0).then_some(data);
-            ok(rma::write(ep, &iov, peer, addr, key, data, flags, ctx))
+            ok(rma::write(ep, iov, peer, addr, key, data, flags, ctx))
         }
     })
 }

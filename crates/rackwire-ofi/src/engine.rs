@@ -105,6 +105,16 @@ impl TxOp {
     }
 }
 
+/// What became of a send tried at once ([`Provider::send_now`]).
+enum Now {
+    /// Handed over; the transport finishes it later if an operation is given.
+    Sent(Option<Op>),
+    /// It waits in the queue (the peer's ring has no room, or sends wait before it).
+    Wait,
+    /// It cannot go (the peer is unreachable or gone).
+    Failed(i32),
+}
+
 /// An endpoint.
 #[derive(Debug, Default)]
 pub(crate) struct Ep {
@@ -246,6 +256,15 @@ thread_local! {
 
 /// Run `f` on the provider's state (after a round of progress).
 pub(crate) fn with<T>(f: impl FnOnce(&Provider, &mut State) -> Result<T, i32>) -> Result<T, i32> {
+    with_state(|p, st| {
+        p.progress(st);
+        f(p, st)
+    })
+}
+
+/// Run `f` on the provider's state, with no progress first: for calls that make their own
+/// (a send pushes what waits to go, a read of a queue looks for input when it needs more).
+pub(crate) fn with_state<T>(f: impl FnOnce(&Provider, &mut State) -> Result<T, i32>) -> Result<T, i32> {
     CACHED.with(|cell| {
         let (changes, forks) = (CHANGES.load(Ordering::Acquire), FORKS.load(Ordering::Relaxed));
         {
@@ -258,7 +277,6 @@ pub(crate) fn with<T>(f: impl FnOnce(&Provider, &mut State) -> Result<T, i32>) -
         let cached = cell.borrow();
         let p = cached.as_ref().map(|(_, _, p)| p).ok_or(FI_EOPBADSTATE)?;
         let mut st = lock(&p.st);
-        p.progress(&mut st);
         f(p, &mut st)
     })
 }
@@ -403,11 +421,13 @@ impl State {
 }
 
 impl Provider {
-    fn conn(&self, st: &mut State, node: NodeId) -> Result<Conn, i32> {
+    /// Make sure `st.conns` holds a live connection to `node` (looked up, not cloned, by the
+    /// caller: a clone is two atomic instructions on a shared line per message).
+    fn connected(&self, st: &mut State, node: NodeId) -> Result<(), i32> {
         // A connection that died (the peer left, or left and joined again under the same id)
         // is dropped here: the next one is made afresh.
         match st.conns.get(&node) {
-            Some(c) if c.is_alive() => return Ok(c.clone()),
+            Some(c) if c.is_alive() => return Ok(()),
             Some(_) => {
                 st.conns.remove(&node);
             }
@@ -417,13 +437,47 @@ impl Provider {
             warn!(node, "rackwire provider: cannot reach node {node}: {e}");
             FI_EHOSTUNREACH
         })?;
-        st.conns.insert(node, c.clone());
-        Ok(c)
+        st.conns.insert(node, c);
+        Ok(())
+    }
+
+    /// Send a whole message (`h`, then the bytes of `iov`, at most [`FRAGMENT_BYTES_MAX`])
+    /// to `node` now, if its ring has room: the path of a send with nothing queued before it,
+    /// with no copy of the bytes but the one into the ring.
+    fn send_now(&self, st: &mut State, node: NodeId, h: &Header, iov: &[Iov]) -> Now {
+        if let Err(e) = self.connected(st, node) {
+            return Now::Failed(e);
+        }
+        let conn = st.conns.get(&node).expect("connected above");
+        let n = capacity(iov);
+        let len = HEADER_BYTES + n;
+        let sent = conn.send_with(len, |buf| {
+            h.encode(buf);
+            copy_out(iov, 0, &mut buf[HEADER_BYTES..len]);
+            Some(len)
+        });
+        match sent {
+            None => Now::Wait,
+            Some(mut o) => match o.poll() {
+                Some(Err(e)) => {
+                    warn!(node, "rackwire provider: a send to node {node} failed: {e}");
+                    Now::Failed(FI_EHOSTUNREACH)
+                }
+                Some(Ok(_)) => Now::Sent(None),
+                None => Now::Sent(Some(o)),
+            },
+        }
     }
 
     /// Take what the fabric holds for us, push out what waits for room, finish what the
     /// transports finished.
-    fn progress(&self, st: &mut State) {
+    pub(crate) fn progress(&self, st: &mut State) {
+        self.progress_rx(st);
+        self.progress_tx(st);
+    }
+
+    /// Take what the fabric holds for us (up to [`RX_BATCH`] messages a look, four looks).
+    fn progress_rx(&self, st: &mut State) {
         for _ in 0..4 {
             if st.all_full() {
                 break;
@@ -440,6 +494,10 @@ impl Provider {
                 }
             }
         }
+    }
+
+    /// Push out what waits for room, finish what the transports finished.
+    fn progress_tx(&self, st: &mut State) {
         if st.tx_queued > 0 {
             let eps: Vec<u32> = st.eps.iter().filter(|(_, e)| !e.txq.is_empty()).map(|(id, _)| *id).collect();
             for ep in eps {
@@ -473,13 +531,11 @@ impl Provider {
                 self.piece_sent(st, ep, n, None);
                 continue;
             }
-            let conn = match self.conn(st, node) {
-                Ok(c) => c,
-                Err(e) => {
-                    self.fail_send(st, ep, e);
-                    continue;
-                }
-            };
+            if let Err(e) = self.connected(st, node) {
+                self.fail_send(st, ep, e);
+                continue;
+            }
+            let conn = st.conns.get(&node).expect("connected above");
             let op = st.eps.get(&ep).and_then(|e| e.txq.front()).expect("looked at above");
             let sent = conn.send_with(len, |buf| {
                 op.fill(&h, n, buf);
@@ -708,7 +764,9 @@ pub fn send(
     flags: u64,
     ctx: usize,
 ) -> Result<(), i32> {
-    with(|p, st| {
+    // No look for input first: a send needs none, and the reads of the queues look.
+    with_state(|p, st| {
+        p.progress_tx(st);
         let e = st.eps.get(&ep).ok_or(FI_EINVAL)?;
         if !e.enabled {
             return Err(FI_EOPBADSTATE);
@@ -736,9 +794,23 @@ pub fn send(
             len_or_offset: 0,
             last: false,
         };
-        let src = Source::of(iov, flags);
-        st.queue(ep, TxOp { dest: to, header, src, total, sent: 0, done: Some(done) });
-        p.push(st, ep);
+        // Nothing queued before it and small enough for one piece: straight into the ring.
+        let idle = st.eps.get(&ep).is_some_and(|e| e.txq.is_empty());
+        let now = if idle && to.0 != p.me && total <= FRAGMENT_BYTES_MAX {
+            p.send_now(st, to.0, &header, iov)
+        } else {
+            Now::Wait
+        };
+        match now {
+            Now::Sent(None) => st.tx_complete(done, None),
+            Now::Sent(Some(op)) => st.inflight.push_back((op, done)),
+            Now::Failed(e) => st.tx_complete(done, Some((e, ProvErr::PeerGone))),
+            Now::Wait => {
+                let src = Source::of(iov, flags);
+                st.queue(ep, TxOp { dest: to, header, src, total, sent: 0, done: Some(done) });
+                p.push(st, ep);
+            }
+        }
         Ok(())
     })
 }
@@ -761,7 +833,12 @@ pub struct RecvFlags {
 /// A receive on `ep` into `iov`, from `src` (`FI_ADDR_UNSPEC`: anyone), of a tagged message
 /// matching `(tag, ignore)` or a plain one.
 pub fn recv(ep: u32, iov: Vec<Iov>, src: u64, tag: Option<(u64, u64)>, how: RecvFlags, ctx: usize) -> Result<(), i32> {
-    with(|_, st| {
+    // A posted receive meets what arrives whenever progress takes it: only a peek, which
+    // answers now, looks for input first.
+    with_state(|p, st| {
+        if how.peek {
+            p.progress(st);
+        }
         let e = st.eps.get(&ep).ok_or(FI_EINVAL)?;
         if !e.enabled {
             return Err(FI_EOPBADSTATE);

@@ -30,13 +30,9 @@ pub fn cq_close(cq: u64) -> Result<(), i32> {
     })
 }
 
-/// The format of `cq`.
-pub fn cq_format(cq: u64) -> Result<i32, i32> {
-    with(|_, st| st.cqs.get(&cq).map(|c| c.format).ok_or(FI_EINVAL))
-}
-
-/// Up to `max` completions of `cq`: `FI_EAGAIN` when none, `FI_EAVAIL` when one in error waits.
-pub fn cq_read(cq: u64, max: usize) -> Result<Vec<Entry>, i32> {
+/// Up to `max` completions of `cq`, each handed to `out` with the queue's format and its
+/// place: how many. `FI_EAGAIN` when none, `FI_EAVAIL` when one in error waits.
+pub fn cq_read(cq: u64, max: usize, out: &mut dyn FnMut(i32, usize, &Entry)) -> Result<usize, i32> {
     with(|_, st| {
         let q = st.cqs.get_mut(&cq).ok_or(FI_EINVAL)?;
         if !q.errors.is_empty() {
@@ -46,15 +42,24 @@ pub fn cq_read(cq: u64, max: usize) -> Result<Vec<Entry>, i32> {
             return Err(FI_EAGAIN);
         }
         let n = max.min(q.entries.len());
-        Ok(q.entries.drain(..n).collect())
+        let format = q.format;
+        for (i, e) in q.entries.drain(..n).enumerate() {
+            out(format, i, &e);
+        }
+        Ok(n)
     })
 }
 
 /// [`cq_read`], waiting up to `timeout` (`None`: for ever) for a completion.
-pub fn cq_sread(cq: u64, max: usize, timeout: Option<Duration>) -> Result<Vec<Entry>, i32> {
+pub fn cq_sread(
+    cq: u64,
+    max: usize,
+    timeout: Option<Duration>,
+    out: &mut dyn FnMut(i32, usize, &Entry),
+) -> Result<usize, i32> {
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
-        match cq_read(cq, max) {
+        match cq_read(cq, max, out) {
             Err(FI_EAGAIN) => {}
             other => return other,
         }

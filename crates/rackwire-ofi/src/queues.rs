@@ -1,9 +1,10 @@
 //! Completion queues, counters and address vectors: what the application reads completions
 //! from, counts operations with, and names peers through.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use rackwire::NodeId;
+use rackwire_proto::OwnIdMap;
 
 use crate::consts::*;
 
@@ -148,14 +149,14 @@ pub struct Av {
     /// Table: the address at each index (a removed one is `None`).
     table: Vec<Option<Addr>>,
     /// Addresses inserted, and their `fi_addr_t`.
-    index: HashMap<Addr, u64>,
+    index: OwnIdMap<Addr, u64>,
 }
 
 impl Av {
     /// An empty vector of `kind` (`FI_AV_UNSPEC` is a table).
     pub fn new(kind: i32) -> Av {
         let kind = if kind == FI_AV_MAP { FI_AV_MAP } else { FI_AV_TABLE };
-        Av { kind, table: Vec::new(), index: HashMap::new() }
+        Av { kind, table: Vec::new(), index: OwnIdMap::default() }
     }
 
     /// Insert `a`; its `fi_addr_t` (a table's next index; a map's encoding of it).

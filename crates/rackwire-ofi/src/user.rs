@@ -5,7 +5,8 @@
 #![allow(unsafe_code)]
 
 /// One piece of an application buffer (`struct iovec`), kept as plain numbers so the queues
-/// that hold it are `Send`.
+/// that hold it are `Send`; laid out as [`RawIov`], so a C array of them is read in place.
+#[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Iov {
     /// Its address.
