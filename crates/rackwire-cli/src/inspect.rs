@@ -17,6 +17,7 @@ fn observer(args: &FabricArgs) -> Result<MhClient> {
         name: "rackwire-cli".into(),
         role: Role::Observer,
         trust: rackwire_mh::MhTrust::Secret,
+        transient: false,
     })?)
 }
 

@@ -72,7 +72,9 @@ impl FabricArgs {
             cfg.secret = rackwire::read_secret_file(p)?;
         }
         if std::env::var_os("RACKWIRE_NAME").is_none() {
+            // A name of its own: the node keeps its key pair, and so its id, across runs.
             cfg.name = name.into();
+            cfg.transient = false;
         }
         Ok(cfg)
     }
@@ -108,6 +110,11 @@ enum Cmd {
         /// then), its regions' names and the grants to and from it [default: a week].
         #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
         forget_after: Option<u64>,
+        /// Forget a transient node (a process with no name of its own, such as a job's rank,
+        /// whose key pair died with it) down this many seconds [default: a minute; at most
+        /// --forget-after]
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+        forget_transient_after: Option<u64>,
     },
     /// List the nodes the management host knows.
     Nodes {
@@ -360,7 +367,7 @@ impl BenchArgs {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Mh { listen, state, etcd, fabric, secret_file, metrics, forget_after } => {
+        Cmd::Mh { listen, state, etcd, fabric, secret_file, metrics, forget_after, forget_transient_after } => {
             init_logging(tracing::Level::INFO);
             let secret = read_secret(&secret_file)?;
             let (h, kept) = match (&etcd, &state) {
@@ -380,6 +387,9 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 (None, None) => bail!("give --state DIR or --etcd ENDPOINTS"),
             };
+            if let Some(s) = forget_transient_after {
+                h.set_forget_transient_after(std::time::Duration::from_secs(s));
+            }
             if let Some(s) = forget_after {
                 h.set_forget_after(std::time::Duration::from_secs(s));
             }

@@ -165,6 +165,7 @@ fn a_standby_takes_over_when_the_leader_dies() {
         name: "obs".into(),
         role: Role::Observer,
         trust: rackwire_mh::MhTrust::Secret,
+        transient: false,
     })
     .expect("observer joins");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -214,6 +215,7 @@ fn a_state_past_etcds_request_limit_is_kept_and_taken_over() {
         name: name.into(),
         role,
         trust: rackwire_mh::MhTrust::Secret,
+        transient: false,
     };
     let node = |name: &str| {
         let key = std::sync::Arc::new(rackwire_mh::identity::Identity::generate().unwrap().0);

@@ -108,8 +108,9 @@ impl std::fmt::Debug for Group {
 
 impl Group {
     /// Join the fabric and the job as the environment says: the fabric from
-    /// [`FabricConfig::from_env`] (a node named `JOB.RANK` unless `RACKWIRE_NAME` is set), the
-    /// rank, size and job from [`Placement::from_env`].
+    /// [`FabricConfig::from_env`] (unless `RACKWIRE_NAME` is set, a transient node named
+    /// `JOB.RANK-KEY`, see [`FabricConfig::transient`]), the rank, size and job from
+    /// [`Placement::from_env`].
     pub fn from_env() -> Result<Group, CollError> {
         let p = Placement::from_env()?;
         let group = GroupConfig::from_env()?;

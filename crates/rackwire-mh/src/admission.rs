@@ -160,7 +160,13 @@ pub(crate) fn admit(
                     if returning.is_some() {
                         info!(name = %hello.name, id, "a node came back with the id it had (the state had none for it)");
                     }
-                    let info = NodeInfo { id, name: hello.name.clone(), key: key_hex, ..NodeInfo::default() };
+                    let info = NodeInfo {
+                        id,
+                        name: hello.name.clone(),
+                        key: key_hex,
+                        transient: hello.transient,
+                        ..NodeInfo::default()
+                    };
                     store.state.nodes.insert(id, info);
                     store.save()?;
                     id
@@ -169,7 +175,7 @@ pub(crate) fn admit(
             let from = w.peer_addr().ok().map(|a| a.ip());
             live.insert(id, Live { session, last_seen_ms: now_ms(), from });
             lock(&shared.ended).remove(&id);
-            lock(&shared.departed).up(id);
+            lock(&shared.departed).up(id, hello.transient);
             id
         }
         other => return deny(w, &format!("unknown role {other:?}")),

@@ -14,6 +14,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use tracing::{info, warn};
 
@@ -70,6 +71,9 @@ pub struct MhConfig {
     pub role: Role,
     /// Which management hosts this client takes as its own.
     pub trust: MhTrust,
+    /// A node with no name of its own, whose key pair is not kept: the management host
+    /// forgets it soon after it leaves (see [`crate::proto::Hello::transient`]).
+    pub transient: bool,
 }
 
 /// Which management hosts a client takes as its own, besides their proof of the fabric secret:
@@ -249,6 +253,7 @@ fn connect(cfg: &MhConfig, prev_id: Option<NodeId>) -> Result<(Session, NodeId),
         ephemeral: eph.public.clone(),
         pake: to_hex(&my_pake),
         prev_id: prev_id.filter(|_| cfg.role.is_node()),
+        transient: cfg.transient && cfg.role.is_node(),
     };
     write_json(&mut w, &hello).map_err(unavailable)?;
     let ch: Challenge = recv(&mut r)?;
@@ -580,12 +585,19 @@ impl MhClient {
 }
 
 fn heartbeat_loop(inner: Weak<Inner>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(HEARTBEAT_INTERVAL);
-        let Some(inner) = inner.upgrade() else { return };
+    let mut next = Instant::now() + HEARTBEAT_INTERVAL;
+    loop {
+        // Parked, not asleep: dropping the client unparks it, so closing a node does not wait
+        // out the interval (half a second at every exit of every process).
+        std::thread::park_timeout(next.saturating_duration_since(Instant::now()));
         if stop.load(Ordering::Relaxed) {
             return;
         }
+        if Instant::now() < next {
+            continue; // woken early, spuriously
+        }
+        next = Instant::now() + HEARTBEAT_INTERVAL;
+        let Some(inner) = inner.upgrade() else { return };
         let _ = inner.request(&Request::Heartbeat);
     }
 }
@@ -597,6 +609,7 @@ impl Drop for MhClient {
             let _ = s.w.shutdown(std::net::Shutdown::Both);
         }
         if let Some(h) = self.heartbeat.take() {
+            h.thread().unpark();
             let _ = h.join();
         }
     }

@@ -1,10 +1,11 @@
-//! Nodes that left for good: a node down longer than the forget-after time (and, when the
+//! Nodes that left for good: a node down longer than the forget-after time (a transient node,
+//! one with no name of its own whose key pair died with it, after a minute; and, when the
 //! node table is full, the one down longest, after a shorter grace) is forgotten — its record,
 //! its name (free for another key from then on), its published regions and every grant to or
 //! from it — so the limits on nodes, regions and grants cannot fill up for good. Its id is
 //! never handed out again (ids only grow), so grants an owner still holds for it reach no one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use tracing::info;
@@ -18,6 +19,11 @@ pub const FORGET_AFTER_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// When the node table is full, a node down at least this long (or the forget-after time, if
 /// shorter) makes room for a new one.
 pub const EVICT_AFTER_MIN: Duration = Duration::from_secs(600);
+/// How long a transient node may stay down before it is forgotten, unless set otherwise
+/// (`rackwire mh --forget-transient-after`): long enough to come back with its id after a
+/// management host's restart or a network blip, short enough that a rack running jobs all day
+/// does not fill the node table with processes that are gone.
+pub const TRANSIENT_FORGET_AFTER_DEFAULT: Duration = Duration::from_secs(60);
 /// How often nodes are looked at.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 
@@ -25,23 +31,56 @@ const CHECK_EVERY: Duration = Duration::from_millis(500);
 #[derive(Debug)]
 pub(crate) struct Departed {
     since: HashMap<NodeId, Instant>,
+    /// The known nodes that are transient.
+    transient: HashSet<NodeId>,
     pub(crate) forget_after: Duration,
+    pub(crate) forget_transient_after: Duration,
     checked: Instant,
 }
 
 impl Departed {
-    pub(crate) fn new(known: impl Iterator<Item = NodeId>) -> Departed {
+    /// `known`: each known node, and whether it is transient.
+    pub(crate) fn new(known: impl Iterator<Item = (NodeId, bool)>) -> Departed {
         let now = Instant::now();
-        Departed { since: known.map(|id| (id, now)).collect(), forget_after: FORGET_AFTER_DEFAULT, checked: now }
+        let (mut since, mut transient) = (HashMap::new(), HashSet::new());
+        for (id, t) in known {
+            since.insert(id, now);
+            if t {
+                transient.insert(id);
+            }
+        }
+        Departed {
+            since,
+            transient,
+            forget_after: FORGET_AFTER_DEFAULT,
+            forget_transient_after: TRANSIENT_FORGET_AFTER_DEFAULT,
+            checked: now,
+        }
     }
 
     /// Count `known` as down from now, and nothing else (a host that now leads).
-    pub(crate) fn restart(&mut self, known: impl Iterator<Item = NodeId>) {
-        *self = Departed { forget_after: self.forget_after, ..Departed::new(known) };
+    pub(crate) fn restart(&mut self, known: impl Iterator<Item = (NodeId, bool)>) {
+        *self = Departed {
+            forget_after: self.forget_after,
+            forget_transient_after: self.forget_transient_after,
+            ..Departed::new(known)
+        };
     }
 
-    pub(crate) fn up(&mut self, id: NodeId) {
+    pub(crate) fn up(&mut self, id: NodeId, transient: bool) {
         self.since.remove(&id);
+        if transient {
+            self.transient.insert(id);
+        }
+    }
+
+    /// How long `id` may stay down.
+    fn grace(&self, id: NodeId) -> Duration {
+        if self.transient.contains(&id) {
+            self.forget_transient_after.min(self.forget_after)
+        } else {
+            self.forget_after
+        }
     }
 
     pub(crate) fn down(&mut self, id: NodeId) {
@@ -77,6 +116,7 @@ fn forget(shared: &Shared, ids: &[NodeId]) -> Result<usize, MhError> {
     for id in &ids {
         info!(id, "node forgotten: down longer than its time");
         departed.since.remove(id);
+        departed.transient.remove(id);
         lock(&shared.ended).remove(id);
     }
     Ok(ids.len())
@@ -86,11 +126,11 @@ fn forget(shared: &Shared, ids: &[NodeId]) -> Result<usize, MhError> {
 pub(crate) fn forget_expired(shared: &Shared) {
     let expired: Vec<NodeId> = {
         let mut d = lock(&shared.departed);
-        if d.checked.elapsed() < CHECK_EVERY.min(d.forget_after) {
+        if d.checked.elapsed() < CHECK_EVERY.min(d.forget_after).min(d.forget_transient_after) {
             return;
         }
         d.checked = Instant::now();
-        d.since.iter().filter(|(_, t)| t.elapsed() >= d.forget_after).map(|(id, _)| *id).collect()
+        d.since.iter().filter(|(id, t)| t.elapsed() >= d.grace(**id)).map(|(id, _)| *id).collect()
     };
     if !expired.is_empty() {
         if let Err(e) = forget(shared, &expired) {

@@ -31,7 +31,7 @@ mod shared;
 mod state;
 
 pub use client::{MhClient, MhConfig, MhTrust, Role};
-pub use departed::{EVICT_AFTER_MIN, FORGET_AFTER_DEFAULT};
+pub use departed::{EVICT_AFTER_MIN, FORGET_AFTER_DEFAULT, TRANSIENT_FORGET_AFTER_DEFAULT};
 pub use proto::{GrantEntry, JobMember, JobRound, NodeId, NodeInfo, NodeStatus, RegionEntry};
 pub use server::{ManagementHost, MhHandle};
 

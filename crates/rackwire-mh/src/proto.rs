@@ -25,6 +25,10 @@ pub struct NodeInfo {
     /// handshake signatures against it). Set by the management host, never by the node.
     #[serde(default)]
     pub key: String,
+    /// A node with no name of its own, forgotten soon after it leaves (set by the management
+    /// host from the node's admission, never by the node's records).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transient: bool,
 }
 
 /// A node as the management host sees it.
@@ -133,6 +137,11 @@ pub struct Hello {
     /// has no record of the name, and the id is not retired).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_id: Option<NodeId>,
+    /// A node with no name of its own (a job's process): its key pair lives in its memory
+    /// only, so once it leaves no one can come back as it, and the management host forgets
+    /// it soon after (see the `departed` module).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transient: bool,
 }
 
 /// The server's answer to [`Hello`].
@@ -171,6 +180,7 @@ pub const CONFIRM_CLIENT: &str = "rackwire-mh-client";
 /// said before the confirmations (names, nonces, keys, exchange messages).
 pub fn admission_transcript(hello: &Hello, ch: &Challenge) -> Vec<u8> {
     let prev_id = hello.prev_id.map(|p| p.to_string()).unwrap_or_default();
+    let transient = if hello.transient { "transient" } else { "" };
     let fields = [
         hello.name.as_str(),
         &hello.role,
@@ -179,12 +189,13 @@ pub fn admission_transcript(hello: &Hello, ch: &Challenge) -> Vec<u8> {
         &hello.ephemeral,
         &hello.pake,
         &prev_id,
+        transient,
         &ch.nonce,
         &ch.ephemeral,
         &ch.pake,
         &ch.host_key,
     ];
-    let mut t = b"rackwire-mh-admission-v3".to_vec();
+    let mut t = b"rackwire-mh-admission-v4".to_vec();
     for f in fields {
         t.extend_from_slice(&(f.len() as u32).to_be_bytes());
         t.extend_from_slice(f.as_bytes());

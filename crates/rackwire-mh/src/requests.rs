@@ -191,6 +191,7 @@ pub(crate) fn handle(shared: &Shared, me: NodeId, req: Request) -> Result<Reply,
             info.id = me;
             info.name = known.name.clone();
             info.key = known.key.clone();
+            info.transient = known.transient;
             check_registration(&info)?;
             let live = lock(&shared.live);
             let taken = claims_anothers_address(&info, me, st.nodes.values(), |n| live.get(&n).map(|l| l.from));

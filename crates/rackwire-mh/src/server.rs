@@ -130,6 +130,12 @@ impl MhHandle {
         lock(&self.shared.departed).forget_after = d;
     }
 
+    /// Forget transient nodes (processes with no name of their own) down longer than `d`
+    /// (default [`crate::TRANSIENT_FORGET_AFTER_DEFAULT`], at most the forget-after time).
+    pub fn set_forget_transient_after(&self, d: Duration) {
+        lock(&self.shared.departed).forget_transient_after = d;
+    }
+
     /// Stop: close the listener and every session. State is already on disk.
     pub fn stop(mut self) {
         self.shutdown();

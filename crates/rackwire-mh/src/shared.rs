@@ -75,7 +75,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(secret: &[u8], store: Store, host_key: crate::identity::Identity) -> Arc<Shared> {
-        let departed = Departed::new(store.state.nodes.keys().copied());
+        let departed = Departed::new(store.state.nodes.values().map(|n| (n.id, n.transient)));
         let view = store.view();
         Arc::new(Shared {
             secret: secret.to_vec(),
@@ -96,7 +96,7 @@ impl Shared {
     /// Lead with `store` (read from where the leader before kept it): its nodes count as down
     /// from now.
     pub(crate) fn took_over(&self, mut store: Store) {
-        let known = store.state.nodes.keys().copied();
+        let known = store.state.nodes.values().map(|n| (n.id, n.transient));
         lock(&self.departed).restart(known);
         store.share_view(self.view.clone());
         *lock(&self.store) = store;

@@ -134,6 +134,7 @@ impl TestMh {
             name: "test-observer".into(),
             role: rackwire_mh::Role::Observer,
             trust: rackwire_mh::MhTrust::Secret,
+            transient: false,
         })
         .expect("observer joins")
     }

@@ -49,6 +49,7 @@ fn observer(mh: &str) -> MhClient {
         name: "obs".into(),
         role: Role::Observer,
         trust: rackwire_mh::MhTrust::Secret,
+        transient: false,
     })
     .expect("observer joins")
 }
@@ -423,4 +424,45 @@ fn first_hello(from: u32, to: u32) -> Vec<u8> {
     h.emit(&mut f[rackwire_wire::HEADER_LEN..]);
     rackwire_wire::Frame::new_unchecked(&mut f[..]).fill_checksums();
     f
+}
+
+// Checks what a process with no name of its own (a job's rank) gets, as a later process that
+// happens to be given the same process id would meet it: each join makes a key pair of its
+// own in memory and a name of its own (the base name and the key's start), so the second
+// process, with the same configuration and state folder, gets another name and id and none
+// of the first one's grants (its write is refused); and nothing is left in the state folder.
+#[test]
+fn a_process_with_no_name_of_its_own_inherits_nothing_from_an_earlier_one() {
+    let mh = TestMh::start("identity-transient");
+    let (so, st) = (TempDir::new("owner"), TempDir::new("transient"));
+    let owner = node(&mh.addr, "owner", &so, false).unwrap();
+    let region = owner.alloc(4096, Access::ALL).unwrap();
+    let passing = || {
+        let mut cfg = FabricConfig::new(&mh.addr, SECRET, "node-4242");
+        cfg.transient = true;
+        cfg.state_dir = Some(st.0.clone());
+        Fabric::join(cfg).unwrap()
+    };
+    let first = passing();
+    let (first_id, first_name) = (first.id(), first.name().to_string());
+    assert!(first_name.starts_with("node-4242-") && first_name.len() == "node-4242-".len() + 8, "{first_name}");
+    region.grant(first_id, Access::WRITE).unwrap();
+    first.connect(owner.id()).unwrap().write(&region.handle(), 0, &[7; 64], OpFlags::default()).wait().unwrap();
+    drop(first);
+    let second = passing();
+    assert_ne!(second.id(), first_id, "a new process is a new node");
+    assert_ne!(second.name(), first_name);
+    let refused = second.connect(owner.id()).unwrap().write(&region.handle(), 64, &[9; 64], OpFlags::default()).wait();
+    assert!(refused.is_err(), "the earlier process's grant is not the new one's: {refused:?}");
+    let mut b = vec![0u8; 64];
+    region.read_at(64, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 0), "nothing written by the refused process");
+    let left: Vec<_> = walk(&st.0);
+    assert!(left.is_empty(), "a transient node keeps no files: {left:?}");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    rd.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
 }

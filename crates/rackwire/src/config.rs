@@ -48,6 +48,11 @@ pub struct FabricConfig {
     pub secret: Vec<u8>,
     /// This node's name (unique in the fabric).
     pub name: String,
+    /// The node has no name of its own (neither the file nor `RACKWIRE_NAME` gives one, as
+    /// for a job's processes): it joins as `node-PID-KEY`, with a key pair made for this run
+    /// and kept in memory only, and the management host forgets it a minute after it leaves.
+    /// A named node keeps its key pair in the state folder, and so its id and its grants.
+    pub transient: bool,
     /// Where this node's shared-memory endpoint lives (default: a per-user runtime folder).
     pub runtime_dir: Option<PathBuf>,
     /// Copy channels for large batches (1 = the calling thread only).
@@ -115,6 +120,7 @@ impl std::fmt::Debug for FabricConfig {
         f.debug_struct("FabricConfig")
             .field("mh", &self.mh)
             .field("name", &self.name)
+            .field("transient", &self.transient)
             .field("runtime_dir", &self.runtime_dir)
             .field("copy_channels", &self.copy_channels)
             .field("transport", &self.transport)
@@ -174,6 +180,7 @@ impl FabricConfig {
             mh: mh.into(),
             secret: secret.as_ref().to_vec(),
             name: name.into(),
+            transient: false,
             runtime_dir: None,
             copy_channels: 2,
             op_timeout: OP_TIMEOUT_DEFAULT,
@@ -196,11 +203,13 @@ impl FabricConfig {
     pub fn from_file(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
         let f: FileConfig = toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let transient = f.name.is_none();
         let mut c = FabricConfig::new(
             f.mh.unwrap_or_default(),
             f.secret.unwrap_or_default(),
             f.name.unwrap_or_else(default_name),
         );
+        c.transient = transient;
         if let Some(p) = f.secret_file {
             c.secret = read_secret_file(&p)?;
         }
@@ -245,7 +254,7 @@ impl FabricConfig {
     pub fn from_env() -> Result<Self, Error> {
         let mut c = match std::env::var_os("RACKWIRE_CONFIG") {
             Some(p) => FabricConfig::from_file(Path::new(&p))?,
-            None => FabricConfig::new("", "", default_name()),
+            None => FabricConfig { transient: true, ..FabricConfig::new("", "", default_name()) },
         };
         if let Ok(v) = std::env::var("RACKWIRE_MH") {
             c.mh = v;
@@ -258,6 +267,7 @@ impl FabricConfig {
         }
         if let Ok(v) = std::env::var("RACKWIRE_NAME") {
             c.name = v;
+            c.transient = false;
         }
         if let Ok(v) = std::env::var("RACKWIRE_LINK_MTU") {
             c.link_mtu = v.parse().map_err(|_| Error::Config(format!("RACKWIRE_LINK_MTU={v:?}: bytes")))?;
@@ -404,7 +414,8 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     // Checks the file format: known keys are read (the key pair's place follows state_dir and
-    // the name; a peer timeout out of range is refused), a secret file's trailing newline is
+    // the name; a file with no name makes a transient node; a peer timeout out of range is
+    // refused), a secret file's trailing newline is
     // dropped, a secret file others may read (0644) is refused, and an unknown key is an error
     // naming the file.
     #[test]
@@ -438,6 +449,11 @@ mod tests {
         assert_eq!(c.secret, b"s3cret-value-0123456789");
         assert_eq!(c.copy_channels, 3);
         assert_eq!(c.name, "n1");
+        assert!(!c.transient, "a named node keeps its key pair");
+        let unnamed = dir.join("unnamed.toml");
+        std::fs::write(&unnamed, "mh = \"127.0.0.1:1\"\nsecret = \"s3cret-value-0123456789\"\n").unwrap();
+        let u = FabricConfig::from_file(&unnamed).unwrap();
+        assert!(u.transient && u.name == default_name(), "no name: transient, named after the process");
         assert_eq!(c.key_path(), PathBuf::from("/s/keys/n1.key"));
         assert!(!c.seal_frames);
         assert!(!c.private_memory);

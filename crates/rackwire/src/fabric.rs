@@ -127,19 +127,28 @@ pub struct Receiver {
 impl Fabric {
     /// Join the fabric: prove the secret to the management host, get an id, open this node's
     /// shared-memory endpoint and register it.
-    pub fn join(cfg: FabricConfig) -> Result<Fabric, Error> {
+    pub fn join(mut cfg: FabricConfig) -> Result<Fabric, Error> {
         cfg.validate()?;
-        let key_path = cfg.key_path();
-        let identity = Arc::new(
-            rackwire_mh::identity::Identity::load_or_create(&key_path)
-                .map_err(|e| Error::Config(format!("this node's key pair: {e}")))?,
-        );
+        let key_error = |e| Error::Config(format!("this node's key pair: {e}"));
+        let identity = if cfg.transient {
+            // No name of its own: a key pair in memory only, so no later process can come back
+            // as this node (as one given the same process id could from a kept file, with its
+            // id and its grants), and a name no other process has: the pid and the key's start.
+            let (id, _) = rackwire_mh::identity::Identity::generate().map_err(key_error)?;
+            let tag: String = id.public()[..4].iter().map(|b| format!("{b:02x}")).collect();
+            cfg.name = format!("{}-{tag}", cfg.name);
+            id
+        } else {
+            rackwire_mh::identity::Identity::load_or_create(&cfg.key_path()).map_err(key_error)?
+        };
+        let identity = Arc::new(identity);
         let mh = MhClient::join(MhConfig {
             addr: cfg.mh.clone(),
             secret: cfg.secret.clone(),
             name: cfg.name.clone(),
             role: Role::Node(identity.clone()),
             trust: cfg.mh_trust()?,
+            transient: cfg.transient,
         })?;
         let id = mh.node_id();
         if cfg.private_memory {

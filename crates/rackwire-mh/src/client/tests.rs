@@ -20,6 +20,7 @@ fn cfg(addr: &str, secret: &[u8], name: &str) -> MhConfig {
         name: name.into(),
         role: Role::Node(key(name)),
         trust: MhTrust::Secret,
+        transient: false,
     }
 }
 
@@ -222,6 +223,7 @@ fn unauthenticated_requests_end_the_session() {
         ephemeral: eph.public.clone(),
         pake: to_hex(&msg),
         prev_id: None,
+        transient: false,
     };
     write_json(&mut w, &hello).unwrap();
     let ch: Challenge = recv(&mut r).unwrap();
@@ -263,6 +265,7 @@ fn admission_gives_no_offline_test_of_a_guessed_secret() {
         ephemeral: Ephemeral::generate().public.clone(),
         pake: to_hex(&msg),
         prev_id: None,
+        transient: false,
     };
     write_json(&mut w, &hello).unwrap();
     let ch: Challenge = recv(&mut r).unwrap();
@@ -412,6 +415,35 @@ fn nodes_down_past_the_forget_after_time_are_forgotten() {
         .expect("the name is free for another key");
     assert_ne!(again.node_id(), gone_id, "a forgotten node's id is not handed out again");
     assert!(stays.nodes().unwrap().iter().any(|n| n.info.id == stays_id));
+}
+
+// Checks that transient nodes (no name of their own, key pair in memory only) are forgotten
+// soon after they leave and named ones are not: with the transient grace at 300 ms and the
+// forget-after time at its default (a week), a transient node and a named one leave at the same
+// moment; the transient one's record goes (seen in the node list), the named one's stays, and
+// the flag is the host's (a registration claiming otherwise does not change it).
+#[test]
+fn transient_nodes_are_forgotten_soon_after_they_leave() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    mh.set_forget_transient_after(std::time::Duration::from_millis(300));
+    let addr = mh.addr().to_string();
+    let passing = MhClient::join(MhConfig { transient: true, ..cfg(&addr, SECRET, "node-1-ab12cd34") }).unwrap();
+    let named = MhClient::join(cfg(&addr, SECRET, "named")).unwrap();
+    let watcher = MhClient::join(cfg(&addr, SECRET, "watcher")).unwrap();
+    passing.register(NodeInfo { name: "ignored".into(), transient: false, ..NodeInfo::default() }).unwrap();
+    let (passing_id, named_id) = (passing.node_id(), named.node_id());
+    let record = |id| watcher.nodes().unwrap().into_iter().find(|n| n.info.id == id);
+    assert!(record(passing_id).expect("on record while up").info.transient, "the host keeps the flag");
+    assert!(!record(named_id).unwrap().info.transient);
+    drop(passing);
+    drop(named);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while record(passing_id).is_some() {
+        assert!(std::time::Instant::now() < deadline, "the transient node was never forgotten");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let kept = record(named_id).expect("a named node that left stays on record");
+    assert!(!kept.up);
 }
 
 // Checks that requests that only read, and heartbeats, do not wait for a change being saved:
