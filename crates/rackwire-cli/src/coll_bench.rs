@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use rackwire_coll::{Group, ReduceOp};
 
+use crate::mpi_rack::MpiRack;
+
 /// Collectives the benchmark knows.
 pub(crate) const OPS: [&str; 5] = ["barrier", "bcast", "scatter", "alltoallv", "allreduce"];
 /// Sizes when none are given.
@@ -227,64 +229,8 @@ pub(crate) fn build_mpi(dir: &Path, name: &str, source: &str) -> Result<PathBuf>
     Ok(exe)
 }
 
-/// How Open MPI's ranks are started over a virtual rack, as a cluster's users start them:
-/// mpirun runs in the first host and starts one daemon per host through its rsh launcher,
-/// whose "ssh" here is a script that runs the command in that host's namespace; the ranks
-/// go in the same blocks as ours; MPI traffic is TCP only (`btl tcp,self`) over the rack's
-/// rails (every 198.18.0.0/15 interface, so Open MPI stripes over all rails as it does over
-/// several NICs).
-struct PeerRack {
-    /// Namespace mpirun runs in.
-    ns: String,
-    /// The launcher script.
-    agent: PathBuf,
-    /// Host names in rack order.
-    hosts: Vec<String>,
-}
-
-impl PeerRack {
-    fn new(state: &rackwire_rack::RackState, dir: &Path) -> Result<PeerRack> {
-        let hosts = crate::launch::rank_hosts(state);
-        let agent = dir.join("rsh-agent");
-        let prefix = rackwire_rack::ns_name(&state.config.name, "");
-        // Every host's daemon gets a session directory of its own: the namespaces share one
-        // hostname and one /tmp, and two daemons creating the same directory at once made one
-        // of them fail to start now and then.
-        let tmp = dir.join("ompi-tmp");
-        let script = format!(
-            "#!/bin/sh\nhost=$1; shift\nmkdir -p {tmp}/$host\n\
-             exec ip netns exec {prefix}$host env OMPI_MCA_orte_tmpdir_base={tmp}/$host sh -c \"$*\"\n",
-            tmp = tmp.display()
-        );
-        std::fs::write(&agent, script)?;
-        std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-        Ok(PeerRack { ns: hosts[0].ns.clone(), agent, hosts: hosts.iter().map(|h| h.name.clone()).collect() })
-    }
-
-    /// `mpirun` for `ranks` ranks placed as ours are.
-    fn mpirun(&self, ranks: usize) -> Command {
-        let mut per = vec![0usize; self.hosts.len()];
-        for r in 0..ranks {
-            per[crate::launch::block_place(r, ranks, self.hosts.len()).0] += 1;
-        }
-        let hosts: Vec<String> =
-            self.hosts.iter().zip(&per).filter(|(_, &k)| k > 0).map(|(h, k)| format!("{h}:{k}")).collect();
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns, "mpirun", "--host", &hosts.join(",")])
-            .args(["--mca", "plm_rsh_agent"])
-            .arg(&self.agent)
-            .args(["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "198.18.0.0/15"])
-            .args(["--mca", "oob_tcp_if_include", "198.18.0.0/15"])
-            // The daemons' topology sharing (hwloc shared memory) now and then crashes a
-            // daemon started this way; it only serves process binding, which ranks that
-            // share two cores do not get anyway.
-            .args(["--mca", "rtc", "^hwloc"]);
-        c
-    }
-}
-
 /// Run Open MPI's ranks once for every op and size, as its users run it: `mpirun -n N` with
-/// its default transports on this machine, or TCP over a rack's rails (see [`PeerRack`]) (as
+/// its default transports on this machine, or TCP over a rack's rails (see [`MpiRack`]) (as
 /// root it needs --allow-run-as-root; with more ranks than cores, --oversubscribe, which also
 /// makes idle ranks yield their core).
 fn run_peer(
@@ -293,7 +239,7 @@ fn run_peer(
     ops: &[String],
     sizes: &[u64],
     scale: f64,
-    rack: Option<&PeerRack>,
+    rack: Option<&MpiRack>,
 ) -> Result<Vec<Measured>> {
     let mut rows = Vec::new();
     for op in ops {
@@ -305,7 +251,7 @@ fn run_peer(
             let mut attempt = 0;
             let o = loop {
                 attempt += 1;
-                let mut cmd = rack.map_or_else(|| Command::new("mpirun"), |r| r.mpirun(ranks));
+                let mut cmd = rack.map_or_else(|| Command::new("mpirun"), |r| r.mpirun_tcp(ranks));
                 let o = cmd
                     .args(["--allow-run-as-root", "--oversubscribe", "-n", &ranks.to_string()])
                     .arg(exe)
@@ -396,7 +342,7 @@ pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
         }
         None => (None, None),
     };
-    let peer_rack = rack.as_ref().map(|s| PeerRack::new(s, &dir)).transpose()?;
+    let peer_rack = rack.as_ref().map(|s| MpiRack::new(s, &dir, false)).transpose()?;
     // Over a rack, ours is the edge transport where hosts are in different memory domains.
     let domains: std::collections::BTreeSet<&str> =
         rack.iter().flat_map(|s| crate::launch::rank_hosts(s)).map(|h| h.domain.as_str()).collect();

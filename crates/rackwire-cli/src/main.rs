@@ -12,6 +12,7 @@ mod inspect;
 mod lang_bench;
 mod launch;
 mod mpi_bench;
+mod mpi_rack;
 mod ofi_bench;
 mod rack;
 mod seal_bench;
@@ -234,7 +235,8 @@ struct BenchArgs {
     #[arg(long)]
     config: Option<PathBuf>,
     /// With `coll`: run the ranks (ours, and Open MPI's over TCP with --peers) over the hosts
-    /// of this virtual rack (root), in blocks, as `launch --rack` does.
+    /// of this virtual rack (root), in blocks, as `launch --rack` does. With `ofi` and `mpi`:
+    /// run the two ends in its first two hosts (in memory domains of their own), over its rails.
     #[arg(long, value_name = "CONFIG")]
     rack: Option<PathBuf>,
     /// With `stripe`: MiB to stream [default: what the shaped rails carry in the time iperf3
@@ -467,14 +469,14 @@ fn run(cli: Cli) -> Result<()> {
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            mpi_bench::run(b.repeat, b.scale, b.json)
+            mpi_bench::run(b.repeat, b.scale, b.json, b.rack.as_deref())
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("ofi") => {
             init_logging(tracing::Level::WARN);
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            ofi_bench::run(b.repeat, b.scale, b.json)
+            ofi_bench::run(b.repeat, b.scale, b.json, b.rack.as_deref())
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("served") => {
             init_logging(tracing::Level::WARN);

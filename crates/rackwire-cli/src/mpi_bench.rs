@@ -1,9 +1,13 @@
-//! `rackwire bench mpi`: one MPI program (`peers/mpi_p2p.c`: ping-pong, bandwidth, allreduce,
-//! alltoallv, by the OSU benchmarks' method) under Open MPI between two processes of this
-//! machine, over the rackwire libfabric provider (`pml cm`, `mtl ofi` restricted to it) and
-//! over Open MPI's own transports as its users get them (`pml ob1` with `btl vader`, its shared
-//! memory, and with `btl tcp`), in the same run, the order rotated every repeat. Reported:
-//! each figure's median run with the spread, and rackwire's per-repeat ratio against each.
+//! `rackwire bench mpi`: one MPI program (`peers/mpi_p2p.c`: ping-pong, bandwidth, MPI_Put,
+//! allreduce, alltoallv, by the OSU benchmarks' method) under Open MPI between two processes,
+//! over the rackwire libfabric provider (`pml cm`, `mtl ofi` restricted to it, one-sided through
+//! `osc pt2pt`) and over Open MPI's own transports as its users get them, in the same run, the
+//! order rotated every repeat. On this machine: against `pml ob1` with `btl vader` (its shared
+//! memory) and with `btl tcp`. With `--rack`: the two ranks in the first two hosts of a virtual
+//! rack (memory domains of their own, so rackwire goes over the edge transport on every rail)
+//! against `btl tcp` over every rail (as over several NICs), one-sided through `osc pt2pt`.
+//! Reported: each figure's median run with the spread, and rackwire's per-repeat ratio against
+//! each.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,48 +17,82 @@ use anyhow::{bail, Context, Result};
 use rackwire::ManagementHost;
 use rackwire_bench::repeat::median_spread;
 
+use crate::mpi_rack::MpiRack;
+
 /// Repeats at most.
 const REPEAT_MAX: usize = 50;
 const SECRET: &str = "rackwire-bench-mpi-secret";
-/// The transports, rackwire first, each with the mpirun arguments that pick it.
-const TRANSPORTS: [(&str, &[&str]); 3] = [
-    (
-        "rackwire",
-        &[
-            "--mca",
-            "pml",
-            "cm",
-            "--mca",
-            "mtl",
-            "ofi",
-            "--mca",
-            "mtl_ofi_provider_include",
-            "rackwire",
-            "--mca",
-            "btl",
-            "self",
-        ],
-    ),
-    ("vader", &["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]),
-    ("tcp", &["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]),
+/// Our provider's mpirun arguments.
+const RACKWIRE: &[&str] = &[
+    "--mca",
+    "pml",
+    "cm",
+    "--mca",
+    "mtl",
+    "ofi",
+    "--mca",
+    "mtl_ofi_provider_include",
+    "rackwire",
+    "--mca",
+    "btl",
+    "self",
+    "--mca",
+    "osc",
+    "pt2pt",
 ];
+/// The transports on this machine, rackwire first, each with the mpirun arguments that pick it.
+const HERE: [(&str, &[&str]); 3] = [
+    ("rackwire", RACKWIRE),
+    ("vader", &["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]),
+    // Open MPI 4.1 finds no one-sided component on its own over `btl tcp` (MPI_Win_create
+    // fails): `osc pt2pt` is what its users give it.
+    ("tcp", &["--mca", "pml", "ob1", "--mca", "btl", "self,tcp", "--mca", "osc", "pt2pt"]),
+];
+/// The transports over a rack (`tcp`'s btl comes with [`MpiRack::mpirun_tcp`]).
+const RACK: [(&str, &[&str]); 2] = [("rackwire", RACKWIRE), ("tcp", &["--mca", "pml", "ob1", "--mca", "osc", "pt2pt"])];
 /// The figures, their units, and whether more is better.
-const FIGURES: [(&str, &str, bool); 4] = [
+const FIGURES: [(&str, &str, bool); 5] = [
     ("pingpong_8B_us", "8 B ping-pong, µs", false),
     ("bw_1MiB_MBs", "1 MiB bandwidth, MB/s", true),
+    ("put_1MiB_MBs", "MPI_Put 1 MiB, MB/s", true),
     ("allreduce_64KiB_us", "allreduce 64 KiB, µs", false),
     ("alltoallv_64KiB_us", "alltoallv 64 KiB, µs", false),
 ];
 
-/// One run of the program over `args`' transport; its figures.
-fn run_once(exe: &Path, args: &[&str], scale: f64, dir: &Path, mh: &str) -> Result<BTreeMap<String, f64>> {
-    let o = Command::new("mpirun")
+/// Where the two ranks run.
+enum Place<'a> {
+    /// On this machine, joining the management host at this address.
+    Here(&'a str),
+    /// In the first two hosts of a rack.
+    Rack(&'a MpiRack),
+}
+
+/// One run of the program over transport `name` (mpirun arguments `args`); its figures.
+fn run_once(
+    exe: &Path,
+    name: &str,
+    args: &[&str],
+    scale: f64,
+    dir: &Path,
+    place: &Place,
+) -> Result<BTreeMap<String, f64>> {
+    let mut cmd = match place {
+        Place::Here(mh) => {
+            let mut c = Command::new("mpirun");
+            c.args(["-x", "RACKWIRE_MH", "-x", "RACKWIRE_SECRET"])
+                .env("RACKWIRE_MH", mh)
+                .env("RACKWIRE_SECRET", SECRET);
+            c
+        }
+        Place::Rack(r) if name == "tcp" => r.mpirun_tcp(2),
+        // Each host's daemon has that host's fabric settings (see `MpiRack::new`).
+        Place::Rack(r) => r.mpirun(2),
+    };
+    let o = cmd
         .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
         .args(args)
-        .args(["-x", "FI_PROVIDER_PATH", "-x", "RACKWIRE_MH", "-x", "RACKWIRE_SECRET"])
+        .args(["-x", "FI_PROVIDER_PATH"])
         .env("FI_PROVIDER_PATH", dir)
-        .env("RACKWIRE_MH", mh)
-        .env("RACKWIRE_SECRET", SECRET)
         .env_remove("RACKWIRE_NAME")
         .env_remove("RACKWIRE_CONFIG")
         .arg(exe)
@@ -77,8 +115,8 @@ fn parse(out: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// `rackwire bench mpi`.
-pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
+/// `rackwire bench mpi` (over the rack `rack` describes, if given).
+pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) -> Result<()> {
     if !(1..=REPEAT_MAX).contains(&repeat) {
         bail!("--repeat must be 1..={REPEAT_MAX}");
     }
@@ -88,11 +126,23 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
     let exe = crate::coll_bench::build_mpi(&work, "mpi_p2p", include_str!("peers/mpi_p2p.c"))?;
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes())?;
     let addr = mh.addr().to_string();
+    let (state, _down) = match rack {
+        Some(r) => {
+            let (s, d) = crate::ofi_bench::rack_for_two(r)?;
+            (Some(s), d)
+        }
+        None => (None, None),
+    };
+    let mpi_rack = state.as_ref().map(|s| MpiRack::new(s, &work, true)).transpose()?;
+    let (place, transports): (Place, &[(&str, &[&str])]) = match &mpi_rack {
+        None => (Place::Here(&addr), &HERE),
+        Some(r) => (Place::Rack(r), &RACK),
+    };
     let mut runs: BTreeMap<&str, Vec<BTreeMap<String, f64>>> = BTreeMap::new();
     for rep in 0..repeat {
-        for i in 0..TRANSPORTS.len() {
-            let (name, args) = TRANSPORTS[(i + rep) % TRANSPORTS.len()];
-            let figures = run_once(&exe, args, scale, &dir, &addr)?;
+        for i in 0..transports.len() {
+            let (name, args) = transports[(i + rep) % transports.len()];
+            let figures = run_once(&exe, name, args, scale, &dir, &place)?;
             if FIGURES.iter().any(|(k, _, _)| !figures.contains_key(*k)) {
                 bail!("the program over {name} printed {figures:?}");
             }
@@ -102,8 +152,12 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
     let _ = std::fs::remove_dir_all(&work);
     let fmt = |t: (f64, f64, f64), d: usize| format!("{:.*} ({:.*}–{:.*})", d, t.0, d, t.1, d, t.2);
     let triple = |t: (f64, f64, f64)| serde_json::json!({ "median": t.0, "lo": t.1, "hi": t.2 });
+    let names: Vec<&str> = transports.iter().map(|(n, _)| *n).collect();
     let mut table = comfy_table::Table::new();
-    table.set_header(["Open MPI, 2 ranks", "rackwire", "vader", "tcp", "rackwire / vader", "rackwire / tcp"]);
+    let mut header = vec!["Open MPI, 2 ranks".to_string()];
+    header.extend(names.iter().map(|n| n.to_string()));
+    header.extend(names[1..].iter().map(|n| format!("rackwire / {n}")));
+    table.set_header(header);
     let mut doc = serde_json::Map::new();
     for (key, label, _more_is_better) in FIGURES {
         let col = |t: &str| median_spread(&mut runs[t].iter().map(|f| f[key]).collect::<Vec<_>>());
@@ -111,31 +165,30 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
             let ours = &runs["rackwire"];
             median_spread(&mut ours.iter().zip(&runs[t]).map(|(o, x)| o[key] / x[key]).collect::<Vec<_>>())
         };
-        let d = if key.starts_with("bw") { 0 } else { 2 };
-        table.add_row([
-            label.to_string(),
-            fmt(col("rackwire"), d),
-            fmt(col("vader"), d),
-            fmt(col("tcp"), d),
-            fmt(ratio("vader"), 2),
-            fmt(ratio("tcp"), 2),
-        ]);
-        doc.insert(
-            key.to_string(),
-            serde_json::json!({
-                "rackwire": triple(col("rackwire")), "vader": triple(col("vader")), "tcp": triple(col("tcp")),
-                "rackwire_over_vader": triple(ratio("vader")), "rackwire_over_tcp": triple(ratio("tcp")),
-            }),
-        );
+        let d = if key.ends_with("MBs") { 0 } else { 2 };
+        let mut row = vec![label.to_string()];
+        row.extend(names.iter().map(|n| fmt(col(n), d)));
+        row.extend(names[1..].iter().map(|n| fmt(ratio(n), 2)));
+        table.add_row(row);
+        let mut entry = serde_json::Map::new();
+        for n in &names {
+            entry.insert(n.to_string(), triple(col(n)));
+        }
+        for n in &names[1..] {
+            entry.insert(format!("rackwire_over_{n}"), triple(ratio(n)));
+        }
+        doc.insert(key.to_string(), entry.into());
     }
+    let rack_name = state.as_ref().map(|s| s.config.name.clone());
     if json {
-        doc.insert("meta".into(), serde_json::json!({ "repeats": repeat, "scale": scale }));
+        doc.insert("meta".into(), serde_json::json!({ "repeats": repeat, "scale": scale, "rack": rack_name }));
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
     println!("{table}");
+    let over = rack_name.map_or("on this machine".to_string(), |r| format!("in two hosts of rack {r}"));
     println!(
-        "({repeat} repeats, transports rotated; ratios per repeat: below 1 is faster for times, above 1 for bandwidth)"
+        "(2 ranks {over}; {repeat} repeats, transports rotated; ratios per repeat: below 1 is faster for times, above 1 for bandwidth)"
     );
     Ok(())
 }

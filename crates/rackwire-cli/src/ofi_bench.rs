@@ -1,10 +1,13 @@
 //! `rackwire bench ofi`: libfabric's own ping-pong (`fi_pingpong`, Debian's libfabric-bin)
-//! between two processes of this machine over the `rackwire` provider and over libfabric's
-//! `shm`, `tcp` and `udp;ofi_rxd` providers, each as its users run it (`-e rdm`, tagged
-//! messages, the provider picked with `-p`, nothing else tuned), in the same run, the
-//! providers' order rotated every repeat. Reported: the 64 B round trip's half (µs per
-//! transfer, as fi_pingpong prints it) and 1 MiB's MB/s, each provider's median run with the
-//! spread, and rackwire's per-repeat ratio against each peer.
+//! between two processes over the `rackwire` provider and over libfabric's own providers,
+//! each as its users run it (`-e rdm`, tagged messages, the provider picked with `-p`, nothing
+//! else tuned), in the same run, the providers' order rotated every repeat. On this machine:
+//! against `shm`, `tcp` and `udp;ofi_rxd`. With `--rack`: between the first two hosts of a
+//! virtual rack (in memory domains of their own, so rackwire goes over the edge transport
+//! striped on every rail) against `tcp` on one rail (`FI_TCP_IFACE`, as its users pick a NIC).
+//! Reported: the 64 B round trip's half (µs per transfer, as fi_pingpong prints it) and 1 MiB's
+//! MB/s, each provider's median run with the spread, and rackwire's per-repeat ratio against
+//! each peer.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,11 +17,16 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use rackwire::ManagementHost;
 use rackwire_bench::repeat::median_spread;
+use rackwire_rack::{HostState, RackState};
 
 /// Repeats at most.
 const REPEAT_MAX: usize = 50;
-/// The providers measured, rackwire first.
+/// The providers measured on this machine, rackwire first.
 const PROVIDERS: [&str; 4] = ["rackwire", "shm", "tcp", "udp;ofi_rxd"];
+/// The providers measured over a rack's rails, rackwire first.
+const RACK_PROVIDERS: [&str; 2] = ["rackwire", "tcp"];
+/// Round trips at 64 B over a rack's rails (at full scale), where each takes tens of µs.
+const RACK_ITERS: f64 = 10_000.0;
 /// Round trips at 64 B (at full scale): enough that setting up the connection (its first
 /// message, timed by fi_pingpong like any other) weighs little, for every provider.
 const ITERS: f64 = 50_000.0;
@@ -70,28 +78,63 @@ fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Where the two ends of a pair run.
+enum Place<'a> {
+    /// Both on this machine, joining the management host at `mh`.
+    Here { mh: &'a str },
+    /// The server in one host of a rack, the client in another.
+    Rack { state: &'a RackState, server: &'a HostState, client: &'a HostState },
+}
+
+impl Place<'_> {
+    /// `fi_pingpong` over `provider` for the server (or the client), with what the provider
+    /// needs: the fabric's settings for rackwire (over a rack: the host's rails, the edge
+    /// transport), the first rail's device for `tcp` over a rack.
+    fn command(&self, provider: &str, server: bool, dir: &Path) -> Command {
+        let mut c = match self {
+            Place::Here { mh } => {
+                let mut c = Command::new("fi_pingpong");
+                c.env("RACKWIRE_MH", mh).env("RACKWIRE_SECRET", SECRET);
+                c
+            }
+            Place::Rack { state, server: s, client: cl } => {
+                let host = if server { s } else { cl };
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &host.ns, "fi_pingpong"]);
+                if provider == "rackwire" {
+                    c.envs(rackwire_rack::program_env(state, host)).env("RACKWIRE_TRANSPORT", "edge");
+                } else if let Some(dev) = host.link_devs().split(',').next() {
+                    c.env("FI_TCP_IFACE", dev);
+                }
+                c
+            }
+        };
+        c.env("FI_PROVIDER_PATH", dir).env_remove("RACKWIRE_NAME").env_remove("RACKWIRE_CONFIG");
+        c
+    }
+
+    /// The server's address for fi_pingpong's out-of-band exchange.
+    fn server_addr(&self) -> String {
+        match self {
+            Place::Here { .. } => "127.0.0.1".into(),
+            Place::Rack { server, .. } => server.addrs[0].to_string(),
+        }
+    }
+}
+
 /// One fi_pingpong pair over `provider` at `size` bytes; the client's rows.
-fn pingpong(provider: &str, size: &str, iters: u64, dir: &Path, mh: &str) -> Result<BTreeMap<String, (f64, f64)>> {
+fn pingpong(provider: &str, size: &str, iters: u64, dir: &Path, place: &Place) -> Result<BTreeMap<String, (f64, f64)>> {
     let port = free_port()?.to_string();
     let iters = iters.to_string();
     let args = ["-p", provider, "-e", "rdm", "-m", "tagged", "-S", size, "-I", &iters];
-    let cmd = |extra: &[&str]| {
-        let mut c = Command::new("fi_pingpong");
-        c.args(args)
-            .args(extra)
-            .env("FI_PROVIDER_PATH", dir)
-            .env("RACKWIRE_MH", mh)
-            .env("RACKWIRE_SECRET", SECRET)
-            .env_remove("RACKWIRE_NAME")
-            .env_remove("RACKWIRE_CONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+    let cmd = |server: bool, extra: &[&str]| {
+        let mut c = place.command(provider, server, dir);
+        c.args(args).args(extra).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     };
-    let mut server = cmd(&["-B", &port]).spawn().context("running fi_pingpong (install libfabric-bin)")?;
+    let mut server = cmd(true, &["-B", &port]).spawn().context("running fi_pingpong (install libfabric-bin)")?;
     std::thread::sleep(Duration::from_millis(300));
-    let mut client = cmd(&["-P", &port, "127.0.0.1"]).spawn()?;
+    let mut client = cmd(false, &["-P", &port, &place.server_addr()]).spawn()?;
     let deadline = Instant::now() + RUN_LIMIT;
     while client.try_wait()?.is_none() {
         if Instant::now() > deadline {
@@ -111,29 +154,54 @@ fn pingpong(provider: &str, size: &str, iters: u64, dir: &Path, mh: &str) -> Res
     Ok(parse(&text))
 }
 
-fn measure(provider: &str, iters: u64, dir: &Path, mh: &str) -> Result<Figures> {
-    let small = pingpong(provider, "64", iters, dir, mh)?;
-    let large = pingpong(provider, "1048576", (iters / LARGE_PER_SMALL).max(10), dir, mh)?;
+fn measure(provider: &str, iters: u64, dir: &Path, place: &Place) -> Result<Figures> {
+    let small = pingpong(provider, "64", iters, dir, place)?;
+    let large = pingpong(provider, "1048576", (iters / LARGE_PER_SMALL).max(10), dir, place)?;
     match (small.get("64"), large.get("1m")) {
         (Some(s), Some(l)) => Ok(Figures { lat_us: s.1, mb_s: l.0 }),
         _ => bail!("fi_pingpong over {provider} printed no 64 B or 1 MiB row"),
     }
 }
 
-/// `rackwire bench ofi`.
-pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
+/// The rack `rack` describes (or names, if up), with its first two hosts in memory domains of
+/// their own; its state and what takes it down.
+pub(crate) fn rack_for_two(rack: &Path) -> Result<(RackState, Option<rackwire_rack::DownOnDrop>)> {
+    let (state, down) = crate::launch::rack_up(rack, true)?;
+    let hosts = crate::launch::rank_hosts(&state);
+    if hosts.len() < 2 || hosts[0].domain == hosts[1].domain {
+        bail!("--rack: the rack needs two hosts in memory domains of their own (as examples/racks/2l-1g.toml has)");
+    }
+    Ok((state, down))
+}
+
+/// `rackwire bench ofi` (over the rack `rack` describes, if given).
+pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) -> Result<()> {
     if !(1..=REPEAT_MAX).contains(&repeat) {
         bail!("--repeat must be 1..={REPEAT_MAX}");
     }
     let dir = provider_dir()?;
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes())?;
     let addr = mh.addr().to_string();
-    let iters = ((ITERS * scale) as u64).max(100);
+    let (state, _down) = match rack {
+        Some(r) => {
+            let (s, d) = rack_for_two(r)?;
+            (Some(s), d)
+        }
+        None => (None, None),
+    };
+    let (place, providers, iters): (Place, &[&str], u64) = match &state {
+        None => (Place::Here { mh: &addr }, &PROVIDERS, ((ITERS * scale) as u64).max(100)),
+        Some(s) => {
+            let hosts = crate::launch::rank_hosts(s);
+            let place = Place::Rack { state: s, server: hosts[1], client: hosts[0] };
+            (place, &RACK_PROVIDERS, ((RACK_ITERS * scale) as u64).max(100))
+        }
+    };
     let mut runs: BTreeMap<&str, Vec<Figures>> = BTreeMap::new();
     for rep in 0..repeat {
-        for i in 0..PROVIDERS.len() {
-            let p = PROVIDERS[(i + rep) % PROVIDERS.len()];
-            runs.entry(p).or_default().push(measure(p, iters, &dir, &addr)?);
+        for i in 0..providers.len() {
+            let p = providers[(i + rep) % providers.len()];
+            runs.entry(p).or_default().push(measure(p, iters, &dir, &place)?);
         }
     }
     let ours = &runs["rackwire"];
@@ -148,7 +216,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
         "rackwire's 1 MiB / theirs",
     ]);
     let mut doc = serde_json::Map::new();
-    for p in PROVIDERS {
+    for &p in providers {
         let r = &runs[p];
         let lat = median_spread(&mut r.iter().map(|f| f.lat_us).collect::<Vec<_>>());
         let bw = median_spread(&mut r.iter().map(|f| f.mb_s).collect::<Vec<_>>());
@@ -163,14 +231,23 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
             if p == "rackwire" { ("—".into(), "—".into()) } else { (fmt(lat_ratio, 2), fmt(bw_ratio, 2)) };
         table.add_row([p.to_string(), fmt(lat, 2), fmt(bw, 0), lr, br]);
     }
+    let rails = state.as_ref().map(|s| s.config.name.clone());
     if json {
-        doc.insert("meta".into(), serde_json::json!({ "repeats": repeat, "iters_64b": iters }));
+        doc.insert("meta".into(), serde_json::json!({ "repeats": repeat, "iters_64b": iters, "rack": rails }));
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
     println!("{table}");
+    let over = match &state {
+        Some(s) => format!(
+            "between two hosts of rack {} (rackwire: the edge transport on its {} rails; tcp: the first rail)",
+            s.config.name,
+            s.config.rails.len()
+        ),
+        None => "on this machine".into(),
+    };
     println!(
-        "(fi_pingpong -e rdm -m tagged, {iters} round trips at 64 B, {} at 1 MiB; {repeat} repeats, providers rotated; \
+        "(fi_pingpong -e rdm -m tagged {over}, {iters} round trips at 64 B, {} at 1 MiB; {repeat} repeats, providers rotated; \
          below 1 is faster for latency, above 1 for bandwidth)",
         (iters / LARGE_PER_SMALL).max(10)
     );

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::atomics::{self, Form};
 use crate::consts::*;
-use crate::engine::{self, Bind, RecvFlags};
+use crate::endpoint::{self, Bind, RecvFlags};
+use crate::engine;
 use crate::objects;
 use crate::queues::{addr_bytes, addr_from, Entry, ProvErr, ADDR_BYTES};
 use crate::rma;
@@ -345,7 +346,7 @@ unsafe fn put_name(a: crate::queues::Addr, addr: *mut u8, len: *mut usize) -> Re
 #[no_mangle]
 pub extern "C" fn rwofi_ep_open(out: *mut u64) -> i64 {
     guard(|| {
-        let id = engine::ep_open()?;
+        let id = endpoint::ep_open()?;
         put(out, u64::from(id))
     })
 }
@@ -356,7 +357,7 @@ fn ep_id(ep: u64) -> Result<u32, i32> {
 
 #[no_mangle]
 pub extern "C" fn rwofi_ep_close(ep: u64) -> i64 {
-    guard(|| ok(engine::ep_close(ep_id(ep)?)))
+    guard(|| ok(endpoint::ep_close(ep_id(ep)?)))
 }
 
 /// Bind `ep` to a completion queue (`kind` 1), an address vector (2) or a counter (3).
@@ -369,19 +370,19 @@ pub extern "C" fn rwofi_ep_bind(ep: u64, kind: i32, obj: u64, flags: u64) -> i64
             3 => Bind::Cntr(obj, flags),
             _ => return Err(FI_EINVAL),
         };
-        ok(engine::ep_bind(ep_id(ep)?, what))
+        ok(endpoint::ep_bind(ep_id(ep)?, what))
     })
 }
 
 #[no_mangle]
 pub extern "C" fn rwofi_ep_enable(ep: u64) -> i64 {
-    guard(|| ok(engine::ep_enable(ep_id(ep)?)))
+    guard(|| ok(endpoint::ep_enable(ep_id(ep)?)))
 }
 
 #[no_mangle]
 pub extern "C" fn rwofi_ep_getname(ep: u64, addr: *mut u8, len: *mut usize) -> i64 {
     guard(|| {
-        let a = engine::ep_name(ep_id(ep)?)?;
+        let a = endpoint::ep_name(ep_id(ep)?)?;
         // SAFETY: `len` is the room of `addr` (libfabric's contract for fi_getname).
         unsafe { put_name(a, addr, len) }
     })
@@ -393,14 +394,14 @@ pub extern "C" fn rwofi_ep_min_multi_recv(ep: u64, set: i32, value: *mut usize) 
     guard(|| {
         // SAFETY: the C side passes a pointer to a size_t of the application's (checked).
         let v = unsafe { value.as_mut() }.ok_or(FI_EINVAL)?;
-        *v = engine::ep_min_multi_recv(ep_id(ep)?, (set != 0).then_some(*v))?;
+        *v = endpoint::ep_min_multi_recv(ep_id(ep)?, (set != 0).then_some(*v))?;
         Ok(0)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn rwofi_ep_cancel(ep: u64, ctx: usize) -> i64 {
-    guard(|| ok(engine::ep_cancel(ep_id(ep)?, ctx)))
+    guard(|| ok(endpoint::ep_cancel(ep_id(ep)?, ctx)))
 }
 
 /// A send: `tagged` and `has_data` say whether `tag` and `data` count.
@@ -423,7 +424,7 @@ pub extern "C" fn rwofi_send(
         let iov = unsafe { iovs(iov, count) }?;
         let tag = (tagged != 0).then_some(tag);
         let data = (has_data != 0).then_some(data);
-        ok(engine::send(ep_id(ep)?, iov, dest, tag, data, flags, ctx))
+        ok(endpoint::send(ep_id(ep)?, iov, dest, tag, data, flags, ctx))
     })
 }
 
@@ -452,7 +453,7 @@ pub extern "C" fn rwofi_recv(
             multi: flags & FI_MULTI_RECV != 0,
         };
         let tag = (tagged != 0).then_some((tag, ignore));
-        ok(engine::recv(ep_id(ep)?, iov.to_vec(), src, tag, how, ctx))
+        ok(endpoint::recv(ep_id(ep)?, iov.to_vec(), src, tag, how, ctx))
     })
 }
 

@@ -16,6 +16,7 @@
 
 pub mod atomics;
 pub mod consts;
+pub mod endpoint;
 pub mod engine;
 pub mod ep;
 pub mod objects;

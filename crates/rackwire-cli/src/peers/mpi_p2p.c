@@ -5,7 +5,9 @@
  *   bw        1 MiB messages from rank 0 to 1, a window of 64 non-blocking sends, then an
  *             8-byte answer, bytes over time (osu_bw);
  *   allreduce 64 KiB of floats summed over every rank, the average time per call;
- *   alltoallv 64 KiB to and from every rank, the average time per call.
+ *   alltoallv 64 KiB to and from every rank, the average time per call;
+ *   put       1 MiB MPI_Put from rank 0 into rank 1's window, PUTS per passive-target epoch
+ *             (lock, puts, unlock), bytes over time (osu_put_bw with lock/unlock).
  * Each measure has its warm-up iterations first; buffers are written before they are sent.
  * usage: mpi_p2p SCALE (1.0 = full iteration counts)
  * prints at rank 0: ROW name value
@@ -19,6 +21,7 @@
 #define LARGE (1 << 20)
 #define WINDOW 64
 #define COLL (64 << 10)
+#define PUTS 16
 
 static int scaled(double scale, int n) {
     int v = (int)(n * scale);
@@ -78,6 +81,24 @@ int main(int argc, char **argv) {
             printf("ROW bw_1MiB_MBs %.1f\n", (double)LARGE * WINDOW * iters / (MPI_Wtime() - t0) / 1e6);
     }
     MPI_Barrier(MPI_COMM_WORLD);
+
+    /* One-sided puts into rank 1's window (rank 0's buffer is the source). */
+    MPI_Win win;
+    MPI_Win_create(buf, (MPI_Aint)LARGE * PUTS, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    iters = scaled(scale, 40);
+    warm = 2;
+    if (rank == 0) {
+        for (int i = 0; i < iters + warm; i++) {
+            if (i == warm) t0 = MPI_Wtime();
+            MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 1, 0, win);
+            for (int w = 0; w < PUTS; w++)
+                MPI_Put(buf + (size_t)w * LARGE, LARGE, MPI_CHAR, 1, (MPI_Aint)w * LARGE, LARGE, MPI_CHAR, win);
+            MPI_Win_unlock(1, win);
+        }
+        printf("ROW put_1MiB_MBs %.1f\n", (double)LARGE * PUTS * iters / (MPI_Wtime() - t0) / 1e6);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Win_free(&win);
 
     /* Allreduce and alltoallv. */
     int *counts = malloc(sizeof(int) * n), *displs = malloc(sizeof(int) * n);
