@@ -32,8 +32,10 @@ fn main() {
     link_provider_name();
 }
 
-/// `target/<profile>/ofi/librackwire-fi.so` -> `../librackwire_fi.so`: the profile folder is
-/// three above this build's `OUT_DIR` (`target/<profile>/build/<crate>-<hash>/out`).
+/// `target/<profile>/ofi/librackwire-fi.so` -> `../deps/librackwire_fi.so`: the profile folder
+/// is three above this build's `OUT_DIR` (`target/<profile>/build/<crate>-<hash>/out`). The
+/// library in `deps` is the one every build writes (`cargo build` copies it up a folder as well,
+/// `cargo test` does not).
 fn link_provider_name() {
     let Some(out) = std::env::var_os("OUT_DIR").map(PathBuf::from) else { return };
     let Some(profile) = out.ancestors().nth(3) else { return };
@@ -43,7 +45,7 @@ fn link_provider_name() {
         return;
     }
     let _ = std::fs::remove_file(&link);
-    if let Err(e) = std::os::unix::fs::symlink("../librackwire_fi.so", &link) {
+    if let Err(e) = std::os::unix::fs::symlink("../deps/librackwire_fi.so", &link) {
         println!("cargo:warning=could not link {}: {e}", link.display());
     }
 }

@@ -94,15 +94,17 @@ pub extern "C" fn rwofi_src_addr(out: *mut u8) -> i64 {
     })
 }
 
+/// A domain opened (`auto_progress`: with `FI_PROGRESS_AUTO`).
 #[no_mangle]
-pub extern "C" fn rwofi_domain_open() -> i64 {
-    guard(|| ok(engine::domain_open()))
+pub extern "C" fn rwofi_domain_open(auto_progress: i32) -> i64 {
+    guard(|| ok(engine::domain_open(auto_progress != 0)))
 }
 
+/// A domain closed (`auto_progress`: it was opened with `FI_PROGRESS_AUTO`).
 #[no_mangle]
-pub extern "C" fn rwofi_domain_close() -> i64 {
+pub extern "C" fn rwofi_domain_close(auto_progress: i32) -> i64 {
     guard(|| {
-        engine::domain_close();
+        engine::domain_close(auto_progress != 0);
         Ok(0)
     })
 }

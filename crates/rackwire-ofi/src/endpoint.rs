@@ -178,7 +178,10 @@ pub fn send(
         };
         match now {
             Now::Sent(None) => st.tx_complete(done, None),
-            Now::Sent(Some(op)) => st.inflight.push_back((op, done)),
+            Now::Sent(Some(op)) => {
+                st.inflight.push_back((op, done));
+                p.flush();
+            }
             Now::Failed(e) => st.tx_complete(done, Some((e, ProvErr::PeerGone))),
             Now::Wait => {
                 let src = Source::of(iov, flags);

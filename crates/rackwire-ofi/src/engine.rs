@@ -160,6 +160,9 @@ pub(crate) struct State {
     waiting_eps: Vec<u32>,
     /// The standing view of the fabric's peers that progress takes messages through.
     receiver: Option<Receiver>,
+    /// Domains open with automatic progress, and the thread that makes it while any is.
+    auto_domains: usize,
+    auto: Option<crate::auto::AutoProgress>,
 }
 
 /// The provider in this process.
@@ -441,6 +444,12 @@ impl State {
 }
 
 impl Provider {
+    /// Send what the edge transport holds back to share a frame with later operations: the
+    /// application may not call again soon (a blocking MPI send returns, and its rank computes).
+    pub(crate) fn flush(&self) {
+        self.fabric.flush();
+    }
+
     /// Make sure `st.conns` holds a live connection to `node` (looked up, not cloned, by the
     /// caller: a clone is two atomic instructions on a shared line per message).
     fn connected(&self, st: &mut State, node: NodeId) -> Result<(), i32> {
@@ -487,6 +496,19 @@ impl Provider {
                 None => Now::Sent(Some(o)),
             },
         }
+    }
+
+    /// A round of progress under the lock (automatic progress's); whether sends wait for
+    /// room (so the next round should come soon).
+    pub(crate) fn progress_round(&self) -> bool {
+        let mut st = lock(&self.st);
+        self.progress(&mut st);
+        st.tx_queued > 0 || !st.inflight.is_empty()
+    }
+
+    /// Sleep until input may wait, at most `d`.
+    pub(crate) fn wait_input(&self, d: Duration) {
+        let _ = self.fabric.wait_input(&[], d);
     }
 
     /// Take what the fabric holds for us, push out what waits for room, finish what the
@@ -628,21 +650,41 @@ pub fn node_id() -> Result<u32, i32> {
     Ok(provider()?.me)
 }
 
-/// A domain opened: joins the fabric on the first.
-pub fn domain_open() -> Result<(), i32> {
+/// A domain opened (`auto`: with automatic progress, whose thread starts with the first such
+/// domain): joins the fabric on the first.
+pub fn domain_open(auto: bool) -> Result<(), i32> {
     let p = provider()?;
-    lock(&p.st).domains += 1;
+    let mut st = lock(&p.st);
+    if auto && st.auto.is_none() {
+        let started = crate::auto::AutoProgress::start(&p).map_err(|e| {
+            log_warning(&format!("cannot start the automatic progress thread: {e}"));
+            FI_ENOMEM
+        })?;
+        st.auto = Some(started);
+    }
+    st.domains += 1;
+    st.auto_domains += usize::from(auto);
     Ok(())
 }
 
-/// A domain closed: the last one leaves the fabric.
-pub fn domain_close() {
+/// A domain closed (`auto`: it had automatic progress; the thread stops with the last such
+/// domain): the last one leaves the fabric.
+pub fn domain_close(auto: bool) {
     let mut slot = lock(&PROVIDER);
-    let last = slot.as_ref().filter(|p| ours(p)).is_some_and(|p| {
+    let (last, stopping) = slot.as_ref().filter(|p| ours(p)).map_or((false, None), |p| {
         let mut st = lock(&p.st);
         st.domains = st.domains.saturating_sub(1);
-        st.domains == 0
+        if auto {
+            st.auto_domains = st.auto_domains.saturating_sub(1);
+        }
+        let stopping = if st.auto_domains == 0 { st.auto.take() } else { None };
+        (st.domains == 0, stopping)
     });
+    // Outside the state's lock (the thread takes it for its rounds), before the provider is
+    // let go (the thread holds it during a round).
+    if let Some(t) = stopping {
+        t.stop();
+    }
     if last {
         uncache();
         CHANGES.fetch_add(1, Ordering::Release);

@@ -11,10 +11,12 @@
 //! memory are requests the target's provider checks and carries out ([`rma`], [`atomics`]).
 //! What it offers: `FI_EP_RDM` with `FI_MSG`, `FI_TAGGED`, `FI_RMA`, `FI_ATOMIC` (remote CQ
 //! data, `FI_SOURCE`, directed receives, injects, `FI_PEEK`/`FI_CLAIM`/`FI_DISCARD`, cancel),
-//! completion queues of every format, counters, address vectors (table and map); manual
-//! progress. Not yet: `FI_MULTI_RECV`, wait objects, automatic progress (see docs/ofi.md).
+//! completion queues of every format, counters, address vectors (table and map), `FI_MULTI_RECV`;
+//! manual progress, and automatic progress by a thread of its own ([`auto`]) where asked for.
+//! Not yet: wait objects (see docs/ofi.md).
 
 pub mod atomics;
+pub mod auto;
 pub mod consts;
 pub mod endpoint;
 pub mod engine;
@@ -25,6 +27,10 @@ mod regions;
 pub mod rma;
 pub mod user;
 pub mod wire;
+
+/// Whether this build has its libfabric side (libfabric's headers were found): only then is
+/// there a provider library for libfabric to load.
+pub const BUILT_WITH_LIBFABRIC: bool = cfg!(rwofi_c);
 
 #[cfg(rwofi_c)]
 mod abi;

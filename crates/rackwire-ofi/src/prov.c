@@ -384,8 +384,9 @@ static size_t ofi_datatype_size(enum fi_datatype dt)
 }
 static int domain_close(struct fid *fid)
 {
-	rwofi_domain_close();
-	free(OF(struct rw_domain, d.fid, fid));
+	struct rw_domain *dom = OF(struct rw_domain, d.fid, fid);
+	rwofi_domain_close(dom->auto_progress);
+	free(dom);
 	return 0;
 }
 static struct fi_ops domain_fid_ops = FID_OPS(domain_close, rw_no_bind, rw_no_control);
@@ -453,7 +454,10 @@ static int domain_open(struct fid_fabric *f, struct fi_info *info, struct fid_do
 	dom = calloc(1, sizeof(*dom));
 	if (!dom)
 		return -FI_ENOMEM;
-	r = rwofi_domain_open();
+	dom->auto_progress = info && info->domain_attr &&
+			     (info->domain_attr->data_progress == FI_PROGRESS_AUTO ||
+			      info->domain_attr->control_progress == FI_PROGRESS_AUTO);
+	r = rwofi_domain_open(dom->auto_progress);
 	if (r < 0) {
 		free(dom);
 		return (int)r;

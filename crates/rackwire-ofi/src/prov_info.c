@@ -1,7 +1,7 @@
 /*
  * fi_getinfo's answer: one fi_info for an RDM endpoint, with the attributes and limits the
  * provider really has, or -FI_ENODATA when the hints ask for what it cannot do (another
- * endpoint type, capabilities or modes it lacks, larger limits, automatic progress) or the
+ * endpoint type, capabilities or modes it lacks, larger limits) or the
  * process is not configured to join a fabric (no RACKWIRE_MH nor RACKWIRE_CONFIG).
  */
 #include "provider.h"
@@ -51,8 +51,6 @@ static int hints_fit(const struct fi_info *hints)
 		return 0;
 	if (dom) {
 		if (dom->name && strcmp(dom->name, RW_PROV_NAME))
-			return 0;
-		if (dom->data_progress == FI_PROGRESS_AUTO || dom->control_progress == FI_PROGRESS_AUTO)
 			return 0;
 		if (dom->caps & ~(uint64_t)(FI_LOCAL_COMM | FI_REMOTE_COMM))
 			return 0;
@@ -172,8 +170,16 @@ int rw_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 	fi->domain_attr->threading = hints && hints->domain_attr && hints->domain_attr->threading
 					     ? hints->domain_attr->threading
 					     : FI_THREAD_SAFE;
-	fi->domain_attr->control_progress = FI_PROGRESS_MANUAL;
-	fi->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+	/* Manual progress unless automatic is asked for: then a thread of the provider's makes
+	 * progress too (see the engine's `auto_progress`). */
+	fi->domain_attr->control_progress =
+		hints && hints->domain_attr && hints->domain_attr->control_progress == FI_PROGRESS_AUTO
+			? FI_PROGRESS_AUTO
+			: FI_PROGRESS_MANUAL;
+	fi->domain_attr->data_progress =
+		hints && hints->domain_attr && hints->domain_attr->data_progress == FI_PROGRESS_AUTO
+			? FI_PROGRESS_AUTO
+			: FI_PROGRESS_MANUAL;
 	fi->domain_attr->resource_mgmt = FI_RM_ENABLED;
 	fi->domain_attr->av_type = hints && hints->domain_attr ? hints->domain_attr->av_type : FI_AV_UNSPEC;
 	/* Local buffers need no registering (data is copied in and out of them); RMA targets

@@ -29,8 +29,8 @@
 int rwofi_configured(void);
 void rwofi_forked(void);
 int64_t rwofi_src_addr(void *out);
-int64_t rwofi_domain_open(void);
-int64_t rwofi_domain_close(void);
+int64_t rwofi_domain_open(int auto_progress);
+int64_t rwofi_domain_close(int auto_progress);
 int64_t rwofi_cq_open(int format, uint64_t *out);
 int64_t rwofi_cq_close(uint64_t cq);
 int64_t rwofi_cq_read(uint64_t cq, void *buf, size_t count, fi_addr_t *src, int blocking, int timeout_ms);
@@ -138,6 +138,7 @@ struct rw_fabric {
 struct rw_domain {
 	struct fid_domain d;
 	uint64_t next_key;
+	int auto_progress; /* opened with FI_PROGRESS_AUTO */
 };
 struct rw_ep {
 	struct fid_ep ep;

@@ -7,7 +7,8 @@
  * as an error completion (FI_ETRUNC, its text); FI_PEEK, FI_CLAIM; cancel; tags with ignore
  * bits; inject (no completion); counters; RMA writes (3 MiB, and with remote CQ data) and
  * reads checked byte for byte; atomics (fetch-and-add, compare-and-swap, read) and what
- * fi_atomicvalid says; a buffer of many messages (FI_MULTI_RECV); refused accesses (bad key, out of bounds, a read-only region, an
+ * fi_atomicvalid says; RMA served by automatic progress (FI_PROGRESS_AUTO) at a target making no
+ * calls; a buffer of many messages (FI_MULTI_RECV); refused accesses (bad key, out of bounds, a read-only region, an
  * endpoint whose vector lacks the initiator) as error completions; bad use refused with
  * libfabric's codes; and a peer that left failing a send with an error completion. Prints
  * "<role> ok" and exits 0 when every check held; otherwise says which failed and exits 1.
@@ -87,7 +88,10 @@ static void check_getinfo(void)
 	fi_freeinfo(h);
 	h = hints_base();
 	h->domain_attr->data_progress = FI_PROGRESS_AUTO;
-	CHECK(fi_getinfo(V, NULL, NULL, 0, h, &fi) == -FI_ENODATA, "automatic progress was offered");
+	OK(fi_getinfo(V, NULL, NULL, 0, h, &fi));
+	CHECK(fi->domain_attr->data_progress == FI_PROGRESS_AUTO, "automatic progress asked for, %d given",
+	      fi->domain_attr->data_progress);
+	fi_freeinfo(fi);
 	fi_freeinfo(h);
 	h = hints_base();
 	h->tx_attr->inject_size = 1 << 20;
@@ -325,6 +329,78 @@ static void rma_target(struct side *s)
 	free(mem);
 }
 
+/* Automatic progress: the target opens a second domain with FI_PROGRESS_AUTO, registers
+ * memory there and then makes no libfabric call at all (it waits on the socket) while the
+ * initiator writes 64 bytes into it and reads them back: only the provider's own thread can
+ * serve them, and both must complete with the bytes intact. */
+struct auto_info {
+	uint64_t addr, key;
+	char name[8];
+};
+
+static void auto_target(struct side *s)
+{
+	struct fi_info *h = hints_base(), *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_ep *ep;
+	struct fid_av *av;
+	struct fid_cq *cq;
+	struct fid_mr *mr;
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
+	struct auto_info ai = { 0 };
+	char peer[8];
+	size_t len = sizeof peer;
+	fi_addr_t pa;
+	h->domain_attr->data_progress = FI_PROGRESS_AUTO;
+	OK(fi_getinfo(V, NULL, NULL, 0, h, &info));
+	fi_freeinfo(h);
+	OK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	OK(fi_domain(fabric, info, &domain, NULL));
+	OK(fi_endpoint(domain, info, &ep, NULL));
+	OK(fi_av_open(domain, &av_attr, &av, NULL));
+	OK(fi_cq_open(domain, &cq_attr, &cq, NULL));
+	OK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+	OK(fi_ep_bind(ep, &av->fid, 0));
+	OK(fi_enable(ep));
+	OK(fi_av_lookup(s->av, s->peer, peer, &len));
+	CHECK(fi_av_insert(av, peer, 1, &pa, 0, NULL) == 1, "inserting the initiator");
+	char *mem = calloc(1, 4096);
+	OK(fi_mr_reg(domain, mem, 4096, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
+	ai.addr = (uint64_t)(uintptr_t)mem;
+	ai.key = fi_mr_key(mr);
+	len = sizeof ai.name;
+	OK(fi_getname(&ep->fid, ai.name, &len));
+	CHECK(write(s->sock, &ai, sizeof ai) == (ssize_t)sizeof ai, "sending the region");
+	char c;
+	CHECK(read(s->sock, &c, 1) == 1, "waiting for the initiator"); /* no libfabric call meanwhile */
+	CHECK(filled(mem, 64, 9), "the bytes written with automatic progress");
+	OK(fi_close(&mr->fid));
+	OK(fi_close(&ep->fid));
+	OK(fi_close(&cq->fid));
+	OK(fi_close(&av->fid));
+	OK(fi_close(&domain->fid));
+	OK(fi_close(&fabric->fid));
+	fi_freeinfo(info);
+	free(mem);
+}
+
+static void auto_initiator(struct side *s, char *buf)
+{
+	struct auto_info ai;
+	char ctx[16], back[64] = { 0 };
+	fi_addr_t t;
+	CHECK(read(s->sock, &ai, sizeof ai) == (ssize_t)sizeof ai, "reading the automatic target's region");
+	CHECK(fi_av_insert(s->av, ai.name, 1, &t, 0, NULL) == 1, "inserting the automatic target");
+	fill(buf, 64, 9);
+	OK(fi_write(s->ep, buf, 64, NULL, t, ai.addr, ai.key, ctx));
+	CHECK(rma_done(s, FI_RMA | FI_WRITE) == 0, "a write to a target that makes no calls");
+	OK(fi_read(s->ep, back, 64, NULL, t, ai.addr, ai.key, ctx));
+	CHECK(rma_done(s, FI_RMA | FI_READ) == 0 && filled(back, 64, 9), "a read from a target that makes no calls");
+	CHECK(write(s->sock, "d", 1) == 1, "telling the automatic target it is done");
+}
+
 static void sender(struct side *s)
 {
 	char ctx[8][16];
@@ -358,6 +434,7 @@ static void sender(struct side *s)
 	expect_one(s, FI_SEND | FI_MSG, NULL);
 	sync_step(s);
 	rma_initiator(s, big);
+	auto_initiator(s, big);
 	/* Three messages for the receiver's buffer of many messages. */
 	const char *parts[3] = { "m1", "m22", "m333" };
 	for (int i = 0; i < 3; i++) {
@@ -466,6 +543,7 @@ static void receiver(struct side *s)
 	CHECK(e.len == 5 && !memcmp(buf, "plain", 5), "plain message");
 	sync_step(s);
 	rma_target(s);
+	auto_target(s);
 
 	/* A buffer of many messages (FI_MULTI_RECV), released when fewer than 8 bytes are left:
 	 * three messages go in one after the other, the third says the buffer is released. */

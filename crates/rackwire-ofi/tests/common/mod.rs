@@ -6,13 +6,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// The folder `FI_PROVIDER_PATH` names: `ofi/` beside the test's own profile folder, where
-/// the build links `librackwire-fi.so`; `None` when the provider was built without its
-/// libfabric side.
+/// The folder libfabric loads the provider from (`target/<profile>/ofi`), or none where this
+/// build has no libfabric side (no headers: nothing to load, the tests skip). With one, a
+/// missing library fails the test: a test of the provider must never pass by skipping.
 pub fn provider_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?.parent()?.join("ofi");
-    dir.join("librackwire-fi.so").exists().then_some(dir)
+    let found = dir.join("librackwire-fi.so").exists();
+    assert!(found || !rackwire_fi::BUILT_WITH_LIBFABRIC, "the provider was built but is not in {}", dir.display());
+    found.then_some(dir)
 }
 
 /// Whether `tool` is on the path.
