@@ -122,6 +122,32 @@ pub extern "C" fn rwofi_cq_close(cq: u64) -> i64 {
     guard(|| ok(objects::cq_close(cq)))
 }
 
+/// The descriptor of the fabric's input, for `fi_control(FI_GETWAIT)`.
+#[no_mangle]
+pub extern "C" fn rwofi_wait_fd() -> i64 {
+    guard(|| objects::wait_fd().map(i64::from))
+}
+
+/// `fi_trywait` on the `count` completion queues at `cqs`.
+#[no_mangle]
+pub extern "C" fn rwofi_trywait(cqs: *const u64, count: usize) -> i64 {
+    guard(|| {
+        if count > TRYWAIT_MAX || (count > 0 && cqs.is_null()) {
+            return Err(FI_EINVAL);
+        }
+        let handles = if count == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the C side passes `count` handles at `cqs` (checked non-null above).
+            unsafe { std::slice::from_raw_parts(cqs, count) }
+        };
+        ok(objects::trywait(handles))
+    })
+}
+
+/// Queues one `fi_trywait` looks at, at most (the C side's `RW_TRYWAIT_MAX`).
+pub const TRYWAIT_MAX: usize = 64;
+
 /// Bytes of one entry of `format`.
 fn entry_bytes(format: i32) -> usize {
     match format {

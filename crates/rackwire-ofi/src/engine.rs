@@ -4,7 +4,7 @@
 //! pushed out as the peers' rings have room), made by every call that reads or posts.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -172,6 +172,9 @@ pub(crate) struct Provider {
     /// The [`FORKS`] count when it joined: a child forked since has the memory but none of
     /// the threads, so it joins afresh.
     generation: u64,
+    /// The doorbell is armed for the application's own sleep on its descriptor (by
+    /// `fi_trywait`): the next progress disarms it.
+    armed: AtomicBool,
     st: Mutex<State>,
 }
 
@@ -242,7 +245,8 @@ fn provider() -> Result<Arc<Provider>, i32> {
     })?;
     let me = fabric.id();
     let generation = FORKS.load(Ordering::Relaxed);
-    let made = Arc::new(Provider { fabric, me, generation, st: Mutex::new(State::default()) });
+    let made =
+        Arc::new(Provider { fabric, me, generation, armed: AtomicBool::new(false), st: Mutex::new(State::default()) });
     *p = Some(made.clone());
     CHANGES.fetch_add(1, Ordering::Release);
     Ok(made)
@@ -502,8 +506,35 @@ impl Provider {
     /// room (so the next round should come soon).
     pub(crate) fn progress_round(&self) -> bool {
         let mut st = lock(&self.st);
+        let armed = self.armed.load(Ordering::Relaxed);
         self.progress(&mut st);
+        // An application asleep on the queues' descriptor hears of what this round completed.
+        if armed && st.cqs.values().any(|q| !q.entries.is_empty() || !q.errors.is_empty()) {
+            self.fabric.wake_input();
+        }
         st.tx_queued > 0 || !st.inflight.is_empty()
+    }
+
+    /// `fi_trywait` on queues `cqs`: whether the application may sleep on the fabric's
+    /// descriptor now (nothing waits in them nor in the fabric; the doorbell is then armed).
+    pub(crate) fn trywait(&self, st: &mut State, cqs: &[u64]) -> Result<(), i32> {
+        for h in cqs {
+            let q = st.cqs.get(h).ok_or(FI_EINVAL)?;
+            if !q.entries.is_empty() || !q.errors.is_empty() {
+                return Err(FI_EAGAIN);
+            }
+        }
+        if self.fabric.arm_input() {
+            return Err(FI_EAGAIN);
+        }
+        self.armed.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The descriptor `fi_trywait`'s callers sleep on.
+    pub(crate) fn wait_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.fabric.input_fd().as_raw_fd()
     }
 
     /// Sleep until input may wait, at most `d`.
@@ -523,6 +554,9 @@ impl Provider {
     /// read here, with no hand-over from its network thread, while the application calls in:
     /// manual progress; shared memory needs no driving and costs nothing here).
     fn progress_rx(&self, st: &mut State) {
+        if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::Relaxed) {
+            self.fabric.disarm_input();
+        }
         self.fabric.progress();
         for _ in 0..4 {
             if st.all_full() {

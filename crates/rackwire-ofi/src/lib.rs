@@ -13,7 +13,8 @@
 //! data, `FI_SOURCE`, directed receives, injects, `FI_PEEK`/`FI_CLAIM`/`FI_DISCARD`, cancel),
 //! completion queues of every format, counters, address vectors (table and map), `FI_MULTI_RECV`;
 //! manual progress, and automatic progress by a thread of its own ([`auto`]) where asked for.
-//! Not yet: wait objects (see docs/ofi.md).
+//! `FI_WAIT_FD` completion queues (the fabric's doorbell as the descriptor, armed by
+//! `fi_trywait`). Not yet: wait sets, poll sets, scalable endpoints (see docs/ofi.md).
 
 pub mod atomics;
 pub mod auto;

@@ -50,6 +50,17 @@ pub fn cq_read(cq: u64, max: usize, out: &mut dyn FnMut(i32, usize, &Entry)) -> 
     })
 }
 
+/// `fi_trywait` on completion queues `cqs` (after a round of progress): `FI_EAGAIN` when a
+/// completion or input waits, so the application reads rather than sleeps.
+pub fn trywait(cqs: &[u64]) -> Result<(), i32> {
+    with(|p, st| p.trywait(st, cqs))
+}
+
+/// The descriptor an application sleeps on after a successful [`trywait`].
+pub fn wait_fd() -> Result<i32, i32> {
+    crate::engine::with_state(|p, _| Ok(p.wait_fd()))
+}
+
 /// [`cq_read`], waiting up to `timeout` (`None`: for ever) for a completion.
 pub fn cq_sread(
     cq: u64,

@@ -79,7 +79,23 @@ static int cq_close(struct fid *fid)
 	free(cq);
 	return 0;
 }
-static struct fi_ops cq_fid_ops = FID_OPS(cq_close, rw_no_bind, rw_no_control);
+static int cq_control(struct fid *fid, int command, void *arg)
+{
+	struct rw_cq *cq = OF(struct rw_cq, cq.fid, fid);
+	int64_t fd;
+	if (command != FI_GETWAIT)
+		return -FI_ENOSYS;
+	if (!cq->wait_fd)
+		return -FI_ENODATA;
+	if (!arg)
+		return -FI_EINVAL;
+	fd = rwofi_wait_fd();
+	if (fd < 0)
+		return (int)fd;
+	*(int *)arg = (int)fd;
+	return 0;
+}
+static struct fi_ops cq_fid_ops = FID_OPS(cq_close, rw_no_bind, cq_control);
 
 static ssize_t cq_read(struct fid_cq *c, void *buf, size_t count)
 {
@@ -148,8 +164,10 @@ static int cq_open(struct fid_domain *d, struct fi_cq_attr *attr, struct fid_cq 
 	(void)d;
 	if (!attr || !out)
 		return -FI_EINVAL;
-	/* Blocking reads poll the fabric's doorbell; no wait object an application could wait on. */
-	if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC && attr->wait_obj != FI_WAIT_YIELD)
+	/* Blocking reads sleep on the fabric's doorbell; with FI_WAIT_FD the application may sleep
+	 * on its descriptor itself (fi_control FI_GETWAIT, after fi_trywait). */
+	if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC && attr->wait_obj != FI_WAIT_YIELD &&
+	    attr->wait_obj != FI_WAIT_FD)
 		return -FI_ENOSYS;
 	if (attr->wait_cond != FI_CQ_COND_NONE)
 		return -FI_ENOSYS;
@@ -163,6 +181,7 @@ static int cq_open(struct fid_domain *d, struct fi_cq_attr *attr, struct fid_cq 
 	}
 	if (attr->format == FI_CQ_FORMAT_UNSPEC)
 		attr->format = FI_CQ_FORMAT_CONTEXT;
+	cq->wait_fd = attr->wait_obj == FI_WAIT_FD;
 	cq->cq.fid.fclass = FI_CLASS_CQ;
 	cq->cq.fid.context = context;
 	cq->cq.fid.ops = &cq_fid_ops;
@@ -488,10 +507,20 @@ static int no_wait_open(struct fid_fabric *f, struct fi_wait_attr *attr, struct 
 	(void)f; (void)attr; (void)w;
 	return -FI_ENOSYS;
 }
-static int no_trywait(struct fid_fabric *f, struct fid **fids, int count)
+/* Whether the application may sleep on the queues' descriptor now: 0 when nothing waits in
+ * them nor in the fabric (its doorbell is then armed), -FI_EAGAIN when it should read first. */
+static int trywait(struct fid_fabric *f, struct fid **fids, int count)
 {
-	(void)f; (void)fids; (void)count;
-	return -FI_ENOSYS;
+	uint64_t h[RW_TRYWAIT_MAX];
+	(void)f;
+	if (count < 0 || count > RW_TRYWAIT_MAX || (count && !fids))
+		return -FI_EINVAL;
+	for (int i = 0; i < count; i++) {
+		if (!fids[i] || fids[i]->fclass != FI_CLASS_CQ)
+			return -FI_EINVAL;
+		h[i] = OF(struct rw_cq, cq.fid, fids[i])->h;
+	}
+	return ret_int(rwofi_trywait(h, (size_t)count));
 }
 static int domain2(struct fid_fabric *f, struct fi_info *info, struct fid_domain **d, uint64_t flags, void *context)
 {
@@ -501,7 +530,7 @@ static int domain2(struct fid_fabric *f, struct fi_info *info, struct fid_domain
 }
 static struct fi_ops_fabric fabric_ops = {
 	.size = sizeof(struct fi_ops_fabric), .domain = domain_open, .passive_ep = no_passive_ep, .eq_open = eq_open,
-	.wait_open = no_wait_open, .trywait = no_trywait, .domain2 = domain2,
+	.wait_open = no_wait_open, .trywait = trywait, .domain2 = domain2,
 };
 static int fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **out, void *context)
 {

@@ -30,6 +30,8 @@ int rwofi_configured(void);
 void rwofi_forked(void);
 int64_t rwofi_src_addr(void *out);
 int64_t rwofi_domain_open(int auto_progress);
+int64_t rwofi_wait_fd(void);
+int64_t rwofi_trywait(const uint64_t *cqs, size_t count);
 int64_t rwofi_domain_close(int auto_progress);
 int64_t rwofi_cq_open(int format, uint64_t *out);
 int64_t rwofi_cq_close(uint64_t cq);
@@ -130,6 +132,7 @@ _Static_assert(FI_CSWAP == 12 && FI_CSWAP_GT == 17 && FI_MSWAP == 18, "atomic op
 #define RW_IOV_LIMIT 16
 #define RW_BUFFERED_RECV ((size_t)64 << 20)
 #define RW_OBJECTS_MAX 1024
+#define RW_TRYWAIT_MAX 64 /* queues one fi_trywait looks at, at most */
 
 /* ---- objects ---- */
 struct rw_fabric {
@@ -149,6 +152,7 @@ struct rw_ep {
 struct rw_cq {
 	struct fid_cq cq;
 	uint64_t h;
+	int wait_fd; /* opened with FI_WAIT_FD: fi_control(FI_GETWAIT) gives the fabric's input descriptor */
 };
 struct rw_av {
 	struct fid_av av;

@@ -51,6 +51,23 @@ impl Doorbell {
         self.page.atomic_u64(0).expect("flag word").store(0, Ordering::Relaxed);
     }
 
+    /// The descriptor a ring makes readable (for an event loop that sleeps on it between
+    /// [`Doorbell::arm`] and [`Doorbell::disarm`]; [`Doorbell::drain`] it after waking).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.efd.as_fd()
+    }
+
+    /// Make the descriptor readable, armed or not.
+    pub fn wake(&self) {
+        let _ = rustix::io::write(&self.efd, &1u64.to_ne_bytes());
+    }
+
+    /// Take a ring that came (the descriptor is then no longer readable).
+    pub fn drain(&self) {
+        let mut drain = [0u8; 8];
+        let _ = rustix::io::read(&self.efd, &mut drain);
+    }
+
     /// Ring our own doorbell (for traffic that arrives by another path, such as a network
     /// thread of this process): wakes a waiter, costs nothing when nobody waits.
     pub fn ring_local(&self) {

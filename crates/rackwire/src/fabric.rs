@@ -385,6 +385,40 @@ impl Fabric {
         crate::node::wait_input(&self.inner, fds, timeout)
     }
 
+    /// The descriptor that turns readable when input may wait for the receive calls (this
+    /// node's doorbell), for an application's own event loop: [`Fabric::arm_input`] before it
+    /// sleeps on it (and does not sleep when that says input waits), [`Fabric::disarm_input`]
+    /// once awake, then the receive calls. A wake-up says only "look".
+    pub fn input_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inner.doorbell.fd()
+    }
+
+    /// Arm this node's doorbell for a sleep on [`Fabric::input_fd`] (peers ring it from now on,
+    /// and the edge transport's network thread takes over its links); true when input waits
+    /// already, so the caller should look instead of sleeping (the doorbell is disarmed then).
+    pub fn arm_input(&self) -> bool {
+        self.inner.rest();
+        self.inner.doorbell.arm();
+        // Looked at after arming: a record published before it is seen here, one after rings.
+        let waiting = self.inner.all_peers().iter().any(|p| p.unread());
+        if waiting {
+            self.inner.doorbell.disarm();
+        }
+        waiting
+    }
+
+    /// Make [`Fabric::input_fd`] readable (a thread of this process that took the input
+    /// itself tells the sleeper to look).
+    pub fn wake_input(&self) {
+        self.inner.doorbell.wake();
+    }
+
+    /// Disarm the doorbell after a sleep on [`Fabric::input_fd`] and take its ring.
+    pub fn disarm_input(&self) {
+        self.inner.doorbell.disarm();
+        self.inner.doorbell.drain();
+    }
+
     /// The next notification, if one is waiting.
     pub fn try_notification(&self) -> Result<Option<Notification>, Error> {
         self.look_for_notification(&mut self.inner.peer_view())

@@ -8,7 +8,8 @@
  * bits; inject (no completion); counters; RMA writes (3 MiB, and with remote CQ data) and
  * reads checked byte for byte; atomics (fetch-and-add, compare-and-swap, read) and what
  * fi_atomicvalid says; RMA served by automatic progress (FI_PROGRESS_AUTO) at a target making no
- * calls; a buffer of many messages (FI_MULTI_RECV); refused accesses (bad key, out of bounds, a read-only region, an
+ * calls; a receiver sleeping on its queue's descriptor (FI_WAIT_FD, fi_trywait) woken by a message;
+ * a buffer of many messages (FI_MULTI_RECV); refused accesses (bad key, out of bounds, a read-only region, an
  * endpoint whose vector lacks the initiator) as error completions; bad use refused with
  * libfabric's codes; and a peer that left failing a send with an error completion. Prints
  * "<role> ok" and exits 0 when every check held; otherwise says which failed and exits 1.
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -401,6 +403,67 @@ static void auto_initiator(struct side *s, char *buf)
 	CHECK(write(s->sock, "d", 1) == 1, "telling the automatic target it is done");
 }
 
+/* A wait object: the receiver opens an endpoint whose queue has FI_WAIT_FD, posts a receive,
+ * and sleeps on the queue's descriptor (fi_control FI_GETWAIT) whenever fi_trywait allows;
+ * the sender sends 200 ms later. The descriptor must turn readable (within 5 s) and the
+ * message then be read; the receiver must have slept on it at least once. */
+static void waitfd_receiver(struct side *s)
+{
+	struct fid_ep *ep;
+	struct fid_av *av;
+	struct fid_cq *cq;
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD };
+	char peer[8], name[8], buf[16] = { 0 }, ctx[16];
+	size_t len = sizeof peer;
+	fi_addr_t pa;
+	int fd = -1, slept = 0, got = 0;
+	OK(fi_endpoint(s->domain, s->info, &ep, NULL));
+	OK(fi_av_open(s->domain, &av_attr, &av, NULL));
+	OK(fi_cq_open(s->domain, &cq_attr, &cq, NULL));
+	OK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+	OK(fi_ep_bind(ep, &av->fid, 0));
+	OK(fi_enable(ep));
+	OK(fi_av_lookup(s->av, s->peer, peer, &len));
+	CHECK(fi_av_insert(av, peer, 1, &pa, 0, NULL) == 1, "inserting the sender");
+	len = sizeof name;
+	OK(fi_getname(&ep->fid, name, &len));
+	OK(fi_control(&cq->fid, FI_GETWAIT, &fd));
+	CHECK(fd >= 0, "the queue's descriptor: %d", fd);
+	OK(fi_recv(ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, ctx));
+	CHECK(write(s->sock, name, sizeof name) == (ssize_t)sizeof name, "sending the name");
+	struct fid *fids[1] = { &cq->fid };
+	for (int round = 0; round < 100 && !got; round++) {
+		int t = fi_trywait(s->fabric, fids, 1);
+		CHECK(t == 0 || t == -FI_EAGAIN, "fi_trywait: %d", t);
+		if (t == 0) {
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+			CHECK(poll(&p, 1, 5000) == 1, "the descriptor never turned readable");
+			slept = 1;
+		}
+		struct fi_cq_tagged_entry e;
+		ssize_t r = fi_cq_read(cq, &e, 1);
+		CHECK(r == 1 || r == -FI_EAGAIN, "reading the queue: %zd", r);
+		got = r == 1;
+	}
+	CHECK(got && !memcmp(buf, "wake", 4), "the message for the sleeper: got %d, %.4s", got, buf);
+	CHECK(slept, "the receiver never slept on the descriptor");
+	OK(fi_close(&ep->fid));
+	OK(fi_close(&cq->fid));
+	OK(fi_close(&av->fid));
+}
+
+static void waitfd_sender(struct side *s)
+{
+	char name[8], ctx[16];
+	fi_addr_t t;
+	CHECK(read(s->sock, name, sizeof name) == (ssize_t)sizeof name, "reading the sleeper's name");
+	CHECK(fi_av_insert(s->av, name, 1, &t, 0, NULL) == 1, "inserting the sleeper");
+	usleep(200000);
+	OK(fi_send(s->ep, "wake", 4, NULL, t, ctx));
+	expect_one(s, FI_SEND | FI_MSG, NULL);
+}
+
 static void sender(struct side *s)
 {
 	char ctx[8][16];
@@ -435,6 +498,7 @@ static void sender(struct side *s)
 	sync_step(s);
 	rma_initiator(s, big);
 	auto_initiator(s, big);
+	waitfd_sender(s);
 	/* Three messages for the receiver's buffer of many messages. */
 	const char *parts[3] = { "m1", "m22", "m333" };
 	for (int i = 0; i < 3; i++) {
@@ -449,7 +513,7 @@ static void sender(struct side *s)
 	CHECK(fi_compare_atomicvalid(s->ep, FI_UINT64, FI_CSWAP, &count) == 0, "compare-and-swap is not valid");
 	CHECK(fi_fetch_atomicvalid(s->ep, FI_UINT64, FI_CSWAP, &count) != 0, "a fetching compare was called valid");
 	CHECK(fi_close(&s->cq->fid) == -FI_EBUSY, "a bound queue closed");
-	CHECK(fi_cntr_read(s->tx_cntr) == 11, "send counter %llu, expected 11",
+	CHECK(fi_cntr_read(s->tx_cntr) == 12, "send counter %llu, expected 12",
 	      (unsigned long long)fi_cntr_read(s->tx_cntr));
 	/* The peer leaves: a send to it ends in an error completion, not a hang. */
 	sync_step(s);
@@ -544,6 +608,7 @@ static void receiver(struct side *s)
 	sync_step(s);
 	rma_target(s);
 	auto_target(s);
+	waitfd_receiver(s);
 
 	/* A buffer of many messages (FI_MULTI_RECV), released when fewer than 8 bytes are left:
 	 * three messages go in one after the other, the third says the buffer is released. */
