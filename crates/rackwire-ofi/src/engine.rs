@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rackwire::{Conn, Fabric, FabricConfig, NodeId, Op, Receiver};
-use rackwire_proto::OwnIdMap;
+use rackwire_proto::{OwnIdMap, OwnIdSet};
 use tracing::{debug, warn};
 
 use crate::consts::*;
@@ -25,6 +25,13 @@ pub const MIN_MULTI_RECV_DEFAULT: usize = FRAGMENT_BYTES_MAX;
 pub const EPS_MAX: usize = 1024;
 /// Operations an endpoint holds queued for sending at most (its `tx_attr.size`).
 pub const TX_QUEUE_MAX: usize = 1024;
+/// Nodes outside every address vector of this process whose messages are held, at most; the
+/// messages of any more wait in the transport until the application inserts them.
+pub const HELD_NODES_MAX: usize = 64;
+/// Bytes held for one such node at most (past it, its further messages wait in the transport).
+pub const HELD_BYTES_MAX: usize = 4 << 20;
+/// Messages held for one such node at most (the same).
+pub const HELD_MSGS_MAX: usize = 1024;
 /// Messages taken from the fabric per round of progress at most.
 const RX_BATCH: usize = 64;
 /// How long a blocking read sleeps between looks at most.
@@ -105,6 +112,19 @@ impl TxOp {
     }
 }
 
+/// Messages from a node outside every address vector, in arrival order.
+#[derive(Debug, Default)]
+struct Held {
+    msgs: VecDeque<Vec<u8>>,
+    bytes: usize,
+}
+
+impl Held {
+    fn full(&self) -> bool {
+        self.bytes >= HELD_BYTES_MAX || self.msgs.len() >= HELD_MSGS_MAX
+    }
+}
+
 /// What became of a send tried at once ([`Provider::send_now`]).
 pub(crate) enum Now {
     /// Handed over; the transport finishes it later if an operation is given.
@@ -160,6 +180,12 @@ pub(crate) struct State {
     waiting_eps: Vec<u32>,
     /// The standing view of the fabric's peers that progress takes messages through.
     receiver: Option<Receiver>,
+    /// The nodes some address vector of this process names: messages are delivered from these
+    /// only (an admitted node outside the application's peers reaches no receive).
+    pub(crate) members: OwnIdSet<NodeId>,
+    /// Messages from other nodes, held in arrival order until the application inserts them
+    /// (it may insert a peer only after that peer sent: nothing is lost), within limits.
+    held: OwnIdMap<NodeId, Held>,
     /// Domains open with automatic progress, and the thread that makes it while any is.
     auto_domains: usize,
     auto: Option<crate::auto::AutoProgress>,
@@ -412,8 +438,9 @@ impl State {
         }
     }
 
-    /// A message (or piece) from `from` for one of our endpoints.
-    fn dispatch(&mut self, from: NodeId, msg: &[u8]) {
+    /// A message (or piece) from `from` for one of our endpoints (`member`: `from` is this
+    /// node or one an address vector names; another's messages are held).
+    fn dispatch(&mut self, from: NodeId, msg: &[u8], member: bool) {
         let (h, payload) = match Header::decode(msg) {
             Ok(x) => x,
             Err(e) => {
@@ -423,9 +450,16 @@ impl State {
             }
         };
         match h.kind {
+            // Refused at the target unless the initiator is in the endpoint's vector.
             Kind::Write | Kind::ReadReq | Kind::Atomic => return self.serve_rma(from, &h, payload),
             Kind::ReadResp | Kind::Ack => return self.rma_answer(from, &h, payload),
             Kind::Whole | Kind::First | Kind::Next => {}
+        }
+        if !member {
+            let held = self.held.entry(from).or_default();
+            held.bytes += msg.len();
+            held.msgs.push_back(msg.to_vec());
+            return;
         }
         let Some(ep) = self.eps.get_mut(&h.dst_ep) else {
             self.dropped += 1;
@@ -444,6 +478,20 @@ impl State {
 
     fn all_full(&self) -> bool {
         self.eps.values().any(|e| e.rx.full())
+    }
+
+    /// The address vectors changed: the nodes they name now, and the held messages of those
+    /// nodes delivered, in the order they came.
+    pub(crate) fn members_changed(&mut self) {
+        self.members = self.avs.values().flat_map(Av::node_ids).collect();
+        let now: Vec<NodeId> = self.held.keys().copied().filter(|n| self.members.contains(n)).collect();
+        for n in now {
+            if let Some(h) = self.held.remove(&n) {
+                for m in h.msgs {
+                    self.dispatch(n, &m, true);
+                }
+            }
+        }
     }
 }
 
@@ -563,7 +611,19 @@ impl Provider {
                 break;
             }
             let mut r = st.receiver.take().unwrap_or_else(|| self.fabric.receiver());
-            let taken = self.fabric.recv_waiting_into(&mut r, RX_BATCH, |from, msg| st.dispatch(from, msg));
+            // Taken: messages from the peers in some vector, and (held) from other nodes while
+            // there is room to hold them; the rest wait in the transport.
+            let members = std::mem::take(&mut st.members);
+            let full: Vec<NodeId> = st.held.iter().filter(|(_, h)| h.full()).map(|(n, _)| *n).collect();
+            let held: Vec<NodeId> = st.held.keys().copied().collect();
+            let room = st.held.len() < HELD_NODES_MAX;
+            let me = self.me;
+            let member = |n: NodeId| n == me || members.contains(&n);
+            let accept = |n: NodeId| member(n) || (!full.contains(&n) && (room || held.contains(&n)));
+            let taken = self
+                .fabric
+                .recv_waiting_from(&mut r, RX_BATCH, accept, |from, msg| st.dispatch(from, msg, member(from)));
+            st.members = members;
             st.receiver = Some(r);
             match taken {
                 Ok(n) if n < RX_BATCH => break,
@@ -612,7 +672,7 @@ impl Provider {
             if node == self.me {
                 let mut bytes = vec![0u8; len];
                 op.fill(&h, n, &mut bytes);
-                st.dispatch(node, &bytes);
+                st.dispatch(node, &bytes, true);
                 self.piece_sent(st, ep, n, None);
                 continue;
             }

@@ -171,7 +171,9 @@ pub fn av_close(av: u64) -> Result<(), i32> {
         if st.bound(av) {
             return Err(FI_EBUSY);
         }
-        st.avs.remove(&av).map(drop).ok_or(FI_EINVAL)
+        st.avs.remove(&av).ok_or(FI_EINVAL)?;
+        st.members_changed();
+        Ok(())
     })
 }
 
@@ -179,13 +181,19 @@ pub fn av_close(av: u64) -> Result<(), i32> {
 pub fn av_insert(av: u64, addrs: &[Option<Addr>]) -> Result<Vec<Option<u64>>, i32> {
     with(|_, st| {
         let av = st.avs.get_mut(&av).ok_or(FI_EINVAL)?;
-        Ok(addrs.iter().map(|a| a.and_then(|a| av.insert(a).ok())).collect())
+        let fas = addrs.iter().map(|a| a.and_then(|a| av.insert(a).ok())).collect();
+        st.members_changed();
+        Ok(fas)
     })
 }
 
 /// Remove `fa` from `av`.
 pub fn av_remove(av: u64, fa: u64) -> Result<(), i32> {
-    with(|_, st| st.avs.get_mut(&av).ok_or(FI_EINVAL)?.remove(fa))
+    with(|_, st| {
+        st.avs.get_mut(&av).ok_or(FI_EINVAL)?.remove(fa)?;
+        st.members_changed();
+        Ok(())
+    })
 }
 
 /// The address behind `fa` in `av`.

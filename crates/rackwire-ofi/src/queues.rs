@@ -150,13 +150,15 @@ pub struct Av {
     table: Vec<Option<Addr>>,
     /// Addresses inserted, and their `fi_addr_t`.
     index: OwnIdMap<Addr, u64>,
+    /// Entries naming each node.
+    nodes: OwnIdMap<NodeId, u32>,
 }
 
 impl Av {
     /// An empty vector of `kind` (`FI_AV_UNSPEC` is a table).
     pub fn new(kind: i32) -> Av {
         let kind = if kind == FI_AV_MAP { FI_AV_MAP } else { FI_AV_TABLE };
-        Av { kind, table: Vec::new(), index: OwnIdMap::default() }
+        Av { kind, table: Vec::new(), index: OwnIdMap::default(), nodes: OwnIdMap::default() }
     }
 
     /// Insert `a`; its `fi_addr_t` (a table's next index; a map's encoding of it).
@@ -176,7 +178,18 @@ impl Av {
             (self.table.len() - 1) as u64
         };
         self.index.insert(a, fa);
+        *self.nodes.entry(a.0).or_default() += 1;
         Ok(fa)
+    }
+
+    /// Whether an entry names node `n`.
+    pub fn has_node(&self, n: NodeId) -> bool {
+        self.nodes.contains_key(&n)
+    }
+
+    /// The nodes its entries name.
+    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes.keys().copied()
     }
 
     /// The address behind `fa`.
@@ -199,6 +212,12 @@ impl Av {
         self.index.remove(&a);
         if self.kind == FI_AV_TABLE {
             self.table[fa as usize] = None;
+        }
+        if let Some(n) = self.nodes.get_mut(&a.0) {
+            *n -= 1;
+            if *n == 0 {
+                self.nodes.remove(&a.0);
+            }
         }
         Ok(())
     }

@@ -78,3 +78,73 @@ fn recv_waiting_takes_at_most_what_is_asked_in_order() {
     assert_eq!(counts, vec![4, 4, 2, 0]);
     assert_eq!(got, (0..10u8).collect::<Vec<_>>());
 }
+
+// Checks an application's own event loop on the fabric's descriptor, over each transport:
+// with nothing waiting, `arm_input` says sleep; a message a peer sends 50 ms later makes
+// `input_fd` readable (a poll given ten seconds returns within five); after `disarm_input`
+// the descriptor is no longer readable and the message is taken with its bytes; with a
+// message already waiting, `arm_input` says look instead of sleeping.
+#[test]
+fn an_event_loop_sleeps_on_the_fabrics_descriptor() {
+    for edge in [false, true] {
+        let (_mh, rx, _tx, conn) = rackwire_tests::thread_pair(SECRET, "fd-rx", "fd-tx", edge);
+        let readable = |ms: i32| {
+            let fd = rx.input_fd();
+            let mut p = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+            let ts = rustix::time::Timespec { tv_sec: i64::from(ms / 1000), tv_nsec: i64::from(ms % 1000) * 1_000_000 };
+            rustix::event::poll(&mut p, Some(&ts)).unwrap() == 1
+        };
+        assert!(!rx.arm_input(), "nothing waits yet");
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            conn.send(b"ping").wait().unwrap();
+            conn
+        });
+        let t0 = Instant::now();
+        assert!(readable(LONG.as_millis() as i32), "the descriptor never turned readable (edge: {edge})");
+        assert!(t0.elapsed() < LONG / 2);
+        rx.disarm_input();
+        assert!(!readable(0), "disarming takes the ring");
+        let mut got = Vec::new();
+        while got.is_empty() {
+            assert!(t0.elapsed() < LONG, "the message never came");
+            rx.recv_waiting_with(8, |_, data| got.push(data.to_vec())).unwrap();
+        }
+        assert_eq!(got, vec![b"ping".to_vec()]);
+        let conn = sender.join().unwrap();
+        conn.send(b"again").wait().unwrap();
+        let t1 = Instant::now();
+        while !rx.arm_input() {
+            assert!(t1.elapsed() < LONG, "a waiting message never showed (edge: {edge})");
+            rx.disarm_input();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+// Checks `recv_waiting_from` over each transport: messages from a peer it does not accept are
+// not taken (a call refusing the sender takes nothing, again and again) and wait where they
+// are, in order; a later call accepting it takes them all, in the order sent.
+#[test]
+fn messages_from_a_refused_peer_wait_in_order() {
+    for edge in [false, true] {
+        let (_mh, rx, tx, conn) = rackwire_tests::thread_pair(SECRET, "from-rx", "from-tx", edge);
+        for i in 0..5u8 {
+            conn.send(&[i]).wait().unwrap();
+        }
+        let mut r = rx.receiver();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(200) {
+            let taken = rx.recv_waiting_from(&mut r, 8, |n| n != tx.id(), |_, _| ()).unwrap();
+            assert_eq!(taken, 0, "a message from a refused peer was taken (edge: {edge})");
+            let _ = rx.progress();
+        }
+        let mut got = Vec::new();
+        while got.len() < 5 {
+            assert!(t0.elapsed() < LONG, "the waiting messages never came (edge: {edge}): {got:?}");
+            rx.recv_waiting_from(&mut r, 8, |n| n == tx.id(), |_, d| got.extend_from_slice(d)).unwrap();
+            let _ = rx.progress();
+        }
+        assert_eq!(got, (0..5u8).collect::<Vec<_>>());
+    }
+}

@@ -360,6 +360,19 @@ impl Fabric {
         &self,
         r: &mut Receiver,
         max: usize,
+        f: impl FnMut(NodeId, &[u8]),
+    ) -> Result<usize, Error> {
+        self.recv_waiting_from(r, max, |_| true, f)
+    }
+
+    /// [`Fabric::recv_waiting_into`], taking messages only from the peers `accept` takes: the
+    /// others' wait where they are (in their rings, in their connections' queues), in order,
+    /// for a later call that takes them, and hold no one else's up.
+    pub fn recv_waiting_from(
+        &self,
+        r: &mut Receiver,
+        max: usize,
+        mut accept: impl FnMut(NodeId) -> bool,
         mut f: impl FnMut(NodeId, &[u8]),
     ) -> Result<usize, Error> {
         let view = &mut r.view;
@@ -367,6 +380,9 @@ impl Fabric {
         while taken < max {
             let got = self.poll_peers(view, |p| {
                 let from = p.peer();
+                if !accept(from) {
+                    return Ok(None);
+                }
                 p.try_recv_with(&mut |data| f(from, data)).map(|got| got.then_some(()))
             })?;
             if got.is_none() {

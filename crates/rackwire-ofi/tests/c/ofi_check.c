@@ -9,7 +9,8 @@
  * reads checked byte for byte; atomics (fetch-and-add, compare-and-swap, read) and what
  * fi_atomicvalid says; RMA served by automatic progress (FI_PROGRESS_AUTO) at a target making no
  * calls; a receiver sleeping on its queue's descriptor (FI_WAIT_FD, fi_trywait) woken by a message;
- * a buffer of many messages (FI_MULTI_RECV); refused accesses (bad key, out of bounds, a read-only region, an
+ * a stranger (a node outside the receiver's vectors) whose write is refused and whose message
+ * is held until the receiver inserts it; a buffer of many messages (FI_MULTI_RECV); refused accesses (bad key, out of bounds, a read-only region, an
  * endpoint whose vector lacks the initiator) as error completions; bad use refused with
  * libfabric's codes; and a peer that left failing a send with an error completion. Prints
  * "<role> ok" and exits 0 when every check held; otherwise says which failed and exits 1.
@@ -464,6 +465,108 @@ static void waitfd_sender(struct side *s)
 	expect_one(s, FI_SEND | FI_MSG, NULL);
 }
 
+/* A stranger: a process of its own, so a node none of the receiver's vectors names, sends the
+ * receiver a tagged message and writes into memory it registered. The write is refused
+ * (FI_EACCES); the message reaches no receive while the receiver has not inserted the
+ * stranger (a receive posted for it stays empty), and once it does, the message arrives,
+ * held and not lost, with the stranger's new address as its source. */
+static void close_side(struct side *s);
+
+struct stranger_info {
+	uint64_t addr, key;
+	char name[8];
+};
+
+static void stranger_child(int in, int out, const char *target)
+{
+	struct side st = { 0 };
+	struct stranger_info info;
+	struct fi_cq_tagged_entry e;
+	char name[8], ctx[16], word[8] = "intruder";
+	size_t len = sizeof name;
+	fi_addr_t t;
+	role = "stranger";
+	open_side(&st, FI_AV_TABLE);
+	OK(fi_getname(&st.ep->fid, name, &len));
+	CHECK(write(out, name, sizeof name) == (ssize_t)sizeof name, "telling the sender my name");
+	CHECK(read(in, &info, sizeof info) == (ssize_t)sizeof info, "reading the receiver's region");
+	CHECK(fi_av_insert(st.av, target, 1, &t, 0, NULL) == 1, "inserting the receiver");
+	OK(fi_tsend(st.ep, "stranger", 8, NULL, t, 0x777, ctx));
+	CHECK(next(&st, &e, NULL) == 1, "the stranger's send");
+	OK(fi_write(st.ep, word, sizeof word, NULL, t, info.addr, info.key, ctx));
+	CHECK(rma_done(&st, 0) == FI_EACCES, "a stranger's write was not refused");
+	CHECK(write(out, "r", 1) == 1, "reporting");
+	char c;
+	CHECK(read(in, &c, 1) == 1, "waiting to leave");
+	close_side(&st);
+	exit(0);
+}
+
+static void stranger_sender(struct side *s)
+{
+	int down[2], up[2], status = 0;
+	char target[8], name[8], c;
+	size_t len = sizeof target;
+	struct stranger_info info;
+	OK(fi_av_lookup(s->av, s->peer, target, &len));
+	CHECK(read(s->sock, &info, sizeof info) == (ssize_t)sizeof info, "reading the region for the stranger");
+	CHECK(pipe(down) == 0 && pipe(up) == 0, "pipes");
+	pid_t child = fork();
+	if (child == 0) {
+		close(down[1]);
+		close(up[0]);
+		stranger_child(down[0], up[1], target);
+	}
+	close(down[0]);
+	close(up[1]);
+	CHECK(read(up[0], name, sizeof name) == (ssize_t)sizeof name, "the stranger's name");
+	CHECK(write(s->sock, name, sizeof name) == (ssize_t)sizeof name, "passing the stranger's name on");
+	CHECK(write(down[1], &info, sizeof info) == (ssize_t)sizeof info, "passing the region on");
+	CHECK(read(up[0], &c, 1) == 1 && c == 'r', "the stranger's report");
+	CHECK(write(s->sock, "r", 1) == 1, "passing the report on");
+	CHECK(read(s->sock, &c, 1) == 1, "waiting for the receiver");
+	CHECK(write(down[1], "x", 1) == 1, "letting the stranger go");
+	waitpid(child, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the stranger failed");
+}
+
+static void stranger_receiver(struct side *s)
+{
+	char *mem = calloc(1, 64), buf[16] = { 0 }, name[8], c, ctx[16];
+	struct fid_mr *mr;
+	struct stranger_info info = { 0 };
+	struct fi_cq_tagged_entry e;
+	fi_addr_t from = 0, stranger;
+	OK(fi_mr_reg(s->domain, mem, 64, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr, NULL));
+	info.addr = (uint64_t)(uintptr_t)mem;
+	info.key = fi_mr_key(mr);
+	OK(fi_trecv(s->ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, 0x777, 0, ctx));
+	CHECK(write(s->sock, &info, sizeof info) == (ssize_t)sizeof info, "sending the region");
+	CHECK(read(s->sock, name, sizeof name) == (ssize_t)sizeof name, "the stranger's name");
+	/* Progress (the stranger's write is refused by this process's provider) until the
+	 * stranger says it is done, and 100 ms more: nothing may complete meanwhile. */
+	int reported = 0;
+	for (int i = 0; i < 10000 && reported < 100; i++) {
+		ssize_t r = fi_cq_readfrom(s->cq, &e, 1, &from);
+		CHECK(r == -FI_EAGAIN, "a stranger's message reached a receive: %zd", r);
+		if (reported)
+			reported++;
+		else if (recv(s->sock, &c, 1, MSG_DONTWAIT) == 1)
+			reported = c == 'r' ? 1 : -1000000;
+		usleep(1000);
+	}
+	CHECK(reported >= 100, "the stranger never reported");
+	CHECK(!memcmp(mem, (char[64]){ 0 }, 64), "a stranger wrote into registered memory");
+	CHECK(fi_av_insert(s->av, name, 1, &stranger, 0, NULL) == 1, "inserting the stranger");
+	e = expect_one(s, FI_RECV | FI_TAGGED, &from);
+	CHECK(e.tag == 0x777 && !memcmp(buf, "stranger", 8) && from == stranger,
+	      "the held message: tag %llx, from %llu (stranger %llu)", (unsigned long long)e.tag,
+	      (unsigned long long)from, (unsigned long long)stranger);
+	CHECK(write(s->sock, "d", 1) == 1, "done with the stranger");
+	OK(fi_close(&mr->fid));
+	free(mem);
+}
+
 static void sender(struct side *s)
 {
 	char ctx[8][16];
@@ -499,6 +602,7 @@ static void sender(struct side *s)
 	rma_initiator(s, big);
 	auto_initiator(s, big);
 	waitfd_sender(s);
+	stranger_sender(s);
 	/* Three messages for the receiver's buffer of many messages. */
 	const char *parts[3] = { "m1", "m22", "m333" };
 	for (int i = 0; i < 3; i++) {
@@ -609,6 +713,7 @@ static void receiver(struct side *s)
 	rma_target(s);
 	auto_target(s);
 	waitfd_receiver(s);
+	stranger_receiver(s);
 
 	/* A buffer of many messages (FI_MULTI_RECV), released when fewer than 8 bytes are left:
 	 * three messages go in one after the other, the third says the buffer is released. */
@@ -637,7 +742,7 @@ static void receiver(struct side *s)
 		      err.op_context == ctx[7],
 	      "cancel: err %d", err.err);
 	CHECK(fi_cancel(&s->ep->fid, ctx[7]) == -FI_ENOENT, "cancelling twice");
-	CHECK(fi_cntr_read(s->rx_cntr) == 10 && fi_cntr_readerr(s->rx_cntr) == 1, "receive counter %llu, errors %llu",
+	CHECK(fi_cntr_read(s->rx_cntr) == 11 && fi_cntr_readerr(s->rx_cntr) == 1, "receive counter %llu, errors %llu",
 	      (unsigned long long)fi_cntr_read(s->rx_cntr), (unsigned long long)fi_cntr_readerr(s->rx_cntr));
 	sync_step(s);
 	free(big);

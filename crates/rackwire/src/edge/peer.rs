@@ -368,6 +368,13 @@ impl PeerTransport for EdgePeer {
         Ok(self.take(proto::Session::next_note).map(|n| notification(self.peer, n)))
     }
 
+    /// Delivered messages or notifications wait to be taken (a waiter about to sleep looks
+    /// here after arming its doorbell: what the network thread delivered before that rang no
+    /// bell).
+    fn unread(&self) -> bool {
+        lock(&self.ep.state).conns.get(self.local).is_some_and(|s| !s.nothing_to_take())
+    }
+
     fn unmap(&self, _region: RegionId, _timeout: Duration) -> bool {
         // Nothing is mapped: every frame is checked against the grant table as it arrives.
         true
