@@ -6,9 +6,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use rackwire::{Completion, OpFlags, Signal};
 
+use crate::args::timeout;
 use crate::buffer::ReadBuf;
 use crate::errors::{bad, to_py};
-use crate::fabric::{timeout, RemoteRegion};
+use crate::remote::RemoteRegion;
 
 /// A connection to a peer.
 #[pyclass(module = "rackwire", frozen)]
@@ -284,7 +285,7 @@ impl Op {
     /// of an atomic. Raises the operation's error.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyObject> {
-        let t = timeout.map(|s| crate::fabric::timeout(Some(s))).transpose()?;
+        let t = timeout.map(|s| crate::args::timeout(Some(s))).transpose()?;
         // The operation is taken out of the handle to be waited for, and the handle's lock let
         // go before the GIL is: another thread's `done()` (which takes the lock with the GIL
         // held) must not wait on a thread that waits for the GIL.

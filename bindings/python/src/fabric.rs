@@ -5,33 +5,16 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use rackwire::{Access, Cmp, FabricConfig, RevokeOutcome};
+use rackwire::{Cmp, FabricConfig, RevokeOutcome};
 
+use crate::args::{access, timeout};
 use crate::buffer::{export, ReadBuf};
 use crate::conn::Conn;
 use crate::errors::{bad, to_py};
-
-/// How long a wait lasts when none is given.
-const WAIT_DEFAULT: f64 = 10.0;
+use crate::remote::RemoteRegion;
 
 /// How long a wait looks for what it waits for while holding the GIL, before it lets go.
 const GIL_SPIN: Duration = Duration::from_micros(20);
-
-/// The longest wait a timeout may ask for: a year (a deadline past it would overflow the
-/// clock's arithmetic, which must give an error here, not a panic).
-const WAIT_SECONDS_MAX: f64 = 365.0 * 86_400.0;
-
-pub(crate) fn timeout(secs: Option<f64>) -> PyResult<Duration> {
-    let s = secs.unwrap_or(WAIT_DEFAULT);
-    if !(s.is_finite() && (0.0..=WAIT_SECONDS_MAX).contains(&s)) {
-        return Err(bad(format!("timeout {s}: seconds, 0 to {WAIT_SECONDS_MAX}")));
-    }
-    Ok(Duration::from_secs_f64(s))
-}
-
-pub(crate) fn access(s: &str) -> PyResult<Access> {
-    s.parse::<Access>().map_err(|e| bad(format!("access {s:?}: {e}")))
-}
 
 /// A fabric node: this process's membership of a rackwire fabric.
 #[pyclass(module = "rackwire", frozen)]
@@ -89,7 +72,7 @@ impl Fabric {
     /// trip through this node per operation.
     #[pyo3(signature = (len, access="rw", served=false))]
     fn alloc(&self, len: u64, access: &str, served: bool) -> PyResult<Region> {
-        let access = self::access(access)?;
+        let access = crate::args::access(access)?;
         let r = if served { self.inner.alloc_served(len, access) } else { self.inner.alloc(len, access) };
         Ok(Region { inner: r.map_err(to_py)? })
     }
@@ -241,59 +224,6 @@ impl Region {
 
     fn __repr__(&self) -> String {
         format!("Region(id={}, len={})", self.inner.id(), self.inner.len())
-    }
-}
-
-/// A handle to a peer's region: `bytes(h)` and `str(h)` give it to send or store;
-/// `RemoteRegion.from_bytes` and `RemoteRegion.from_str` take it back (checked).
-#[pyclass(module = "rackwire", frozen, eq)]
-#[derive(PartialEq)]
-pub(crate) struct RemoteRegion {
-    pub(crate) inner: rackwire::RemoteRegion,
-}
-
-#[pymethods]
-impl RemoteRegion {
-    /// A handle from its bytes.
-    #[staticmethod]
-    fn from_bytes(b: &Bound<'_, PyAny>) -> PyResult<RemoteRegion> {
-        let buf = ReadBuf::get(b)?;
-        rackwire::RemoteRegion::from_bytes(buf.as_slice()).map(|h| RemoteRegion { inner: h }).map_err(to_py)
-    }
-
-    /// A handle from its text.
-    #[staticmethod]
-    fn from_str(s: &str) -> PyResult<RemoteRegion> {
-        s.parse::<rackwire::RemoteRegion>().map(|h| RemoteRegion { inner: h }).map_err(to_py)
-    }
-
-    fn __bytes__<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.inner.to_bytes())
-    }
-
-    fn __str__(&self) -> String {
-        self.inner.to_string()
-    }
-
-    fn __repr__(&self) -> String {
-        format!("RemoteRegion(node={}, region={}, len={})", self.inner.node(), self.inner.region(), self.inner.len())
-    }
-
-    /// The owner's node id.
-    #[getter]
-    fn node(&self) -> u32 {
-        self.inner.node()
-    }
-
-    /// The region's id at its owner.
-    #[getter]
-    fn region(&self) -> u32 {
-        self.inner.region()
-    }
-
-    /// The region's length.
-    fn __len__(&self) -> usize {
-        self.inner.len() as usize
     }
 }
 

@@ -10,11 +10,13 @@
 #![allow(unsafe_code)]
 #![warn(missing_docs)]
 
+mod args;
 mod buffer;
 mod conn;
 mod errors;
 mod fabric;
 mod group;
+mod remote;
 
 use pyo3::prelude::*;
 

@@ -459,7 +459,7 @@ pub(crate) fn load_table(a: &EvalArgs) -> Result<PowerTable> {
 
 /// The arguments with a rack description replaced by the name of the rack it brought up, and
 /// the guard that takes it down.
-fn rack_once(a: &EvalArgs) -> Result<(EvalArgs, Option<rackwire_rack::DownOnDrop>)> {
+pub(crate) fn rack_once(a: &EvalArgs) -> Result<(EvalArgs, Option<rackwire_rack::DownOnDrop>)> {
     let mut a = a.clone();
     let Some(rack) = a.rack.clone().filter(|r| r.is_file()) else { return Ok((a, None)) };
     // Checked before a rack is brought up for nothing.
@@ -487,28 +487,6 @@ pub(crate) fn measure_rows(a: &EvalArgs) -> Result<Vec<serde_json::Value>> {
         rows.extend(rows_of(&m, &table, gbit)?);
     }
     Ok(rows)
-}
-
-pub(crate) fn run(a: &EvalArgs) -> Result<()> {
-    // A rack described by a file is brought up once for every job of the run (and taken
-    // down at the end), not once per job.
-    let (a, _rack) = rack_once(a)?;
-    let a = &a;
-    if a.workload == "energy" {
-        return crate::eval_energy::run(a);
-    }
-    if a.workload == "all" {
-        return crate::eval_report::run(a);
-    }
-    let rows = measure_rows(a)?;
-    if a.json {
-        let doc = json!({ "meta": { "command": std::env::args().collect::<Vec<_>>().join(" ") }, "rows": rows });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        println!("{}", table_of(&rows));
-        println!("(speedup: TCP's time over this path's, same job and data, median of the repeats with their spread; J: an estimate from the energy model, see `rackwire eval energy`)");
-    }
-    Ok(())
 }
 
 /// A row's phases in the order they run (the JSON object is keyed by name).

@@ -5,6 +5,7 @@
 mod coll_bench;
 mod demo;
 mod eval;
+mod eval_cmd;
 mod eval_energy;
 mod eval_report;
 mod figures;
@@ -514,7 +515,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Eval(e) => {
             init_logging(tracing::Level::WARN);
-            eval::run(&e)
+            eval_cmd::run(&e)
         }
         Cmd::EvalWorker(w) => {
             init_logging(tracing::Level::WARN);

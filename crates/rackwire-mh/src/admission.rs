@@ -109,7 +109,7 @@ pub(crate) fn admit(
             let key_hex = to_hex(&key);
             // A full table makes room by forgetting the node down longest, if down long enough.
             if lock(&shared.store).state.nodes.len() >= NODES_MAX {
-                crate::departed::make_room(shared);
+                crate::forgetting::make_room(shared);
             }
             let mut store = lock(&shared.store);
             let existing = store.state.nodes.values().find(|n| n.name == hello.name).map(|n| (n.id, n.key.clone()));

@@ -1,4 +1,5 @@
-//! Nodes that left for good: a node down longer than the forget-after time (a transient node,
+//! Who is down since when, and when each may be forgotten (the forgetting itself, which
+//! changes the state: the `forgetting` module). Nodes that left for good: a node down longer than the forget-after time (a transient node,
 //! one with no name of its own whose key pair died with it, after a minute; and, when the
 //! node table is full, the one down longest, after a shorter grace) is forgotten — its record,
 //! its name (free for another key from then on), its published regions and every grant to or
@@ -8,10 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use tracing::info;
-
-use crate::shared::{lock, Shared};
-use crate::{MhError, NodeId};
+use crate::NodeId;
 
 /// How long a node may stay down before it is forgotten, unless set otherwise
 /// (`rackwire mh --forget-after`).
@@ -87,61 +85,25 @@ impl Departed {
         self.since.insert(id, Instant::now());
     }
 
+    /// The nodes down past their time, if it is time to look again (every [`CHECK_EVERY`],
+    /// or sooner when a forget-after time is shorter).
+    pub(crate) fn due(&mut self) -> Option<Vec<NodeId>> {
+        if self.checked.elapsed() < CHECK_EVERY.min(self.forget_after).min(self.forget_transient_after) {
+            return None;
+        }
+        self.checked = Instant::now();
+        Some(self.since.iter().filter(|(id, t)| t.elapsed() >= self.grace(**id)).map(|(id, _)| *id).collect())
+    }
+
+    /// `id` was forgotten.
+    pub(crate) fn forgotten(&mut self, id: NodeId) {
+        self.since.remove(&id);
+        self.transient.remove(&id);
+    }
+
     /// The node down longest, if down at least the eviction grace.
-    fn longest_down(&self) -> Option<NodeId> {
+    pub(crate) fn longest_down(&self) -> Option<NodeId> {
         let grace = EVICT_AFTER_MIN.min(self.forget_after);
         self.since.iter().filter(|(_, t)| t.elapsed() >= grace).min_by_key(|(_, t)| **t).map(|(id, _)| *id)
     }
-}
-
-/// Forget `ids` (if still down): their records, names, regions and grants; saved once.
-fn forget(shared: &Shared, ids: &[NodeId]) -> Result<usize, MhError> {
-    let mut store = lock(&shared.store);
-    let live = lock(&shared.live);
-    let mut departed = lock(&shared.departed);
-    let ids: Vec<NodeId> = ids.iter().copied().filter(|id| !live.contains_key(id)).collect();
-    drop(live);
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let st = &mut store.state;
-    for id in &ids {
-        st.nodes.remove(id);
-    }
-    st.retire(&ids);
-    st.regions.retain(|_, r| !ids.contains(&r.node));
-    st.grants.retain(|g| !ids.contains(&g.node) && !ids.contains(&g.peer));
-    // A save that fails undoes the change: the nodes stay on record, and down.
-    store.save()?;
-    for id in &ids {
-        info!(id, "node forgotten: down longer than its time");
-        departed.since.remove(id);
-        departed.transient.remove(id);
-        lock(&shared.ended).remove(id);
-    }
-    Ok(ids.len())
-}
-
-/// Now and then, forget the nodes down longer than the forget-after time.
-pub(crate) fn forget_expired(shared: &Shared) {
-    let expired: Vec<NodeId> = {
-        let mut d = lock(&shared.departed);
-        if d.checked.elapsed() < CHECK_EVERY.min(d.forget_after).min(d.forget_transient_after) {
-            return;
-        }
-        d.checked = Instant::now();
-        d.since.iter().filter(|(id, t)| t.elapsed() >= d.grace(**id)).map(|(id, _)| *id).collect()
-    };
-    if !expired.is_empty() {
-        if let Err(e) = forget(shared, &expired) {
-            tracing::warn!("could not forget departed nodes: {e}");
-        }
-    }
-}
-
-/// The node table is full: forget the node down longest, if it has been down long enough.
-/// Whether room was made.
-pub(crate) fn make_room(shared: &Shared) -> bool {
-    let Some(id) = lock(&shared.departed).longest_down() else { return false };
-    forget(shared, &[id]).is_ok_and(|n| n > 0)
 }

@@ -20,6 +20,7 @@ pub use rackwire_wire::owner_only;
 mod client;
 mod departed;
 pub mod etcd;
+mod forgetting;
 pub mod jobs;
 mod lead;
 mod metrics;

@@ -178,7 +178,7 @@ pub(crate) fn reap_slow(shared: &Shared, last: &mut std::time::Instant) {
     if last.elapsed() >= REAP_EVERY {
         *last = std::time::Instant::now();
         lock(&shared.sessions).reap_slow();
-        crate::departed::forget_expired(shared);
+        crate::forgetting::forget_expired(shared);
     }
 }
 

@@ -10,7 +10,14 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::engine::Provider;
+/// What the thread drives (the provider): a round of progress, and a sleep until input may
+/// wait.
+pub(crate) trait Progress: Send + Sync + 'static {
+    /// A round of progress; whether sends wait for room (so the next should come soon).
+    fn round(&self) -> bool;
+    /// Sleep until input may wait, at most `d`.
+    fn wait_input(&self, d: Duration);
+}
 
 /// How long the thread sleeps at most between rounds when nothing waits to go (it wakes at
 /// once when input arrives: the doorbell rings).
@@ -27,7 +34,7 @@ pub(crate) struct AutoProgress {
 
 impl AutoProgress {
     /// Start the thread for `p` (it holds `p` only while it makes a round).
-    pub(crate) fn start(p: &Arc<Provider>) -> std::io::Result<AutoProgress> {
+    pub(crate) fn start<P: Progress>(p: &Arc<P>) -> std::io::Result<AutoProgress> {
         let (weak, stop) = (Arc::downgrade(p), Arc::new(AtomicBool::new(false)));
         let flag = stop.clone();
         let thread = std::thread::Builder::new().name("rw-ofi-progress".into()).spawn(move || run(&weak, &flag))?;
@@ -41,10 +48,10 @@ impl AutoProgress {
     }
 }
 
-fn run(weak: &Weak<Provider>, stop: &AtomicBool) {
+fn run<P: Progress>(weak: &Weak<P>, stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
         let Some(p) = weak.upgrade() else { return };
-        let slice = if p.progress_round() { BUSY_SLICE } else { IDLE_SLICE };
+        let slice = if p.round() { BUSY_SLICE } else { IDLE_SLICE };
         p.wait_input(slice);
     }
 }

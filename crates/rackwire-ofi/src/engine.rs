@@ -495,6 +495,16 @@ impl State {
     }
 }
 
+impl crate::auto::Progress for Provider {
+    fn round(&self) -> bool {
+        self.progress_round()
+    }
+
+    fn wait_input(&self, d: Duration) {
+        let _ = self.fabric.wait_input(&[], d);
+    }
+}
+
 impl Provider {
     /// Send what the edge transport holds back to share a frame with later operations: the
     /// application may not call again soon (a blocking MPI send returns, and its rank computes).
@@ -552,7 +562,7 @@ impl Provider {
 
     /// A round of progress under the lock (automatic progress's); whether sends wait for
     /// room (so the next round should come soon).
-    pub(crate) fn progress_round(&self) -> bool {
+    fn progress_round(&self) -> bool {
         let mut st = lock(&self.st);
         let armed = self.armed.load(Ordering::Relaxed);
         self.progress(&mut st);
@@ -583,11 +593,6 @@ impl Provider {
     pub(crate) fn wait_fd(&self) -> i32 {
         use std::os::fd::AsRawFd;
         self.fabric.input_fd().as_raw_fd()
-    }
-
-    /// Sleep until input may wait, at most `d`.
-    pub(crate) fn wait_input(&self, d: Duration) {
-        let _ = self.fabric.wait_input(&[], d);
     }
 
     /// Take what the fabric holds for us, push out what waits for room, finish what the

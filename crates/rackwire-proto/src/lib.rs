@@ -60,6 +60,7 @@ mod endpoint;
 mod link;
 mod ops;
 mod recv;
+mod refusal;
 mod seal;
 mod sent;
 mod stats;
@@ -77,10 +78,11 @@ pub use endpoint::{
     HANDSHAKES_BEFORE_RETRY, RETRIES_QUEUED_MAX, RETRY_TOKEN_PERIOD_US,
 };
 pub use ops::{AtomicOp, Completion, OpError, OpFlags, OpId, RegionRef};
+pub use refusal::Refusal;
 pub use seal::{REPLAY_WINDOW, TRAILER_LEN};
 pub use sent::SEND_SPAN_MAX;
 pub use stats::{ConnStats, LinkStats};
-pub use target::{Refusal, Target};
+pub use target::Target;
 
 /// Microseconds since an origin the caller chooses.
 pub type Time = u64;

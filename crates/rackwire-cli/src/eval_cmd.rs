@@ -1,0 +1,30 @@
+//! `rackwire eval`: the evaluation the arguments ask for — one workload's table, the energy
+//! tables (`eval_energy`), or everything with its report (`eval_report`).
+
+use anyhow::Result;
+use serde_json::json;
+
+use crate::eval::{measure_rows, rack_once, table_of, EvalArgs};
+
+/// `rackwire eval WORKLOAD`.
+pub(crate) fn run(a: &EvalArgs) -> Result<()> {
+    // A rack described by a file is brought up once for every job of the run (and taken
+    // down at the end), not once per job.
+    let (a, _rack) = rack_once(a)?;
+    let a = &a;
+    if a.workload == "energy" {
+        return crate::eval_energy::run(a);
+    }
+    if a.workload == "all" {
+        return crate::eval_report::run(a);
+    }
+    let rows = measure_rows(a)?;
+    if a.json {
+        let doc = json!({ "meta": { "command": std::env::args().collect::<Vec<_>>().join(" ") }, "rows": rows });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("{}", table_of(&rows));
+        println!("(speedup: TCP's time over this path's, same job and data, median of the repeats with their spread; J: an estimate from the energy model, see `rackwire eval energy`)");
+    }
+    Ok(())
+}
