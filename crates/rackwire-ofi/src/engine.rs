@@ -178,6 +178,8 @@ pub(crate) struct State {
     tx_queued: usize,
     /// Scratch list of the endpoints with sends queued (see [`Provider::progress_tx`]).
     waiting_eps: Vec<u32>,
+    /// Completions written so far (of every queue, in error or not).
+    completions: u64,
     /// The standing view of the fabric's peers that progress takes messages through.
     receiver: Option<Receiver>,
     /// The nodes some address vector of this process names: messages are delivered from these
@@ -403,6 +405,7 @@ impl State {
         let Some(ep) = self.eps.get(&d.ep) else { return };
         let Some(cq) = ep.tx_cq.and_then(|(c, _)| self.cqs.get_mut(&c)) else { return };
         let entry = Entry { ctx: d.ctx, flags: d.flags, len: d.len, src: FI_ADDR_UNSPEC, ..Entry::default() };
+        self.completions += 1;
         match err {
             None if d.completion => cq.entries.push_back(entry),
             None => {}
@@ -416,6 +419,7 @@ impl State {
         let (cq, cntr) = (e.rx_cq, e.rx_cntr);
         let truncated = d.copied < d.total;
         self.count(cntr, !truncated);
+        self.completions += 1;
         let Some(cq) = cq.and_then(|(c, _)| self.cqs.get_mut(&c)) else { return };
         let class = if d.tagged { FI_TAGGED } else { FI_MSG };
         let entry = Entry {
@@ -625,11 +629,18 @@ impl Provider {
             let me = self.me;
             let member = |n: NodeId| n == me || members.contains(&n);
             let accept = |n: NodeId| member(n) || (!full.contains(&n) && (room || held.contains(&n)));
-            let taken = self
-                .fabric
-                .recv_waiting_from(&mut r, RX_BATCH, accept, |from, msg| st.dispatch(from, msg, member(from)));
+            // Back to the application as soon as a message completed something: it usually
+            // answers at once, and the answer carries the edge transport's acknowledgement.
+            let before = st.completions;
+            let taken = self.fabric.recv_waiting_from(&mut r, RX_BATCH, accept, |from, msg| {
+                st.dispatch(from, msg, member(from));
+                st.completions == before
+            });
             st.members = members;
             st.receiver = Some(r);
+            if st.completions != before {
+                break;
+            }
             match taken {
                 Ok(n) if n < RX_BATCH => break,
                 Ok(_) => {}

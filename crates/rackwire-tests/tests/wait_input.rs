@@ -135,14 +135,23 @@ fn messages_from_a_refused_peer_wait_in_order() {
         let mut r = rx.receiver();
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_millis(200) {
-            let taken = rx.recv_waiting_from(&mut r, 8, |n| n != tx.id(), |_, _| ()).unwrap();
+            let taken = rx.recv_waiting_from(&mut r, 8, |n| n != tx.id(), |_, _| true).unwrap();
             assert_eq!(taken, 0, "a message from a refused peer was taken (edge: {edge})");
             let _ = rx.progress();
         }
         let mut got = Vec::new();
         while got.len() < 5 {
             assert!(t0.elapsed() < LONG, "the waiting messages never came (edge: {edge}): {got:?}");
-            rx.recv_waiting_from(&mut r, 8, |n| n == tx.id(), |_, d| got.extend_from_slice(d)).unwrap();
+            rx.recv_waiting_from(
+                &mut r,
+                8,
+                |n| n == tx.id(),
+                |_, d| {
+                    got.extend_from_slice(d);
+                    true
+                },
+            )
+            .unwrap();
             let _ = rx.progress();
         }
         assert_eq!(got, (0..5u8).collect::<Vec<_>>());

@@ -360,30 +360,42 @@ impl Fabric {
         &self,
         r: &mut Receiver,
         max: usize,
-        f: impl FnMut(NodeId, &[u8]),
+        mut f: impl FnMut(NodeId, &[u8]),
     ) -> Result<usize, Error> {
-        self.recv_waiting_from(r, max, |_| true, f)
+        self.recv_waiting_from(
+            r,
+            max,
+            |_| true,
+            |n, d| {
+                f(n, d);
+                true
+            },
+        )
     }
 
-    /// [`Fabric::recv_waiting_into`], taking messages only from the peers `accept` takes: the
-    /// others' wait where they are (in their rings, in their connections' queues), in order,
-    /// for a later call that takes them, and hold no one else's up.
+    /// [`Fabric::recv_waiting_into`], taking messages only from the peers `accept` takes (the
+    /// others' wait where they are, in their rings or their connections' queues, in order, for
+    /// a later call, and hold no one else's up), until `f` says it has what it needs (returns
+    /// false): a caller handed the message it waited for goes back at once, as a ping-pong's
+    /// does, and its reply carries the acknowledgement the edge transport holds for it (a
+    /// further look would send that on its own).
     pub fn recv_waiting_from(
         &self,
         r: &mut Receiver,
         max: usize,
         mut accept: impl FnMut(NodeId) -> bool,
-        mut f: impl FnMut(NodeId, &[u8]),
+        mut f: impl FnMut(NodeId, &[u8]) -> bool,
     ) -> Result<usize, Error> {
         let view = &mut r.view;
         let mut taken = 0;
-        while taken < max {
+        let mut more = true;
+        while taken < max && more {
             let got = self.poll_peers(view, |p| {
                 let from = p.peer();
                 if !accept(from) {
                     return Ok(None);
                 }
-                p.try_recv_with(&mut |data| f(from, data)).map(|got| got.then_some(()))
+                p.try_recv_with(&mut |data| more = f(from, data)).map(|got| got.then_some(()))
             })?;
             if got.is_none() {
                 break;
