@@ -180,6 +180,8 @@ pub(crate) struct State {
     waiting_eps: Vec<u32>,
     /// Completions written so far (of every queue, in error or not).
     completions: u64,
+    /// The last read of a queue returned completions (see `objects::cq_read`).
+    pub(crate) just_read: bool,
     /// The standing view of the fabric's peers that progress takes messages through.
     receiver: Option<Receiver>,
     /// The nodes some address vector of this process names: messages are delivered from these

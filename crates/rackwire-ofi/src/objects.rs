@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::consts::*;
-use crate::engine::{nap, with, WAIT_SLICE};
+use crate::engine::{nap, with, with_state, WAIT_SLICE};
 use crate::queues::{Addr, Av, Cntr, Cq, Entry, ErrEntry};
 
 /// A completion queue of `format` (`FI_CQ_FORMAT_UNSPEC` is the context format).
@@ -33,7 +33,14 @@ pub fn cq_close(cq: u64) -> Result<(), i32> {
 /// Up to `max` completions of `cq`, each handed to `out` with the queue's format and its
 /// place: how many. `FI_EAGAIN` when none, `FI_EAVAIL` when one in error waits.
 pub fn cq_read(cq: u64, max: usize, out: &mut dyn FnMut(i32, usize, &Entry)) -> Result<usize, i32> {
-    with(|_, st| {
+    with_state(|p, st| {
+        // The read right after one that returned completions makes no progress: an
+        // application that drains its queue in a loop (Open MPI does) goes back to answer what
+        // it got, and its answer carries the acknowledgement the edge transport holds for it;
+        // a look now would send that in a frame of its own. The read after makes progress.
+        if !std::mem::take(&mut st.just_read) {
+            p.progress(st);
+        }
         let q = st.cqs.get_mut(&cq).ok_or(FI_EINVAL)?;
         if !q.errors.is_empty() {
             return Err(FI_EAVAIL);
@@ -46,6 +53,7 @@ pub fn cq_read(cq: u64, max: usize, out: &mut dyn FnMut(i32, usize, &Entry)) -> 
         for (i, e) in q.entries.drain(..n).enumerate() {
             out(format, i, &e);
         }
+        st.just_read = true;
         Ok(n)
     })
 }
