@@ -85,7 +85,7 @@ pub const ANSWER_BYTES_MAX: usize = 1_500;
 /// its core between looks, before it sleeps: a reply (the pong of a ping-pong, a TCP
 /// acknowledgement) usually comes within it, and is taken without a wake-up on either side
 /// (64 B ping-pong over rw0 in one rack: 26 µs p50 against 13.4–15.2 with it, the veth's 11.5;
-/// alternated three times, docs/benchmarks.md). Only after work: an idle agent sleeps. Not
+/// alternated three times, docs/history/measurements.md). Only after work: an idle agent sleeps. Not
 /// while the edge transport's network thread watches `rw0`: that thread takes the answers.
 pub const IO_SPIN: Duration = Duration::from_micros(30);
 /// How long the virtual NIC's thread looks again at once (yielding its core) when a peer's
@@ -108,7 +108,7 @@ pub const PEERS_MAX: usize = 256;
 /// whose packets these are need the cores: with spinning receivers (200 µs), on
 /// two cores, 64 B ping-pongs across racks took 48–98 µs p50 against 45–64 without, in one rack
 /// 26–39 against 24–31, and TCP over rw0 gave 0.53–0.65 of the veth's against 0.49–0.68 (the
-/// veth itself 1.9–3.0 GB/s; alternated five and three times, docs/benchmarks.md).
+/// veth itself 1.9–3.0 GB/s; alternated five and three times, docs/history/measurements.md).
 pub const BUSY_POLL: Duration = Duration::ZERO;
 /// How often the agent looks for peers that came or went.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(500);
