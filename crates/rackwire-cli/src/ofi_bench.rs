@@ -7,7 +7,9 @@
 //! striped on every rail) against `tcp` on one rail (`FI_TCP_IFACE`, as its users pick a NIC).
 //! Reported: the 64 B round trip's half (µs per transfer, as fi_pingpong prints it) and 1 MiB's
 //! MB/s, each provider's median run with the spread, and rackwire's per-repeat ratio against
-//! each peer.
+//! each peer. Where libfabric's own test suite is built (`scripts/fabtests.sh` puts it in
+//! `target/fabtests`), its `fi_rdm_tagged_bw` and `fi_rma_bw -o write` at 1 MiB too, in the same
+//! way (addresses exchanged out of band, `-E`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,11 +38,26 @@ const LARGE_PER_SMALL: u64 = 100;
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 const SECRET: &str = "rackwire-bench-ofi-secret";
 
-/// One run's figures: µs per transfer at 64 B, MB/s at 1 MiB.
+/// One run's figures: µs per transfer at 64 B, MB/s at 1 MiB; with fabtests, the MB/s of its
+/// tagged bandwidth test and of its RMA write bandwidth test at 1 MiB (none where the provider
+/// cannot run the test).
 #[derive(Clone, Copy, Debug)]
 struct Figures {
     lat_us: f64,
     mb_s: f64,
+    tagged_bw: Option<f64>,
+    rma_bw: Option<f64>,
+}
+
+/// Transfers of a fabtests bandwidth test (at full scale).
+const FABTESTS_ITERS: f64 = 200.0;
+
+/// fabtests' programs, where `scripts/fabtests.sh` built them (`target/fabtests/install/bin`
+/// beside this executable's profile folder).
+fn fabtests_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("fabtests/install/bin");
+    bin.join("fi_rdm_tagged_bw").exists().then_some(bin)
 }
 
 /// The folder holding `librackwire-fi.so`: `ofi/` beside this executable (where
@@ -87,20 +104,20 @@ enum Place<'a> {
 }
 
 impl Place<'_> {
-    /// `fi_pingpong` over `provider` for the server (or the client), with what the provider
+    /// `program` over `provider` for the server (or the client), with what the provider
     /// needs: the fabric's settings for rackwire (over a rack: the host's rails, the edge
     /// transport), the first rail's device for `tcp` over a rack.
-    fn command(&self, provider: &str, server: bool, dir: &Path) -> Command {
+    fn command(&self, program: &Path, provider: &str, server: bool, dir: &Path) -> Command {
         let mut c = match self {
             Place::Here { mh } => {
-                let mut c = Command::new("fi_pingpong");
+                let mut c = Command::new(program);
                 c.env("RACKWIRE_MH", mh).env("RACKWIRE_SECRET", SECRET);
                 c
             }
             Place::Rack { state, server: s, client: cl } => {
                 let host = if server { s } else { cl };
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", &host.ns, "fi_pingpong"]);
+                c.args(["netns", "exec", &host.ns]).arg(program);
                 if provider == "rackwire" {
                     c.envs(rackwire_rack::program_env(state, host)).env("RACKWIRE_TRANSPORT", "edge");
                 } else if let Some(dev) = host.link_devs().split(',').next() {
@@ -122,25 +139,45 @@ impl Place<'_> {
     }
 }
 
-/// One fi_pingpong pair over `provider` at `size` bytes; the client's rows.
-fn pingpong(provider: &str, size: &str, iters: u64, dir: &Path, place: &Place) -> Result<BTreeMap<String, (f64, f64)>> {
+/// How a server and its client name the port of their out-of-band exchange.
+enum Oob {
+    /// fi_pingpong's: `-B PORT` for the server, `-P PORT` for the client.
+    Pingpong,
+    /// fabtests': `-E=PORT` for both; for a provider whose addresses are IP ports (not
+    /// rackwire's), a port of its own for the server (`-B`), which the client names (`-P`), so
+    /// the two ends do not take the same one.
+    Fabtests,
+}
+
+/// One server and client pair of `program` over `provider` (`args` for both, the client given
+/// the server's address); the client's output.
+fn pair(program: &Path, provider: &str, args: &[&str], oob: Oob, dir: &Path, place: &Place) -> Result<String> {
     let port = free_port()?.to_string();
-    let iters = iters.to_string();
-    let args = ["-p", provider, "-e", "rdm", "-m", "tagged", "-S", size, "-I", &iters];
-    let cmd = |server: bool, extra: &[&str]| {
-        let mut c = place.command(provider, server, dir);
-        c.args(args).args(extra).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let (server_extra, mut client_args) = match oob {
+        Oob::Pingpong => (vec!["-B".to_string(), port.clone()], vec!["-P".to_string(), port]),
+        Oob::Fabtests if provider == "rackwire" => (vec![format!("-E={port}")], vec![format!("-E={port}")]),
+        Oob::Fabtests => {
+            let own = free_port()?.to_string();
+            (vec![format!("-E={port}"), "-B".into(), own.clone()], vec![format!("-E={port}"), "-P".into(), own])
+        }
+    };
+    let name = program.file_name().map_or_else(|| program.display().to_string(), |n| n.to_string_lossy().into());
+    let cmd = |server: bool, extra: &[String]| {
+        let mut c = place.command(program, provider, server, dir);
+        c.args(["-p", provider]).args(args).args(extra);
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     };
-    let mut server = cmd(true, &["-B", &port]).spawn().context("running fi_pingpong (install libfabric-bin)")?;
+    let mut server = cmd(true, &server_extra).spawn().with_context(|| format!("running {name}"))?;
     std::thread::sleep(Duration::from_millis(300));
-    let mut client = cmd(false, &["-P", &port, &place.server_addr()]).spawn()?;
+    client_args.push(place.server_addr());
+    let mut client = cmd(false, &client_args).spawn()?;
     let deadline = Instant::now() + RUN_LIMIT;
     while client.try_wait()?.is_none() {
         if Instant::now() > deadline {
             let _ = client.kill();
             let _ = server.kill();
-            bail!("fi_pingpong over {provider} took longer than {RUN_LIMIT:?}");
+            bail!("{name} over {provider} took longer than {RUN_LIMIT:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -149,18 +186,61 @@ fn pingpong(provider: &str, size: &str, iters: u64, dir: &Path, place: &Place) -
     let _ = server.wait();
     let text = String::from_utf8_lossy(&c.stdout).to_string() + &String::from_utf8_lossy(&c.stderr);
     if !c.status.success() {
-        bail!("fi_pingpong over {provider} failed:\n{text}");
+        bail!("{name} over {provider} failed:\n{text}");
     }
-    Ok(parse(&text))
+    Ok(text)
 }
 
-fn measure(provider: &str, iters: u64, dir: &Path, place: &Place) -> Result<Figures> {
+/// One fi_pingpong pair over `provider` at `size` bytes; the client's rows.
+fn pingpong(provider: &str, size: &str, iters: u64, dir: &Path, place: &Place) -> Result<BTreeMap<String, (f64, f64)>> {
+    let iters = iters.to_string();
+    let args = ["-e", "rdm", "-m", "tagged", "-S", size, "-I", &iters];
+    Ok(parse(&pair(Path::new("fi_pingpong"), provider, &args, Oob::Pingpong, dir, place)?))
+}
+
+/// The MB/s of a fabtests bandwidth test (`program`, with `args`) at 1 MiB over `provider`.
+fn fabtest_bw(program: &Path, args: &[&str], provider: &str, iters: u64, dir: &Path, place: &Place) -> Result<f64> {
+    let iters = iters.to_string();
+    let mut all = vec!["-S", "1048576", "-I", &iters];
+    all.extend_from_slice(args);
+    let text = pair(program, provider, &all, Oob::Fabtests, dir, place)?;
+    // Its table: bytes, iters, total, time, MB/sec, usec/xfer, Mxfers/sec.
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() == 7 && f[0] == "1m")
+        .and_then(|f| f[4].parse().ok())
+        .with_context(|| format!("{} over {provider} printed no 1 MiB row:\n{text}", program.display()))
+}
+
+fn measure(provider: &str, iters: u64, dir: &Path, place: &Place, fabtests: Option<(&Path, u64)>) -> Result<Figures> {
     let small = pingpong(provider, "64", iters, dir, place)?;
     let large = pingpong(provider, "1048576", (iters / LARGE_PER_SMALL).max(10), dir, place)?;
-    match (small.get("64"), large.get("1m")) {
-        (Some(s), Some(l)) => Ok(Figures { lat_us: s.1, mb_s: l.0 }),
-        _ => bail!("fi_pingpong over {provider} printed no 64 B or 1 MiB row"),
+    let (Some(s), Some(l)) = (small.get("64"), large.get("1m")) else {
+        bail!("fi_pingpong over {provider} printed no 64 B or 1 MiB row");
+    };
+    let mut f = Figures { lat_us: s.1, mb_s: l.0, tagged_bw: None, rma_bw: None };
+    if let Some((bin, n)) = fabtests {
+        // A peer that cannot run a test (its provider lacks RMA over this path) has no figure
+        // for it; rackwire must run both.
+        let bw = |prog: &str, args: &[&str]| fabtest_bw(&bin.join(prog), args, provider, n, dir, place);
+        f.tagged_bw = match bw("fi_rdm_tagged_bw", &[]) {
+            Ok(v) => Some(v),
+            Err(e) if provider != "rackwire" => {
+                eprintln!("note: {e}");
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        f.rma_bw = match bw("fi_rma_bw", &["-e", "rdm", "-o", "write"]) {
+            Ok(v) => Some(v),
+            Err(e) if provider != "rackwire" => {
+                eprintln!("note: {e}");
+                None
+            }
+            Err(e) => return Err(e),
+        };
     }
+    Ok(f)
 }
 
 /// The rack `rack` describes (or names, if up), with its first two hosts in memory domains of
@@ -197,11 +277,13 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
             (place, &RACK_PROVIDERS, ((RACK_ITERS * scale) as u64).max(100))
         }
     };
+    let fabtests = fabtests_dir();
+    let fab = fabtests.as_deref().map(|b| (b, ((FABTESTS_ITERS * scale) as u64).max(10)));
     let mut runs: BTreeMap<&str, Vec<Figures>> = BTreeMap::new();
     for rep in 0..repeat {
         for i in 0..providers.len() {
             let p = providers[(i + rep) % providers.len()];
-            runs.entry(p).or_default().push(measure(p, iters, &dir, &place)?);
+            runs.entry(p).or_default().push(measure(p, iters, &dir, &place, fab)?);
         }
     }
     let ours = &runs["rackwire"];
@@ -214,6 +296,14 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
         "1 MiB MB/s",
         "rackwire's 64 B / theirs",
         "rackwire's 1 MiB / theirs",
+    ]);
+    let mut fab_table = comfy_table::Table::new();
+    fab_table.set_header([
+        "provider",
+        "fi_rdm_tagged_bw 1 MiB MB/s",
+        "rackwire's / theirs",
+        "fi_rma_bw -o write 1 MiB MB/s",
+        "rackwire's / theirs",
     ]);
     let mut doc = serde_json::Map::new();
     for &p in providers {
@@ -230,6 +320,22 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
         let (lr, br) =
             if p == "rackwire" { ("—".into(), "—".into()) } else { (fmt(lat_ratio, 2), fmt(bw_ratio, 2)) };
         table.add_row([p.to_string(), fmt(lat, 2), fmt(bw, 0), lr, br]);
+        if fab.is_some() {
+            let entry = doc.get_mut(p).and_then(|v| v.as_object_mut()).expect("inserted above");
+            let mut row = vec![p.to_string()];
+            for (key, pick) in
+                [("tagged_bw_1mib", pick_tagged as fn(&Figures) -> Option<f64>), ("rma_write_bw_1mib", pick_rma)]
+            {
+                let (col, ratio) = fabtest_figure(ours, r, pick);
+                row.push(col.map_or("—".into(), |t| fmt(t, 0)));
+                row.push(if p == "rackwire" { "—".into() } else { ratio.map_or("—".into(), |t| fmt(t, 2)) });
+                entry.insert(
+                    key.into(),
+                    serde_json::json!({ "mb_s": col.map(triple), "ours_over_theirs": ratio.map(triple) }),
+                );
+            }
+            fab_table.add_row(row);
+        }
     }
     let rails = state.as_ref().map(|s| s.config.name.clone());
     if json {
@@ -251,7 +357,32 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
          below 1 is faster for latency, above 1 for bandwidth)",
         (iters / LARGE_PER_SMALL).max(10)
     );
+    if let Some((_, n)) = fab {
+        println!("{fab_table}");
+        println!("(fabtests v1.17, {n} transfers of 1 MiB each, in the same runs; —: the provider cannot run it here)");
+    }
     Ok(())
+}
+
+fn pick_tagged(f: &Figures) -> Option<f64> {
+    f.tagged_bw
+}
+
+fn pick_rma(f: &Figures) -> Option<f64> {
+    f.rma_bw
+}
+
+/// A fabtests figure of one provider's runs `theirs` (median, spread), and rackwire's
+/// per-repeat ratio against it; none where a run has no figure.
+type Spread = (f64, f64, f64);
+fn fabtest_figure(
+    ours: &[Figures],
+    theirs: &[Figures],
+    pick: fn(&Figures) -> Option<f64>,
+) -> (Option<Spread>, Option<Spread>) {
+    let col: Option<Vec<f64>> = theirs.iter().map(pick).collect();
+    let ratio: Option<Vec<f64>> = ours.iter().zip(theirs).map(|(o, t)| Some(pick(o)? / pick(t)?)).collect();
+    (col.map(|mut v| median_spread(&mut v)), ratio.map(|mut v| median_spread(&mut v)))
 }
 
 #[cfg(test)]
