@@ -2,9 +2,10 @@
 //! enabling and closing them, naming them, posting sends and receives, cancelling.
 
 use crate::consts::*;
-use crate::engine::{with, with_state, Ep, Now, Source, TxOp, EPS_MAX, MIN_MULTI_RECV_DEFAULT, TX_QUEUE_MAX};
+use crate::engine::{with, with_state, Ep, Now, EPS_MAX, MIN_MULTI_RECV_DEFAULT, TX_QUEUE_MAX};
 use crate::ep::Posted;
 use crate::queues::{Addr, Entry, ErrEntry, ProvErr, TxDone};
+use crate::tx::{Source, TxOp};
 use crate::user::{capacity, Iov};
 use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX};
 

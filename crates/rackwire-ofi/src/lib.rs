@@ -26,6 +26,7 @@ pub mod objects;
 pub mod queues;
 mod regions;
 pub mod rma;
+mod tx;
 pub mod user;
 pub mod wire;
 

@@ -14,9 +14,10 @@ use rackwire::NodeId;
 
 use crate::atomics::{self, Form};
 use crate::consts::*;
-use crate::engine::{with, Source, State, TxOp};
+use crate::engine::{with, State};
 use crate::queues::{Addr, Entry, ProvErr, TxDone};
 use crate::regions::{Mr, RmaOp, Waiting, MRS_MAX, RMA_IN_FLIGHT_MAX};
+use crate::tx::{Source, TxOp};
 use crate::user::{capacity, scatter, Iov, Registered};
 use crate::wire::{Header, Kind};
 

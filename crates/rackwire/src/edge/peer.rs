@@ -370,9 +370,15 @@ impl PeerTransport for EdgePeer {
 
     /// Delivered messages or notifications wait to be taken (a waiter about to sleep looks
     /// here after arming its doorbell: what the network thread delivered before that rang no
-    /// bell).
+    /// bell). Without waiting for the state: a thread that holds it is pumping, and rings the
+    /// doorbell for what it hands over (a relay's waits, many a second, must not queue on it).
     fn unread(&self) -> bool {
-        lock(&self.ep.state).conns.get(self.local).is_some_and(|s| !s.nothing_to_take())
+        let st = match self.ep.state.try_lock() {
+            Ok(st) => st,
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        };
+        st.conns.get(self.local).is_some_and(|s| !s.nothing_to_take())
     }
 
     fn unmap(&self, _region: RegionId, _timeout: Duration) -> bool {
