@@ -260,8 +260,8 @@ pub const UDP_SEARCH_SMALL: UdpSearch = UdpSearch { first_rate: 5e7, probes: 7 }
 const UDP_SOCKET_BUFFER: &str = "4M";
 
 /// iperf3 UDP over `path`, `size`-byte datagrams, at the highest rate that path carries with at
-/// most [`UDP_LOSS_MAX_PERCENT`] lost: `search.probes` runs of `secs` seconds, each at a set rate
-/// (iperf3 `-b`, paced as its users pace UDP, with [`UDP_SOCKET_BUFFER`]), doubling from `search.first_rate` while the loss
+/// most `UDP_LOSS_MAX_PERCENT` (1%) lost: `search.probes` runs of `secs` seconds, each at a set rate
+/// (iperf3 `-b`, paced as its users pace UDP, with socket buffers of `UDP_SOCKET_BUFFER`), doubling from `search.first_rate` while the loss
 /// stays under the bound and halving the gap to the last rate that kept it after one that did
 /// not. The row is the rate received at the best rate kept; an error when none was. Sent
 /// unpaced, datagrams measure how much the receiving end drops when flooded, which depends on
