@@ -82,6 +82,20 @@ impl FabricArgs {
     }
 }
 
+/// Where a host's configuration lives when nothing says otherwise.
+const CONFIG_DEFAULT: &str = "/etc/rackwire/rackwire.toml";
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Load the file and say what is wrong with it, line by line: its syntax, unknown keys,
+    /// values of the wrong type, a missing management host or secret, a secret file others may
+    /// read, values out of range.
+    Check {
+        /// The file [default: RACKWIRE_CONFIG, else /etc/rackwire/rackwire.toml].
+        file: Option<PathBuf>,
+    },
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a management host: admits nodes, names them and their regions, keeps grants.
@@ -117,6 +131,12 @@ enum Cmd {
         /// --forget-after]
         #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
         forget_transient_after: Option<u64>,
+    },
+    /// Check a configuration file as every command reads it: each problem on a line of its own
+    /// (the file's line, what is wrong), exit status 1 when there is any.
+    Config {
+        #[command(subcommand)]
+        what: ConfigCmd,
     },
     /// List the nodes the management host knows.
     Nodes {
@@ -411,6 +431,23 @@ fn run(cli: Cli) -> Result<()> {
             }
             h.wait();
             Ok(())
+        }
+        Cmd::Config { what: ConfigCmd::Check { file } } => {
+            let path = file
+                .or_else(|| std::env::var_os("RACKWIRE_CONFIG").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from(CONFIG_DEFAULT));
+            match rackwire::FabricConfig::check_file(&path) {
+                Ok(()) => {
+                    println!("{}: ok", path.display());
+                    Ok(())
+                }
+                Err(problems) => {
+                    for p in &problems {
+                        println!("{p}");
+                    }
+                    bail!("{} problem(s) in {}", problems.len(), path.display())
+                }
+            }
         }
         Cmd::Nodes { fabric, json } => {
             init_logging(tracing::Level::WARN);

@@ -199,6 +199,56 @@ impl FabricConfig {
         }
     }
 
+    /// Check the TOML file at `path` as [`FabricConfig::from_file`] reads it, and say every
+    /// problem found, one line each (`PATH:LINE: what is wrong`): a file that does not parse, each
+    /// unknown key, each value of the wrong type, no management host, no secret; then, if the
+    /// keys are right, what loading and validating it refuses (a secret file others may read, a
+    /// name or a timeout out of range).
+    pub fn check_file(path: &Path) -> Result<(), Vec<String>> {
+        let shown = path.display();
+        let text = std::fs::read_to_string(path).map_err(|e| vec![format!("{shown}: {e}")])?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| {
+            let at = e.span().map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+            let what = e.message().to_string();
+            vec![at.map_or_else(|| format!("{shown}: {what}"), |l| format!("{shown}:{l}: {what}"))]
+        })?;
+        // The line a key is set on (the first `key =` there).
+        let line_of = |key: &str| {
+            text.lines()
+                .position(|l| l.trim_start().strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('=')))
+                .map(|i| i + 1)
+        };
+        let mut by_line = Vec::new();
+        for (key, value) in &table {
+            // Each key alone, as the whole file is read: the reader's own words for what is wrong.
+            let one = toml::Table::from_iter([(key.clone(), value.clone())]);
+            if let Err(e) = one.try_into::<FileConfig>() {
+                by_line.push((line_of(key), format!("{key}: {}", e.message().trim())));
+            }
+        }
+        by_line.sort_by_key(|(l, _)| l.unwrap_or(usize::MAX));
+        let mut problems: Vec<String> = by_line
+            .into_iter()
+            .map(|(l, what)| l.map_or_else(|| format!("{shown}: {what}"), |l| format!("{shown}:{l}: {what}")))
+            .collect();
+        if !table.contains_key("mh") {
+            problems.push(format!("{shown}: no management host (mh = \"host:port\", or RACKWIRE_MH)"));
+        }
+        if !table.contains_key("secret") && !table.contains_key("secret_file") {
+            problems.push(format!("{shown}: no secret (secret_file = \"/etc/rackwire/secret\", mode 600)"));
+        }
+        if problems.is_empty() {
+            if let Err(e) = FabricConfig::from_file(path).and_then(|c| c.validate()) {
+                problems.push(format!("{shown}: {e}"));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
     /// Read a TOML file (see the type's documentation for the keys).
     pub fn from_file(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
