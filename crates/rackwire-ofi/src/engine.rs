@@ -32,6 +32,8 @@ pub const HELD_NODES_MAX: usize = 64;
 pub const HELD_BYTES_MAX: usize = 4 << 20;
 /// Messages held for one such node at most (the same).
 pub const HELD_MSGS_MAX: usize = 1024;
+/// How often automatic progress looks while the application sleeps on the doorbell itself.
+const ARMED_LOOK: Duration = Duration::from_millis(1);
 /// Messages taken from the fabric per round of progress at most.
 const RX_BATCH: usize = 64;
 /// How long a blocking read sleeps between looks at most.
@@ -434,6 +436,13 @@ impl crate::auto::Progress for Provider {
     }
 
     fn wait_input(&self, d: Duration) {
+        if self.armed.load(Ordering::Relaxed) {
+            // The application sleeps on the doorbell (armed by `fi_trywait`): a wait here would
+            // disarm it on waking. Peers ring it for the application; this thread looks again
+            // soon instead, for what needs no application (RMA aimed at this process).
+            std::thread::sleep(d.min(ARMED_LOOK));
+            return;
+        }
         let _ = self.fabric.wait_input(&[], d);
     }
 }
@@ -497,10 +506,12 @@ impl Provider {
     /// room (so the next round should come soon).
     fn progress_round(&self) -> bool {
         let mut st = lock(&self.st);
-        let armed = self.armed.load(Ordering::Relaxed);
-        self.progress(&mut st);
+        // Not the application's call: its doorbell, if it sleeps on it, stays armed.
+        self.progress_rx(&mut st);
+        self.progress_tx(&mut st);
         // An application asleep on the queues' descriptor hears of what this round completed.
-        if armed && st.cqs.values().any(|q| !q.entries.is_empty() || !q.errors.is_empty()) {
+        if self.armed.load(Ordering::Relaxed) && st.cqs.values().any(|q| !q.entries.is_empty() || !q.errors.is_empty())
+        {
             self.fabric.wake_input();
         }
         st.tx_queued > 0 || !st.inflight.is_empty()
@@ -531,6 +542,10 @@ impl Provider {
     /// Take what the fabric holds for us, push out what waits for room, finish what the
     /// transports finished.
     pub(crate) fn progress(&self, st: &mut State) {
+        // The application is back: a doorbell `fi_trywait` armed for it is disarmed.
+        if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::Relaxed) {
+            self.fabric.disarm_input();
+        }
         self.progress_rx(st);
         self.progress_tx(st);
     }
@@ -540,9 +555,6 @@ impl Provider {
     /// read here, with no hand-over from its network thread, while the application calls in:
     /// manual progress; shared memory needs no driving and costs nothing here).
     fn progress_rx(&self, st: &mut State) {
-        if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::Relaxed) {
-            self.fabric.disarm_input();
-        }
         self.fabric.progress();
         for _ in 0..4 {
             if st.all_full() {

@@ -407,7 +407,9 @@ static void auto_initiator(struct side *s, char *buf)
 /* A wait object: the receiver opens an endpoint whose queue has FI_WAIT_FD, posts a receive,
  * and sleeps on the queue's descriptor (fi_control FI_GETWAIT) whenever fi_trywait allows;
  * the sender sends 200 ms later. The descriptor must turn readable (within 5 s) and the
- * message then be read; the receiver must have slept on it at least once. */
+ * message then be read; the receiver must have slept on it at least once. Meanwhile a domain
+ * with automatic progress is open, so the provider's thread runs beside the sleeper (it must
+ * not disarm the doorbell the sleeper is armed on). */
 static void waitfd_receiver(struct side *s)
 {
 	struct fid_ep *ep;
@@ -419,6 +421,14 @@ static void waitfd_receiver(struct side *s)
 	size_t len = sizeof peer;
 	fi_addr_t pa;
 	int fd = -1, slept = 0, got = 0;
+	struct fi_info *ah = hints_base(), *ainfo;
+	struct fid_fabric *afab;
+	struct fid_domain *adom;
+	ah->domain_attr->data_progress = FI_PROGRESS_AUTO;
+	OK(fi_getinfo(V, NULL, NULL, 0, ah, &ainfo));
+	fi_freeinfo(ah);
+	OK(fi_fabric(ainfo->fabric_attr, &afab, NULL));
+	OK(fi_domain(afab, ainfo, &adom, NULL));
 	OK(fi_endpoint(s->domain, s->info, &ep, NULL));
 	OK(fi_av_open(s->domain, &av_attr, &av, NULL));
 	OK(fi_cq_open(s->domain, &cq_attr, &cq, NULL));
@@ -452,6 +462,9 @@ static void waitfd_receiver(struct side *s)
 	OK(fi_close(&ep->fid));
 	OK(fi_close(&cq->fid));
 	OK(fi_close(&av->fid));
+	OK(fi_close(&adom->fid));
+	OK(fi_close(&afab->fid));
+	fi_freeinfo(ainfo);
 }
 
 static void waitfd_sender(struct side *s)
