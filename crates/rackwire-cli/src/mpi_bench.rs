@@ -126,13 +126,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
     let exe = crate::coll_bench::build_mpi(&work, "mpi_p2p", include_str!("peers/mpi_p2p.c"))?;
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes())?;
     let addr = mh.addr().to_string();
-    let (state, _down) = match rack {
-        Some(r) => {
-            let (s, d) = crate::ofi_bench::rack_for_two(r)?;
-            (Some(s), d)
-        }
-        None => (None, None),
-    };
+    let (state, _down) = crate::ofi_bench::rack_for_two(rack)?;
     let mpi_rack = state.as_ref().map(|s| MpiRack::new(s, &work, true)).transpose()?;
     let (place, transports): (Place, &[(&str, &[&str])]) = match &mpi_rack {
         None => (Place::Here(&addr), &HERE),

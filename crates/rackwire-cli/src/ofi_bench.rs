@@ -238,15 +238,16 @@ fn measure(provider: &str, iters: u64, dir: &Path, place: &Place, fabtests: Opti
     Ok(f)
 }
 
-/// The rack `rack` describes (or names, if up), with its first two hosts in memory domains of
-/// their own; its state and what takes it down.
-pub(crate) fn rack_for_two(rack: &Path) -> Result<(RackState, Option<rackwire_rack::DownOnDrop>)> {
+/// The rack `rack` describes (or names, if up), if given, with its first two hosts in memory
+/// domains of their own; its state and what takes it down.
+pub(crate) fn rack_for_two(rack: Option<&Path>) -> Result<(Option<RackState>, Option<rackwire_rack::DownOnDrop>)> {
+    let Some(rack) = rack else { return Ok((None, None)) };
     let (state, down) = crate::launch::rack_up(rack, true)?;
     let hosts = crate::launch::rank_hosts(&state);
     if hosts.len() < 2 || hosts[0].domain == hosts[1].domain {
         bail!("--rack: the rack needs two hosts in memory domains of their own (as examples/racks/2l-1g.toml has)");
     }
-    Ok((state, down))
+    Ok((Some(state), down))
 }
 
 /// `rackwire bench ofi` (over the rack `rack` describes, if given).
@@ -257,13 +258,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
     let dir = provider_dir()?;
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes())?;
     let addr = mh.addr().to_string();
-    let (state, _down) = match rack {
-        Some(r) => {
-            let (s, d) = rack_for_two(r)?;
-            (Some(s), d)
-        }
-        None => (None, None),
-    };
+    let (state, _down) = rack_for_two(rack)?;
     let (place, providers, iters): (Place, &[&str], u64) = match &state {
         None => (Place::Here { mh: &addr }, &PROVIDERS, ((ITERS * scale) as u64).max(100)),
         Some(s) => {
@@ -318,9 +313,8 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
         if fab.is_some() {
             let entry = doc.get_mut(p).and_then(|v| v.as_object_mut()).expect("inserted above");
             let mut row = vec![p.to_string()];
-            for (key, pick) in
-                [("tagged_bw_1mib", pick_tagged as fn(&Figures) -> Option<f64>), ("rma_write_bw_1mib", pick_rma)]
-            {
+            let picks: [(&str, Pick); 2] = [("tagged_bw_1mib", |f| f.tagged_bw), ("rma_write_bw_1mib", |f| f.rma_bw)];
+            for (key, pick) in picks {
                 let (col, ratio) = fabtest_figure(ours, r, pick);
                 row.push(col.map_or("—".into(), |t| fmt(t, 0)));
                 row.push(if p == "rackwire" { "—".into() } else { ratio.map_or("—".into(), |t| fmt(t, 2)) });
@@ -359,17 +353,13 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
     Ok(())
 }
 
-fn pick_tagged(f: &Figures) -> Option<f64> {
-    f.tagged_bw
-}
-
-fn pick_rma(f: &Figures) -> Option<f64> {
-    f.rma_bw
-}
+/// A median with its spread (low, high).
+type Spread = (f64, f64, f64);
+/// One fabtests figure of a run.
+type Pick = fn(&Figures) -> Option<f64>;
 
 /// A fabtests figure of one provider's runs `theirs` (median, spread), and rackwire's
 /// per-repeat ratio against it; none where a run has no figure.
-type Spread = (f64, f64, f64);
 fn fabtest_figure(
     ours: &[Figures],
     theirs: &[Figures],

@@ -64,6 +64,21 @@ pub(crate) enum Now {
     Failed(i32),
 }
 
+impl Now {
+    /// What became of a send to `node` the transport answered with `sent` (none: no room).
+    fn of(node: NodeId, sent: Option<Op>) -> Now {
+        let Some(mut o) = sent else { return Now::Wait };
+        match o.poll() {
+            Some(Err(e)) => {
+                warn!(node, "rackwire provider: a send to node {node} failed: {e}");
+                Now::Failed(FI_EHOSTUNREACH)
+            }
+            Some(Ok(_)) => Now::Sent(None),
+            None => Now::Sent(Some(o)),
+        }
+    }
+}
+
 /// An endpoint.
 #[derive(Debug, Default)]
 pub(crate) struct Ep {
@@ -107,7 +122,7 @@ pub(crate) struct State {
     tx_queued: usize,
     /// Scratch list of the endpoints with sends queued (see [`Provider::progress_tx`]).
     waiting_eps: Vec<u32>,
-    /// Completions written so far (of every queue, in error or not).
+    /// Completions raised so far: queue entries (in error or not) and finished receives.
     completions: u64,
     /// The last read of a queue returned completions (see `objects::cq_read`).
     pub(crate) just_read: bool,
@@ -336,12 +351,12 @@ impl State {
         let Some(ep) = self.eps.get(&d.ep) else { return };
         let Some(cq) = ep.tx_cq.and_then(|(c, _)| self.cqs.get_mut(&c)) else { return };
         let entry = Entry { ctx: d.ctx, flags: d.flags, len: d.len, src: FI_ADDR_UNSPEC, ..Entry::default() };
-        self.completions += 1;
         match err {
             None if d.completion => cq.entries.push_back(entry),
-            None => {}
+            None => return,
             Some((err, prov)) => cq.errors.push_back(ErrEntry { entry, olen: 0, err, prov_errno: prov as i32 }),
         }
+        self.completions += 1;
     }
 
     pub(crate) fn rx_complete(&mut self, ep: u32, d: RxDone) {
@@ -489,17 +504,7 @@ impl Provider {
             copy_out(iov, 0, &mut buf[HEADER_BYTES..len]);
             Some(len)
         });
-        match sent {
-            None => Now::Wait,
-            Some(mut o) => match o.poll() {
-                Some(Err(e)) => {
-                    warn!(node, "rackwire provider: a send to node {node} failed: {e}");
-                    Now::Failed(FI_EHOSTUNREACH)
-                }
-                Some(Ok(_)) => Now::Sent(None),
-                None => Now::Sent(Some(o)),
-            },
-        }
+        Now::of(node, sent)
     }
 
     /// A round of progress under the lock (automatic progress's); whether sends wait for
@@ -643,17 +648,11 @@ impl Provider {
                 op.fill(&h, n, buf);
                 Some(len)
             });
-            match sent {
+            match Now::of(node, sent) {
                 // No room at the peer: the rest goes at the next progress.
-                None => return,
-                Some(mut o) => match o.poll() {
-                    Some(Err(e)) => {
-                        warn!(node, "rackwire provider: a send to node {node} failed: {e}");
-                        self.fail_send(st, ep, FI_EHOSTUNREACH);
-                    }
-                    Some(Ok(_)) => self.piece_sent(st, ep, n, None),
-                    None => self.piece_sent(st, ep, n, Some(o)),
-                },
+                Now::Wait => return,
+                Now::Failed(e) => self.fail_send(st, ep, e),
+                Now::Sent(pending) => self.piece_sent(st, ep, n, pending),
             }
         }
     }
