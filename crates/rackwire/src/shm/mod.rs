@@ -98,7 +98,6 @@ struct Counters {
     atomics: AtomicU64,
     bytes_written: AtomicU64,
     bytes_read: AtomicU64,
-    messages_sent: AtomicU64,
     notifications_sent: AtomicU64,
     refused: AtomicU64,
     ring_full_waits: AtomicU64,
