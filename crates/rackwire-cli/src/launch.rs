@@ -192,9 +192,11 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
             None,
         ),
     };
-    // A management host of our own unless one is given (a rack has its own).
+    // A management host of our own unless one is given, by the environment or the host's
+    // configuration file (a rack has its own).
     let mut env: Vec<(String, String)> = Vec::new();
-    let _mh = if std::env::var_os("RACKWIRE_MH").is_some() || a.rack.is_some() {
+    let given = || rackwire::FabricConfig::from_env().map(|c| !c.mh.is_empty());
+    let _mh = if a.rack.is_some() || given()? {
         None
     } else {
         let secret = format!("{:032x}{:032x}", rackwire_mh::auth::random_u128(), rackwire_mh::auth::random_u128());

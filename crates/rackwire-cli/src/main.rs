@@ -12,9 +12,11 @@ mod figures;
 mod inspect;
 mod lang_bench;
 mod launch;
+mod mh_cmd;
 mod mpi_bench;
 mod mpi_rack;
 mod ofi_bench;
+mod package_files;
 mod rack;
 mod seal_bench;
 mod served_bench;
@@ -35,7 +37,7 @@ const BENCH_REPEAT_MAX: usize = 20;
 /// rackwire: a rack-area network stack in software.
 #[derive(Parser)]
 #[command(name = "rackwire", version, about, propagate_version = true)]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
     /// Log lines as text, or as one JSON object per line (structured logs).
@@ -82,9 +84,6 @@ impl FabricArgs {
     }
 }
 
-/// Where a host's configuration lives when nothing says otherwise.
-const CONFIG_DEFAULT: &str = "/etc/rackwire/rackwire.toml";
-
 #[derive(Subcommand)]
 enum ConfigCmd {
     /// Load the file and say what is wrong with it, line by line: its syntax, unknown keys,
@@ -94,44 +93,16 @@ enum ConfigCmd {
         /// The file [default: RACKWIRE_CONFIG, else /etc/rackwire/rackwire.toml].
         file: Option<PathBuf>,
     },
+    /// Print the file's reference (Markdown): every key, its default, and the environment
+    /// variable or flag that also sets it.
+    Reference,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a management host: admits nodes, names them and their regions, keeps grants.
-    Mh {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:7700")]
-        listen: String,
-        /// Folder for the persistent state (created if missing) and the host's key pair; with
-        /// --etcd, the state lives in etcd and this folder keeps only the key (without it, the
-        /// host has a new key each run, which nodes that pinned the old one refuse).
-        #[arg(long, required_unless_present = "etcd")]
-        state: Option<PathBuf>,
-        /// Keep the state in etcd instead (endpoints, comma-separated): several management
-        /// hosts on one etcd elect one to lead, the others stand by (give nodes every host's
-        /// address, comma-separated) and take over within seconds when it dies.
-        #[arg(long, value_name = "ENDPOINTS")]
-        etcd: Option<String>,
-        /// With --etcd: the fabric's name (its keys live under /rackwire/NAME).
-        #[arg(long, default_value = "default")]
-        fabric: String,
-        /// File holding the fabric's shared secret [env: RACKWIRE_SECRET_FILE, or RACKWIRE_SECRET]
-        #[arg(long)]
-        secret_file: Option<PathBuf>,
-        /// Serve counters in the Prometheus text format at http://ADDR/metrics.
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<String>,
-        /// Forget a node down this many seconds: its record, its name (free for another key
-        /// then), its regions' names and the grants to and from it [default: a week].
-        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-        forget_after: Option<u64>,
-        /// Forget a transient node (a process with no name of its own, such as a job's rank,
-        /// whose key pair died with it) down this many seconds [default: a minute; at most
-        /// --forget-after]
-        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-        forget_transient_after: Option<u64>,
-    },
+    /// Run a management host: admits nodes, names them and their regions, keeps grants. Its
+    /// settings come from the flags, else the configuration file's `[management_host]` table.
+    Mh(mh_cmd::MhArgs),
     /// Check a configuration file as every command reads it: each problem on a line of its own
     /// (the file's line, what is wrong), exit status 1 when there is any.
     Config {
@@ -205,6 +176,9 @@ enum Cmd {
     /// (internal) The responder side of `rackwire bench`.
     #[command(name = "bench-responder", hide = true)]
     BenchResponder,
+    /// (internal) Write the manual pages and shell completions into DIR, for packages.
+    #[command(name = "package-files", hide = true)]
+    PackageFiles { dir: PathBuf },
     /// (internal) A worker node of `rackwire demo`.
     #[command(name = "demo-worker", hide = true)]
     DemoWorker,
@@ -390,52 +364,23 @@ impl BenchArgs {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Mh { listen, state, etcd, fabric, secret_file, metrics, forget_after, forget_transient_after } => {
+        Cmd::Mh(args) => {
             init_logging(tracing::Level::INFO);
-            let secret = read_secret(&secret_file)?;
-            let (h, kept) = match (&etcd, &state) {
-                (Some(endpoints), _) => {
-                    if state.is_none() {
-                        eprintln!(
-                            "warning: no --state folder for this host's key: it has a new key each run, and nodes \
-                             that pinned the old one will refuse it"
-                        );
-                    }
-                    let cfg = rackwire_mh::etcd::EtcdConfig::new(endpoints, &fabric)?;
-                    let kept = format!("etcd {endpoints} under {}; leads when elected", cfg.prefix);
-                    (rackwire::ManagementHost::start_led(&listen, cfg, &secret, state.as_deref())?, kept)
-                }
-                (None, Some(dir)) => {
-                    (rackwire::ManagementHost::start(&listen, Some(dir), &secret)?, dir.display().to_string())
-                }
-                (None, None) => bail!("give --state DIR or --etcd ENDPOINTS"),
-            };
-            if let Some(s) = forget_transient_after {
-                h.set_forget_transient_after(std::time::Duration::from_secs(s));
+            mh_cmd::run(args)
+        }
+        Cmd::PackageFiles { dir } => {
+            for p in package_files::write(&dir)? {
+                println!("{}", p.display());
             }
-            if let Some(s) = forget_after {
-                h.set_forget_after(std::time::Duration::from_secs(s));
-            }
-            let _exporter = match &metrics {
-                Some(addr) => Some(
-                    rackwire_metrics::Exporter::start(addr, std::sync::Arc::new(h.metrics_source()))
-                        .with_context(|| format!("metrics address {addr}"))?,
-                ),
-                None => None,
-            };
-            // Its key: nodes pin it at first use; give it to them (RACKWIRE_MH_KEYS) to take no other.
-            let key = rackwire_mh::auth::to_hex(&h.host_key());
-            eprintln!("management host on {} (state in {kept}; key {key})", h.addr());
-            if let Some(e) = &_exporter {
-                eprintln!("metrics on http://{}/metrics", e.addr());
-            }
-            h.wait();
+            Ok(())
+        }
+        Cmd::Config { what: ConfigCmd::Reference } => {
+            print!("{}", rackwire::config_reference());
             Ok(())
         }
         Cmd::Config { what: ConfigCmd::Check { file } } => {
-            let path = file
-                .or_else(|| std::env::var_os("RACKWIRE_CONFIG").map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from(CONFIG_DEFAULT));
+            let path =
+                file.or_else(rackwire::config_path).unwrap_or_else(|| PathBuf::from(rackwire::CONFIG_PATH_DEFAULT));
             match rackwire::FabricConfig::check_file(&path) {
                 Ok(()) => {
                     println!("{}: ok", path.display());

@@ -21,6 +21,16 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A child process killed when the test is done with it, or fails.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 // Checks every benchmark pattern end to end at tiny scale, with the limits: the JSON
 // document has a `rows` array, each pattern has a shm row per size with the keys DESIGN.md
 // asks for and positive figures, memcpy rows are there for the same sizes, a `store` row for
@@ -106,13 +116,16 @@ fn bad_arguments_are_refused_clearly() {
 #[test]
 fn mh_nodes_and_regions_from_the_command_line() {
     let state = TempDir::new("cli-mh");
-    let mut mh = Command::new(env!("CARGO_BIN_EXE_rackwire"))
-        .args(["mh", "--listen", "127.0.0.1:0", "--state", state.0.to_str().unwrap()])
-        .env("RACKWIRE_SECRET", SECRET)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mh");
-    let mut lines = BufReader::new(mh.stderr.take().unwrap()).lines();
+    let mut mh = Killed(
+        Command::new(env!("CARGO_BIN_EXE_rackwire"))
+            .args(["mh", "--listen", "127.0.0.1:0", "--state", state.0.to_str().unwrap()])
+            .env("RACKWIRE_SECRET", SECRET)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mh"),
+    );
+    let mut lines = BufReader::new(mh.0.stderr.take().unwrap()).lines();
     let deadline = Instant::now() + Duration::from_secs(20);
     let addr = loop {
         assert!(Instant::now() < deadline, "mh did not report its address");
@@ -152,8 +165,7 @@ fn mh_nodes_and_regions_from_the_command_line() {
     assert!(stderr(&o).contains("wrong secret"), "{}", stderr(&o));
     drop(region);
     drop(fabric);
-    let _ = mh.kill();
-    let _ = mh.wait();
+    drop(mh);
 }
 
 // Checks the main job at small scale: `rackwire demo --quick` succeeds, says the shared counter
@@ -291,4 +303,61 @@ fn config_check_names_each_problem_on_its_line() {
     let o = rackwire(&["config", "check", broken.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stdout).contains("broken.toml:3:"), "{:?}", o);
+}
+
+// Checks that one configuration file runs a host, as the packaged services use it: with only
+// RACKWIRE_CONFIG set (no flags, no secret in the environment), `rackwire mh` listens where the
+// file's [management_host] table says and keeps its state there; a node configured by the same
+// file joins; `rackwire nodes --json` and `rackwire config check` read the file too (the node is
+// listed, the file is "ok"); a bad key inside the table is named with its line.
+#[test]
+fn one_file_configures_the_mh_and_every_command() {
+    let dir = TempDir::new("cli-one-file");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let secret = dir.0.join("secret");
+    std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let file = dir.0.join("rackwire.toml");
+    let state = dir.0.join("mh");
+    std::fs::write(
+        &file,
+        format!(
+            "mh = \"127.0.0.1:{port}\"\nsecret_file = {secret:?}\n\n[management_host]\nlisten = \"127.0.0.1:{port}\"\nstate = {state:?}\n"
+        ),
+    )
+    .unwrap();
+    let cmd = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rackwire"));
+        c.args(args).env("RACKWIRE_CONFIG", &file).env_remove("RACKWIRE_SECRET").env_remove("RACKWIRE_MH");
+        c
+    };
+    let mut mh = Killed(cmd(&["mh"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start mh"));
+    let mut lines = BufReader::new(mh.0.stderr.take().unwrap()).lines();
+    let line = lines.find(|l| l.as_ref().map_or(true, |l| l.starts_with("management host on"))).expect("mh output");
+    let line = line.unwrap();
+    assert!(line.starts_with(&format!("management host on 127.0.0.1:{port} (state in {}", state.display())), "{line}");
+    std::thread::spawn(move || lines.for_each(drop));
+
+    let mut cfg = rackwire::FabricConfig::from_file(&file).unwrap();
+    cfg.name = "file-node".into();
+    cfg.transient = false;
+    let fabric = rackwire::Fabric::join(cfg).expect("a node configured by the file joins");
+    let o = cmd(&["nodes", "--json"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["nodes"].as_array().unwrap().iter().any(|n| n["info"]["name"] == "file-node"), "{v}");
+    let o = cmd(&["config", "check"]).output().unwrap();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).trim_end().ends_with(": ok"), "{o:?}");
+    drop(fabric);
+    drop(mh);
+
+    std::fs::write(
+        &file,
+        format!("mh = \"127.0.0.1:{port}\"\nsecret_file = {secret:?}\n\n[management_host]\nlisen = \"x\"\n"),
+    )
+    .unwrap();
+    let o = cmd(&["config", "check"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("rackwire.toml:4: management_host: unknown field `lisen`"), "{out}");
 }

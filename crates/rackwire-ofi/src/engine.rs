@@ -178,9 +178,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Whether this process is configured to join a fabric (its environment names one).
+/// Whether this process is configured to join a fabric (its environment or the host's
+/// configuration file names one).
 pub fn configured() -> bool {
-    std::env::var_os("RACKWIRE_MH").is_some() || std::env::var_os("RACKWIRE_CONFIG").is_some()
+    // A configuration that does not load is taken as meant: joining then says what is wrong.
+    std::env::var_os("RACKWIRE_MH").is_some() || FabricConfig::from_env().map_or(true, |c| !c.mh.is_empty())
 }
 
 /// A warning for the user, where libfabric's own warnings go: standard error, when

@@ -2,7 +2,8 @@
  * fi_getinfo's answer: one fi_info for an RDM endpoint, with the attributes and limits the
  * provider really has, or -FI_ENODATA when the hints ask for what it cannot do (another
  * endpoint type, capabilities or modes it lacks, larger limits) or the
- * process is not configured to join a fabric (no RACKWIRE_MH nor RACKWIRE_CONFIG).
+ * process is not configured to join a fabric (no RACKWIRE_MH, RACKWIRE_CONFIG nor
+ * /etc/rackwire/rackwire.toml).
  */
 #include "provider.h"
 

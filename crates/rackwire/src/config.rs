@@ -128,9 +128,10 @@ impl std::fmt::Debug for FabricConfig {
     }
 }
 
+/// The file as read: every key optional (see [`crate::config_keys::CONFIG_KEYS`]).
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct FileConfig {
+pub(crate) struct FileConfig {
     mh: Option<String>,
     secret: Option<String>,
     secret_file: Option<PathBuf>,
@@ -149,6 +150,21 @@ struct FileConfig {
     private_memory: Option<bool>,
     metrics: Option<String>,
     mh_keys: Option<Vec<String>>,
+    memory_domain: Option<String>,
+    pub(crate) management_host: Option<crate::config_keys::ManagementHostFile>,
+}
+
+/// Where a host's configuration file lives when `RACKWIRE_CONFIG` does not say.
+pub const CONFIG_PATH_DEFAULT: &str = "/etc/rackwire/rackwire.toml";
+
+/// The configuration file this process reads: `RACKWIRE_CONFIG` when set (set empty: none),
+/// else [`CONFIG_PATH_DEFAULT`] when it exists, else none.
+pub fn config_path() -> Option<PathBuf> {
+    match std::env::var_os("RACKWIRE_CONFIG") {
+        Some(p) if p.is_empty() => None,
+        Some(p) => Some(PathBuf::from(p)),
+        None => Path::new(CONFIG_PATH_DEFAULT).exists().then(|| PathBuf::from(CONFIG_PATH_DEFAULT)),
+    }
 }
 
 /// A switch given in the environment: on or off.
@@ -212,10 +228,14 @@ impl FabricConfig {
             let what = e.message().to_string();
             vec![at.map_or_else(|| format!("{shown}: {what}"), |l| format!("{shown}:{l}: {what}"))]
         })?;
-        // The line a key is set on (the first `key =` there).
+        // The line a key is set on (the first `key =` there), or a table's header (`[key]`).
         let line_of = |key: &str| {
             text.lines()
-                .position(|l| l.trim_start().strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('=')))
+                .position(|l| {
+                    let l = l.trim_start();
+                    l.strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('='))
+                        || l.strip_prefix('[').and_then(|r| r.strip_prefix(key)).is_some_and(|r| r.starts_with(']'))
+                })
                 .map(|i| i + 1)
         };
         let mut by_line = Vec::new();
@@ -251,6 +271,12 @@ impl FabricConfig {
 
     /// Read a TOML file (see the type's documentation for the keys).
     pub fn from_file(path: &Path) -> Result<Self, Error> {
+        Self::read_file(path, true)
+    }
+
+    /// [`FabricConfig::from_file`]; its secret read only when `secret` (the environment may
+    /// give another: a service handed a copy of a secret file it could not read itself).
+    fn read_file(path: &Path, secret: bool) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
         let f: FileConfig = toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
         let transient = f.name.is_none();
@@ -260,13 +286,14 @@ impl FabricConfig {
             f.name.unwrap_or_else(default_name),
         );
         c.transient = transient;
-        if let Some(p) = f.secret_file {
+        if let Some(p) = f.secret_file.filter(|_| secret) {
             c.secret = read_secret_file(&p)?;
         }
         c.runtime_dir = f.runtime_dir;
         c.state_dir = f.state_dir;
         c.metrics = f.metrics;
         c.mh_keys = f.mh_keys.unwrap_or_default();
+        c.memory_domain = f.memory_domain.unwrap_or_default();
         if let Some(b) = f.seal_frames {
             c.seal_frames = b;
         }
@@ -300,10 +327,14 @@ impl FabricConfig {
         Ok(c)
     }
 
-    /// The file named by `RACKWIRE_CONFIG` if set, then the `RACKWIRE_*` variables over it.
+    /// The configuration file ([`config_path`]: `RACKWIRE_CONFIG`, else the host's
+    /// [`CONFIG_PATH_DEFAULT`] if there is one), then the `RACKWIRE_*` variables over it.
     pub fn from_env() -> Result<Self, Error> {
-        let mut c = match std::env::var_os("RACKWIRE_CONFIG") {
-            Some(p) => FabricConfig::from_file(Path::new(&p))?,
+        // A secret in the environment stands for the file's, which is then not read.
+        let env_secret =
+            std::env::var_os("RACKWIRE_SECRET").is_some() || std::env::var_os("RACKWIRE_SECRET_FILE").is_some();
+        let mut c = match config_path() {
+            Some(p) => FabricConfig::read_file(&p, !env_secret)?,
             None => FabricConfig { transient: true, ..FabricConfig::new("", "", default_name()) },
         };
         if let Ok(v) = std::env::var("RACKWIRE_MH") {
@@ -339,6 +370,17 @@ impl FabricConfig {
                 "edge" => TransportChoice::Edge,
                 other => return Err(Error::Config(format!("RACKWIRE_TRANSPORT={other:?}: use auto, shm or edge"))),
             };
+        }
+        if let Ok(v) = std::env::var("RACKWIRE_OP_TIMEOUT_MS") {
+            let ms: u64 =
+                v.parse().map_err(|_| Error::Config(format!("RACKWIRE_OP_TIMEOUT_MS={v:?}: milliseconds")))?;
+            c.op_timeout = Duration::from_millis(ms);
+        }
+        if let Ok(v) = std::env::var("RACKWIRE_COPY_CHANNELS") {
+            c.copy_channels = v.parse().map_err(|_| Error::Config(format!("RACKWIRE_COPY_CHANNELS={v:?}: a count")))?;
+        }
+        if let Some(p) = std::env::var_os("RACKWIRE_RUNTIME_DIR") {
+            c.runtime_dir = Some(PathBuf::from(p));
         }
         if let Ok(v) = std::env::var("RACKWIRE_PEER_TIMEOUT_MS") {
             let ms: u64 =
