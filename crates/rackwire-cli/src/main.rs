@@ -4,6 +4,7 @@
 
 mod coll_bench;
 mod demo;
+mod doctor;
 mod eval;
 mod eval_cmd;
 mod eval_energy;
@@ -108,6 +109,22 @@ enum Cmd {
     Config {
         #[command(subcommand)]
         what: ConfigCmd,
+    },
+    /// Check this host for what rackwire needs and say what to fix, each finding with the
+    /// command that fixes it: the configuration, the secret file, TUN, reverse-path filtering,
+    /// socket buffers, each link's address, port and MTU, shared memory, and (unless
+    /// --offline) the management host, the clock against its clock, and every other node's
+    /// links reached over the edge transport. Exit status 1 when a check fails.
+    Doctor {
+        /// Configuration file [env: RACKWIRE_CONFIG; default /etc/rackwire/rackwire.toml].
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// One JSON document instead of lines.
+        #[arg(long)]
+        json: bool,
+        /// Check this host only: do not reach the management host or the other nodes.
+        #[arg(long)]
+        offline: bool,
     },
     /// List the nodes the management host knows.
     Nodes {
@@ -393,6 +410,13 @@ fn run(cli: Cli) -> Result<()> {
                     bail!("{} problem(s) in {}", problems.len(), path.display())
                 }
             }
+        }
+        Cmd::Doctor { config, json, offline } => {
+            init_logging(tracing::Level::ERROR);
+            if !doctor::run(config, json, offline)? {
+                std::process::exit(1);
+            }
+            Ok(())
         }
         Cmd::Nodes { fabric, json } => {
             init_logging(tracing::Level::WARN);
