@@ -1,17 +1,35 @@
 #!/bin/sh
 # Build rackwire's Debian package with Debian's own dpkg-deb:
 #   scripts/package-deb.sh            -> target/debian/rackwire_VERSION_ARCH.deb (its path printed)
+#   scripts/package-deb.sh --from target/debug --out DIR
+#                                     packages what a build left in that folder instead of making
+#                                     a release build (the package test packages the test build)
 # It holds the `rackwire` command with its manual pages and shell completions, the C library
 # (librackwire_ffi.so, rackwire.h, rackwire.pc), the libfabric provider where libfabric-dev was
 # there to build it (into libfabric's own provider folder: no FI_PROVIDER_PATH needed), the
 # systemd units rackwire-mh and rackwire-agent, and /etc/rackwire/rackwire.toml (kept on upgrade).
 set -eu
 cd "$(dirname "$0")/.."
+from=""
 out=target/debian
-cargo build --release --locked -p rackwire-cli -p rackwire-ffi -p rackwire-ofi
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --from) from=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        *) echo "usage: $0 [--from BUILD-FOLDER] [--out FOLDER]" >&2; exit 2 ;;
+    esac
+done
+if [ -z "$from" ]; then
+    cargo build --release --locked -p rackwire-cli -p rackwire-ffi -p rackwire-ofi
+    from=target/release
+fi
+for f in "$from/rackwire" "$from/librackwire_ffi.so"; do
+    [ -f "$f" ] || { echo "$0: $f is missing: build it first" >&2; exit 1; }
+done
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 arch=$(dpkg --print-architecture)
 multiarch=$(gcc -print-multiarch)
+mkdir -p "$out"
 root=$out/root
 rm -rf "$root"
 mkdir -p "$root/DEBIAN" "$root/usr/bin" "$root/usr/lib/$multiarch/pkgconfig" "$root/usr/include" \
@@ -20,9 +38,9 @@ mkdir -p "$root/DEBIAN" "$root/usr/bin" "$root/usr/lib/$multiarch/pkgconfig" "$r
     "$root/usr/share/zsh/vendor-completions" "$root/usr/share/fish/vendor_completions.d"
 
 # Binaries, without their debug information.
-install -m 755 target/release/rackwire "$root/usr/bin/rackwire"
-install -m 644 target/release/librackwire_ffi.so "$root/usr/lib/$multiarch/librackwire_ffi.so"
-provider=target/release/deps/librackwire_fi.so
+install -m 755 "$from/rackwire" "$root/usr/bin/rackwire"
+install -m 644 "$from/librackwire_ffi.so" "$root/usr/lib/$multiarch/librackwire_ffi.so"
+provider=$from/librackwire_fi.so
 recommends=""
 if [ -f "$provider" ] && ldd "$provider" | grep -q libfabric; then
     mkdir -p "$root/usr/lib/$multiarch/libfabric"
@@ -40,7 +58,7 @@ sed -e 's|^prefix=.*|prefix=/usr|' -e "s|^libdir=.*|libdir=\${prefix}/lib/$multi
 # Manual pages and completions, made by the command from its own definitions.
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT
-target/release/rackwire package-files "$gen" > /dev/null
+"$from/rackwire" package-files "$gen" > /dev/null
 for page in "$gen"/man/man1/*.1; do
     gzip -9n < "$page" > "$root/usr/share/man/man1/$(basename "$page").gz"
 done
