@@ -149,8 +149,8 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
         kind: "list of `ip:port`",
         default: || "none: no edge transport".into(),
         also: "RACKWIRE_LINKS (comma-separated)",
-        meaning: "This node's Ethernet links for the edge transport, one address per rail (port 0 picks one).",
-        example: "[\"198.18.1.2:7710\", \"198.18.2.2:7710\"]",
+        meaning: "This node's Ethernet links for the edge transport, one address per rail; port 0 picks one (in a host's file, where every program of the host opens links of its own, leave it 0).",
+        example: "[\"198.18.1.2:0\", \"198.18.2.2:0\"]",
     },
     ConfigKey {
         table: "",
