@@ -135,7 +135,9 @@ impl Host {
 
 /// `rackwire doctor --json` in `host`: whether it passed, and its findings.
 fn doctor(host: &Host, rackwire: &Path) -> (bool, Vec<serde_json::Value>) {
-    let o = run(&mut host.command(&[rackwire.display().to_string(), "doctor".into(), "--json".into()], &[]));
+    // Its probe node pins the management host's key in a state folder of the host's.
+    let state = vec![("RACKWIRE_STATE_DIR".to_string(), host.dir.join("var/doctor").display().to_string())];
+    let o = run(&mut host.command(&[rackwire.display().to_string(), "doctor".into(), "--json".into()], &state));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!("doctor's JSON: {e}\n{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
     });
@@ -148,7 +150,8 @@ fn failed<'a>(findings: &'a [serde_json::Value], check: &str) -> Option<&'a serd
 }
 
 // Checks the package end to end on two hosts made of namespaces, from the unpacked files only:
-// the management host's and the agents' units run as written (the host's file read from
+// systemd reads both units without a complaint (where systemd-analyze is installed); the
+// management host's and the agents' units run as written (the host's file read from
 // /etc/rackwire with no variable naming it, the secret handed over as a credential); both
 // nodes join under the hosts' names; a C program built against the package's header,
 // pkg-config file and library writes from one host into a region of the other (the owner
@@ -181,6 +184,26 @@ fn the_package_brings_up_a_two_host_rack() {
     let root = work.0.join("root");
     ok(&run(Command::new("dpkg-deb").args(["-x", deb.trim(), root.to_str().unwrap()])));
     let rackwire = root.join("usr/bin/rackwire");
+
+    // The units as systemd reads them (where it is installed): no unknown setting, no bad
+    // value, the command there.
+    if have("systemd-analyze", "--version") {
+        let units = work.0.join("units");
+        std::fs::create_dir_all(&units).unwrap();
+        let mut paths = Vec::new();
+        for u in ["rackwire-mh.service", "rackwire-agent.service"] {
+            let text = std::fs::read_to_string(root.join("usr/lib/systemd/system").join(u)).unwrap();
+            let p = units.join(u);
+            std::fs::write(&p, text.replace("/usr/bin/rackwire", rackwire.to_str().unwrap())).unwrap();
+            paths.push(p);
+        }
+        let o = run(Command::new("systemd-analyze").args(["verify", "--man=no"]).args(&paths));
+        assert!(o.status.success() && o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    } else {
+        eprintln!(
+            "the_package_brings_up_a_two_host_rack: systemd-analyze is not installed; the units' syntax is not checked"
+        );
+    }
 
     let mut rack = Hosts::up();
     let hosts: Vec<Host> = HOSTS
@@ -259,14 +282,21 @@ fn the_package_brings_up_a_two_host_rack() {
         .arg("-o")
         .arg(&notify)));
     let ld = vec![("LD_LIBRARY_PATH".to_string(), lib.display().to_string())];
-    let with_name = |n: &str| [ld.clone(), vec![("RACKWIRE_NAME".to_string(), n.to_string())]].concat();
+    // Each program its name, and a state folder in its host's (where it pins the management
+    // host's key at first use), not the user's home.
+    let with_name = |h: &Host, n: &str| {
+        let state = h.dir.join("var").join(n).display().to_string();
+        [ld.clone(), vec![("RACKWIRE_NAME".to_string(), n.to_string()), ("RACKWIRE_STATE_DIR".to_string(), state)]]
+            .concat()
+    };
     let owner = hosts[0]
-        .command(&[notify.display().to_string(), "owner".into()], &with_name("c-owner"))
+        .command(&[notify.display().to_string(), "owner".into()], &with_name(&hosts[0], "c-owner"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let writer = run(&mut hosts[1].command(&[notify.display().to_string(), "writer".into()], &with_name("c-writer")));
+    let writer =
+        run(&mut hosts[1].command(&[notify.display().to_string(), "writer".into()], &with_name(&hosts[1], "c-writer")));
     let owner = owner.wait_with_output().unwrap();
     ok(&writer);
     assert!(ok(&owner).contains("owner ok"), "{}", String::from_utf8_lossy(&owner.stdout));
