@@ -4,9 +4,9 @@
 //! The checks: the configuration file; the secret file's mode; the state folder's owner; the TUN
 //! device (for rw0); reverse-path filtering on the links and rw0; the socket buffer limits the
 //! edge transport asks for; each link's address and its interface's MTU against `link_mtu`; the
-//! links' ports; shared memory (memfd); and, when the management host answers, the secret it
-//! takes, the clock against its clock, and every other node's links reached over the edge
-//! transport.
+//! links' ports and the management host's (free, or held by rackwire itself); shared memory
+//! (memfd); and, when the management host answers, the secret it takes, the clock against its
+//! clock, and every other node's links reached over the edge transport.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -14,6 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
 use rackwire::FabricConfig;
+
+use crate::holder::Proto;
 use serde::Serialize;
 
 /// IPv4 and UDP headers: a link's frames are its interface's MTU less these.
@@ -255,11 +257,7 @@ fn check_links(host: &Host, cfg: &FabricConfig) -> Vec<Finding> {
         if addr.port() != 0 {
             out.push(match UdpSocket::bind(addr) {
                 Ok(_) => ok("ports", format!("{addr} is free")),
-                Err(e) => warn(
-                    "ports",
-                    format!("{addr}: {e} (the agent running already holds it)"),
-                    format!("ss -ulpn 'sport = :{}'", addr.port()),
-                ),
+                Err(e) => port_held(Proto::Udp, addr, &e, "give this link another port (or 0)"),
             });
         }
         // The largest frame the interface carries, within what a link takes.
@@ -289,6 +287,46 @@ fn check_links(host: &Host, cfg: &FabricConfig) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// A port that could not be bound: fine when rackwire holds it (its service runs), else who
+/// does and the fix.
+fn port_held(proto: Proto, addr: SocketAddr, e: &std::io::Error, fix: &str) -> Finding {
+    match crate::holder::holder(proto, addr) {
+        Some(h) if h.comm == "rackwire" => {
+            ok("ports", format!("{addr} is held by rackwire (pid {}), as it should", h.pid))
+        }
+        Some(h) => fail(
+            "ports",
+            format!("{addr} is held by {} (pid {})", h.comm, h.pid),
+            format!("stop {} (kill {}), or {fix}", h.comm, h.pid),
+        ),
+        None => fail("ports", format!("{addr}: {e}"), format!("ss -lpn 'sport = :{}'; or {fix}", addr.port())),
+    }
+}
+
+/// The management host this host runs (its file's `[management_host]`): its address is this
+/// host's, and its port is free or held by the management host itself.
+fn check_mh_listen(file: &Path) -> Vec<Finding> {
+    let table = match rackwire::ManagementHostFile::read(file) {
+        Ok(t) => t,
+        Err(_) => return Vec::new(), // the configuration check said why
+    };
+    let Some(listen) = table.listen else { return Vec::new() };
+    let Ok(addr) = listen.parse::<SocketAddr>() else {
+        return vec![fail(
+            "ports",
+            format!("[management_host] listen = {listen:?} is not ip:port"),
+            "listen = \"10.0.0.1:7700\"",
+        )];
+    };
+    vec![match std::net::TcpListener::bind(addr) {
+        Ok(_) => ok("ports", format!("{addr} is free for the management host")),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+            fail("ports", format!("{} is not an address of this host", addr.ip()), "fix [management_host] listen")
+        }
+        Err(e) => port_held(Proto::Tcp, addr, &e, "give the management host another port"),
+    }]
 }
 
 /// The management host: it answers and takes the secret; the clock against its clock; every
@@ -395,6 +433,9 @@ pub(crate) fn examine(host: &Host, file: Option<&Path>, reach_fabric: bool) -> V
     let (mut found, cfg) = check_config(file);
     found.extend(check_files(file, cfg.as_ref()));
     found.extend(check_kernel(host, cfg.as_ref()));
+    if let Some(file) = file {
+        found.extend(check_mh_listen(file));
+    }
     if let Some(cfg) = &cfg {
         found.extend(check_links(host, cfg));
         if reach_fabric {

@@ -10,6 +10,7 @@ mod eval_cmd;
 mod eval_energy;
 mod eval_report;
 mod figures;
+mod holder;
 mod inspect;
 mod lang_bench;
 mod launch;

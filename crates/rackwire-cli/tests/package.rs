@@ -157,7 +157,8 @@ fn failed<'a>(findings: &'a [serde_json::Value], check: &str) -> Option<&'a serd
 // pkg-config file and library writes from one host into a region of the other (the owner
 // checks the bytes and its notification); `rackwire doctor` passes on a host (its other node's
 // link reached) and fails, naming the fix, once a problem is planted: the secret file made
-// 0644, strict reverse-path filtering on the rail.
+// 0644, strict reverse-path filtering on the rail, the management host's port held by another
+// program (on the host running it, the port held by the management host itself passes).
 #[test]
 fn the_package_brings_up_a_two_host_rack() {
     if !is_root() {
@@ -337,6 +338,34 @@ fn the_package_brings_up_a_two_host_rack() {
     let f = failed(&found, "rp_filter").unwrap_or_else(|| panic!("{found:#?}"));
     assert_eq!(f["fix"], "sysctl -w net.ipv4.conf.rwpkg1.rp_filter=2", "{f}");
     sysctl("2");
+
+    // The management host's port: held by it on host A (as it should); on host B, planted, held
+    // by another program where B's file says a management host would listen.
+    let (passed, found) = doctor(&hosts[0], &rackwire);
+    assert!(passed, "{found:#?}");
+    assert!(
+        found.iter().any(|f| f["check"] == "ports"
+            && f["status"] == "ok"
+            && f["what"].as_str().unwrap().contains("held by rackwire")),
+        "{found:#?}"
+    );
+    let b_file = hosts[1].dir.join("etc/rackwire.toml");
+    let kept = std::fs::read_to_string(&b_file).unwrap();
+    std::fs::write(&b_file, kept.replace("listen = \"198.18.61.1:7700\"", "listen = \"198.18.61.2:7700\"")).unwrap();
+    let squatter = "import socket, time\ns = socket.socket()\ns.bind(('198.18.61.2', 7700))\ns.listen()\nprint('up', flush=True)\ntime.sleep(60)\n";
+    let mut squat = Command::new("ip")
+        .args(["netns", "exec", hosts[1].ns, "python3", "-c", squatter])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(squat.stdout.take().unwrap()), &mut line).unwrap();
+    rack.children.push(squat);
+    let (passed, found) = doctor(&hosts[1], &rackwire);
+    assert!(!passed);
+    let f = failed(&found, "ports").unwrap_or_else(|| panic!("{found:#?}"));
+    assert!(f["what"].as_str().unwrap().contains("198.18.61.2:7700 is held by python3"), "{f}");
+    assert!(f["fix"].as_str().unwrap().starts_with("stop python3"), "{f}");
 
     drop(rack);
 }

@@ -32,6 +32,9 @@ pub const HELD_NODES_MAX: usize = 64;
 pub const HELD_BYTES_MAX: usize = 4 << 20;
 /// Messages held for one such node at most (the same).
 pub const HELD_MSGS_MAX: usize = 1024;
+/// Answers to one node's RMA requests queued at most (its further messages wait in the
+/// transport until it takes some: a node that asks and never reads cannot grow our memory).
+pub const ANSWERS_QUEUED_MAX: usize = 1024;
 /// How often automatic progress looks while the application sleeps on the doorbell itself.
 const ARMED_LOOK: Duration = Duration::from_millis(1);
 /// Messages taken from the fabric per round of progress at most.
@@ -134,6 +137,8 @@ pub(crate) struct State {
     /// Messages from other nodes, held in arrival order until the application inserts them
     /// (it may insert a peer only after that peer sent: nothing is lost), within limits.
     held: OwnIdMap<NodeId, Held>,
+    /// Answers to each node's RMA requests queued to go (see [`ANSWERS_QUEUED_MAX`]).
+    pub(crate) answers: OwnIdMap<NodeId, usize>,
     /// Domains open with automatic progress, and the thread that makes it while any is.
     auto_domains: usize,
     auto: Option<crate::auto::AutoProgress>,
@@ -294,7 +299,29 @@ impl State {
     pub(crate) fn remove_ep(&mut self, ep: u32) -> Option<Ep> {
         let e = self.eps.remove(&ep)?;
         self.tx_queued -= e.txq.len();
+        for op in &e.txq {
+            self.answer_gone(op);
+        }
         Some(e)
+    }
+
+    /// `node` has as many answers queued as it may: its messages wait in the transport.
+    pub(crate) fn answers_full(&self, node: NodeId) -> bool {
+        self.answers.get(&node).is_some_and(|n| *n >= ANSWERS_QUEUED_MAX)
+    }
+
+    /// `op` left its queue: if it answered a node's request, that node may ask again.
+    pub(crate) fn answer_gone(&mut self, op: &TxOp) {
+        if !op.is_answer() {
+            return;
+        }
+        let node = op.dest.0;
+        if let Some(n) = self.answers.get_mut(&node) {
+            *n -= 1;
+            if *n == 0 {
+                self.answers.remove(&node);
+            }
+        }
     }
 
     pub(crate) fn handle(&mut self) -> u64 {
@@ -571,12 +598,14 @@ impl Provider {
             // Taken: messages from the peers in some vector, and (held) from other nodes while
             // there is room to hold them; the rest wait in the transport.
             let members = std::mem::take(&mut st.members);
-            let full: Vec<NodeId> = st.held.iter().filter(|(_, h)| h.full()).map(|(n, _)| *n).collect();
+            let mut full: Vec<NodeId> = st.held.iter().filter(|(_, h)| h.full()).map(|(n, _)| *n).collect();
+            // A node with as many answers queued as it may have waits too, member or not.
+            full.extend(st.answers.keys().copied().filter(|n| st.answers_full(*n)));
             let held: Vec<NodeId> = st.held.keys().copied().collect();
             let room = st.held.len() < HELD_NODES_MAX;
             let me = self.me;
             let member = |n: NodeId| n == me || members.contains(&n);
-            let accept = |n: NodeId| member(n) || (!full.contains(&n) && (room || held.contains(&n)));
+            let accept = |n: NodeId| !full.contains(&n) && (member(n) || room || held.contains(&n));
             // Back to the application as soon as a message completed something: it usually
             // answers at once, and the answer carries the edge transport's acknowledgement.
             let before = st.completions;
@@ -670,6 +699,7 @@ impl Provider {
         }
         let op = e.txq.pop_front().expect("looked at above");
         st.tx_queued -= 1;
+        st.answer_gone(&op);
         match (pending, op.done) {
             (_, None) => {}
             (Some(o), Some(d)) => st.inflight.push_back((o, d)),
@@ -681,6 +711,7 @@ impl Provider {
     fn fail_send(&self, st: &mut State, ep: u32, err: i32) {
         let Some(op) = st.eps.get_mut(&ep).and_then(|e| e.txq.pop_front()) else { return };
         st.tx_queued -= 1;
+        st.answer_gone(&op);
         if let Some(d) = op.done {
             st.tx_complete(d, Some((err, ProvErr::PeerGone)));
         } else if let Some(id) = (op.header.kind != Kind::Ack).then_some(op.header.msg_id) {

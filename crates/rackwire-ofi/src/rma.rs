@@ -79,6 +79,24 @@ impl State {
         Ok(key)
     }
 
+    /// Close region `key`: read answers still reading it take a copy of what they have left
+    /// to send first (the application may free the memory once the call returns).
+    pub(crate) fn mr_close(&mut self, key: u64) -> Result<(), i32> {
+        self.mrs.remove(&key).ok_or(FI_EINVAL)?;
+        for e in self.eps.values_mut() {
+            for op in e.txq.iter_mut() {
+                if let Source::Region { mem, key: k, at } = op.src {
+                    if k == key {
+                        let mut bytes = vec![0; op.total - op.sent];
+                        mem.copy_out(at + op.sent as u64, &mut bytes);
+                        op.src = Source::Tail { bytes, from: op.sent };
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The region `key` names, if `initiator` may make an access needing `need` of `n` bytes
     /// at `addr` through endpoint `ep`.
     fn allowed(&self, ep: u32, initiator: Addr, key: u64, addr: u64, n: usize, need: u64) -> Result<Mr, i32> {
@@ -96,6 +114,13 @@ impl State {
 
     /// Queue an answer from endpoint `ep` to `to`.
     fn answer(&mut self, ep: u32, to: Addr, kind: Kind, op: u64, data: u64, bytes: Vec<u8>) {
+        let total = bytes.len();
+        self.answer_from(ep, to, kind, op, data, Source::Owned(bytes), total);
+    }
+
+    /// Queue an answer whose `total` bytes are in `src`.
+    #[allow(clippy::too_many_arguments)]
+    fn answer_from(&mut self, ep: u32, to: Addr, kind: Kind, op: u64, data: u64, src: Source, total: usize) {
         let header = Header {
             kind,
             tagged: false,
@@ -108,8 +133,10 @@ impl State {
             len_or_offset: 0,
             last: false,
         };
-        let total = bytes.len();
-        self.queue(ep, TxOp { dest: to, header, src: Source::Owned(bytes), total, sent: 0, done: None });
+        if self.eps.contains_key(&ep) {
+            *self.answers.entry(to.0).or_default() += 1;
+        }
+        self.queue(ep, TxOp { dest: to, header, src, total, sent: 0, done: None });
     }
 
     /// Target: carry out (or refuse) an RMA request from `from`.
@@ -133,8 +160,8 @@ impl State {
                 let n = usize::try_from(h.data).unwrap_or(usize::MAX);
                 match self.allowed(ep, initiator, h.tag, h.len_or_offset, n, FI_REMOTE_READ) {
                     Ok(mr) => {
-                        let bytes = mr.mem.read(h.len_or_offset, n);
-                        self.answer(ep, initiator, Kind::ReadResp, h.msg_id, 0, bytes);
+                        let src = Source::Region { mem: mr.mem, key: h.tag, at: h.len_or_offset };
+                        self.answer_from(ep, initiator, Kind::ReadResp, h.msg_id, 0, src, n);
                     }
                     Err(e) => self.answer(ep, initiator, Kind::Ack, h.msg_id, e as u64, Vec::new()),
                 }
@@ -244,7 +271,7 @@ pub fn mr_reg(base: usize, len: usize, access: u64) -> Result<u64, i32> {
 
 /// Close the region of `key`: no peer reaches it any more.
 pub fn mr_close(key: u64) -> Result<(), i32> {
-    with(|_, st| st.mrs.remove(&key).map(drop).ok_or(FI_EINVAL))
+    with(|_, st| st.mr_close(key))
 }
 
 /// The header of a request from `ep` to `to` on `(key, address)`, carrying `data`.
@@ -387,5 +414,85 @@ mod tests {
         assert_eq!(AtomicReq::decode(bad.encode()), None);
         let many = AtomicReq { op: atomics::op::SUM, dt: 7, count: 1 << 20, form: Form::Write };
         assert_eq!(AtomicReq::decode(many.encode()), None);
+    }
+}
+
+#[cfg(test)]
+mod answers {
+    use super::*;
+    use crate::engine::{Ep, ANSWERS_QUEUED_MAX};
+    use crate::queues::Av;
+
+    /// A state with one enabled endpoint whose vector names node 7's endpoint 0, and a
+    /// readable region over `mem`: the endpoint's number and the region's key.
+    fn target(mem: &mut [u8]) -> (State, u32, u64) {
+        let mut st = State::default();
+        let mut av = Av::new(FI_AV_TABLE);
+        av.insert((7, 0)).unwrap();
+        st.avs.insert(1, av);
+        let ep = st.add_ep(Ep { enabled: true, av: Some(1), ..Ep::default() });
+        let reg = Registered { base: mem.as_mut_ptr() as usize, len: mem.len() };
+        let key = st.mr_reg(reg, FI_REMOTE_READ).unwrap();
+        (st, ep, key)
+    }
+
+    fn read_req(ep: u32, key: u64, addr: u64, n: u64, id: u64) -> Header {
+        Header {
+            kind: Kind::ReadReq,
+            tagged: false,
+            has_data: false,
+            dst_ep: ep,
+            src_ep: 0,
+            tag: key,
+            data: n,
+            msg_id: id,
+            len_or_offset: addr,
+            last: false,
+        }
+    }
+
+    // Checks that a read is answered from the region itself, not a copy: the queued answer
+    // reads the region's bytes as its pieces go (a byte changed after the request is the byte
+    // sent); that closing the region first leaves the answer the bytes it had left (a copy,
+    // sent unchanged after the memory is reused); and that a node's queued answers are counted
+    // up to ANSWERS_QUEUED_MAX, past which it is marked to wait, and uncounted as they leave.
+    #[test]
+    fn read_answers_are_bounded_and_copy_nothing_until_their_region_closes() {
+        let mut mem = vec![0u8; 1 << 20];
+        let (mut st, ep, key) = target(&mut mem);
+        let base = mem.as_ptr() as u64;
+        st.serve_rma(7, &read_req(ep, key, base + 100, 3 << 18, 1), &[]);
+        let op = st.eps[&ep].txq.back().unwrap();
+        assert!(matches!(op.src, Source::Region { .. }), "answered from the region: {:?}", op.src);
+        assert_eq!(op.total, 3 << 18);
+        mem[100] = 0xab;
+        let (h, n) = op.next_piece();
+        let mut buf = vec![0u8; crate::wire::HEADER_BYTES + n];
+        op.fill(&h, n, &mut buf);
+        assert_eq!(buf[crate::wire::HEADER_BYTES], 0xab, "the byte in the region when the piece goes");
+
+        st.eps.get_mut(&ep).unwrap().txq.back_mut().unwrap().sent = 10;
+        mem[110] = 0xcd;
+        st.mr_close(key).unwrap();
+        mem[110] = 0;
+        let op = st.eps[&ep].txq.back().unwrap();
+        assert!(matches!(op.src, Source::Tail { from: 10, .. }), "{:?}", op.src);
+        let (h, n) = op.next_piece();
+        let mut buf = vec![0u8; crate::wire::HEADER_BYTES + n];
+        op.fill(&h, n, &mut buf);
+        assert_eq!(buf[crate::wire::HEADER_BYTES], 0xcd, "the bytes as they were when the region closed");
+
+        // Each request's answer counts against its node until it leaves the queue.
+        let (mut st, ep, key) = target(&mut mem);
+        for id in 0..ANSWERS_QUEUED_MAX as u64 {
+            assert!(!st.answers_full(7));
+            st.serve_rma(7, &read_req(ep, key, base, 8, id), &[]);
+        }
+        assert!(st.answers_full(7), "node 7 now waits");
+        let op = st.eps.get_mut(&ep).unwrap().txq.pop_front().unwrap();
+        st.answer_gone(&op);
+        assert!(!st.answers_full(7), "one answer went: node 7 may ask again");
+        st.remove_ep(ep);
+        assert!(st.answers.is_empty(), "an endpoint closed takes its answers' counts with it");
     }
 }

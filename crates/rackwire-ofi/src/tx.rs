@@ -3,7 +3,7 @@
 
 use crate::consts::*;
 use crate::queues::{Addr, TxDone};
-use crate::user::{capacity, copy_out, gather, Iov};
+use crate::user::{capacity, copy_out, gather, Iov, Registered};
 use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX, HEADER_BYTES};
 
 /// Where a send's bytes are.
@@ -14,6 +14,14 @@ pub(crate) enum Source {
     /// The application's buffer, valid until the send completes (libfabric's contract):
     /// copied piece by piece into the peer's ring as it has room.
     User(Vec<Iov>),
+    /// A read's answer: `len` bytes at `at` of registered region `key`, copied piece by piece
+    /// into the peer's ring (no copy of the whole, however large the read); a region closed
+    /// before they all went leaves the rest as a [`Source::Tail`] ([`State::mr_close`]).
+    ///
+    /// [`State::mr_close`]: crate::engine::State
+    Region { mem: Registered, key: u64, at: u64 },
+    /// The bytes from `from` on of a read's answer, copied when its region closed.
+    Tail { bytes: Vec<u8>, from: usize },
 }
 
 impl Source {
@@ -44,6 +52,12 @@ pub(crate) struct TxOp {
 }
 
 impl TxOp {
+    /// An answer to an RMA request of another node's (which counts against that node's
+    /// [`crate::engine::ANSWERS_QUEUED_MAX`]).
+    pub(crate) fn is_answer(&self) -> bool {
+        self.done.is_none() && matches!(self.header.kind, Kind::Ack | Kind::ReadResp)
+    }
+
     /// The header and length of the next piece.
     pub(crate) fn next_piece(&self) -> (Header, usize) {
         match self.header.kind {
@@ -77,6 +91,8 @@ impl TxOp {
             Source::User(iov) => {
                 copy_out(iov, self.sent, out);
             }
+            Source::Region { mem, at, .. } => mem.copy_out(at + self.sent as u64, out),
+            Source::Tail { bytes, from } => out.copy_from_slice(&bytes[self.sent - from..self.sent - from + n]),
         }
     }
 }

@@ -104,6 +104,15 @@ impl Registered {
         unsafe { std::slice::from_raw_parts(addr as usize as *const u8, n) }.to_vec()
     }
 
+    /// Copy the bytes at `addr` into `out` (inside: see [`Registered::holds`]).
+    pub fn copy_out(&self, addr: u64, out: &mut [u8]) {
+        assert!(self.holds(addr, out.len()), "callers check the range first");
+        // SAFETY: as in `read`: the range lies inside registered memory, which stays valid
+        // while the provider's lock is held and is not closed with an answer reading it
+        // queued (closing copies what is left first).
+        out.copy_from_slice(unsafe { std::slice::from_raw_parts(addr as usize as *const u8, out.len()) });
+    }
+
     /// Run `f` on the `n` bytes at `addr` (inside: see [`Registered::holds`]).
     pub fn with_mut<T>(&self, addr: u64, n: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
         assert!(self.holds(addr, n), "callers check the range first");

@@ -151,7 +151,38 @@ pub(crate) struct FileConfig {
     metrics: Option<String>,
     mh_keys: Option<Vec<String>>,
     memory_domain: Option<String>,
-    pub(crate) management_host: Option<crate::config_keys::ManagementHostFile>,
+    pub(crate) management_host: Option<ManagementHostFile>,
+}
+
+/// The `[management_host]` table: what `rackwire mh` on this host runs with when its flags do
+/// not say (the secret is the file's own `secret` or `secret_file`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManagementHostFile {
+    /// Address to listen on.
+    pub listen: Option<String>,
+    /// Folder of the persistent state and the host's key pair.
+    pub state: Option<PathBuf>,
+    /// etcd endpoints, comma-separated, to keep the state in (hosts on one etcd elect a leader).
+    pub etcd: Option<String>,
+    /// With `etcd`: the fabric's name (its keys live under `/rackwire/NAME`).
+    pub fabric: Option<String>,
+    /// Address to serve the host's counters at (`/metrics`).
+    pub metrics: Option<String>,
+    /// Seconds a node may be down before it is forgotten.
+    pub forget_after_s: Option<u64>,
+    /// Seconds a transient node may be down before it is forgotten.
+    pub forget_transient_after_s: Option<u64>,
+}
+
+impl ManagementHostFile {
+    /// The `[management_host]` table of the file at `path` (empty when it has none); the rest
+    /// of the file is read and checked as every command reads it.
+    pub fn read(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let f: FileConfig = toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        Ok(f.management_host.unwrap_or_default())
+    }
 }
 
 /// Where a host's configuration file lives when `RACKWIRE_CONFIG` does not say.

@@ -1,47 +1,11 @@
 //! The configuration file's keys, each with its type, default, environment variable and
 //! meaning: the one list the reference page is made from (`rackwire config reference`,
-//! `docs/config.md`), held by a test to the keys the file's reader takes; and the file's
-//! `[management_host]` table, which `rackwire mh` reads.
+//! `docs/config.md`), held by a test to the keys the file's reader takes.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::config::{BUSY_POLL_DEFAULT, CONFIG_PATH_DEFAULT, LINK_MTU_DEFAULT};
-use crate::{Error, OP_TIMEOUT_DEFAULT, PEER_TIMEOUT_DEFAULT};
-
-/// The `[management_host]` table: what `rackwire mh` on this host runs with when its flags do
-/// not say (the secret is the file's own `secret` or `secret_file`).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ManagementHostFile {
-    /// Address to listen on.
-    pub listen: Option<String>,
-    /// Folder of the persistent state and the host's key pair.
-    pub state: Option<PathBuf>,
-    /// etcd endpoints, comma-separated, to keep the state in (hosts on one etcd elect a leader).
-    pub etcd: Option<String>,
-    /// With `etcd`: the fabric's name (its keys live under `/rackwire/NAME`).
-    pub fabric: Option<String>,
-    /// Address to serve the host's counters at (`/metrics`).
-    pub metrics: Option<String>,
-    /// Seconds a node may be down before it is forgotten.
-    pub forget_after_s: Option<u64>,
-    /// Seconds a transient node may be down before it is forgotten.
-    pub forget_transient_after_s: Option<u64>,
-}
-
-impl ManagementHostFile {
-    /// The `[management_host]` table of the file at `path` (empty when it has none); the rest
-    /// of the file is read and checked as every command reads it.
-    pub fn read(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-        let f: crate::config::FileConfig =
-            toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-        Ok(f.management_host.unwrap_or_default())
-    }
-}
+use crate::{OP_TIMEOUT_DEFAULT, PEER_TIMEOUT_DEFAULT};
 
 /// One key of the configuration file.
 pub struct ConfigKey {
@@ -344,7 +308,7 @@ pub fn reference_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::FileConfig;
+    use crate::config::{FileConfig, ManagementHostFile};
 
     /// The keys a reader of type `T` takes, as its refusal of an unknown key lists them.
     fn keys_taken<T: serde::de::DeserializeOwned>() -> Vec<String> {

@@ -60,10 +60,10 @@ mod watch;
 pub use access::{Access, ParseAccessError};
 pub use bytes::Bytes;
 pub use config::{
-    config_path, read_secret_file, FabricConfig, TransportChoice, BUSY_POLL_DEFAULT, CONFIG_PATH_DEFAULT,
-    LINK_MTU_DEFAULT, LINK_MTU_MIN, PEER_TIMEOUT_MAX, PEER_TIMEOUT_MIN,
+    config_path, read_secret_file, FabricConfig, ManagementHostFile, TransportChoice, BUSY_POLL_DEFAULT,
+    CONFIG_PATH_DEFAULT, LINK_MTU_DEFAULT, LINK_MTU_MIN, PEER_TIMEOUT_MAX, PEER_TIMEOUT_MIN,
 };
-pub use config_keys::{reference_markdown as config_reference, ConfigKey, ManagementHostFile, CONFIG_KEYS};
+pub use config_keys::{reference_markdown as config_reference, ConfigKey, CONFIG_KEYS};
 pub use conn::Conn;
 pub use error::{Error, MhErrorText};
 pub use fabric::Fabric;
