@@ -59,8 +59,10 @@ sed -e 's|^prefix=.*|prefix=/usr|' -e "s|^libdir=.*|libdir=\${prefix}/lib/$multi
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT
 "$from/rackwire" package-files "$gen" > /dev/null
-for page in "$gen"/man/man1/*.1; do
-    gzip -9n < "$page" > "$root/usr/share/man/man1/$(basename "$page").gz"
+mkdir -p "$root/usr/share/man/man5"
+for page in "$gen"/man/man1/*.1 "$gen"/man/man5/*.5; do
+    section=$(basename "$(dirname "$page")")
+    gzip -9n < "$page" > "$root/usr/share/man/$section/$(basename "$page").gz"
 done
 install -m 644 "$gen/completions/rackwire.bash" "$root/usr/share/bash-completion/completions/rackwire"
 install -m 644 "$gen/completions/_rackwire" "$root/usr/share/zsh/vendor-completions/_rackwire"

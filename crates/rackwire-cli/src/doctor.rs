@@ -322,8 +322,9 @@ fn check_mh_listen(file: &Path) -> Vec<Finding> {
     };
     vec![match std::net::TcpListener::bind(addr) {
         Ok(_) => ok("ports", format!("{addr} is free for the management host")),
+        // One file for every host may name the management host's address: it runs elsewhere.
         Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
-            fail("ports", format!("{} is not an address of this host", addr.ip()), "fix [management_host] listen")
+            ok("ports", format!("the management host listens on {addr}, another host's address"))
         }
         Err(e) => port_held(Proto::Tcp, addr, &e, "give the management host another port"),
     }]

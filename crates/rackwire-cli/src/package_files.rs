@@ -1,13 +1,15 @@
 //! The files a package installs that the command itself describes: a manual page for
-//! `rackwire` and for each of its commands (from the same definitions `--help` prints), and
-//! the shell completions (bash, zsh, fish).
+//! `rackwire` and for each of its commands (from the same definitions `--help` prints), one for
+//! the configuration file (`rackwire.toml(5)`, from the list of keys the reader is tested
+//! against), and the shell completions (bash, zsh, fish).
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use clap::CommandFactory;
 
-/// Write `man/man1/rackwire*.1` and `completions/{rackwire.bash,_rackwire,rackwire.fish}`
+/// Write `man/man1/rackwire*.1`, `man/man5/rackwire.toml.5` and
+/// `completions/{rackwire.bash,_rackwire,rackwire.fish}`
 /// under `dir`; the paths written.
 pub(crate) fn write(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     let mut written = Vec::new();
@@ -26,6 +28,11 @@ pub(crate) fn write(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
         std::fs::write(&path, out).with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
     }
+    let man5 = dir.join("man/man5");
+    std::fs::create_dir_all(&man5)?;
+    let path = man5.join("rackwire.toml.5");
+    std::fs::write(&path, config_page())?;
+    written.push(path);
     let completions = dir.join("completions");
     std::fs::create_dir_all(&completions)?;
     use clap_complete::Shell;
@@ -37,4 +44,36 @@ pub(crate) fn write(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
         written.push(path);
     }
     Ok(written)
+}
+
+/// `rackwire.toml(5)`: every key of the configuration file, from [`rackwire::CONFIG_KEYS`].
+fn config_page() -> String {
+    use roff::{bold, roman, Roff};
+    let plain = |s: &str| s.replace('`', "");
+    let mut page = Roff::new();
+    page.control("TH", ["RACKWIRE.TOML", "5"]);
+    page.control("SH", ["NAME"]).text([roman("rackwire.toml - the configuration file of a rackwire host")]);
+    page.control("SH", ["DESCRIPTION"]).text([roman(format!(
+        "Every rackwire program reads one TOML file: RACKWIRE_CONFIG when it is set (set empty: \
+         none), else {} when it exists. The environment variables override the file, and a \
+         command's flags override both. rackwire config check says what is wrong with a file, \
+         one line per problem.",
+        rackwire::CONFIG_PATH_DEFAULT
+    ))]);
+    for (table, title) in [("", "KEYS"), ("management_host", "[management_host]")] {
+        page.control("SH", [title]);
+        if !table.is_empty() {
+            page.text([roman("What rackwire mh on this host runs with when its flags do not say.")]);
+        }
+        for k in rackwire::CONFIG_KEYS.iter().filter(|k| k.table == table) {
+            page.control("TP", []).text([
+                bold(k.key),
+                roman(format!(" ({}; default: {}; also: {})", plain(k.kind), plain(&(k.default)()), plain(k.also))),
+            ]);
+            page.text([roman(plain(k.meaning))]);
+        }
+    }
+    page.control("SH", ["SEE ALSO"])
+        .text([roman("rackwire(1), rackwire-config(1), rackwire-doctor(1), rackwire-mh(1)")]);
+    page.render()
 }

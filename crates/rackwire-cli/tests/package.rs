@@ -150,7 +150,7 @@ fn failed<'a>(findings: &'a [serde_json::Value], check: &str) -> Option<&'a serd
 }
 
 // Checks the package end to end on two hosts made of namespaces, from the unpacked files only:
-// systemd reads both units without a complaint (where systemd-analyze is installed); the
+// it holds the manual pages (the commands', the configuration file's); systemd reads both units without a complaint (where systemd-analyze is installed); the
 // management host's and the agents' units run as written (the host's file read from
 // /etc/rackwire with no variable naming it, the secret handed over as a credential); both
 // nodes join under the hosts' names; a C program built against the package's header,
@@ -185,6 +185,11 @@ fn the_package_brings_up_a_two_host_rack() {
     let root = work.0.join("root");
     ok(&run(Command::new("dpkg-deb").args(["-x", deb.trim(), root.to_str().unwrap()])));
     let rackwire = root.join("usr/bin/rackwire");
+    // Its manual: a page per command the help lists, and one for the configuration file.
+    for page in ["man1/rackwire.1.gz", "man1/rackwire-doctor.1.gz", "man1/rackwire-mh.1.gz", "man5/rackwire.toml.5.gz"]
+    {
+        assert!(root.join("usr/share/man").join(page).is_file(), "{page} is in the package");
+    }
 
     // The units as systemd reads them (where it is installed): no unknown setting, no bad
     // value, the command there.
@@ -302,7 +307,8 @@ fn the_package_brings_up_a_two_host_rack() {
     ok(&writer);
     assert!(ok(&owner).contains("owner ok"), "{}", String::from_utf8_lossy(&owner.stdout));
 
-    // The doctor: the host is ready, its other node's link reached.
+    // The doctor: the host is ready, its other node's link reached (the management host's
+    // address in its file is host A's: fine, it runs there).
     let (passed, found) = doctor(&hosts[1], &rackwire);
     assert!(passed, "{found:#?}");
     assert!(
