@@ -8,7 +8,7 @@
 //! Reported: the 64 B round trip's half (µs per transfer, as fi_pingpong prints it) and 1 MiB's
 //! MB/s, each provider's median run with the spread, and rackwire's per-repeat ratio against
 //! each peer. Where libfabric's own test suite is built (`scripts/fabtests.sh` puts it in
-//! `target/fabtests`), its `fi_rdm_tagged_bw` and `fi_rma_bw -o write` at 1 MiB too, in the same
+//! `target/fabtests`), its `fi_rdm_tagged_bw` and `fi_rma_bw -o write` and `-o read` at 1 MiB too, in the same
 //! way (addresses exchanged out of band, `-E`).
 
 use std::collections::BTreeMap;
@@ -39,14 +39,15 @@ const RUN_LIMIT: Duration = Duration::from_secs(120);
 const SECRET: &str = "rackwire-bench-ofi-secret";
 
 /// One run's figures: µs per transfer at 64 B, MB/s at 1 MiB; with fabtests, the MB/s of its
-/// tagged bandwidth test and of its RMA write bandwidth test at 1 MiB (none where the provider
-/// cannot run the test).
+/// tagged bandwidth test and of its RMA write and read bandwidth tests at 1 MiB (none where the
+/// provider cannot run the test).
 #[derive(Clone, Copy, Debug)]
 struct Figures {
     lat_us: f64,
     mb_s: f64,
     tagged_bw: Option<f64>,
     rma_bw: Option<f64>,
+    rma_read_bw: Option<f64>,
 }
 
 /// Transfers of a fabtests bandwidth test (at full scale).
@@ -218,7 +219,7 @@ fn measure(provider: &str, iters: u64, dir: &Path, place: &Place, fabtests: Opti
     let (Some(s), Some(l)) = (small.get("64"), large.get("1m")) else {
         bail!("fi_pingpong over {provider} printed no 64 B or 1 MiB row");
     };
-    let mut f = Figures { lat_us: s.1, mb_s: l.0, tagged_bw: None, rma_bw: None };
+    let mut f = Figures { lat_us: s.1, mb_s: l.0, tagged_bw: None, rma_bw: None, rma_read_bw: None };
     if let Some((bin, n)) = fabtests {
         // A peer that cannot run a test here has no figure for it (said in a note: `udp;ofi_rxd`
         // refuses the addresses the tests insert); rackwire must run both.
@@ -234,6 +235,7 @@ fn measure(provider: &str, iters: u64, dir: &Path, place: &Place, fabtests: Opti
         };
         f.tagged_bw = bw("fi_rdm_tagged_bw", &[])?;
         f.rma_bw = bw("fi_rma_bw", &["-e", "rdm", "-o", "write"])?;
+        f.rma_read_bw = bw("fi_rma_bw", &["-e", "rdm", "-o", "read"])?;
     }
     Ok(f)
 }
@@ -294,6 +296,8 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
         "rackwire's / theirs",
         "fi_rma_bw -o write 1 MiB MB/s",
         "rackwire's / theirs",
+        "fi_rma_bw -o read 1 MiB MB/s",
+        "rackwire's / theirs",
     ]);
     let mut doc = serde_json::Map::new();
     for &p in providers {
@@ -313,7 +317,11 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
         if fab.is_some() {
             let entry = doc.get_mut(p).and_then(|v| v.as_object_mut()).expect("inserted above");
             let mut row = vec![p.to_string()];
-            let picks: [(&str, Pick); 2] = [("tagged_bw_1mib", |f| f.tagged_bw), ("rma_write_bw_1mib", |f| f.rma_bw)];
+            let picks: [(&str, Pick); 3] = [
+                ("tagged_bw_1mib", |f| f.tagged_bw),
+                ("rma_write_bw_1mib", |f| f.rma_bw),
+                ("rma_read_bw_1mib", |f| f.rma_read_bw),
+            ];
             for (key, pick) in picks {
                 let (col, ratio) = fabtest_figure(ours, r, pick);
                 row.push(col.map_or("—".into(), |t| fmt(t, 0)));
