@@ -41,7 +41,9 @@ mh=$!
 trap 'kill $mh 2>/dev/null; rm -rf "$state"' EXIT
 sleep 1
 export RACKWIRE_MH=127.0.0.1:$port RACKWIRE_SECRET=$secret
-unset RACKWIRE_NAME RACKWIRE_CONFIG
+unset RACKWIRE_NAME
+# No host configuration file either (RACKWIRE_CONFIG set empty): the run is configured here alone.
+export RACKWIRE_CONFIG=
 
 status=0
 for transport in shm edge; do

@@ -1,10 +1,10 @@
 //! The rackwire management host (MH) and the client nodes use to talk to it.
 //!
 //! The management host is the control plane of a rack: it admits nodes that prove they hold
-//! the fabric's shared secret (challenge and response; the secret never crosses the wire),
-//! gives each a stable id by name, keeps the name table (node name → how to reach it), the
-//! region directory (name → remote region handle) and the record of grants, and knows which
-//! nodes are up (heartbeats). Its state survives a restart. Nodes cache what they resolved, so
+//! the fabric's shared secret (a SPAKE2 exchange over it, confirmed both ways: the secret never
+//! crosses the wire) and, for a node, its own key; gives each a stable id by name, keeps the
+//! name table (node name → how to reach it), the region directory (name → remote region
+//! handle) and the record of grants, and knows which nodes are up (heartbeats). Its state survives a restart. Nodes cache what they resolved, so
 //! traffic between peers that already know each other goes on while it is down.
 //!
 //! The wire protocol is newline-delimited JSON over TCP: the control plane is not on the data

@@ -19,8 +19,10 @@
 //!
 //! # What it does
 //!
-//! - A handshake with mutual authentication by a shared secret (HMAC proofs over fresh nonces,
-//!   so nothing can be replayed) and by node keys (Ed25519 signatures of the transcript,
+//! - A handshake with mutual authentication by a shared secret (a SPAKE2 exchange over it, then
+//!   each end's confirmation of the transcript under the key it gave: the secret never crosses
+//!   the wire nor can be guessed offline from what does; fresh nonces, so nothing can be
+//!   replayed) and by node keys (Ed25519 signatures of the transcript,
 //!   checked against the key the caller knows for the peer), agreeing on keys that seal every
 //!   later frame (AEGIS-128X2, each frame taken once: [`TRAILER_LEN`], [`REPLAY_WINDOW`]);
 //!   then operations: write, read, compare-and-swap,
