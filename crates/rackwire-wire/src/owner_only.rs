@@ -8,7 +8,8 @@
 //! writable by nobody else; a private folder (where sockets live) open to nobody else at
 //! all. A file must be a regular file (not a link), owned by this user, and open to nobody
 //! else. Every folder above either belongs to this user or root and is written by nobody
-//! else, unless it is root's and sticky (`/tmp`).
+//! else, unless it is root's and sticky (`/tmp`). A configuration file may be read by anyone
+//! and be root's, but changed by nobody else ([`check_readable_file`]).
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::Path;
@@ -79,6 +80,30 @@ pub fn check_file(path: &Path) -> Result<(), NotOwnerOnly> {
     check_ancestors(path)
 }
 
+/// Check the file `path`, which others may read but not change (a configuration file): it
+/// belongs to this process's user or to root, neither its group nor others may write it, and
+/// no folder above it lets anyone else put another file in its place. A link is followed (a
+/// host's configuration may be one), and the file it names is checked.
+pub fn check_readable_file(path: &Path) -> Result<(), NotOwnerOnly> {
+    let meta = std::fs::metadata(path).map_err(|e| refuse(path, e.to_string(), "check the path"))?;
+    if !meta.is_file() {
+        return Err(refuse(path, "is not a regular file", "put the file itself there"));
+    }
+    let (me, owner, mode) = (effective_uid(), meta.uid(), meta.mode() & 0o7777);
+    if owner != me && owner != 0 {
+        return Err(refuse(
+            path,
+            format!("belongs to user {owner}, neither this process's user {me} nor root"),
+            "chown it to root (or to the user that runs rackwire)",
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Err(refuse(path, format!("may be changed by others (mode {mode:o})"), "chmod go-w it"));
+    }
+    let real = std::fs::canonicalize(path).map_err(|e| refuse(path, e.to_string(), "check the path"))?;
+    check_ancestors(&real)
+}
+
 /// Check every folder above `path` (its parent up to `/`): each belongs to this user or to
 /// root, and none other than a root-owned sticky one (such as `/tmp`, where nobody can move
 /// or replace another user's entries) may be written by others. Whoever can write a folder
@@ -135,6 +160,29 @@ mod tests {
         let d = std::env::temp_dir().join(format!("rw-owner-only-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
+    }
+
+    // Checks what a configuration file must be: one made here (0644) passes, and so does a
+    // link to it; made writable by the group (0664) or by others (0646) it is refused with
+    // the fix; a folder in its place is refused.
+    #[test]
+    fn a_configuration_file_others_may_change_is_refused() {
+        let d = temp("readable");
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("rackwire.toml");
+        std::fs::write(&f, "mh = \"h:1\"\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        check_readable_file(&f).unwrap();
+        let link = d.join("link.toml");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        check_readable_file(&link).unwrap();
+        for mode in [0o664, 0o646] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = check_readable_file(&f).unwrap_err();
+            assert_eq!(e.fix, "chmod go-w it", "{e}");
+        }
+        assert!(check_readable_file(&d).is_err(), "a folder is no configuration file");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     // Checks what a folder must be: a folder made here passes; opened to the group (0750 for a

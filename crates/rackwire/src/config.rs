@@ -308,6 +308,10 @@ impl FabricConfig {
     /// [`FabricConfig::from_file`]; its secret read only when `secret` (the environment may
     /// give another: a service handed a copy of a secret file it could not read itself).
     fn read_file(path: &Path, secret: bool) -> Result<Self, Error> {
+        // Whoever can change the file chooses the management host and the links: only its
+        // owner (this user or root) may.
+        rackwire_mh::owner_only::check_readable_file(path)
+            .map_err(|e| Error::Config(format!("configuration file {e}")))?;
         let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
         let f: FileConfig = toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
         let transient = f.name.is_none();
@@ -538,9 +542,9 @@ mod tests {
 
     // Checks the file format: known keys are read (the key pair's place follows state_dir and
     // the name; a file with no name makes a transient node; a peer timeout out of range is
-    // refused), a secret file's trailing newline is
-    // dropped, a secret file others may read (0644) is refused, and an unknown key is an error
-    // naming the file.
+    // refused), a secret file's trailing newline is dropped, a secret file others may read
+    // (0644) is refused, the file itself refused once others may change it (0666), and an
+    // unknown key is an error naming the file.
     #[test]
     fn reads_toml_and_refuses_unknown_keys() {
         let dir = std::env::temp_dir().join(format!("rw-cfg-{}", std::process::id()));
@@ -586,6 +590,12 @@ mod tests {
         let mut short = c.clone();
         short.peer_timeout = Duration::from_millis(1);
         assert!(short.validate().unwrap_err().to_string().contains("peer_timeout"));
+        // A configuration file others may change is refused, naming the fix.
+        std::fs::set_permissions(&good, PermissionsExt::from_mode(0o666)).unwrap();
+        assert!(
+            matches!(FabricConfig::from_file(&good), Err(Error::Config(m)) if m.contains("chmod go-w")),
+            "a configuration file others may change is refused"
+        );
         let bad = dir.join("bad.toml");
         std::fs::write(&bad, "mh = \"x\"\nsecrett = \"typo\"\n").unwrap();
         assert!(matches!(FabricConfig::from_file(&bad), Err(Error::Config(m)) if m.contains("bad.toml")));
