@@ -17,7 +17,7 @@ mod stats;
 pub use peers::{
     iperf3_path, iperf3_udp_capacity, sockperf_path, NetPath, UdpSearch, UDP_SEARCH_LARGE, UDP_SEARCH_SMALL,
 };
-pub use report::{markdown, print_table, Report, Row};
+pub use report::{markdown, print_table, table, Report, Row};
 pub use shm::{responder_main, run_shm, BenchTransport, ShmBench, RESPONDER_SUBCOMMAND};
 
 use std::str::FromStr;

@@ -71,10 +71,16 @@ fn f(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
 }
 
-/// The rows as a table.
-pub fn print_table(report: &Report) -> String {
+/// An empty table in the one style every rackwire report and command prints.
+pub fn table() -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
+    t
+}
+
+/// The rows as a table.
+pub fn print_table(report: &Report) -> String {
+    let mut t = table();
     let net = report.rows.iter().any(|r| r.extra_pct.is_some());
     let cost = report.rows.iter().any(|r| r.core_s_per_gb.is_some() || r.core_us_per_op.is_some());
     let mut header = vec![

@@ -415,7 +415,7 @@ fn op_sizes<'a>(ops: &'a [String], sizes: &'a [u64]) -> impl Iterator<Item = (&'
 
 /// The rows as a table, with each of ours against Open MPI's.
 pub(crate) fn print_rows(rows: &[serde_json::Value]) {
-    let mut t = comfy_table::Table::new();
+    let mut t = rackwire_bench::table();
     t.set_header([
         "collective",
         "dest",

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use rackwire::{Access, Error, Fabric, FabricConfig, ManagementHost, OpFlags};
 use rackwire_bench::{markdown, print_table, Pattern, Report, ShmBench};
 
@@ -193,8 +192,7 @@ fn tour(args: &DemoArgs, out: &mut String) -> Result<()> {
     let (_, answer) = recv_text(&fabric)?;
     lines.push(format!("- revoked node {victim}'s grant of the board ({outcome:?}); its next write: {answer}"));
     let nodes = fabric.nodes()?;
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
+    let mut t = rackwire_bench::table();
     t.set_header(["id", "name", "state", "pid"]);
     for n in &nodes {
         t.add_row([

@@ -502,7 +502,7 @@ pub(crate) fn phases_in_order(r: &serde_json::Value) -> Vec<(&str, f64)> {
 
 /// The rows as a table.
 pub(crate) fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
-    let mut t = comfy_table::Table::new();
+    let mut t = rackwire_bench::table();
     t.set_header([
         "workload",
         "path",

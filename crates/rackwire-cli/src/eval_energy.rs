@@ -133,7 +133,7 @@ pub(crate) fn tables(a: &EvalArgs) -> Result<(serde_json::Value, String)> {
         "sort_efficiency": sort_rows, "grep_efficiency": grep_rows, "marlin_table_3": marlin, "rows": runs,
     });
     let mut text = String::new();
-    let mut t2 = comfy_table::Table::new();
+    let mut t2 = rackwire_bench::table();
     t2.set_header(["sort (RAMFS)", &format!("{eth} (TCP)"), "PCIe (fabric)"]);
     for r in &sort_rows {
         let cell = |k: &str| r[k].as_f64().map(pct).unwrap_or_default();
@@ -142,7 +142,7 @@ pub(crate) fn tables(a: &EvalArgs) -> Result<(serde_json::Value, String)> {
     text.push_str(&format!(
         "Sort energy efficiency improvement over {eth}/1-core (HP Table 2 layout; estimates)\n{t2}\n\n"
     ));
-    let mut t3 = comfy_table::Table::new();
+    let mut t3 = rackwire_bench::table();
     let cols: Vec<String> =
         [eth, "PCIe"].iter().flat_map(|n| cores.iter().map(move |k| format!("{n} {k}-core"))).collect();
     t3.set_header(std::iter::once("grep".to_string()).chain(cols.iter().cloned()));
@@ -154,7 +154,7 @@ pub(crate) fn tables(a: &EvalArgs) -> Result<(serde_json::Value, String)> {
     text.push_str(&format!(
         "Grep energy efficiency improvement over {eth}/1-core (HP Table 3 layout; estimates)\n{t3}\n\n"
     ));
-    let mut tm = comfy_table::Table::new();
+    let mut tm = rackwire_bench::table();
     tm.set_header(["24 servers", "Gbit/s", "switch W", "adapters W", "total W", "W per Gbit/s"]);
     for r in &marlin {
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);

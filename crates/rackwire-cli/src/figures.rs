@@ -41,12 +41,12 @@ pub(crate) fn micro(report: &Report, dir: &Path) -> Result<String> {
     };
     let lat = by("pingpong", |r| r.lat_us_p50);
     if !lat.is_empty() {
-        plot::lines(&dir.join("latency.svg"), "Ping-pong latency (p50, one way)", "bytes", "µs", true, &lat)?;
+        plot::lines(&dir.join("latency.svg"), "Ping-pong latency (p50, one way)", "message size", "µs", true, &lat)?;
         md.push_str(&image("latency.svg", "ping-pong latency against size"));
     }
     let bw = by("oneway", |r| r.mb_per_s);
     if !bw.is_empty() {
-        plot::lines(&dir.join("bandwidth.svg"), "One-way bandwidth", "bytes", "MB/s", false, &bw)?;
+        plot::lines(&dir.join("bandwidth.svg"), "One-way bandwidth", "message size", "MB/s", false, &bw)?;
         md.push_str(&image("bandwidth.svg", "one-way bandwidth against size"));
     }
     Ok(md)
@@ -86,7 +86,14 @@ pub(crate) fn collectives(rows: &[serde_json::Value], dir: &Path) -> Result<Stri
             })
             .collect();
         let file = format!("coll-{op}-{ranks}.svg");
-        plot::lines(&dir.join(&file), &format!("{op}, {ranks} ranks (average latency)"), "bytes", "µs", true, &series)?;
+        plot::lines(
+            &dir.join(&file),
+            &format!("{op}, {ranks} ranks (average latency)"),
+            "message size",
+            "µs",
+            true,
+            &series,
+        )?;
         md.push_str(&image(&file, &format!("{op} latency at {ranks} ranks")));
     }
     Ok(md)

@@ -1,7 +1,6 @@
 //! `rackwire nodes` and `rackwire regions`: what the management host knows.
 
 use anyhow::Result;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use rackwire_mh::{MhClient, MhConfig, Role};
 
 use crate::FabricArgs;
@@ -36,8 +35,7 @@ pub(crate) fn nodes(args: &FabricArgs, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "nodes": nodes }))?);
         return Ok(());
     }
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
+    let mut t = rackwire_bench::table();
     t.set_header(["id", "name", "state", "last seen", "pid", "shared-memory endpoint", "links"]);
     for n in &nodes {
         t.add_row([
@@ -60,8 +58,7 @@ pub(crate) fn regions(args: &FabricArgs, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "regions": regions, "grants": grants }))?);
         return Ok(());
     }
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
+    let mut t = rackwire_bench::table();
     t.set_header(["name", "node", "region", "bytes", "granted to"]);
     for r in &regions {
         let to: Vec<String> = grants

@@ -275,7 +275,7 @@ pub(crate) fn run(iters: u64, bw_iters: u64, repeat: usize, json: bool) -> Resul
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
-    let mut t = comfy_table::Table::new();
+    let mut t = rackwire_bench::table();
     t.set_header(["language", "pattern", "size", "median", "spread", "vs Rust (spread)"]);
     for r in &rows {
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);

@@ -147,7 +147,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
     let fmt = |t: (f64, f64, f64), d: usize| format!("{:.*} ({:.*}–{:.*})", d, t.0, d, t.1, d, t.2);
     let triple = |t: (f64, f64, f64)| serde_json::json!({ "median": t.0, "lo": t.1, "hi": t.2 });
     let names: Vec<&str> = transports.iter().map(|(n, _)| *n).collect();
-    let mut table = comfy_table::Table::new();
+    let mut table = rackwire_bench::table();
     let mut header = vec!["Open MPI, 2 ranks".to_string()];
     header.extend(names.iter().map(|n| n.to_string()));
     header.extend(names[1..].iter().map(|n| format!("rackwire / {n}")));

@@ -281,7 +281,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
     let ours = &runs["rackwire"];
     let triple = |t: (f64, f64, f64)| serde_json::json!({ "median": t.0, "lo": t.1, "hi": t.2 });
     let fmt = |t: (f64, f64, f64), d: usize| format!("{:.*} ({:.*}–{:.*})", d, t.0, d, t.1, d, t.2);
-    let mut table = comfy_table::Table::new();
+    let mut table = rackwire_bench::table();
     table.set_header([
         "provider",
         "64 B µs/xfer",
@@ -289,7 +289,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
         "rackwire's 64 B / theirs",
         "rackwire's 1 MiB / theirs",
     ]);
-    let mut fab_table = comfy_table::Table::new();
+    let mut fab_table = rackwire_bench::table();
     fab_table.set_header([
         "provider",
         "fi_rdm_tagged_bw 1 MiB MB/s",

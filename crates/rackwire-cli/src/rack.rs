@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use comfy_table::Table;
 use rackwire::Fabric;
 use rackwire_rack::RackConfig;
 
@@ -84,7 +83,7 @@ pub(crate) fn run(cmd: RackCmd) -> Result<i32> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&state)?);
             } else {
-                let mut t = Table::new();
+                let mut t = rackwire_bench::table();
                 t.set_header(["host", "namespace", "addresses", "role", "cores"]);
                 for h in &state.hosts {
                     let addrs: Vec<String> = h.addrs.iter().map(|a| a.to_string()).collect();
@@ -118,7 +117,7 @@ pub(crate) fn run(cmd: RackCmd) -> Result<i32> {
                 println!("{}", serde_json::json!({ "rack": state, "hosts": hosts }));
                 return Ok(0);
             }
-            let mut t = Table::new();
+            let mut t = rackwire_bench::table();
             t.set_header(["host", "addresses", "namespace", "running", "node", "cores", "rw0 peers (tx/rx packets)"]);
             for h in &hosts {
                 let cores = state.host(&h.name).map_or_else(|_| "?".into(), |s| cores_cell(&s.cores));

@@ -74,7 +74,7 @@ pub(crate) fn run(mtu: usize, repeat: usize, scale: f64, json: bool) -> Result<(
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
-    let mut t = comfy_table::Table::new();
+    let mut t = rackwire_bench::table();
     t.set_header(["edge transport, one loopback link", "sealed", "unsealed", "cost (spread)"]);
     let f = |t: (f64, f64, f64), d: usize| format!("{:.*} ({:.*}–{:.*})", d, t.0, d, t.1, d, t.2);
     t.add_row([

@@ -98,7 +98,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
     let triple = |t: (f64, f64, f64)| serde_json::json!({ "median": t.0, "lo": t.1, "hi": t.2 });
     let fmt = |t: (f64, f64, f64), d: usize| format!("{:.*} ({:.*}–{:.*})", d, t.0, d, t.1, d, t.2);
     let mut doc = serde_json::Map::new();
-    let mut table = comfy_table::Table::new();
+    let mut table = rackwire_bench::table();
     table.set_header(["shared memory, one peer", "mapped", "served", "served / mapped"]);
     for (name, pick, digits) in rows {
         let m = col(&|r| pick(&r.0));

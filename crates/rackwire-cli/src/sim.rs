@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 use rackwire_sim::{run_seed, SeedReport, SimFailure};
 
@@ -61,8 +60,7 @@ fn one(seed: u64, stats: bool) -> Result<()> {
 }
 
 fn print_stats(r: &SeedReport) {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
+    let mut t = rackwire_bench::table();
     t.set_header([
         "conn",
         "frames sent",
@@ -96,8 +94,7 @@ fn print_stats(r: &SeedReport) {
         ]);
     }
     println!("{t}");
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
+    let mut t = rackwire_bench::table();
     t.set_header([
         "conn",
         "link",
@@ -131,8 +128,7 @@ fn print_stats(r: &SeedReport) {
         }
     }
     println!("{t}");
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
+    let mut t = rackwire_bench::table();
     t.set_header(["wire", "offered", "lost", "black-holed", "queue drops", "duplicated", "corrupted"]);
     for (a, b, l, w) in &r.wires {
         t.add_row([

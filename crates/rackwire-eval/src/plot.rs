@@ -29,6 +29,37 @@ const PALETTE: [RGBColor; SERIES_MAX] = [
     RGBColor(23, 190, 207),
 ];
 
+/// Ticks on a size axis at most.
+const SIZE_TICKS_MAX: usize = 8;
+
+/// A size as people write it: `8 B`, `4 KiB`, `1 MiB`, `1.5 GiB`.
+pub fn size_label(bytes: f64) -> String {
+    let units = [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    let (div, unit) = units.into_iter().find(|(d, _)| bytes >= *d as f64).unwrap_or((1, "B"));
+    number_label(bytes / div as f64) + " " + unit
+}
+
+/// A number without trailing zeros: `1000`, `2.5`, `0.25`, `0.0031`.
+pub fn number_label(v: f64) -> String {
+    let digits = if v.abs() >= 100.0 || v == v.trunc() {
+        0
+    } else if v.abs() >= 1.0 {
+        1
+    } else {
+        (-v.abs().log10().floor()) as usize + 1
+    };
+    format!("{v:.digits$}")
+}
+
+/// The sizes to mark on a size axis from `x0` to `x1`: powers of two, at most
+/// [`SIZE_TICKS_MAX`] of them, evenly spaced.
+fn size_ticks(x0: f64, x1: f64) -> Vec<f64> {
+    let (lo, hi) = (x0.max(1.0).log2().ceil() as i32, x1.max(1.0).log2().floor() as i32);
+    let all: Vec<i32> = (lo..=hi).collect();
+    let step = all.len().div_ceil(SIZE_TICKS_MAX).max(1);
+    all.iter().step_by(step).map(|k| 2f64.powi(*k)).collect()
+}
+
 /// One line of a line chart: its name and its points (x, y), x ascending.
 #[derive(Clone, Debug)]
 pub struct Series {
@@ -73,7 +104,14 @@ pub fn lines(
     macro_rules! draw {
         ($chart:expr) => {{
             let mut chart = $chart;
-            chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(draw_err)?;
+            chart
+                .configure_mesh()
+                .x_desc(x_desc)
+                .y_desc(y_desc)
+                .x_label_formatter(&|x| size_label(*x))
+                .y_label_formatter(&|y| number_label(*y))
+                .draw()
+                .map_err(draw_err)?;
             for (i, s) in series.iter().enumerate() {
                 let colour = PALETTE[i];
                 let points: Vec<(f64, f64)> = s.points.iter().copied().filter(|(x, y)| *x > 0.0 && *y > 0.0).collect();
@@ -93,10 +131,14 @@ pub fn lines(
                 .map_err(draw_err)?;
         }};
     }
+    // Sizes marked where people look for them (8 B, 1 KiB, 1 MiB), not at powers of ten.
+    let ticks = size_ticks(x0, x1);
     if log_y {
-        draw!(b.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale()).map_err(draw_err)?);
+        draw!(b
+            .build_cartesian_2d((x0..x1).log_scale().with_key_points(ticks), (y0..y1).log_scale())
+            .map_err(draw_err)?);
     } else {
-        draw!(b.build_cartesian_2d((x0..x1).log_scale(), y0..y1).map_err(draw_err)?);
+        draw!(b.build_cartesian_2d((x0..x1).log_scale().with_key_points(ticks), y0..y1).map_err(draw_err)?);
     }
     root.present().map_err(draw_err)
 }
@@ -197,6 +239,24 @@ mod tests {
         }
     }
 
+    // Checks the axis labels: sizes in B, KiB, MiB and GiB with no trailing zeros; plain numbers
+    // to the digits that matter; size ticks at powers of two, at most SIZE_TICKS_MAX.
+    #[test]
+    fn sizes_and_numbers_are_labelled_as_people_write_them() {
+        assert_eq!(size_label(8.0), "8 B");
+        assert_eq!(size_label(1024.0), "1 KiB");
+        assert_eq!(size_label(65536.0), "64 KiB");
+        assert_eq!(size_label(1048576.0), "1 MiB");
+        assert_eq!(size_label(1.5 * 1073741824.0), "1.5 GiB");
+        assert_eq!(number_label(1000.0), "1000");
+        assert_eq!(number_label(2.5), "2.5");
+        assert_eq!(number_label(0.25), "0.25");
+        assert_eq!(number_label(0.0031), "0.0031");
+        let t = size_ticks(5.0, 1.6e6);
+        assert!(t.len() <= SIZE_TICKS_MAX && t[0] == 8.0, "{t:?}");
+        assert!(t.iter().all(|x| x.log2().fract() == 0.0 && (5.0..=1.6e6).contains(x)), "{t:?}");
+    }
+
     // Checks both kinds of picture: written, well-formed, with the title and every series
     // or part named; and that empty or oversized inputs are refused, not drawn.
     #[test]
@@ -209,7 +269,8 @@ mod tests {
         };
         let p = dir.join("lat.svg");
         lines(&p, "latency", "bytes", "µs", true, &[s("shm", 0.2), s("ucx-posix", 0.3)]).unwrap();
-        check_svg(&p, &["latency", "shm", "ucx-posix"]);
+        // Sizes marked as people write them (each label a text element of its own line).
+        check_svg(&p, &["latency", "shm", "ucx-posix", "\n8 B\n", "\n4 KiB\n"]);
         let p = dir.join("bw.svg");
         lines(&p, "bandwidth", "bytes", "MB/s", false, &[s("shm", 10.0)]).unwrap();
         check_svg(&p, &["bandwidth", "shm"]);
