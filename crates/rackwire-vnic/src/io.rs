@@ -5,7 +5,11 @@ use std::sync::Weak;
 
 use rackwire::EdgeWatch;
 
-use super::*;
+use super::{
+    debug, ipv4_destination, warn, Arc, Conn, Counts, Duration, Instant, Ipv4Addr, Op, Ordering, OwnedFd, Shared,
+    VecDeque, ANSWERS_MAX, ANSWER_BYTES_MAX, IO_SPIN, PACKET_BYTES_MAX, RING_FULL_GIVE_UP, RING_FULL_NAP,
+    RING_FULL_SPIN, RX_BATCH, STOP_CHECK, TX_BATCH, TX_INFLIGHT_MAX, VNET_HDR_LEN, VNIC_NAME,
+};
 
 /// Where a packet goes: the connection to its peer, and that peer's counters.
 struct Route {

@@ -1,7 +1,10 @@
 //! The routing table: which peers run a virtual NIC, their routes through `rw0`, and their
 //! counters.
 
-use super::*;
+use super::{
+    debug, info, ip, link_addrs, routable, warn, Arc, Instant, Ipv4Addr, Map, NodeId, Ordering, Peer, PeerCounters,
+    Shared, Table, VnicCounters, VnicError, PEERS_MAX, REFRESH_INTERVAL, STOP_CHECK, VNIC_NAME, VNIC_REGION_PREFIX,
+};
 
 impl Shared {
     pub(crate) fn refresh_loop(&self) {

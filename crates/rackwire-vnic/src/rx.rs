@@ -6,7 +6,7 @@ use std::sync::Weak;
 
 use rackwire::EdgeMessageHandler;
 
-use super::*;
+use super::{debug, warn, Arc, Counts, Ipv4Addr, NodeId, Ordering, RxRefusal, Shared, VNIC_NAME};
 use crate::arrived::Arrived;
 use crate::check::check_head_from_peer;
 use crate::gro::UdpRun;

@@ -81,8 +81,9 @@ pub use watch::{EdgeMessageHandler, EdgeWatch};
 
 use std::time::Duration;
 
-/// The largest two-sided message, in bytes.
-pub const MESSAGE_BYTES_MAX: usize = 64 * 1024;
+/// The largest two-sided message, in bytes (the edge protocol's limit, which shared memory
+/// keeps too: a message goes over either transport alike).
+pub use rackwire_proto::MESSAGE_BYTES_MAX;
 /// Bytes of each per-sender message ring in the receiver's memory.
 pub const MESSAGE_RING_BYTES: u64 = 1 << 20;
 /// Bytes of each per-sender notification (completion) ring in the receiver's memory.

@@ -1,7 +1,8 @@
 //! Acknowledgements: selective ranges of frames received, and the ranges a receiver reports
 //! missing.
 
-use super::*;
+use super::{be32, zero};
+use crate::error::{need, WireError};
 
 /// The most ranges an acknowledgement or negative acknowledgement carries.
 pub const ACK_RANGES_MAX: usize = 32;

@@ -1,6 +1,7 @@
 //! Control payloads: the handshake, link probes and their replies, and close.
 
-use super::*;
+use super::{be32, zero, SEGMENT_LEN};
+use crate::error::{need, WireError};
 
 /// Steps of the handshake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

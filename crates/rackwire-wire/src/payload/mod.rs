@@ -8,7 +8,7 @@ pub use ack::*;
 pub use control::*;
 pub use segment::*;
 
-use crate::error::{need, WireError};
+use crate::error::WireError;
 
 fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])

@@ -1,7 +1,8 @@
 //! The data segment: one operation (or a fragment of one, or an answer) inside a data frame;
 //! up to [`SEGMENTS_PER_FRAME_MAX`] of them chained in a frame.
 
-use super::*;
+use super::{be128, be32, be64, zero};
+use crate::error::{need, WireError};
 
 /// Bytes of a full segment header.
 pub const SEGMENT_LEN: usize = 56;

@@ -4,7 +4,10 @@
 use proto::FrameBufs;
 use rackwire_udp::{Faulty, SendLink};
 
-use super::*;
+use super::{
+    proto, warn, Bytes, EdgeEndpoint, FaultInjector, OpError, OutFrame, Pending, RecvBufs, SocketAddr, State,
+    SEND_BATCH_MAX, TX_FLUSH_BYTES,
+};
 
 /// Buffers of one thread that drives the endpoint: receive buffers, a buffer the connections
 /// write frame heads into, and the frames gathered per link for one `sendmmsg`.

@@ -1,7 +1,11 @@
 //! A connection over the edge transport as the public API sees it: operations submitted to
 //! the endpoint, their outcomes turned into the API's errors.
 
-use super::*;
+use super::{
+    earliest, lock, notification, proto, Access, Arc, AtomicU64, BatchOptions, Bytes, Completion, ConnStats,
+    Connection, Duration, EdgeEndpoint, Error, NodeId, Notification, Op, OpCell, OpError, OpFlags, Ordering,
+    PeerTransport, Pending, RegionId, RemoteRegion, Signal, SignalOp, SocketAddr, State, AWAKE,
+};
 use crate::error::RefusedOp;
 
 pub(super) fn completion(

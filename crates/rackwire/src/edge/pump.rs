@@ -9,7 +9,11 @@ use crate::watch::EdgeWatch;
 
 use super::spin::Spin;
 
-use super::*;
+use super::{
+    completion, debug, lock, proto, warn, Arc, Connection, ControlFlow, Drive, Duration, EdgeEndpoint, EdgePeer,
+    FabricTarget, Instant, Io, MessageHandler, Node, Ordering, PeerTransport, Pending, SocketAddr, State,
+    ANSWER_HOLD_US, AWAKE, IDLE_WAIT_MAX, PEER_CHECK_EVERY_US, PUMP_RECENT_US, RECV_BURST,
+};
 
 /// Whether a connection owes a frame at once (see `Connection::owes_now`).
 fn owed(st: &State) -> bool {

@@ -2,7 +2,7 @@
 //! the owner's grant table (the same as the shared-memory transport's), and the operation's
 //! whole range against the region, before a byte is placed ([`crate::owner`]).
 
-use super::*;
+use super::{proto, Arc, Node, Weak};
 use crate::owner;
 
 /// This node's memory as the edge transport's target sees it.

@@ -1,7 +1,10 @@
 //! The control protocol between two nodes that share memory: its messages on the Unix
 //! socket (with descriptors beside them), and the rings each side offers the other.
 
-use super::*;
+use super::{
+    from_hex, BorrowedFd, ControlSocket, Deserialize, DoorbellRemote, Error, MapAccess, Node, NodeId, OwnedFd,
+    RegionId, RingReceiver, RingSender, Serialize, SharedMem, MESSAGE_RING_BYTES, NOTIFY_RING_BYTES,
+};
 
 /// Ring record kinds: a message, a notification.
 pub(super) const KIND_MESSAGE: u32 = 1;

@@ -3,7 +3,12 @@
 
 use rackwire_proto::AtomicOp;
 
-use super::*;
+use super::{
+    lock, out_of_bounds, send, signal_access, store_with_signal, sync_channel, Access, BatchOptions, Completion,
+    ConnStats, Duration, Error, Instant, Mapping, Mutex, NodeId, Notification, Op, OpFlags, PeerMsg, PeerTransport,
+    Pinned, PushError, RegionId, Relaxed, RemoteRegion, RingSender, ShmPeer, Signal, SignalOp, Target, KIND_MESSAGE,
+    KIND_NOTIFY, NOTIFY_RECORD_BYTES,
+};
 use crate::owner::apply_atomic;
 
 impl PeerTransport for ShmPeer {

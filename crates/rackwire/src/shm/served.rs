@@ -10,7 +10,10 @@ use std::sync::mpsc::Receiver;
 use rackwire_proto::AtomicOp;
 
 use super::control::{send_with, ServedOp, PAYLOAD_BYTES_MAX};
-use super::*;
+use super::{
+    lock, signal_access, sync_channel, warn, Access, Error, Instant, Node, PeerMsg, PeerTransport, RecvTimeoutError,
+    Refusal, RefusedOp, RegionId, Relaxed, RemoteRegion, ShmPeer, Signal, SignalOp,
+};
 use crate::owner;
 
 /// Pieces of one operation on a served region in flight at once.
