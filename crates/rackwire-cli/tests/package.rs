@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rackwire_tests::TempDir;
+use rackwire_tests::{succeeded as ok, TempDir};
 
 const SECRET: &str = "package-test-secret-0123456789";
 /// The hosts' rail addresses (one rail, a /24 of 198.18.0.0/15).
@@ -23,16 +23,6 @@ fn is_root() -> bool {
 
 fn have(prog: &str, arg: &str) -> bool {
     Command::new(prog).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 fn run(cmd: &mut Command) -> Output {

@@ -6,7 +6,7 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use rackwire_tests::TempDir;
+use rackwire_tests::{succeeded as ok, TempDir};
 use serde_json::Value;
 
 /// How long a test waits for routes to appear or disappear (generous: tests run side by side
@@ -36,16 +36,6 @@ fn skip(what: &str) -> bool {
 
 fn rackwire(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rackwire")).args(args).output().expect("run rackwire")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// A rack that is taken down when the test ends, also when it fails.

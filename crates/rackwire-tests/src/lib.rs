@@ -70,6 +70,18 @@ pub fn thread_pair(
     (mh, rx, tx, conn)
 }
 
+/// The standard output of a command that must have succeeded (else the test fails showing
+/// both of its outputs).
+pub fn succeeded(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 /// A folder for one test's state, removed on drop.
 pub struct TempDir(pub PathBuf);
 
