@@ -295,9 +295,9 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
     Ok(result)
 }
 
+/// The median of `v` (sorted in place; `v` not empty): the benchmarks' own helper's.
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    rackwire_bench::repeat::median_spread(v).0
 }
 
 /// The run whose time is the median of `runs` (the nearest one): it speaks for them (its
