@@ -167,27 +167,33 @@ fn check_kernel(host: &Host, cfg: Option<&FabricConfig>) -> Vec<Finding> {
     } else {
         warn("tun", format!("no {}: the agent cannot make rw0", host.tun.display()), "modprobe tun")
     });
-    // The kernel takes the stricter of `all` and the interface's: strict (1) on `all` drops
-    // what rw0 receives with a peer's link address as its source before its route is in.
-    let mut strict: Vec<String> = Vec::new();
-    if host.sysctl_num("net.ipv4.conf.all.rp_filter") == Some(1) {
-        strict.push("all".into());
+    // The kernel filters by the larger of `all` and the interface's value (0 off, 1 strict,
+    // 2 loose). Strict on `all` holds for rw0 whatever the agent sets there: rw0 then drops
+    // what a peer sends from its link address before the route back through rw0 is in. Strict
+    // on a link drops that link's frames whenever the route back to their source leaves by
+    // another interface (links of one subnet on several ports, asymmetric routes): striping
+    // over the rails stalls on it.
+    let all = host.sysctl_num("net.ipv4.conf.all.rp_filter").unwrap_or(0);
+    let mut strict: Vec<(String, &str)> = Vec::new();
+    if all == 1 {
+        strict.push(("all".into(), "rw0 drops its peers' packets"));
     }
     for (ifname, _) in link_interfaces(cfg) {
-        if host.sysctl_num(&format!("net.ipv4.conf.{ifname}.rp_filter")) == Some(1) {
-            strict.push(ifname);
+        let own = host.sysctl_num(&format!("net.ipv4.conf.{ifname}.rp_filter")).unwrap_or(0);
+        if all.max(own) == 1 && own == 1 {
+            strict.push((ifname, "a link's frames routed back by another port are dropped"));
         }
     }
     out.push(if strict.is_empty() {
-        ok("rp_filter", "no strict reverse-path filtering on the links")
+        ok("rp_filter", "no strict reverse-path filtering on the links or rw0")
     } else {
-        let fix =
-            strict.iter().map(|i| format!("sysctl -w net.ipv4.conf.{i}.rp_filter=2")).collect::<Vec<_>>().join(" && ");
-        fail(
-            "rp_filter",
-            format!("strict reverse-path filtering (1) on {}: rw0 drops its peers' packets", strict.join(", ")),
-            fix,
-        )
+        let fix = strict
+            .iter()
+            .map(|(i, _)| format!("sysctl -w net.ipv4.conf.{i}.rp_filter=2"))
+            .collect::<Vec<_>>()
+            .join(" && ");
+        let what = strict.iter().map(|(i, why)| format!("{i} ({why})")).collect::<Vec<_>>().join(", ");
+        fail("rp_filter", format!("strict reverse-path filtering (1) on {what}"), fix)
     });
     let want = rackwire_udp::SOCKET_BUFFER_BYTES as u64;
     let low: Vec<String> = ["net.core.rmem_max", "net.core.wmem_max"]
