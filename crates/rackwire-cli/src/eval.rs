@@ -308,6 +308,33 @@ pub(crate) fn median_run(runs: &[RunResult]) -> &RunResult {
     runs.iter().min_by(|x, y| (x.secs - med).abs().total_cmp(&(y.secs - med).abs())).expect("one run")
 }
 
+/// The hosts of the rack `rack` that run ranks, if a rack is given.
+pub(crate) fn rack_hosts(rack: Option<&Path>) -> Result<Option<usize>> {
+    let Some(rack) = rack else { return Ok(None) };
+    let cfg = if rack.is_file() {
+        rackwire_rack::RackConfig::parse(&std::fs::read_to_string(rack)?)?
+    } else {
+        rackwire_rack::load(&rack.to_string_lossy())?.config
+    };
+    Ok(Some(cfg.hosts.iter().filter(|h| !h.remote).count()))
+}
+
+/// What the TCP path's pairs of ranks crossed: every pair over the host's loopback (no rack),
+/// or how many over the rails and how many within a host.
+pub(crate) fn tcp_pairs_note(a: &EvalArgs) -> Result<String> {
+    let pairs = a.ranks * a.ranks.saturating_sub(1) / 2;
+    Ok(match rack_hosts(a.rack.as_deref())? {
+        None => format!("TCP: all {pairs} pairs of ranks over this machine's loopback (no rack)"),
+        Some(hosts) => {
+            let (across, within) = crate::launch::pairs_across(a.ranks, hosts);
+            format!(
+                "TCP: {across} of {pairs} pairs of ranks cross the rails, {within} within a host (over its loopback); {} ranks on {hosts} hosts",
+                a.ranks
+            )
+        }
+    })
+}
+
 /// The rails' rate of the rack (Gbit/s), if shaped.
 pub(crate) fn rail_gbit(rack: Option<&Path>) -> Result<Option<f64>> {
     let Some(rack) = rack else { return Ok(None) };

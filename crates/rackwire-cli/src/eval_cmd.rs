@@ -19,12 +19,14 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
         return crate::eval_report::run(a);
     }
     let rows = measure_rows(a)?;
+    let pairs = crate::eval::tcp_pairs_note(a)?;
     if a.json {
-        let doc = json!({ "meta": { "command": std::env::args().collect::<Vec<_>>().join(" ") }, "rows": rows });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        let meta = json!({ "command": std::env::args().collect::<Vec<_>>().join(" "), "tcp_pairs": pairs });
+        println!("{}", serde_json::to_string_pretty(&json!({ "meta": meta, "rows": rows }))?);
     } else {
         println!("{}", table_of(&rows));
         println!("(speedup: TCP's time over this path's, same job and data, median of the repeats with their spread; J: an estimate from the energy model, see `rackwire eval energy`)");
+        println!("({pairs})");
     }
     Ok(())
 }

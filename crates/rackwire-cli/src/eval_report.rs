@@ -62,6 +62,7 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
     md.push_str("\n## Workloads: the fabric against TCP (HP Figs. 2–3, OSU Figs. 6–8)\n\n");
     md.push_str(&crate::figures::workloads(&rows, dir)?);
     md.push_str(&format!("```text\n{}\n```\n", crate::eval::table_of(&rows)));
+    md.push_str(&format!("\n{}.\n", crate::eval::tcp_pairs_note(a)?));
 
     eprintln!("== energy tables (sort and grep at each core count) ==");
     let (energy, text) = crate::eval_energy::tables(a)?;

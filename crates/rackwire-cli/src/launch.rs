@@ -126,6 +126,24 @@ pub(crate) fn block_place(rank: usize, ranks: usize, hosts: usize) -> (usize, us
     (host, rank - first)
 }
 
+/// Of the pairs of `ranks` ranks placed in blocks over `hosts` hosts ([`block_place`]): how many
+/// have their two ranks on different hosts (their TCP crosses a rail), and how many on one host
+/// (their TCP goes over the host's loopback).
+pub(crate) fn pairs_across(ranks: usize, hosts: usize) -> (usize, usize) {
+    let host = |r: usize| block_place(r, ranks, hosts.max(1)).0;
+    let (mut across, mut within) = (0, 0);
+    for a in 0..ranks {
+        for b in a + 1..ranks {
+            if host(a) == host(b) {
+                within += 1;
+            } else {
+                across += 1;
+            }
+        }
+    }
+    (across, within)
+}
+
 /// The rack `rack` names: a description (brought up now; the guard takes it down) or the name
 /// of a rack that is up. `no_vnic`: a rack brought up now runs no virtual NIC on any host (so
 /// the hosts' TCP between each other takes the rails, not `rw0`).
@@ -289,7 +307,18 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
 
 #[cfg(test)]
 mod tests {
-    use super::block_place;
+    use super::{block_place, pairs_across};
+
+    // Checks which pairs cross a rail: one rank per host, every pair crosses (4 ranks: 6 of 6);
+    // two per host on two hosts (HP's setup on 1l-1g), 4 of 6 cross and 2 stay on one host;
+    // one host, none cross.
+    #[test]
+    fn pairs_across_hosts_are_counted() {
+        assert_eq!(pairs_across(4, 4), (6, 0));
+        assert_eq!(pairs_across(4, 2), (4, 2));
+        assert_eq!(pairs_across(4, 1), (0, 6));
+        assert_eq!(pairs_across(8, 4), (24, 4));
+    }
 
     // Checks the block placement: every host gets a contiguous run of ranks, runs differ in
     // length by one at most, and local ranks count from 0 on each host.
