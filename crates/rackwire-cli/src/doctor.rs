@@ -356,7 +356,8 @@ fn check_fabric(cfg: &FabricConfig) -> Vec<Finding> {
         trust: rackwire_mh::MhTrust::Secret,
         transient: false,
     });
-    let nodes = match observer.and_then(|o| o.nodes()) {
+    let answered = observer.and_then(|o| Ok((o.nodes()?, o.clock_offset_ms()?)));
+    let (nodes, offset) = match answered {
         Ok(n) => {
             out.push(ok("management host", format!("{} answers and takes the secret", cfg.mh)));
             n
@@ -370,26 +371,7 @@ fn check_fabric(cfg: &FabricConfig) -> Vec<Finding> {
             return out;
         }
     };
-    // Nodes that are up were heard from within a heartbeat by the host's clock.
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-    let newest = nodes.iter().filter(|n| n.up).map(|n| n.last_seen_ms as i64).max();
-    out.push(match newest {
-        Some(seen) => {
-            let skew = now - seen;
-            let slack = rackwire_mh::HEARTBEAT_INTERVAL.as_millis() as i64;
-            let off = if skew < 0 { -skew } else { (skew - slack).max(0) };
-            if off as u128 > CLOCK_SKEW_MAX.as_millis() {
-                warn(
-                    "clock",
-                    format!("about {:.1} s from the management host's", off as f64 / 1e3),
-                    "timedatectl set-ntp true (or chrony on every host)",
-                )
-            } else {
-                ok("clock", "within a heartbeat of the management host's")
-            }
-        }
-        None => warn("clock", "no node is up to compare the clock with", "start the agents, then run this again"),
-    });
+    out.push(check_clock(offset, &nodes));
     let others: Vec<_> = nodes.iter().filter(|n| n.up && !n.info.links.is_empty()).take(PROBE_NODES_MAX).collect();
     if others.is_empty() || cfg.links.is_empty() {
         return out;
@@ -433,6 +415,33 @@ fn check_fabric(cfg: &FabricConfig) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// This machine's clock against the management host's: from the host's own time when it tells
+/// it (`offset`: ours minus its, and the uncertainty, in milliseconds), else from when it last
+/// heard from the nodes that are up (within a heartbeat by its clock).
+fn check_clock(offset: Option<(i64, u64)>, nodes: &[rackwire_mh::NodeStatus]) -> Finding {
+    let fix = "timedatectl set-ntp true (or chrony on every host)";
+    let max = CLOCK_SKEW_MAX.as_millis() as i64;
+    if let Some((off, within)) = offset {
+        return if off.abs() - within as i64 > max {
+            warn("clock", format!("{:+.3} s from the management host's (±{within} ms)", off as f64 / 1e3), fix)
+        } else {
+            ok("clock", format!("{off:+} ms from the management host's (±{within} ms)"))
+        };
+    }
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    let Some(seen) = nodes.iter().filter(|n| n.up).map(|n| n.last_seen_ms as i64).max() else {
+        return warn("clock", "no node is up to compare the clock with", "start the agents, then run this again");
+    };
+    let skew = now - seen;
+    let slack = rackwire_mh::HEARTBEAT_INTERVAL.as_millis() as i64;
+    let off = if skew < 0 { -skew } else { (skew - slack).max(0) };
+    if off > max {
+        warn("clock", format!("about {:.1} s from the management host's", off as f64 / 1e3), fix)
+    } else {
+        ok("clock", "within a heartbeat of the management host's")
+    }
 }
 
 /// Every check, in the order they are shown.
@@ -528,6 +537,20 @@ mod tests {
         let found = check_kernel(&host, None);
         assert!(found.iter().filter(|f| f.check != "tun").all(|f| f.status == Status::Ok), "{found:?}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // Checks the clock finding: an offset the host told within the limit passes and says it;
+    // one past the limit (beyond its uncertainty) warns with the fix; with no time from the
+    // host and no node up, it says there is nothing to compare with.
+    #[test]
+    fn the_clock_is_judged_by_the_hosts_time() {
+        let f = check_clock(Some((120, 3)), &[]);
+        assert_eq!(f.status, Status::Ok);
+        assert!(f.what.contains("+120 ms"), "{}", f.what);
+        let f = check_clock(Some((-5000, 2)), &[]);
+        assert_eq!(f.status, Status::Warn);
+        assert!(f.what.contains("-5.000 s") && f.fix.as_deref().unwrap().contains("set-ntp"), "{f:?}");
+        assert_eq!(check_clock(None, &[]).status, Status::Warn);
     }
 
     // Checks the files: a secret file others may read fails with the chmod that fixes it; made

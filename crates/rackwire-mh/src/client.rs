@@ -439,12 +439,29 @@ impl MhClient {
         }
     }
 
+    /// How far this machine's clock is from the management host's, in milliseconds (positive:
+    /// ours is ahead), and how sure that is (half the request's round trip): one request,
+    /// timed on both sides. `None` from a host that does not tell its time.
+    pub fn clock_offset_ms(&self) -> Result<Option<(i64, u64)>, MhError> {
+        let sent = crate::shared::now_ms();
+        // A page past every id: nothing but the host's time comes back.
+        let reply = self.inner.request(&Request::Nodes { after: Some(NodeId::MAX) })?;
+        let answered = crate::shared::now_ms();
+        match reply {
+            Reply::Nodes { now_ms, .. } => Ok(now_ms.map(|mh| {
+                let ours = sent / 2 + answered / 2;
+                (ours as i64 - mh as i64, answered.saturating_sub(sent).div_ceil(2))
+            })),
+            other => Err(MhError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
     /// Every node the management host knows, with whether it is up.
     pub fn nodes(&self) -> Result<Vec<NodeStatus>, MhError> {
         let (mut all, mut after) = (Vec::new(), None);
         for _ in 0..crate::REPLY_PAGES_MAX {
             match self.inner.request(&Request::Nodes { after })? {
-                Reply::Nodes { nodes, more_after } => {
+                Reply::Nodes { nodes, more_after, .. } => {
                     all.extend(nodes);
                     match more_after {
                         Some(id) => after = Some(id),

@@ -355,6 +355,10 @@ pub enum Reply {
         /// More follow, past this id.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         more_after: Option<NodeId>,
+        /// The management host's clock when it answered (milliseconds since the Unix epoch;
+        /// none from a host that predates it), for a node to see how far its own is off.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        now_ms: Option<u64>,
     },
     /// One region.
     Region {

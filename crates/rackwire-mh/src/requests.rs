@@ -30,7 +30,7 @@ fn read(shared: &Shared, req: Request) -> Result<Reply, MhError> {
                 (id, status)
             });
             let (nodes, more_after) = page(all);
-            Ok(Reply::Nodes { nodes, more_after })
+            Ok(Reply::Nodes { nodes, more_after, now_ms: Some(crate::shared::now_ms()) })
         }
         Request::Resolve { node } => {
             let info = st.nodes.get(&node).cloned().ok_or_else(|| MhError::NotFound(format!("node {node}")))?;

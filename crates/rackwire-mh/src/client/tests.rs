@@ -97,6 +97,20 @@ fn a_closed_session_is_recorded_as_ended() {
     assert!(status(id).up && !status(id).ended);
 }
 
+// Checks that the management host tells its time: an observer on the same machine (one clock)
+// finds the offset within the request's round trip (the uncertainty it reports, plus a
+// millisecond of rounding); the node list is the same after the time was asked for.
+#[test]
+fn the_host_tells_its_time() {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET).unwrap();
+    let addr = mh.addr().to_string();
+    let _a = MhClient::join(cfg(&addr, SECRET, "a")).unwrap();
+    let obs = MhClient::join(MhConfig { role: Role::Observer, ..cfg(&addr, SECRET, "obs") }).unwrap();
+    let (off, within) = obs.clock_offset_ms().unwrap().expect("this host tells its time");
+    assert!(off.unsigned_abs() <= within + 1, "offset {off} ms, ±{within} ms, on one clock");
+    assert_eq!(obs.nodes().unwrap().len(), 1, "the node, and only it, is listed");
+}
+
 // Checks the bounds before admission: with 2000 connections that never say anything, a
 // node still joins at once, and the host keeps at most PRE_ADMISSION_MAX connections
 // waiting (its metrics say how many); then a connection that trickles a byte every 200 ms
