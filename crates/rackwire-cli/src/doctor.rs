@@ -323,7 +323,7 @@ fn check_mh_listen(file: &Path) -> Vec<Finding> {
         return vec![fail(
             "ports",
             format!("[management_host] listen = {listen:?} is not ip:port"),
-            "listen = \"10.0.0.1:7700\"",
+            "listen = \"198.18.0.1:7700\"",
         )];
     };
     vec![match std::net::TcpListener::bind(addr) {

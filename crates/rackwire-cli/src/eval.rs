@@ -308,15 +308,19 @@ pub(crate) fn median_run(runs: &[RunResult]) -> &RunResult {
     runs.iter().min_by(|x, y| (x.secs - med).abs().total_cmp(&(y.secs - med).abs())).expect("one run")
 }
 
-/// The hosts of the rack `rack` that run ranks, if a rack is given.
-pub(crate) fn rack_hosts(rack: Option<&Path>) -> Result<Option<usize>> {
+/// The description of the rack `rack` names (a file, or the name of a rack that is up), if given.
+fn rack_config(rack: Option<&Path>) -> Result<Option<rackwire_rack::RackConfig>> {
     let Some(rack) = rack else { return Ok(None) };
-    let cfg = if rack.is_file() {
+    Ok(Some(if rack.is_file() {
         rackwire_rack::RackConfig::parse(&std::fs::read_to_string(rack)?)?
     } else {
         rackwire_rack::load(&rack.to_string_lossy())?.config
-    };
-    Ok(Some(cfg.hosts.iter().filter(|h| !h.remote).count()))
+    }))
+}
+
+/// The hosts of the rack `rack` that run ranks, if a rack is given.
+pub(crate) fn rack_hosts(rack: Option<&Path>) -> Result<Option<usize>> {
+    Ok(rack_config(rack)?.map(|cfg| cfg.hosts.iter().filter(|h| !h.remote).count()))
 }
 
 /// What the TCP path's pairs of ranks crossed: every pair over the host's loopback (no rack),
@@ -337,12 +341,7 @@ pub(crate) fn tcp_pairs_note(a: &EvalArgs) -> Result<String> {
 
 /// The rails' rate of the rack (Gbit/s), if shaped.
 pub(crate) fn rail_gbit(rack: Option<&Path>) -> Result<Option<f64>> {
-    let Some(rack) = rack else { return Ok(None) };
-    let cfg = if rack.is_file() {
-        rackwire_rack::RackConfig::parse(&std::fs::read_to_string(rack)?)?
-    } else {
-        rackwire_rack::load(&rack.to_string_lossy())?.config
-    };
+    let Some(cfg) = rack_config(rack)? else { return Ok(None) };
     Ok(cfg
         .rails
         .first()

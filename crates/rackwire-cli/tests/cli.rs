@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rackwire_tests::TempDir;
+use rackwire_tests::{Reaped, TempDir};
 
 const SECRET: &str = "cli-test-secret-0123456789";
 
@@ -19,16 +19,6 @@ fn rackwire(args: &[&str]) -> Output {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A child process killed when the test is done with it, or fails.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 // Checks every benchmark pattern end to end at tiny scale, with the limits: the JSON
@@ -116,7 +106,7 @@ fn bad_arguments_are_refused_clearly() {
 #[test]
 fn mh_nodes_and_regions_from_the_command_line() {
     let state = TempDir::new("cli-mh");
-    let mut mh = Killed(
+    let mut mh = Reaped(
         Command::new(env!("CARGO_BIN_EXE_rackwire"))
             .args(["mh", "--listen", "127.0.0.1:0", "--state", state.0.to_str().unwrap()])
             .env("RACKWIRE_SECRET", SECRET)
@@ -331,7 +321,7 @@ fn one_file_configures_the_mh_and_every_command() {
         c.args(args).env("RACKWIRE_CONFIG", &file).env_remove("RACKWIRE_SECRET").env_remove("RACKWIRE_MH");
         c
     };
-    let mut mh = Killed(cmd(&["mh"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start mh"));
+    let mut mh = Reaped(cmd(&["mh"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start mh"));
     let mut lines = BufReader::new(mh.0.stderr.take().unwrap()).lines();
     let line = lines.find(|l| l.as_ref().map_or(true, |l| l.starts_with("management host on"))).expect("mh output");
     let line = line.unwrap();

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rackwire::{Access, Fabric, FabricConfig, OpFlags, TransportChoice};
-use rackwire_tests::TempDir;
+use rackwire_tests::{Reaped, TempDir};
 
 const SECRET: &str = "metrics-test-secret";
 
@@ -136,14 +136,4 @@ fn metrics_endpoints_pass_promtool() {
         verdict.unwrap_or_else(|e| panic!("promtool on the management host's page: {e}\n{mh_page}"));
     }
     drop((owner, peer));
-}
-
-/// A child process killed and reaped when dropped (also when the test fails).
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

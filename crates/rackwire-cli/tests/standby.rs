@@ -3,7 +3,7 @@
 //! Needs etcd (Debian `etcd-server`; CI installs it); skips with a message without it.
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,20 +11,10 @@ use std::time::{Duration, Instant};
 use rackwire::{Access, Fabric, FabricConfig, OpFlags};
 use rackwire_mh::etcd::{Etcd, EtcdConfig};
 use rackwire_mh::{MhClient, MhConfig, Role};
-use rackwire_tests::TempDir;
+use rackwire_tests::{Reaped, TempDir};
 
 const SECRET: &str = "standby-test-secret";
 const FABRIC: &str = "standby-test";
-
-/// A child process killed and reaped when dropped (also when the test fails).
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A loopback port nobody listens on right now.
 fn free_port() -> u16 {

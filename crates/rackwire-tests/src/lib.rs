@@ -82,6 +82,16 @@ pub fn succeeded(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A child process killed and waited for when the test is done with it, or fails.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A folder for one test's state, removed on drop.
 pub struct TempDir(pub PathBuf);
 

@@ -42,7 +42,7 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
         default: none,
         also: "RACKWIRE_MH",
         meaning: "Management host address, `host:port`; several, comma-separated, for hosts on one etcd (one leads, the others stand by).",
-        example: "\"10.0.0.1:7700\"",
+        example: "\"198.18.0.1:7700\"",
     },
     ConfigKey {
         table: "",
@@ -231,7 +231,7 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
         default: none,
         also: "--etcd",
         meaning: "Keep the state in etcd (endpoints, comma-separated): hosts on one etcd elect one to lead.",
-        example: "\"http://10.0.0.1:2379\"",
+        example: "\"http://198.18.0.1:2379\"",
     },
     ConfigKey {
         table: "management_host",
