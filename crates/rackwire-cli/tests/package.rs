@@ -166,6 +166,8 @@ fn the_package_brings_up_a_two_host_rack() {
     let work = TempDir::new("package");
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let build = Path::new(env!("CARGO_BIN_EXE_rackwire")).parent().unwrap().to_path_buf();
+    // The C library and the provider as the package carries them (`cargo test` builds neither).
+    rackwire_tests::build_c_forms(&["rackwire-ffi", "rackwire-ofi"]);
     let deb = ok(&run(Command::new(repo.join("scripts/package-deb.sh")).args([
         "--from",
         build.to_str().unwrap(),

@@ -6,28 +6,11 @@ use std::process::{Child, Command, Output, Stdio};
 
 use rackwire_tests::{TempDir, TestMh, SECRET};
 
-/// The folder cargo put this crate's libraries in (beside the test executable's `deps`).
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf()
-}
-
-/// The static library, as a C program links it. `cargo test` builds only the Rust form of the
-/// crate for its tests, so the C forms are built here once (by the same cargo, into the same
-/// target folder and profile).
+/// The static library, as a C program links it (built once per test binary).
 fn static_lib() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
-    let dir = lib_dir();
-    BUILT.call_once(|| {
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "--quiet", "-p", "rackwire-ffi", "--lib"]);
-        if dir.file_name().is_some_and(|p| p == "release") {
-            cargo.arg("--release");
-        }
-        let o = cargo.output().expect("run cargo");
-        assert!(o.status.success(), "building the C library failed:\n{}", String::from_utf8_lossy(&o.stderr));
-    });
-    let lib = dir.join("librackwire_ffi.a");
+    BUILT.call_once(|| rackwire_tests::build_c_forms(&["rackwire-ffi"]));
+    let lib = rackwire_tests::profile_dir().join("librackwire_ffi.a");
     assert!(lib.exists(), "{} missing after building it", lib.display());
     lib
 }

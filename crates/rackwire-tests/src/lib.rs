@@ -183,6 +183,28 @@ fn sibling_bin(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// The target profile folder a test runs from (`target/<profile>`).
+pub fn profile_dir() -> PathBuf {
+    sibling_bin("")
+}
+
+/// Build the C forms of the library crates `packages` (their `cdylib` and `staticlib`) into
+/// [`profile_dir`], with the same cargo and profile as the running test: `cargo test` builds
+/// only a crate's Rust form for its tests, so a test of the C library or of the package makes
+/// the rest itself. Panics with cargo's message when the build fails.
+pub fn build_c_forms(packages: &[&str]) {
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    cargo.args(["build", "--quiet", "--lib"]);
+    for p in packages {
+        cargo.args(["-p", p]);
+    }
+    if profile_dir().file_name().is_some_and(|p| p == "release") {
+        cargo.arg("--release");
+    }
+    let o = cargo.output().expect("run cargo");
+    assert!(o.status.success(), "building {packages:?} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// Which transport the test nodes use between each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
