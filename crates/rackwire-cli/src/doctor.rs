@@ -402,19 +402,53 @@ fn check_fabric(cfg: &FabricConfig) -> Vec<Finding> {
         }
         let name = &n.info.name;
         // Connecting waits for the handshake: a frame each way over the links.
-        out.push(match fabric.connect(n.info.id) {
-            Ok(_) => ok("links reached", format!("{name} over {}", n.info.links.join(", "))),
-            Err(e) => fail(
+        match fabric.connect(n.info.id) {
+            Ok(conn) => {
+                out.push(ok("links reached", format!("{name} over {}", n.info.links.join(", "))));
+                out.push(check_path(name, &conn));
+            }
+            Err(e) => out.push(fail(
                 "links reached",
                 format!("{name} ({}): {e}", n.info.links.join(", ")),
                 format!(
                     "check the rails' cabling and addresses; ping {}",
                     n.info.links[0].split(':').next().unwrap_or("")
                 ),
-            ),
-        });
+            )),
+        }
     }
     out
+}
+
+/// The longest frame the path to node `name` carries against the frame both ends' links
+/// announced: the connection proves it with padded probes once connected (a round trip on a
+/// sound path, a few milliseconds where a switch carries less).
+fn check_path(name: &str, conn: &rackwire::Conn) -> Finding {
+    let deadline = std::time::Instant::now() + PROBE_TIMEOUT;
+    let mut s = conn.stats();
+    while s.path_frame_max == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+        s = conn.stats();
+    }
+    match (s.path_frame_max, s.frame_max) {
+        (0, _) => warn(
+            "path mtu",
+            format!("{name}: no padded probe answered in {PROBE_TIMEOUT:?}"),
+            "check the rails' MTU end to end: ping -M do -s SIZE each link address",
+        ),
+        (path, agreed) if path < agreed => warn(
+            "path mtu",
+            format!(
+                "{name}: a switch on the way carries frames of {path} bytes, not the {agreed} the hosts' links \
+                 announce: frames are cut to {path}"
+            ),
+            format!(
+                "raise every switch port's MTU on the rails to {} (or link_mtu = {path} on every host)",
+                agreed as usize + IP_UDP_HEADER_BYTES
+            ),
+        ),
+        (path, _) => ok("path mtu", format!("{name}: frames of {path} bytes cross every link both ways")),
+    }
 }
 
 /// This machine's clock against the management host's: from the host's own time when it tells

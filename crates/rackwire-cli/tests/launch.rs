@@ -126,6 +126,7 @@ fn a_killed_rank_makes_the_others_fail_not_hang() {
                 .args(["allreduce-loop", "100000000"])
                 .env("RACKWIRE_MH", &mh.addr)
                 .env("RACKWIRE_SECRET", SECRET)
+                .env("RACKWIRE_STATE_DIR", rackwire_tests::state_dir())
                 .env("RACKWIRE_RANK", r.to_string())
                 .env("RACKWIRE_SIZE", "3")
                 .env("RACKWIRE_JOB", "killjob")
@@ -180,6 +181,7 @@ fn a_program_started_by_mpirun_forms_a_group() {
         .args(["info"])
         .env("RACKWIRE_MH", &mh.addr)
         .env("RACKWIRE_SECRET", SECRET)
+        .env("RACKWIRE_STATE_DIR", rackwire_tests::state_dir())
         .env("RACKWIRE_JOB", "mpijob")
         .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
         .output()
@@ -260,6 +262,7 @@ fn a_launched_job_cannot_be_taken_by_another_node_with_the_secret() {
         .args(["all", "0,8,1000", "1", "1000"])
         .env("RACKWIRE_MH", &mh.addr)
         .env("RACKWIRE_SECRET", SECRET)
+        .env("RACKWIRE_STATE_DIR", rackwire_tests::state_dir())
         .output()
         .expect("run rackwire launch");
     assert_all_ok(2, &o);

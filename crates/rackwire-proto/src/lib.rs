@@ -72,7 +72,7 @@ pub use bytes::Bytes;
 pub use config::Config;
 pub use conn::{
     CloseReason, Connection, Credentials, Event, FrameBufs, SplitTransmit, State, Transmit, DATAGRAMS_QUEUED_MAX,
-    GATHER_IN_FLIGHT_MIN,
+    GATHER_IN_FLIGHT_MIN, PATH_FRAME_RUNGS, PATH_FRAME_SAFE, PATH_PROBE_TRIES, PROBE_REPLIES_MAX,
 };
 pub use delivery::{Delivery, Note};
 pub use endpoint::{

@@ -10,6 +10,11 @@ const SMOOTHING_FLOOR_US: f64 = 1e-6;
 
 /// How much a link's window shrinks on loss (once per round trip).
 const LOSS_BETA: f64 = 0.7;
+/// How much a link's window shrinks when its round trips show a queue past the allowance
+/// (once per round trip).
+const QUEUE_BETA: f64 = 0.8;
+/// Round-trip samples in a row past the allowance that make the window shrink.
+const QUEUED_SAMPLES_TO_CUT: u32 = 2;
 /// Queueing delay a link may build before its window stops growing, beyond its minimum round
 /// trip (µs), as a floor; the allowance is otherwise one minimum round trip.
 const QUEUE_DELAY_FLOOR_US: f64 = 100.0;
@@ -27,6 +32,8 @@ struct Undo {
 #[derive(Debug)]
 pub(crate) struct Link {
     pub up: bool,
+    /// Carries the connection's data frames (false: the path proved too narrow for them).
+    pub fits: bool,
     /// Timed out recently: no new data until it shows signs of life.
     pub suspect: bool,
     srtt: Option<f64>,
@@ -43,6 +50,9 @@ pub(crate) struct Link {
     /// Counts cuts: a loss belongs to the episode of the latest cut.
     pub episode: u32,
     undo: Option<Undo>,
+    /// Round-trip samples in a row that showed a queue past the allowance (one alone may be a
+    /// scheduling hiccup).
+    queued_samples: u32,
     pub last_heard: Time,
     pub probe: Option<(u32, Time)>,
     pub probe_due: bool,
@@ -59,6 +69,7 @@ impl Link {
     pub fn new(cfg: &Config, now: Time) -> Self {
         Link {
             up: true,
+            fits: true,
             suspect: false,
             srtt: None,
             rttvar: 0.0,
@@ -72,6 +83,7 @@ impl Link {
             rack_time: 0,
             episode: 0,
             undo: None,
+            queued_samples: 0,
             last_heard: now,
             probe: None,
             probe_due: false,
@@ -86,6 +98,7 @@ impl Link {
         let r = rtt.max(1) as f64;
         self.latest_rtt = r;
         self.min_rtt = self.min_rtt.min(r);
+        self.queued_samples = if self.queueing() { self.queued_samples.saturating_add(1) } else { 0 };
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -135,12 +148,17 @@ impl Link {
 
     /// A suspect link (it timed out) gets one frame at a time until it answers.
     pub fn has_room(&self) -> bool {
-        self.up && self.inflight < if self.suspect { 1 } else { self.window() }
+        self.up && self.fits && self.inflight < if self.suspect { 1 } else { self.window() }
+    }
+
+    /// The queueing delay allowed before the window stops growing, µs.
+    fn allowance(&self) -> f64 {
+        self.min_rtt.max(QUEUE_DELAY_FLOOR_US)
     }
 
     /// Whether the latest round trip shows a queue building beyond the allowance.
     fn queueing(&self) -> bool {
-        self.latest_rtt > self.min_rtt + self.min_rtt.max(QUEUE_DELAY_FLOOR_US)
+        self.latest_rtt > self.min_rtt + self.allowance()
     }
 
     /// Start over with the configured windows (they changed before any data moved).
@@ -150,11 +168,32 @@ impl Link {
         self.stats.window = self.cwnd as u64;
     }
 
+    /// Frames got `step` times shorter mid-connection: the window, in frames, grows as much
+    /// (within the configured bounds), so as many bytes stay in flight.
+    pub fn scale_window(&mut self, step: f64, cfg: &Config) {
+        let (min, max) = (cfg.link_window_min as f64, cfg.link_window_max as f64);
+        self.cwnd = (self.cwnd * step).clamp(min, max);
+        self.ssthresh = (self.ssthresh * step).clamp(min, max);
+        self.stats.window = self.cwnd as u64;
+    }
+
     /// A frame sent on this link was acknowledged: grow the window, unless the round trip shows
     /// a queue building (then the link is full: more window would only add delay and, at a
     /// full buffer, burst losses).
-    pub fn on_ack(&mut self, cfg: &Config) {
+    pub fn on_ack(&mut self, cfg: &Config, now: Time) {
         self.suspect = false;
+        // A queue past the allowance in more than one sample in a row shrinks the window (once
+        // a round trip), rather than only stopping its growth: windows that share a queue then
+        // converge, where held still each would keep the share it had when the queue formed
+        // (two opposite transfers, whose acknowledgements wait behind each other's data, see
+        // the same queue; the one whose window was cut would never regrow).
+        if self.queued_samples >= QUEUED_SAMPLES_TO_CUT && now.saturating_sub(self.last_cut) >= self.srtt(cfg) {
+            self.last_cut = now;
+            self.ssthresh = (self.cwnd * QUEUE_BETA).max(cfg.link_window_min as f64);
+            self.cwnd = self.ssthresh;
+            self.stats.window = self.cwnd as u64;
+            return;
+        }
         if self.queueing() {
             return;
         }

@@ -31,6 +31,8 @@ pub struct LinkStats {
     pub min_rtt_us: u64,
     /// Current window, frames.
     pub window: u64,
+    /// The longest frame proven to cross it both ways, bytes (0: not proven yet).
+    pub path_frame_max: u64,
 }
 
 /// Counters of one connection.
@@ -98,6 +100,8 @@ pub struct ConnStats {
     pub datagrams_dropped: u64,
     /// Payload bytes of completed writes.
     pub bytes_written: u64,
+    /// The frame length data goes in once the path is searched, bytes (0: still searching).
+    pub path_frame_max: u64,
     /// Per link.
     pub links: Vec<LinkStats>,
 }

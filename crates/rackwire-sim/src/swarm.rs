@@ -187,6 +187,10 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
             }
         }
     }
+    // A fifth of the worlds have a narrow switch on their way: every end announces jumbo frames
+    // whatever its wires carry, and finds the length that gets through (drawn apart, so the
+    // other choices of a seed stay).
+    let narrow = Rng::new(seed ^ 0x0a77_0a77).chance(0.2);
     let mut world = World::new(
         seed,
         nodes,
@@ -194,7 +198,7 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
         |a, b, l| params.get(&(a, b, l)).cloned().unwrap_or_else(|| LinkParams::clean(10, 1_000_000_000, 1472)),
         |mtus| {
             let mut c = Config::new(mtus.len(), 1472);
-            c.mtu = mtus;
+            c.mtu = if narrow { vec![8972; mtus.len()] } else { mtus };
             c.op_timeout_us = 10 * LIVENESS_US_MAX;
             c
         },
@@ -392,7 +396,7 @@ pub fn run_seed(seed: u64) -> Result<SeedReport, SimFailure> {
         seed,
         nodes,
         links,
-        faults: mix.describe(),
+        faults: if narrow { format!("{}, narrow switch", mix.describe()) } else { mix.describe() },
         ops: ops.len(),
         bytes,
         sim_us: world.now,
@@ -573,7 +577,7 @@ impl Checker<'_> {
                     }
                 }
                 Event::Closed(why) => return Err(fail(seed, format!("connection {node}->{peer} closed: {why:?}"))),
-                Event::Connected { .. } | Event::LinkDown(_) | Event::LinkUp(_) => {}
+                Event::Connected { .. } | Event::LinkDown(_) | Event::LinkUp(_) | Event::PathCut { .. } => {}
             }
         }
         Ok(())

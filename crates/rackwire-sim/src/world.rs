@@ -42,6 +42,7 @@ fn as_event(peer: u32, h: Happened<OpId>) -> Event {
         Happened::Delivered(e) => e,
         Happened::LinkDown(l) => Event::LinkDown(l),
         Happened::LinkUp(l) => Event::LinkUp(l),
+        Happened::PathCut { frame_len, agreed } => Event::PathCut { frame_len, agreed },
         Happened::Closed(why) => Event::Closed(why),
     }
 }

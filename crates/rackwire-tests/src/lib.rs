@@ -43,10 +43,19 @@ pub fn error_kind(e: &rackwire::Error) -> &'static str {
     }
 }
 
+/// Where this test process's nodes keep their state (key pairs, the management hosts' keys
+/// pinned on first use): a folder of its own. A shared one (the user's) would take another
+/// run's management host that happened to get the same address and port for one whose key
+/// changed, and refuse it (and the tests would pile pins into the user's home).
+pub fn state_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("rackwire-test-state-{}", std::process::id()))
+}
+
 /// A fabric node in this process, for tests that run several nodes as threads: it reaches its
 /// peers over shared memory, or with `edge` over the edge transport on a loopback link.
 pub fn thread_node(mh: &rackwire::MhHandle, secret: &str, name: &str, edge: bool) -> rackwire::Fabric {
     let mut cfg = rackwire::FabricConfig::new(mh.addr().to_string(), secret, name.to_string());
+    cfg.state_dir = Some(state_dir());
     if edge {
         cfg.transport = rackwire::TransportChoice::Edge;
         cfg.links = vec!["127.0.0.1:0".into()];
@@ -297,6 +306,7 @@ impl Node {
         if let Some(t) = Transport::from_env().edge_env() {
             cmd.envs(t);
         }
+        cmd.env("RACKWIRE_STATE_DIR", state_dir());
         // The caller's environment wins over the suite-wide transport.
         cmd.envs(env.iter().copied());
         let mut child = cmd

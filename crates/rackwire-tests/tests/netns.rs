@@ -182,3 +182,72 @@ fn a_stream_survives_links_flapping_and_all_links_down_at_once() {
         assert!(stats["retransmits"].as_u64().unwrap_or(0) > 0 || stats["losses"].as_u64().unwrap_or(0) > 0, "{stats}");
     }
 }
+
+// Checks a rail with a narrow switch on it: link 0 is a plain veth of MTU 9000; link 1 goes
+// through a bridge in a third namespace whose port toward host b has MTU 1500 (a switch that
+// drops longer frames without a word), while every host interface says 9000. Both hosts ask
+// for 8972-byte frames: the handshake agrees on 8972 (what the interfaces announce), the
+// padded probes find that link 1 carries only 1452 (the rung for a 1500-byte MTU), and an
+// 8 MiB stream over both links arrives byte-exact in frames that short, retransmitting next to
+// nothing (a frame too long for the bridge would be lost on every try).
+#[test]
+fn a_narrow_switch_on_a_rail_is_found_and_its_frames_fit() {
+    if !is_root() {
+        eprintln!("skipped: network namespaces need root (CI runs this as root)");
+        return;
+    }
+    let hosts = Hosts::up('n');
+    let switch = format!("{}s", hosts.prefix);
+    ip(&["netns", "add", &switch]);
+    // Link 1 rebuilt through the switch: a1 -- sa (bridge port, 9000) | sb (port, 1500) -- b1.
+    let (a1, b1) = (format!("{}a1", hosts.prefix), format!("{}b1", hosts.prefix));
+    let (sa, sb, br) = (format!("{}sa", hosts.prefix), format!("{}sb", hosts.prefix), format!("{}br", hosts.prefix));
+    ip(&["-n", &hosts.a, "link", "del", &a1]);
+    for (end, port, host) in [(&a1, &sa, &hosts.a), (&b1, &sb, &hosts.b)] {
+        ip(&["link", "add", end, "type", "veth", "peer", "name", port]);
+        ip(&["link", "set", end, "netns", host]);
+        ip(&["link", "set", port, "netns", &switch]);
+    }
+    ip(&["-n", &hosts.a, "addr", "add", "198.18.1.1/24", "dev", &a1]);
+    ip(&["-n", &hosts.b, "addr", "add", "198.18.1.2/24", "dev", &b1]);
+    ip(&["-n", &switch, "link", "add", &br, "type", "bridge"]);
+    for port in [&sa, &sb] {
+        ip(&["-n", &switch, "link", "set", port, "master", &br]);
+    }
+    for (ns, dev, mtu) in [
+        (&hosts.a, format!("{}a0", hosts.prefix), "9000"),
+        (&hosts.b, format!("{}b0", hosts.prefix), "9000"),
+        (&hosts.a, a1.clone(), "9000"),
+        (&hosts.b, b1.clone(), "9000"),
+        (&switch, sa.clone(), "9000"),
+        (&switch, sb.clone(), "1500"),
+    ] {
+        ip(&["-n", ns, "link", "set", &dev, "mtu", mtu, "up"]);
+    }
+    ip(&["-n", &switch, "link", "set", &br, "up"]);
+    {
+        let (_mh, mh) = Node::mh_in_netns(&hosts.a, "198.18.0.1:0");
+        let jumbo = ("RACKWIRE_LINK_MTU", "8972");
+        // Each frame its own packet: a bridge lets a batch handed over with segmentation
+        // offload through whole (it looks at each frame only where a NIC would cut it up, which
+        // veths do not), where a switch sees every frame on the wire.
+        let frames = ("RACKWIRE_GSO", "off");
+        let env_a = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.1:0,198.18.1.1:0"), jumbo, frames];
+        let env_b = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.2:0,198.18.1.2:0"), jumbo, frames];
+        let mut owner = Node::spawn_in_netns(&hosts.a, &mh, "narrow-owner", &env_a);
+        let mut init = Node::spawn_in_netns(&hosts.b, &mh, "narrow-init", &env_b);
+        let total: u64 = 8 << 20;
+        let a = owner.ok(&format!("alloc {total} rw"));
+        let (rid, h) = a.split_once(' ').unwrap();
+        owner.ok(&format!("grant {rid} {} rw", init.id));
+        assert_eq!(init.ok(&format!("connect {}", owner.id)), "edge");
+        init.ok(&format!("stream {h} {total} 262144 20 13"));
+        assert_eq!(owner.cmd(&format!("check-pattern {rid} 0 {total} 13")), "ok");
+        let stats: serde_json::Value = serde_json::from_str(&init.ok(&format!("stats {}", owner.id))).unwrap();
+        assert_eq!(stats["frame_max"], 8972, "{stats}");
+        assert_eq!(stats["path_frame_max"], 1452, "{stats}");
+        let frames = stats["data_frames"].as_u64().unwrap_or(0);
+        assert!(stats["retransmits"].as_u64().unwrap_or(u64::MAX) * 20 < frames, "{stats}");
+    }
+    let _ = Command::new("ip").args(["netns", "del", &switch]).status();
+}

@@ -24,9 +24,10 @@ use crate::error::{need, WireError};
 pub const HEADER_LEN: usize = 32;
 /// The largest payload a frame can carry (the length field is 16 bits).
 pub const PAYLOAD_LEN_MAX: usize = u16::MAX as usize;
-/// Protocol version spoken by this build (4: ordered segments, `SEG_ORDERED`; 3 sealed frames
-/// with AEGIS-128X2 already; 2 used AES-128-GCM).
-pub const VERSION: u8 = 4;
+/// Protocol version spoken by this build (5: probes padded to prove a path's frame size; 4:
+/// ordered segments, `SEG_ORDERED`; 3 sealed frames with AEGIS-128X2 already; 2 used
+/// AES-128-GCM).
+pub const VERSION: u8 = 5;
 const MAGIC: u16 = 0x5257; // "RW"
 
 /// Header flag: the `ack` field is valid.
@@ -374,7 +375,7 @@ mod tests {
     #[test]
     fn header_bytes_are_as_documented() {
         let (repr, buf) = sample();
-        assert_eq!(&buf[..24], &[0x52, 0x57, 4, 1, 1, 2, 0, 3, 1, 2, 3, 4, 0, 0, 0, 7, 0, 0, 0, 5, 0, 0, 0, 99]);
+        assert_eq!(&buf[..24], &[0x52, 0x57, 5, 1, 1, 2, 0, 3, 1, 2, 3, 4, 0, 0, 0, 7, 0, 0, 0, 5, 0, 0, 0, 99]);
         assert_eq!(&buf[24..28], &crate::crc::crc32c(b"abc").to_be_bytes());
         assert_eq!(&buf[28..32], &crate::crc::crc32c(&buf[..28]).to_be_bytes());
         let f = Frame::new_checked(&buf[..]).unwrap();

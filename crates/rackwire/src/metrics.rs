@@ -8,7 +8,7 @@ use rackwire_metrics::{Kind, Text};
 use crate::node::Node;
 
 /// Connection counters that are gauges (the rest only grow).
-const CONN_GAUGES: &[&str] = &["frame_max", "sealed"];
+const CONN_GAUGES: &[&str] = &["frame_max", "path_frame_max", "sealed"];
 
 /// The node's page.
 pub(crate) fn render(node: &Node) -> String {

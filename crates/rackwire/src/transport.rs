@@ -179,6 +179,10 @@ pub struct ConnStats {
     /// Edge transport: the largest frame, as agreed with the peer in the handshake (the
     /// smaller of the two ends' link MTUs less IP and UDP headers).
     pub frame_max: u64,
+    /// Edge transport: the longest frame the path to the peer proved to carry on every link
+    /// that carries data (padded probes, once connected; 0 while searching): data frames are at
+    /// most this long, less than `frame_max` where a switch on the way carries less.
+    pub path_frame_max: u64,
     /// Edge transport: whether the connection's frames are sealed (encrypted and
     /// authenticated under keys only its two ends hold).
     pub sealed: bool,

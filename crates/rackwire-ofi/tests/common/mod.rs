@@ -47,6 +47,7 @@ pub fn text(o: &Output) -> String {
 /// that forks, or a job's ranks, need that).
 pub fn fabric_env(cmd: &mut Command, dir: &Path, mh: &str, secret: &str, name: Option<&str>, edge: bool) {
     cmd.env("FI_PROVIDER_PATH", dir).env("RACKWIRE_MH", mh).env("RACKWIRE_SECRET", secret).env("RACKWIRE_CONFIG", "");
+    cmd.env("RACKWIRE_STATE_DIR", rackwire_tests::state_dir());
     match name {
         Some(n) => cmd.env("RACKWIRE_NAME", n),
         None => cmd.env_remove("RACKWIRE_NAME"),

@@ -22,9 +22,10 @@ pub const DATAGRAMS_QUEUED_MAX: usize = 256;
 const DATAGRAM_BUFS_KEPT: usize = 2;
 
 impl Connection {
-    /// The largest datagram this connection sends: one frame's payload.
+    /// The largest datagram this connection sends: one data frame's payload (which may
+    /// shrink once, when the path proves to carry less than agreed: see [`Event::PathCut`]).
     pub fn datagram_max(&self) -> usize {
-        self.payload_max
+        self.data_payload_max()
     }
 
     /// Queue `data` to go in a frame of its own (see the module documentation). Refused with

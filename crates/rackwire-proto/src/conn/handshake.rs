@@ -385,8 +385,26 @@ impl Connection {
         }
     }
 
-    /// The largest frame this connection sends, a sealed frame's trailer included (after the
-    /// handshake: what both ends take).
+    /// Data frames of at most `payload` segment bytes from now on (the path carries no more:
+    /// see `path`). Windows count frames, so they grow as much, the links' current ones too
+    /// (scaled, not started over: data has moved).
+    pub(super) fn shrink_frames(&mut self, payload: usize) {
+        if payload >= self.payload_max {
+            return;
+        }
+        let frame = |p: usize| (p + HEADER_LEN + TRAILER_LEN) as f64;
+        let step = frame(self.payload_max) / frame(payload);
+        let scale = frame(own_payload_max(&self.cfg)) / frame(payload);
+        self.payload_max = payload;
+        self.own_windows.scaled(scale, self.cfg.window_frames_max).apply(&mut self.cfg);
+        for l in &mut self.links {
+            l.scale_window(step, &self.cfg);
+        }
+    }
+
+    /// The largest data frame this connection sends, a sealed frame's trailer included (after
+    /// the handshake: what both ends take; shorter once the path proved to carry less, see
+    /// [`Connection::agreed_frame_max`]).
     pub fn frame_max(&self) -> usize {
         self.payload_max + HEADER_LEN + TRAILER_LEN
     }
@@ -408,6 +426,7 @@ impl Connection {
         for l in &mut self.links {
             l.last_heard = now;
         }
+        self.start_path_search(now);
         self.events.push_back(Event::Connected { peer: self.peer });
     }
 

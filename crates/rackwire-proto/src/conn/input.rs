@@ -166,8 +166,16 @@ impl Connection {
                 Err(_) => self.stats.malformed += 1,
             },
             FrameKind::Probe => match ProbeRepr::parse(payload) {
-                Ok(p) if !p.reply => self.probe_replies.push_back((link, p.token, repr.ts)),
-                Ok(p) => self.on_probe_reply(now, link, p),
+                Ok(p) if !p.reply => {
+                    if self.probe_replies.len() < super::PROBE_REPLIES_MAX {
+                        self.probe_replies.push_back((link, p.token, repr.ts, payload.len()));
+                    }
+                }
+                Ok(p) => {
+                    if !self.on_path_reply(now, link, p.token, payload.len()) {
+                        self.on_probe_reply(now, link, p);
+                    }
+                }
                 Err(_) => self.stats.malformed += 1,
             },
             FrameKind::Close => match CloseRepr::parse(payload) {
@@ -368,7 +376,7 @@ impl Connection {
                         let data = Bytes::from(data);
                         let mut at = 0;
                         while at < data.len() {
-                            let end = (at + self.payload_max - SEGMENT_SHORT_LEN).min(data.len());
+                            let end = (at + self.data_payload_max() - SEGMENT_SHORT_LEN).min(data.len());
                             let part = Some(data.slice(at..end));
                             self.respond(SegKind::ReadData, s.op, 0, at as u32, s.op_len, 0, part);
                             at = end;

@@ -26,7 +26,7 @@ impl Connection {
             if let Some(l) = s.counted_on {
                 let link = &mut self.links[l];
                 link.uncount();
-                link.on_ack(&self.cfg);
+                link.on_ack(&self.cfg, now);
             } else if !s.retransmitted {
                 // Declared lost, yet the original arrived before any copy was sent.
                 self.proved_spurious(seq);

@@ -1,7 +1,8 @@
 //! The connection state machine, by concern: the handshake ([`handshake`]), what arrives
 //! ([`input`]), what leaves ([`output`]), loss detection and recovery ([`loss`]), the
-//! deadlines ([`timer`]), datagrams ([`datagram`]), and the invariants checked after every step in debug builds
-//! ([`invariants`]). This file holds the state and the application's calls.
+//! deadlines ([`timer`]), datagrams ([`datagram`]), the path's frame size ([`path`]), and the
+//! invariants checked after every step in debug builds ([`invariants`]). This file holds the
+//! state and the application's calls.
 
 mod datagram;
 mod handshake;
@@ -9,6 +10,7 @@ mod input;
 mod invariants;
 mod loss;
 mod output;
+mod path;
 mod timer;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -21,6 +23,8 @@ use bytes::Bytes;
 pub use datagram::DATAGRAMS_QUEUED_MAX;
 pub use handshake::Credentials;
 use handshake::Handshake;
+use path::PathSize;
+pub use path::{PATH_FRAME_RUNGS, PATH_FRAME_SAFE, PATH_PROBE_TRIES};
 use rackwire_wire::identity::PublicKey;
 
 use crate::chunk::DataPayload;
@@ -95,6 +99,14 @@ pub enum Event {
     LinkDown(usize),
     /// A link answers again.
     LinkUp(usize),
+    /// The path carries no frames as long as the handshake agreed: data frames are cut to
+    /// `frame_len` bytes (see [`PATH_FRAME_RUNGS`]).
+    PathCut {
+        /// The frame length data now goes in.
+        frame_len: usize,
+        /// The length both ends' links announced.
+        agreed: usize,
+    },
     /// The connection ended.
     Closed(CloseReason),
 }
@@ -188,8 +200,11 @@ pub struct Connection {
     hs_rr: usize,
     links: Vec<Link>,
     rr: usize,
-    /// Segment header and body bytes per data frame (the smallest link's).
+    /// Segment header and body bytes per data frame (the smallest link's, or what the path
+    /// carries: [`path`]).
     payload_max: usize,
+    /// The search for the longest frame the path carries.
+    path: PathSize,
     /// The windows as configured (in frames of this end's own size): the agreed frame size
     /// scales them (see [`Connection::agree_frame_size`]).
     own_windows: Windows,
@@ -224,7 +239,9 @@ pub struct Connection {
     datagrams: VecDeque<Vec<u8>>,
     /// Buffers of datagrams sent, for the next ones.
     datagram_bufs: Vec<Vec<u8>>,
-    probe_replies: VecDeque<(usize, u32, u32)>,
+    /// Probes to answer: link, token, the probe's time, its payload length (at most
+    /// [`PROBE_REPLIES_MAX`]).
+    probe_replies: VecDeque<(usize, u32, u32, usize)>,
     close_send: Option<u8>,
     last_heard: Time,
     probe_token: u32,
@@ -317,6 +334,10 @@ impl Windows {
     }
 }
 
+/// Probes waiting for their reply; past it a probe goes unanswered (the prober sends
+/// another).
+pub const PROBE_REPLIES_MAX: usize = 16;
+
 /// Frames in flight from which [`Connection::worth_gathering`] holds small operations.
 pub const GATHER_IN_FLIGHT_MIN: usize = 2;
 
@@ -363,6 +384,7 @@ impl Connection {
             links,
             rr: 0,
             payload_max,
+            path: PathSize::default(),
             own_windows: Windows::of(&cfg),
             room: Room { msg_bytes: usize::MAX, notes: usize::MAX, most_msg_bytes: usize::MAX, most_notes: usize::MAX },
             next_seq: 0,

@@ -239,12 +239,21 @@ impl Connection {
         if let Some(t) = self.poll_handshake(now, bufs) {
             return Some(t);
         }
-        if let Some((link, token, ts)) = self.probe_replies.pop_front() {
+        if let Some((link, token, ts, len)) = self.probe_replies.pop_front() {
+            // As long as the probe (a padded one asks whether the path carries that length
+            // back), up to this end's own frames, and only to a peer that proved itself: once
+            // established, or once the frames are sealed (a probe then opened under the
+            // exchange's keys; the acceptor may probe before this end's handshake is done).
+            let proven = self.state == State::Established || self.keys.is_some();
+            let len = if proven { len.min(self.probe_reply_len_max()) } else { 0 };
             let p = ProbeRepr { reply: true, token, echo_ts: ts };
-            return self.emit(now, bufs, link, FrameKind::Probe, 0, PROBE_LEN, |b| p.emit(b));
+            return self.emit(now, bufs, link, FrameKind::Probe, 0, len.max(PROBE_LEN), |b| p.emit(b));
         }
         if self.state != State::Established {
             return None;
+        }
+        if let Some(t) = self.poll_path_probe(now, bufs) {
+            return Some(t);
         }
         for i in 0..self.links.len() {
             if self.links[i].probe_due {
@@ -311,7 +320,8 @@ impl Connection {
     /// segment, which is owed read data if any, else the next fragment of an operation, else
     /// one more answer. Answers alone wait while held ([`Connection::hold_answers`]).
     pub(super) fn poll_new_data(&mut self, now: Time, bufs: &mut dyn FrameBufs) -> Option<SplitTransmit> {
-        if self.inflight.len() >= self.cfg.window_frames_max
+        if !self.path_settled()
+            || self.inflight.len() >= self.cfg.window_frames_max
             || !self.inflight.has_room()
             || self.incoming.len() >= crate::OPS_MAX
         {
@@ -325,8 +335,9 @@ impl Connection {
         }
         let link = self.pick_link(None)?;
         // Room for answers ahead of a last segment that still carries a useful body.
+        let payload_max = self.data_payload_max();
         let room =
-            (self.payload_max.saturating_sub(SEGMENT_LEN + ANSWER_RIDE_BODY_MIN) / SEGMENT_LEN).min(ANSWERS_PACKED_MAX);
+            (payload_max.saturating_sub(SEGMENT_LEN + ANSWER_RIDE_BODY_MIN) / SEGMENT_LEN).min(ANSWERS_PACKED_MAX);
         let mut answers = [SegmentRepr::answer(0, SegKind::Done, 0, 0); ANSWERS_PACKED_MAX];
         let mut n = 0;
         while n < room && self.responses.front().is_some_and(bodiless) {
@@ -334,10 +345,10 @@ impl Connection {
             n += 1;
         }
         let packed = n * SEGMENT_LEN;
-        let fits = |r: &Piece| packed + piece_len(r) <= self.payload_max;
+        let fits = |r: &Piece| packed + piece_len(r) <= payload_max;
         let mut last: Piece = match self.responses.front() {
             Some(r) if fits(r) => self.responses.pop_front().expect("looked at"),
-            _ => match self.ops.next_segment(self.payload_max - packed) {
+            _ => match self.ops.next_segment(payload_max - packed) {
                 Some((_, seg, body)) => (seg, body),
                 None if n == 0 => return None,
                 None => {
@@ -353,7 +364,7 @@ impl Connection {
         let mut chained: Vec<Piece> = Vec::new();
         let mut used = packed + piece_len(&last);
         while n + chained.len() + 1 < SEGMENTS_PER_FRAME_MAX && chainable(&last) {
-            let room = (self.payload_max - used).min(CHAINED_SEGMENT_MAX);
+            let room = (payload_max - used).min(CHAINED_SEGMENT_MAX);
             let from_responses = self.responses.front().is_some_and(|r| piece_len(r) <= room && chainable(r));
             let next = if from_responses {
                 self.responses.pop_front()

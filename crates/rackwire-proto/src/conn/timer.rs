@@ -88,6 +88,7 @@ impl Connection {
                     Some((_, sent)) => sent + self.cfg.probe_timeout_us,
                     None => l.last_heard + self.cfg.probe_interval_us,
                 })
+                .chain(self.path_deadline())
                 .min(),
             Timer::Probe => None,
         }
@@ -125,7 +126,10 @@ impl Connection {
             }
             Timer::HandshakeRetry | Timer::Ack | Timer::AnswerHold => {}
             Timer::LossScan | Timer::Loss => self.detect_losses(now),
-            Timer::Probe => self.probe_links(now),
+            Timer::Probe => {
+                self.probe_links(now);
+                self.path_timeouts(now);
+            }
         }
     }
 
@@ -158,6 +162,7 @@ impl Connection {
     pub(super) fn on_probe_reply(&mut self, now: Time, link: usize, p: ProbeRepr) {
         if self.links[link].probe_answered(p.token, now) {
             self.events.push_back(Event::LinkUp(link));
+            self.path_link_up(link);
         }
     }
 }

@@ -84,6 +84,14 @@ pub enum Happened<P> {
     LinkDown(usize),
     /// A link answers again.
     LinkUp(usize),
+    /// Data frames cut to `frame_len` bytes: the path carries no more than that of the
+    /// `agreed` length (see [`crate::PATH_FRAME_RUNGS`]).
+    PathCut {
+        /// The frame length data now goes in.
+        frame_len: usize,
+        /// The length the handshake agreed on.
+        agreed: usize,
+    },
     /// The connection ended (after every operation pending on it completed).
     Closed(CloseReason),
 }
@@ -409,6 +417,7 @@ impl<A: Copy + std::hash::Hash, P> Endpoint<A, P> {
                     }
                     Event::LinkDown(l) => on(local, peer, Happened::LinkDown(l)),
                     Event::LinkUp(l) => on(local, peer, Happened::LinkUp(l)),
+                    Event::PathCut { frame_len, agreed } => on(local, peer, Happened::PathCut { frame_len, agreed }),
                     Event::Closed(why) => {
                         for p in s.close() {
                             on(local, peer, Happened::Completed { op: p, result: Err(OpError::Closed) });

@@ -153,7 +153,10 @@ impl HandshakeRepr {
     }
 }
 
-/// A link probe, or its reply (same link).
+/// A link probe, or its reply (same link). Its payload may run on past [`PROBE_LEN`] with
+/// zeros: a probe padded to a frame length asks whether the path carries frames that long,
+/// and its reply, padded to the same length, says it does both ways (see `rackwire_proto`'s
+/// path frame size).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeRepr {
     /// This is the answer to a probe.
@@ -164,7 +167,7 @@ pub struct ProbeRepr {
     pub echo_ts: u32,
 }
 
-/// Bytes of a probe payload.
+/// Bytes of a probe payload before its padding.
 pub const PROBE_LEN: usize = 12;
 
 /// Where a probe's fields lie.
@@ -178,23 +181,25 @@ mod probe_field {
 const _: () = assert!(probe_field::ECHO_TS.end == PROBE_LEN);
 
 impl ProbeRepr {
-    /// Parse.
+    /// Parse a probe payload (padding included: all of `b` past [`PROBE_LEN`] must be zero).
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
         need("probe", PROBE_LEN, b.len())?;
         use probe_field as f;
-        if b.len() != PROBE_LEN || b[f::REPLY] > 1 {
+        if b[f::REPLY] > 1 {
             return Err(WireError::BadValue { field: "probe" });
         }
         zero(&b[f::RESERVED], "probe reserved")?;
+        zero(&b[PROBE_LEN..], "probe padding")?;
         Ok(ProbeRepr { reply: b[f::REPLY] == 1, token: be32(b, f::TOKEN.start), echo_ts: be32(b, f::ECHO_TS.start) })
     }
-    /// Write it into [`PROBE_LEN`] bytes.
+    /// Write it into `b` (at least [`PROBE_LEN`] bytes), zeros after it to the end of `b`.
     pub fn emit(&self, b: &mut [u8]) {
         use probe_field as f;
         b[f::REPLY] = self.reply as u8;
         b[f::RESERVED].fill(0);
         b[f::TOKEN].copy_from_slice(&self.token.to_be_bytes());
         b[f::ECHO_TS].copy_from_slice(&self.echo_ts.to_be_bytes());
+        b[PROBE_LEN..].fill(0);
     }
 }
 

@@ -272,6 +272,11 @@ mod tests {
             let mut b = [0u8; PROBE_LEN];
             p.emit(&mut b);
             prop_assert_eq!(ProbeRepr::parse(&b).unwrap(), p);
+            // Padded (with leftovers of an earlier frame in the buffer): zeros, and the same probe.
+            let mut b = vec![0xa5u8; PROBE_LEN + (from as usize % 1500)];
+            p.emit(&mut b);
+            prop_assert!(b[PROBE_LEN..].iter().all(|&x| x == 0));
+            prop_assert_eq!(ProbeRepr::parse(&b).unwrap(), p);
             let c = CloseRepr { reason };
             let mut b = [0u8; CLOSE_LEN];
             c.emit(&mut b);
@@ -381,5 +386,25 @@ mod tests {
         assert_eq!(HandshakeRepr::parse(&b).unwrap_err(), WireError::BadValue { field: "handshake mtu" });
         b[2..4].copy_from_slice(&(FRAME_LEN_MIN as u16).to_be_bytes());
         assert!(HandshakeRepr::parse(&b).is_ok());
+    }
+
+    // Checks what a probe may carry: a short one, a reply flag other than 0/1, a reserved
+    // byte set and a byte of padding set are each refused with the field named; the same
+    // probe padded with zeros parses.
+    #[test]
+    fn bad_probes_are_refused_padded_ones_parse() {
+        let p = ProbeRepr { reply: true, token: 7, echo_ts: 9 };
+        let mut b = vec![0u8; PROBE_LEN + 100];
+        p.emit(&mut b);
+        assert_eq!(ProbeRepr::parse(&b).unwrap(), p);
+        assert!(matches!(ProbeRepr::parse(&b[..PROBE_LEN - 1]).unwrap_err(), WireError::Truncated { .. }));
+        b[PROBE_LEN + 99] = 1;
+        assert_eq!(ProbeRepr::parse(&b).unwrap_err(), WireError::BadValue { field: "probe padding" });
+        b[PROBE_LEN + 99] = 0;
+        b[1] = 1;
+        assert_eq!(ProbeRepr::parse(&b).unwrap_err(), WireError::BadValue { field: "probe reserved" });
+        b[1] = 0;
+        b[0] = 2;
+        assert_eq!(ProbeRepr::parse(&b).unwrap_err(), WireError::BadValue { field: "probe" });
     }
 }

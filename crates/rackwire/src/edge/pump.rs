@@ -580,6 +580,13 @@ impl EdgeEndpoint {
             proto::Happened::Delivered(_) => {}
             proto::Happened::LinkDown(l) => warn!(peer, link = l, "edge link down"),
             proto::Happened::LinkUp(l) => debug!(peer, link = l, "edge link up"),
+            proto::Happened::PathCut { frame_len, agreed } => warn!(
+                peer,
+                frame_len,
+                agreed,
+                "the path to this node drops frames of the agreed length: frames cut to {frame_len} bytes \
+                 (set link_mtu to what every switch between the hosts carries)"
+            ),
             proto::Happened::Closed(why) => {
                 debug!(peer, ?why, "edge connection closed");
                 gone.push(local);
