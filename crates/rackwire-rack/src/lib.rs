@@ -31,8 +31,10 @@ pub const NS_PREFIX: &str = "rwr-";
 pub const RUN_DIR: &str = "/run/rackwire/racks";
 /// The management host's port.
 pub const MH_PORT: u16 = 7700;
-/// How long `up` waits for the management host and the agents.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `up` waits for the management host and the agents (a rack's agents start
+/// together, each joining and bringing its virtual NIC up: on a small machine busy with other
+/// racks this has taken over 10 s).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `down` gives processes to stop after SIGTERM before SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Queue a shaped link holds, as time at its rate (`tc tbf latency`).
