@@ -328,3 +328,55 @@ fn an_unsealed_frame_after_the_handshake_acknowledges_nothing() {
     assert_eq!(&tb.regions[&5].data[..100], &[0x3c; 100][..], "the write is resent and lands");
     assert_eq!((a.state(), b.state()), (State::Established, State::Established));
 }
+
+// Checks that padded probes amplify nothing before the peer proved itself: an attacker who saw
+// the acceptor's connection id sends it 100 unsealed probes padded to 1400 bytes while the
+// handshake runs, on a connection whose frames are to be sealed and on one whose ends turned
+// sealing off. Nothing comes back for them (a frame that has not proven its sender is acted on
+// only if it is a handshake step): no frame at all, where padded answers would be 1400 bytes
+// each.
+#[test]
+fn forged_padded_probes_get_no_padded_replies() {
+    for sealed in [true, false] {
+        let creds = |node| if sealed { credentials(node, SECRET) } else { keys::unsealed(node, SECRET) };
+        forged_padded_probes(&creds(A_NODE), &creds(B_NODE));
+    }
+}
+
+fn forged_padded_probes(ca: &Credentials, cb: &Credentials) {
+    use rackwire_wire::{FrameKind, ProbeRepr};
+    let (mut a, mut b) = connecting_as(Config::new(1, MTU), ca, cb);
+    let (l, hello) = drain(&mut a, 0).remove(0);
+    let mut tb = MemTarget::default();
+    b.handle_frame(0, l, &hello, &mut tb);
+    let _answers = drain(&mut b, 0);
+    for token in 0..100u32 {
+        let mut payload = vec![0u8; 1400];
+        ProbeRepr { reply: false, token, echo_ts: 0 }.emit(&mut payload);
+        b.handle_frame(10, 0, &forged(FrameKind::Probe, 22, None, &payload), &mut tb);
+    }
+    let back: Vec<usize> = drain(&mut b, 10).iter().map(|(_, f)| f.len()).collect();
+    assert!(back.is_empty(), "frames sent back for forged probes: {back:?} bytes");
+}
+
+// Checks the answers to a proven peer's padded probes (on an established connection whose
+// ends turned sealing off, where any frame of the connection counts as the peer's): 100
+// probes padded to 1000 bytes, taken before the connection sends anything, get at most
+// `PROBE_REPLIES_MAX` replies (the rest go unanswered), each exactly as long as its probe.
+#[test]
+fn padded_probes_get_replies_as_long_and_no_more_than_the_bound() {
+    use rackwire_proto::PROBE_REPLIES_MAX;
+    use rackwire_wire::{FrameKind, ProbeRepr, HEADER_LEN};
+    let (_a, mut b, _ta, mut tb, now) = rackwire_sim::pair::established(Config::new(1, MTU), SECRET, 5, 55, 4096);
+    let _ = drain(&mut b, now);
+    let probe_len = HEADER_LEN + 1000;
+    for token in 0..100u32 {
+        let mut payload = vec![0u8; 1000];
+        ProbeRepr { reply: false, token, echo_ts: 0 }.emit(&mut payload);
+        b.handle_frame(now, 0, &forged(FrameKind::Probe, 22, None, &payload), &mut tb);
+    }
+    let back: Vec<usize> = drain(&mut b, now).iter().map(|(_, f)| f.len()).collect();
+    let replies = back.iter().filter(|&&len| len == probe_len).count();
+    assert_eq!(replies, PROBE_REPLIES_MAX, "replies of {probe_len} bytes among {back:?}");
+    assert!(back.iter().all(|&len| len <= probe_len), "a reply longer than its probe: {back:?}");
+}
