@@ -146,7 +146,7 @@ fn failed<'a>(findings: &'a [serde_json::Value], check: &str) -> Option<&'a serd
 // nodes join under the hosts' names; a C program built against the package's header,
 // pkg-config file and library writes from one host into a region of the other (the owner
 // checks the bytes and its notification); `rackwire doctor` passes on a host (its other node's
-// link reached) and fails, naming the fix, once a problem is planted: the secret file made
+// link reached, the path to it proven for full frames) and fails, naming the fix, once a problem is planted: the secret file made
 // 0644, strict reverse-path filtering on the rail, the management host's port held by another
 // program (on the host running it, the port held by the management host itself passes).
 #[test]
@@ -307,6 +307,14 @@ fn the_package_brings_up_a_two_host_rack() {
         found.iter().any(|f| f["check"] == "links reached"
             && f["status"] == "ok"
             && f["what"].as_str().unwrap().starts_with("pkg-a")),
+        "{found:#?}"
+    );
+    // ... and the path to it carries the hosts' full frames both ways (proven by the
+    // connection's padded probes).
+    assert!(
+        found.iter().any(|f| f["check"] == "path mtu"
+            && f["status"] == "ok"
+            && f["what"].as_str().unwrap().starts_with("pkg-a: frames of")),
         "{found:#?}"
     );
 
