@@ -71,8 +71,10 @@ pub(crate) struct EvalArgs {
     /// Ranks of the job.
     #[arg(long, default_value_t = 4)]
     pub ranks: usize,
-    /// Data paths, in the same run: fabric, tcp.
-    #[arg(long, value_delimiter = ',', default_value = "fabric,tcp")]
+    /// Data paths, in the same run: fabric, tcp, and for `kv` fabric-rpc (the store's
+    /// requests as messages over the fabric, TCP's algorithm on the fabric's transport)
+    /// [default: fabric,tcp; with `kv` fabric,fabric-rpc,tcp].
+    #[arg(long, value_delimiter = ',')]
     pub net: Vec<String>,
     /// Run the ranks over the hosts of this virtual rack (root), in blocks; TCP crosses its
     /// shaped rails. A rail shaped to 1 Gbit/s stands for 1GbE, the fabric within a memory
@@ -84,8 +86,9 @@ pub(crate) struct EvalArgs {
     /// each rank as a node with this many.
     #[arg(long)]
     pub cores: Option<usize>,
-    /// With `kv`: YCSB core workloads (A: 50% reads, B: 95%, C: reads only).
-    #[arg(long, value_delimiter = ',', default_value = "A,B,C")]
+    /// With `kv`: YCSB core workloads (A: 50% reads, B: 95%, C: reads only) and the OSU
+    /// paper's 100% put mix (`put`).
+    #[arg(long, value_delimiter = ',', default_value = "A,B,C,put")]
     pub mix: Vec<String>,
     /// With `kv`: open loop, each client's operations due at this rate per second, latency
     /// counted from when each was due (corrects for coordinated omission); default: closed
@@ -127,11 +130,11 @@ impl EvalArgs {
         EvalArgs {
             workload: workload.into(),
             ranks,
-            net: vec!["fabric".into(), "tcp".into()],
+            net: Vec::new(),
             rack: None,
             cores: None,
             variant: Variant::ALL.iter().map(|v| v.name().to_string()).collect(),
-            mix: ["A", "B", "C"].map(String::from).to_vec(),
+            mix: ["A", "B", "C", "put"].map(String::from).to_vec(),
             rate: None,
             scale,
             repeat: 1,
@@ -197,6 +200,7 @@ pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
             let mut path: Box<dyn DataPath> = match net {
                 Net::Fabric => Box::new(FabricPath::new(&g)),
                 Net::Tcp => Box::new(TcpPath::connect(&mut g, &tcp)?),
+                Net::FabricRpc => bail!("fabric-rpc is a data path of kv only"),
             };
             if a.workload == "sort" {
                 SortJob { records: a.records, seed: a.seed, dir: a.dir.clone() }.run(&mut g, path.as_mut())?
@@ -208,7 +212,7 @@ pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
         // Point to point: message streams between the ranks.
         "dfsio" | "kv" => {
             let mut streams: Box<dyn Streams> = match net {
-                Net::Fabric => Box::new(FabricStreams::new(&mut g)?),
+                Net::Fabric | Net::FabricRpc => Box::new(FabricStreams::new(&mut g)?),
                 Net::Tcp => Box::new(TcpStreams::connect(&mut g, &tcp)?),
             };
             if a.workload == "dfsio" {
@@ -223,7 +227,8 @@ pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
                 job.run(&mut g, streams.as_mut())?
             } else {
                 // `records` carries the keys here. Reads of other ranks' keys over the fabric
-                // are one-sided; both paths send updates to the owner as messages.
+                // are one-sided (as requests over fabric-rpc and TCP); every path sends
+                // updates to the owner as messages.
                 let job = KvJob {
                     keys: a.records,
                     ops: (a.records / KV_KEYS_PER_OP).max(1),
@@ -369,7 +374,11 @@ pub(crate) fn check(a: &EvalArgs) -> Result<()> {
         bail!("--scale must be in (0, 20]");
     }
     for n in &a.net {
-        Net::parse(n)?;
+        let net = Net::parse(n)?;
+        let carried = ["sort", "grep", "dfsio", "kv"].iter().any(|w| net.carries(w) && (a.workload == *w));
+        if !carried && !["all", "energy"].contains(&a.workload.as_str()) {
+            bail!("--net {n}: {} does not run over it (fabric-rpc is the key-value store's)", a.workload);
+        }
     }
     let have = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     if let Some(k) = a.cores.filter(|&k| k == 0 || k > have) {
@@ -397,7 +406,13 @@ pub(crate) fn measure_set(a: &EvalArgs, workload: &str, variant: Option<&str>) -
 }
 
 fn measure(a: &EvalArgs, dir: &Path, workload: &str, variant: Option<&str>) -> Result<Measured> {
-    let nets: Vec<Net> = a.net.iter().map(|n| Net::parse(n)).collect::<Result<_, _>>()?;
+    let nets: Vec<Net> = if a.net.is_empty() {
+        Net::defaults(workload).to_vec()
+    } else {
+        let given: Vec<Net> = a.net.iter().map(|n| Net::parse(n)).collect::<Result<_, _>>()?;
+        // Under `all`, each workload takes the given paths it runs over.
+        given.into_iter().filter(|n| n.carries(workload)).collect()
+    };
     let base = match workload {
         "sort" => SORT_RECORDS,
         "dfsio" => DFSIO_FILE_BYTES,

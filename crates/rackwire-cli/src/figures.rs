@@ -149,7 +149,10 @@ pub(crate) fn workloads(rows: &[serde_json::Value], dir: &Path) -> Result<String
     let kv = figure("kv", "ops_per_s");
     if !kv.is_empty() {
         plot::stacked_bars(&dir.join("kv.svg"), "Key-value mixes: operations per second", "ops/s", &kv)?;
-        md.push_str(&image("kv.svg", "YCSB mixes over the fabric and over TCP"));
+        md.push_str(&image(
+            "kv.svg",
+            "YCSB mixes and 100% puts over the fabric (one-sided reads), the fabric as requests, and TCP",
+        ));
     }
     Ok(md)
 }

@@ -23,10 +23,18 @@ fn rows(o: &Output) -> Vec<serde_json::Value> {
     doc["rows"].as_array().expect("rows").clone()
 }
 
-/// Each row was checked, has the fields of the issue, and both paths are there.
+/// Each row was checked, has the fields of the issue, and both paths are there (with
+/// `fabric_rpc`, the key-value store's requests over the fabric too).
 fn assert_rows(rows: &[serde_json::Value], pattern: &str, phases: &[&str]) {
+    assert_rows_of(rows, pattern, phases, false)
+}
+
+fn assert_rows_of(rows: &[serde_json::Value], pattern: &str, phases: &[&str], fabric_rpc: bool) {
     let of: Vec<&serde_json::Value> = rows.iter().filter(|r| r["pattern"] == pattern).collect();
-    assert_eq!(of.len(), 2, "{pattern}: a fabric and a TCP row: {rows:?}");
+    assert_eq!(of.len(), 2 + fabric_rpc as usize, "{pattern}: a fabric and a TCP row: {rows:?}");
+    if fabric_rpc {
+        assert!(of.iter().any(|r| r["net"] == "fabric-rpc" && r["transport"] == "shm"), "{of:?}");
+    }
     for r in &of {
         assert_eq!(r["checked"], true, "{r}");
         for k in ["transport", "ranks", "bytes", "secs", "mb_per_s", "speedup", "cpu_secs"] {
@@ -88,16 +96,18 @@ fn dfsio_over_the_edge_transport() {
     assert_eq!(rows[0]["checked"], true);
 }
 
-// Checks the key-value mixes over both paths at 3 ranks: every read returned an intact value
-// of its own key, and after the run every key read back over the data path equals what its
-// owner last applied (the run fails otherwise); YCSB's figures present, and the read share
-// near the mix's (A: 50%, C: 100%).
+// Checks the key-value store over the fabric (one-sided reads), over the fabric as requests
+// (fabric-rpc: TCP's algorithm on the fabric) and over TCP at 3 ranks, in YCSB's A and C and
+// the 100% put mix: every value read carries its own key and checksum, and after the run
+// every key read back over the data path equals what its owner last applied (the run fails
+// otherwise); YCSB's figures present, and the read share near the mix's (A: 50%, C: 100%,
+// put: none).
 #[test]
 fn kv_mixes_run_checked_over_fabric_and_tcp() {
-    let o = eval(&["kv", "--ranks", "3", "--scale", "0.02", "--mix", "A,C", "--json"], &[]);
+    let o = eval(&["kv", "--ranks", "3", "--scale", "0.02", "--mix", "A,C,put", "--json"], &[]);
     let rows = rows(&o);
-    for (mix, reads) in [("A", 0.5), ("C", 1.0)] {
-        assert_rows(&rows, &format!("kv/{mix}"), &["run"]);
+    for (mix, reads) in [("A", 0.5), ("C", 1.0), ("put", 0.0)] {
+        assert_rows_of(&rows, &format!("kv/{mix}"), &["run"], true);
         for r in rows.iter().filter(|r| r["pattern"] == format!("kv/{mix}")) {
             let f = r;
             assert!(f["ops_per_s"].as_f64().unwrap() > 0.0, "{r}");
@@ -164,7 +174,8 @@ fn bad_arguments_are_refused() {
     for (args, says) in [
         (&["sort", "--net", "carrier-pigeon"][..], "unknown data path"),
         (&["grep", "--variant", "MidN"][..], "unknown grep variant"),
-        (&["kv", "--mix", "D"][..], "unknown YCSB workload"),
+        (&["kv", "--mix", "D"][..], "unknown key-value mix"),
+        (&["sort", "--net", "fabric-rpc"][..], "fabric-rpc is the key-value store's"),
         (&["kv", "--rate=0"][..], "--rate"),
         (&["sort", "--ranks", "0"][..], "--ranks"),
         (&["sort", "--scale", "0"][..], "--scale"),

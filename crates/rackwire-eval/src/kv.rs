@@ -69,6 +69,8 @@ pub enum Mix {
     B,
     /// Reads only.
     C,
+    /// Updates only: the OSU paper's 100% Put mix (no YCSB core workload is one).
+    Put,
 }
 
 impl Mix {
@@ -78,15 +80,17 @@ impl Mix {
             Mix::A => 0.5,
             Mix::B => 0.95,
             Mix::C => 1.0,
+            Mix::Put => 0.0,
         }
     }
 
-    /// Its name (`A`, `B`, `C`).
+    /// Its name (`A`, `B`, `C`, `put`).
     pub fn name(self) -> &'static str {
         match self {
             Mix::A => "A",
             Mix::B => "B",
             Mix::C => "C",
+            Mix::Put => "put",
         }
     }
 
@@ -96,7 +100,8 @@ impl Mix {
             "A" => Ok(Mix::A),
             "B" => Ok(Mix::B),
             "C" => Ok(Mix::C),
-            _ => Err(EvalError::BadArgument(format!("unknown YCSB workload {s:?} (A, B or C)"))),
+            "PUT" => Ok(Mix::Put),
+            _ => Err(EvalError::BadArgument(format!("unknown key-value mix {s:?} (A, B, C or put)"))),
         }
     }
 }
@@ -654,12 +659,15 @@ mod tests {
         assert!(!value_ok(42, &v[..100]));
     }
 
-    // Checks workload names and shares.
+    // Checks workload names and shares: YCSB's A, B and C, the 100% put mix, and an unknown
+    // name refused.
     #[test]
     fn mixes() {
         assert_eq!(Mix::parse("a").unwrap().reads(), 0.5);
         assert_eq!(Mix::parse("B").unwrap().reads(), 0.95);
         assert_eq!(Mix::parse("C").unwrap().reads(), 1.0);
+        assert_eq!(Mix::parse("put").unwrap(), Mix::Put);
+        assert_eq!(Mix::Put.reads(), 0.0);
         assert!(Mix::parse("D").is_err());
     }
 }

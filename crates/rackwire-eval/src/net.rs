@@ -22,6 +22,10 @@ use crate::EvalError;
 pub enum Net {
     /// rackwire: shared memory within a memory domain, the edge transport across.
     Fabric,
+    /// The key-value store's requests and replies as messages over the fabric, as over TCP:
+    /// the fabric's transport with TCP's algorithm (no one-sided reads), so a comparison can
+    /// tell what the transport gains from what one-sided reads gain. The key-value store only.
+    FabricRpc,
     /// TCP sockets, one connection per pair of ranks.
     Tcp,
 }
@@ -31,6 +35,7 @@ impl Net {
     pub fn name(self) -> &'static str {
         match self {
             Net::Fabric => "fabric",
+            Net::FabricRpc => "fabric-rpc",
             Net::Tcp => "tcp",
         }
     }
@@ -39,9 +44,24 @@ impl Net {
     pub fn parse(s: &str) -> Result<Net, EvalError> {
         match s {
             "fabric" => Ok(Net::Fabric),
+            "fabric-rpc" => Ok(Net::FabricRpc),
             "tcp" => Ok(Net::Tcp),
-            other => Err(EvalError::BadArgument(format!("unknown data path {other:?} (fabric or tcp)"))),
+            other => Err(EvalError::BadArgument(format!("unknown data path {other:?} (fabric, fabric-rpc or tcp)"))),
         }
+    }
+
+    /// The paths a workload compares unless told otherwise: the key-value store adds its
+    /// requests over the fabric ([`Net::FabricRpc`]).
+    pub fn defaults(workload: &str) -> &'static [Net] {
+        match workload {
+            "kv" => &[Net::Fabric, Net::FabricRpc, Net::Tcp],
+            _ => &[Net::Fabric, Net::Tcp],
+        }
+    }
+
+    /// Whether `workload` runs over this path.
+    pub fn carries(self, workload: &str) -> bool {
+        self != Net::FabricRpc || workload == "kv"
     }
 }
 
