@@ -9,6 +9,7 @@
 pub mod cpu;
 mod limit;
 mod peers;
+pub mod rails;
 pub mod repeat;
 mod report;
 mod shm;

@@ -48,6 +48,9 @@ pub enum BenchTransport {
         /// Frames sealed (the default); unsealed only to measure what sealing costs.
         sealed: bool,
     },
+    /// The edge transport between two hosts of a virtual rack, over their rails (see
+    /// [`crate::rails`]).
+    Rails,
 }
 
 impl BenchTransport {
@@ -57,6 +60,7 @@ impl BenchTransport {
             BenchTransport::Shm => "shm",
             BenchTransport::Udp { sealed: true, .. } => "udp",
             BenchTransport::Udp { sealed: false, .. } => "udp-unsealed",
+            BenchTransport::Rails => "rails",
         }
     }
 }
@@ -191,19 +195,32 @@ fn expect(c: &Conn, want: &str) -> Result<()> {
     Ok(())
 }
 
-fn bench_config(mh: &str, secret: &str, name: &str, channels: usize, transport: BenchTransport) -> FabricConfig {
-    let mut c = FabricConfig::new(mh, secret, name);
+fn bench_config(
+    mh: &str,
+    secret: &str,
+    name: &str,
+    channels: usize,
+    transport: BenchTransport,
+) -> Result<FabricConfig> {
+    let mut c = match transport {
+        BenchTransport::Rails => crate::rails::config(name)?,
+        _ => FabricConfig::new(mh, secret, name),
+    };
     if let BenchTransport::Udp { links, mtu, sealed } = transport {
         c.transport = rackwire::TransportChoice::Edge;
         c.links = vec!["127.0.0.1:0".into(); links];
         c.link_mtu = mtu;
         c.seal_frames = sealed;
     }
-    // Both sides poll: this is a latency benchmark, and each has a core.
-    c.busy_poll = Duration::from_secs(1);
+    // Both sides poll: this is a latency benchmark, and each has a core (between a rack's
+    // hosts, unless RACKWIRE_BUSY_POLL_US says otherwise: to see what the protocol costs when
+    // its threads sleep while they wait).
+    if !crate::rails::busy_poll_given(transport) {
+        c.busy_poll = Duration::from_secs(1);
+    }
     c.copy_channels = channels;
     c.op_timeout = STEP_TIMEOUT;
-    c
+    Ok(c)
 }
 
 /// Where the pinned ping-pong puts its data and its signal word in a region of `len` bytes:
@@ -222,7 +239,9 @@ pub fn responder_main() -> Result<()> {
     let var = |k: &str| {
         std::env::var(k).with_context(|| format!("{k} not set (the responder is started by `rackwire bench`)"))
     };
-    let transport = match std::env::var("RW_BENCH_LINKS").ok().and_then(|v| v.parse().ok()) {
+    let links = std::env::var("RW_BENCH_LINKS").unwrap_or_default();
+    let transport = match links.parse::<usize>().ok() {
+        _ if links == "rails" => BenchTransport::Rails,
         Some(links) if links > 0 => BenchTransport::Udp {
             links,
             mtu: var("RW_BENCH_MTU")?.parse()?,
@@ -230,10 +249,17 @@ pub fn responder_main() -> Result<()> {
         },
         _ => BenchTransport::Shm,
     };
-    let mut cfg = bench_config(&var("RACKWIRE_MH")?, &var("RACKWIRE_SECRET")?, &var("RACKWIRE_NAME")?, 1, transport);
+    let (mh, secret) = match transport {
+        // The rack's, from the host's environment (a secret file, not a value).
+        BenchTransport::Rails => (String::new(), String::new()),
+        _ => (var("RACKWIRE_MH")?, var("RACKWIRE_SECRET")?),
+    };
+    let mut cfg = bench_config(&mh, &secret, &var("RACKWIRE_NAME")?, 1, transport)?;
     // Poll through the short gaps of ping-pong, but sleep when the initiator works alone
     // (Table 1, large batches), so its copy channels have the other core.
-    cfg.busy_poll = RESPONDER_BUSY_POLL;
+    if !crate::rails::busy_poll_given(transport) {
+        cfg.busy_poll = RESPONDER_BUSY_POLL;
+    }
     let initiator: u32 = var("RW_BENCH_INITIATOR")?.parse()?;
     let bytes: u64 = var("RW_BENCH_REGION")?.parse()?;
     let fabric = Fabric::join(cfg)?;
@@ -322,14 +348,18 @@ struct Session {
     signal_base: std::sync::atomic::AtomicU64,
     // Dropped in this order: the region is freed while the management host still runs.
     region: rackwire::Region,
-    _mh: rackwire::MhHandle,
+    /// This benchmark's own management host (none over a rack's rails: the rack's).
+    _mh: Option<rackwire::MhHandle>,
 }
 
 impl Session {
     fn start(cfg: &ShmBench) -> Result<Session> {
         let secret = format!("{:032x}", rackwire_mh::auth::random_u128());
-        let mh = ManagementHost::start("127.0.0.1:0", None, secret.as_bytes())?;
-        let addr = mh.addr().to_string();
+        let mh = match cfg.transport {
+            BenchTransport::Rails => None,
+            _ => Some(ManagementHost::start("127.0.0.1:0", None, secret.as_bytes())?),
+        };
+        let addr = mh.as_ref().map(|m| m.addr().to_string()).unwrap_or_default();
         let pid = std::process::id();
         let fabric = Fabric::join(bench_config(
             &addr,
@@ -337,7 +367,7 @@ impl Session {
             &format!("bench-initiator-{pid}"),
             cfg.copy_channels,
             cfg.transport,
-        ))?;
+        )?)?;
         let bytes = region_bytes(&cfg.sizes);
         let region = fabric.alloc(bytes, Access::ALL)?;
         region.publish(&format!("bench/{}/initiator", fabric.id()))?;
@@ -346,16 +376,22 @@ impl Session {
             None => std::env::current_exe()?,
         };
         let (links, mtu, sealed) = match cfg.transport {
-            BenchTransport::Udp { links, mtu, sealed } => (links, mtu, sealed),
-            BenchTransport::Shm => (0, 0, true),
+            BenchTransport::Udp { links, mtu, sealed } => (links.to_string(), mtu, sealed),
+            BenchTransport::Shm => ("0".into(), 0, true),
+            BenchTransport::Rails => ("rails".into(), 0, true),
         };
-        let child = Command::new(exe)
-            .arg(RESPONDER_SUBCOMMAND)
-            .env("RW_BENCH_LINKS", links.to_string())
+        let mut responder = match cfg.transport {
+            BenchTransport::Rails => crate::rails::responder_command(&exe, RESPONDER_SUBCOMMAND)?,
+            _ => {
+                let mut c = Command::new(exe);
+                c.arg(RESPONDER_SUBCOMMAND).env("RACKWIRE_MH", &addr).env("RACKWIRE_SECRET", &secret);
+                c
+            }
+        };
+        let child = responder
+            .env("RW_BENCH_LINKS", links)
             .env("RW_BENCH_MTU", mtu.to_string())
             .env("RW_BENCH_SEAL", if sealed { "on" } else { "off" })
-            .env("RACKWIRE_MH", &addr)
-            .env("RACKWIRE_SECRET", &secret)
             .env("RACKWIRE_NAME", format!("bench-responder-{pid}"))
             .env("RW_BENCH_INITIATOR", fabric.id().to_string())
             .env("RW_BENCH_REGION", bytes.to_string())
@@ -430,7 +466,7 @@ impl Session {
         }
         let mut pin = match self.transport {
             BenchTransport::Shm => Some(self.conn.pin(&self.target, Access::WRITE)?),
-            BenchTransport::Udp { .. } => None,
+            BenchTransport::Udp { .. } | BenchTransport::Rails => None,
         };
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
@@ -722,6 +758,7 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
                 peers::ucx_rows("posix,self", "ucx-posix", &cfg.patterns, &cfg.sizes, cfg.scale, &mut report)
             }
             BenchTransport::Udp { .. } => peers::network_rows(&cfg.patterns, &cfg.sizes, cfg.scale, &mut report),
+            BenchTransport::Rails => report.notes.push("no peer rows over a rack's rails".into()),
         }
     }
     Ok(report)

@@ -20,6 +20,7 @@ mod mpi_rack;
 mod ofi_bench;
 mod package_files;
 mod rack;
+mod rails_bench;
 mod seal_bench;
 mod served_bench;
 mod sim;
@@ -250,6 +251,9 @@ struct BenchArgs {
     /// With `coll`: run the ranks (ours, and Open MPI's over TCP with --peers) over the hosts
     /// of this virtual rack (root), in blocks, as `launch --rack` does. With `ofi` and `mpi`:
     /// run the two ends in its first two hosts (in memory domains of their own), over its rails.
+    /// Without a suite: the RMA micro-benchmarks between its first two hosts over its rails
+    /// (MultiEdge's Fig. 2: --pattern pingpong,oneway,twoway and --size 64,1K,16K,64K,1M unless
+    /// given).
     #[arg(long, value_name = "CONFIG")]
     rack: Option<PathBuf>,
     /// With `stripe`: MiB to stream [default: what the shaped rails carry in the time iperf3
@@ -257,8 +261,9 @@ struct BenchArgs {
     #[arg(long)]
     mib: Option<u64>,
     /// Transport to measure: shared memory, or the edge transport over loopback UDP links
-    /// (`udp-unsealed`: with its frames unsealed, to measure what sealing costs).
-    #[arg(long, default_value = "shm", value_parser = ["shm", "udp", "udp-unsealed"])]
+    /// (`udp-unsealed`: with its frames unsealed, to measure what sealing costs). (`rails`:
+    /// the edge transport over a rack host's rails, which `--rack` runs in that host.)
+    #[arg(long, default_value = "shm", value_parser = ["shm", "udp", "udp-unsealed", "rails"])]
     transport: String,
     /// With --transport udp: links to stripe over.
     #[arg(long, default_value_t = 1)]
@@ -364,6 +369,7 @@ impl BenchArgs {
                 let sealed = self.transport == "udp";
                 rackwire_bench::BenchTransport::Udp { links: self.links, mtu, sealed }
             }
+            "rails" => rackwire_bench::BenchTransport::Rails,
             _ => rackwire_bench::BenchTransport::Shm,
         };
         Ok(ShmBench {
@@ -442,6 +448,33 @@ fn run(cli: Cli) -> Result<()> {
                 host_cores: b.host_cores,
                 rows: b.rows.clone(),
             })
+        }
+        Cmd::Bench(b) if b.suite.is_none() && b.rack.is_some() => {
+            init_logging(tracing::Level::WARN);
+            if b.transport != "shm" || b.peers {
+                bail!(
+                    "--rack runs the edge transport over the rack's rails, without peers (no --transport, no --peers)"
+                );
+            }
+            let patterns = if b.pattern == ["pingpong", "oneway"] {
+                rails_bench::PATTERNS_DEFAULT.to_string()
+            } else {
+                b.pattern.join(",")
+            };
+            let sizes = b.size.as_ref().map(|s| s.join(",")).unwrap_or_else(|| rails_bench::SIZES_DEFAULT.into());
+            let args = [
+                "--pattern".to_string(),
+                patterns,
+                "--size".into(),
+                sizes,
+                "--scale".into(),
+                b.scale.to_string(),
+                "--repeat".into(),
+                b.repeat.to_string(),
+                "--copy-channels".into(),
+                b.copy_channels.to_string(),
+            ];
+            rails_bench::run(b.rack.as_deref().expect("matched"), &args, b.json)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("stripe") => {
             init_logging(tracing::Level::WARN);

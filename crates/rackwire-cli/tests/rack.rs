@@ -487,7 +487,8 @@ const VNIC_ROWS: [&str; 19] = [
 
 // Checks that the rack benchmarks run end to end at tiny scale (so they do not rot): `bench
 // stripe` moves its stream byte-exact over two shaped rails and reports an edge row and an
-// iperf3 row with positive rates; `bench vnic` reports every row it promises (when sockperf
+// iperf3 row with positive rates; `bench --rack` runs ping-pong, one-way and two-way between
+// the same rack's hosts over its rails; `bench vnic` reports every row it promises (when sockperf
 // is installed) with positive figures, the bare UDP tunnel's cross-rack rows and the rows of
 // small datagrams' highest rate across racks among them, its TCP and ping-pong rows with what
 // each cost the machine and the ratio of rw0's cost to the veth's, and with `--host-cores --rows xrack-`
@@ -524,6 +525,33 @@ fn rack_benchmarks_run_end_to_end() {
     assert!(rate("iperf3-tcp").is_some_and(|r| r > 0.0), "{out}");
     assert!(v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap_or("").contains("byte-exact")));
     assert!(namespaces("rwr-tstripe-").is_empty(), "bench stripe left its rack up");
+
+    // The RMA micro-benchmarks between the same rack's two hosts over its rails (MultiEdge's
+    // Fig. 2): a row per pattern and size over the rails, each moving data; the rack goes down.
+    let out = ok(&rackwire(&[
+        "bench",
+        "--rack",
+        cfg.to_str().unwrap(),
+        "--pattern",
+        "pingpong,oneway,twoway",
+        "--size",
+        "64,64K",
+        "--scale",
+        "0.02",
+        "--json",
+    ]));
+    let v: Value = serde_json::from_str(&out).expect("bench --rack --json");
+    for pattern in ["pingpong", "oneway", "twoway"] {
+        for size in [64, 65536] {
+            let row = v["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["transport"] == "rails" && r["pattern"] == pattern && r["size"] == size);
+            assert!(row.is_some_and(|r| r["mb_per_s"].as_f64().is_some_and(|m| m > 0.0)), "{pattern} {size}: {out}");
+        }
+    }
+    assert!(namespaces("rwr-tstripe-").is_empty(), "bench --rack left its rack up");
 
     let coll_cfg = dir.0.join("c.toml");
     std::fs::write(
