@@ -215,7 +215,7 @@ fn bench_config(
     // Both sides poll: this is a latency benchmark, and each has a core (between a rack's
     // hosts, unless RACKWIRE_BUSY_POLL_US says otherwise: to see what the protocol costs when
     // its threads sleep while they wait).
-    if !crate::rails::busy_poll_given(transport) {
+    if !(transport == BenchTransport::Rails && crate::rails::busy_poll_given()) {
         c.busy_poll = Duration::from_secs(1);
     }
     c.copy_channels = channels;
@@ -257,7 +257,7 @@ pub fn responder_main() -> Result<()> {
     let mut cfg = bench_config(&mh, &secret, &var("RACKWIRE_NAME")?, 1, transport)?;
     // Poll through the short gaps of ping-pong, but sleep when the initiator works alone
     // (Table 1, large batches), so its copy channels have the other core.
-    if !crate::rails::busy_poll_given(transport) {
+    if !(transport == BenchTransport::Rails && crate::rails::busy_poll_given()) {
         cfg.busy_poll = RESPONDER_BUSY_POLL;
     }
     let initiator: u32 = var("RW_BENCH_INITIATOR")?.parse()?;

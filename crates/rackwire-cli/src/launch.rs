@@ -174,6 +174,24 @@ pub(crate) fn rack_up(
 }
 
 /// The hosts of a rack that run ranks (not the plain Ethernet ones).
+/// Bring up the rack `cfg` describes with its first two hosts as two machines, as a paper's
+/// two nodes are: memory domains of their own (so they reach each other over the rails only),
+/// no virtual NICs. Its state, and the guard that takes it down.
+pub(crate) fn two_machines_up(
+    cfg: &mut rackwire_rack::RackConfig,
+) -> Result<(rackwire_rack::RackState, rackwire_rack::DownOnDrop)> {
+    if cfg.hosts.len() < 2 || cfg.hosts[0].remote || cfg.hosts[1].remote {
+        bail!("the rack needs two local hosts first");
+    }
+    for (i, h) in cfg.hosts.iter_mut().enumerate() {
+        h.vnic = false;
+        h.domain = Some(format!("d{i}"));
+    }
+    let _ = rackwire_rack::down(Some(&cfg.name));
+    let state = rackwire_rack::up(cfg, &std::env::current_exe().context("own executable")?)?;
+    Ok((state, rackwire_rack::DownOnDrop(cfg.name.clone())))
+}
+
 pub(crate) fn rank_hosts(state: &rackwire_rack::RackState) -> Vec<&rackwire_rack::HostState> {
     state.hosts.iter().filter(|h| !h.remote).collect()
 }

@@ -34,18 +34,7 @@ pub(crate) fn run(rack: &Path, args: &[String], json: bool) -> Result<()> {
     let text = std::fs::read_to_string(rack).with_context(|| format!("rack config {}", rack.display()))?;
     let mut cfg = RackConfig::parse(&text)?;
     let nominal: u64 = cfg.rails.iter().filter_map(|r| r.rate.as_deref().and_then(rate_bytes_per_s)).sum();
-    if cfg.hosts.len() < 2 || cfg.hosts[0].remote || cfg.hosts[1].remote {
-        bail!("--rack: the rack needs two local hosts first");
-    }
-    // Two machines, as in the paper: memory domains of their own (so they reach each other
-    // over the rails only), no virtual NICs.
-    for (i, h) in cfg.hosts.iter_mut().enumerate() {
-        h.vnic = false;
-        h.domain = Some(format!("d{i}"));
-    }
-    let _ = rackwire_rack::down(Some(&cfg.name));
-    let state = rackwire_rack::up(&cfg, &std::env::current_exe().context("own executable")?)?;
-    let _down = rackwire_rack::DownOnDrop(cfg.name.clone());
+    let (state, _down) = crate::launch::two_machines_up(&mut cfg)?;
     let hosts = crate::launch::rank_hosts(&state);
     let (first, second) = (hosts[0], hosts[1]);
     // A core each, where the rack does not say and the machine has two.

@@ -98,17 +98,8 @@ pub(crate) fn run(config: &std::path::Path, mib: Option<u64>, repeat: usize, jso
     let tcp_secs = ((5.0 * scale).round() as u64).clamp(1, 30);
     let nominal: u64 = cfg.rails.iter().filter_map(|r| r.rate.as_deref().and_then(rate_bytes_per_s)).sum();
     let mib = mib.unwrap_or_else(|| stream_mib(nominal, tcp_secs));
-    if cfg.hosts.len() < 2 || cfg.hosts[0].remote || cfg.hosts[1].remote {
-        bail!("the rack needs two local hosts first");
-    }
-    for (i, h) in cfg.hosts.iter_mut().enumerate() {
-        h.vnic = false;
-        h.domain = Some(format!("d{i}"));
-    }
-    let _ = rackwire_rack::down(Some(&cfg.name));
+    let (state, _down) = crate::launch::two_machines_up(&mut cfg)?;
     let exe = std::env::current_exe().context("own executable")?;
-    let state = rackwire_rack::up(&cfg, &exe)?;
-    let _down = rackwire_rack::DownOnDrop(cfg.name.clone());
     let mut report = Report::default();
     // Per run: edge over iperf3's TCP, and edge over the nominal rate.
     let (mut vs_tcp, mut vs_nominal) = (Vec::new(), Vec::new());
