@@ -19,12 +19,6 @@ pub const RESPONDER_DOMAIN_VAR: &str = "RW_BENCH_RESPONDER_DOMAIN";
 /// The second host's cores (comma-separated; empty: any).
 pub const RESPONDER_CORES_VAR: &str = "RW_BENCH_RESPONDER_CORES";
 
-/// Whether the environment sets how long waiting threads poll (`RACKWIRE_BUSY_POLL_US`), which
-/// a run over a rack's rails then keeps (elsewhere both ends always poll).
-pub(crate) fn busy_poll_given() -> bool {
-    std::env::var_os("RACKWIRE_BUSY_POLL_US").is_some()
-}
-
 /// A node's configuration from the environment a rack's host gives its programs (its links,
 /// the rack's management host and secret), on the edge transport.
 pub(crate) fn config(name: &str) -> Result<FabricConfig> {

@@ -212,10 +212,11 @@ fn bench_config(
         c.link_mtu = mtu;
         c.seal_frames = sealed;
     }
-    // Both sides poll: this is a latency benchmark, and each has a core (between a rack's
-    // hosts, unless RACKWIRE_BUSY_POLL_US says otherwise: to see what the protocol costs when
-    // its threads sleep while they wait).
-    if !(transport == BenchTransport::Rails && crate::rails::busy_poll_given()) {
+    // Both sides poll: this is a latency benchmark, and each has a core. Not between a rack's
+    // hosts: there each host has one core for its application and network threads, and a wait
+    // that polls for long keeps the network thread from answering its peer's probes (links
+    // then go down); the library's own setting, or RACKWIRE_BUSY_POLL_US, holds there.
+    if transport != BenchTransport::Rails {
         c.busy_poll = Duration::from_secs(1);
     }
     c.copy_channels = channels;
@@ -257,7 +258,7 @@ pub fn responder_main() -> Result<()> {
     let mut cfg = bench_config(&mh, &secret, &var("RACKWIRE_NAME")?, 1, transport)?;
     // Poll through the short gaps of ping-pong, but sleep when the initiator works alone
     // (Table 1, large batches), so its copy channels have the other core.
-    if !(transport == BenchTransport::Rails && crate::rails::busy_poll_given()) {
+    if transport != BenchTransport::Rails {
         cfg.busy_poll = RESPONDER_BUSY_POLL;
     }
     let initiator: u32 = var("RW_BENCH_INITIATOR")?.parse()?;

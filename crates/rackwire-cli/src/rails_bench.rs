@@ -2,10 +2,9 @@
 //! default over MultiEdge's sizes) between the first two hosts of a virtual rack, over its
 //! shaped rails: MultiEdge's Fig. 2 on 1L-1G, 2L-1G and 1L-10G. Each host runs on cores of its
 //! own, as real hosts do: the rack's `cores` where it gives them, else the first host on core
-//! 0 and the second on core 1 (where the machine has two). The rows' CPU is the initiator's
-//! process (its network thread included): both ends poll while they wait, for latency, so it
-//! is near 100%; with `RACKWIRE_BUSY_POLL_US=0` their threads sleep instead, and the CPU is
-//! what the protocol's work costs (as MultiEdge plots it). The rails' nominal rate is the
+//! 0 and the second on core 1 (where the machine has two). Waiting threads poll as the library
+//! does by default (`RACKWIRE_BUSY_POLL_US` sets it; 0: they sleep at once). The rows' CPU is
+//! the initiator's process, its network thread included. The rails' nominal rate is the
 //! throughput's limit, printed with them.
 
 use std::path::Path;
