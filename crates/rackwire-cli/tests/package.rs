@@ -139,6 +139,11 @@ fn failed<'a>(findings: &'a [serde_json::Value], check: &str) -> Option<&'a serd
     findings.iter().find(|f| f["check"] == check && f["status"] == "fail")
 }
 
+/// Whether the doctor found `check` ok, saying something `what` accepts.
+fn found_ok(findings: &[serde_json::Value], check: &str, what: impl Fn(&str) -> bool) -> bool {
+    findings.iter().any(|f| f["check"] == check && f["status"] == "ok" && f["what"].as_str().is_some_and(&what))
+}
+
 // Checks the package end to end on two hosts made of namespaces, from the unpacked files only:
 // it holds the manual pages (the commands', the configuration file's); systemd reads both units without a complaint (where systemd-analyze is installed); the
 // management host's and the agents' units run as written (the host's file read from
@@ -303,20 +308,10 @@ fn the_package_brings_up_a_two_host_rack() {
     // address in its file is host A's: fine, it runs there).
     let (passed, found) = doctor(&hosts[1], &rackwire);
     assert!(passed, "{found:#?}");
-    assert!(
-        found.iter().any(|f| f["check"] == "links reached"
-            && f["status"] == "ok"
-            && f["what"].as_str().unwrap().starts_with("pkg-a")),
-        "{found:#?}"
-    );
+    assert!(found_ok(&found, "links reached", |w| w.starts_with("pkg-a")), "{found:#?}");
     // ... and the path to it carries the hosts' full frames both ways (proven by the
     // connection's padded probes).
-    assert!(
-        found.iter().any(|f| f["check"] == "path mtu"
-            && f["status"] == "ok"
-            && f["what"].as_str().unwrap().starts_with("pkg-a: frames of")),
-        "{found:#?}"
-    );
+    assert!(found_ok(&found, "path mtu", |w| w.starts_with("pkg-a: frames of")), "{found:#?}");
 
     // Planted: the secret file open to others.
     let secret = hosts[1].dir.join("etc/secret");
@@ -349,12 +344,7 @@ fn the_package_brings_up_a_two_host_rack() {
     // by another program where B's file says a management host would listen.
     let (passed, found) = doctor(&hosts[0], &rackwire);
     assert!(passed, "{found:#?}");
-    assert!(
-        found.iter().any(|f| f["check"] == "ports"
-            && f["status"] == "ok"
-            && f["what"].as_str().unwrap().contains("held by rackwire")),
-        "{found:#?}"
-    );
+    assert!(found_ok(&found, "ports", |w| w.contains("held by rackwire")), "{found:#?}");
     let b_file = hosts[1].dir.join("etc/rackwire.toml");
     let kept = std::fs::read_to_string(&b_file).unwrap();
     std::fs::write(&b_file, kept.replace("listen = \"198.18.61.1:7700\"", "listen = \"198.18.61.2:7700\"")).unwrap();

@@ -186,15 +186,15 @@ pub fn collcheck_bin() -> PathBuf {
 }
 
 fn sibling_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().expect("exe folder");
-    let dir = if dir.ends_with("deps") { dir.parent().expect("target profile folder") } else { dir };
-    dir.join(name)
+    profile_dir().join(name)
 }
 
-/// The target profile folder a test runs from (`target/<profile>`).
+/// The target profile folder a test runs from (`target/<profile>`): beside the test
+/// executable's `deps` folder, as cargo lays out a target folder.
 pub fn profile_dir() -> PathBuf {
-    sibling_bin("")
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().expect("exe folder");
+    if dir.ends_with("deps") { dir.parent().expect("target profile folder") } else { dir }.to_path_buf()
 }
 
 /// Build the C forms of the library crates `packages` (their `cdylib` and `staticlib`) into

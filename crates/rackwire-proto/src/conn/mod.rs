@@ -463,6 +463,11 @@ impl Connection {
             s.links[i] = l.stats;
             s.links[i].window = l.window() as u64;
         }
+        let (settled, proven) = self.path_figures();
+        s.path_frame_max = settled;
+        for (link, p) in s.links.iter_mut().zip(proven) {
+            link.path_frame_max = p;
+        }
         s
     }
 

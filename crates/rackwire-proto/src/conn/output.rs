@@ -241,13 +241,11 @@ impl Connection {
         }
         if let Some((link, token, ts, len)) = self.probe_replies.pop_front() {
             // As long as the probe (a padded one asks whether the path carries that length
-            // back), up to this end's own frames, and only to a peer that proved itself: once
-            // established, or once the frames are sealed (a probe then opened under the
-            // exchange's keys; the acceptor may probe before this end's handshake is done).
-            let proven = self.state == State::Established || self.keys.is_some();
-            let len = if proven { len.min(self.probe_reply_len_max()) } else { 0 };
+            // back), up to this end's own frames. Only probes that proved their sender the peer
+            // are queued here (an unproven frame is acted on only as a handshake step).
+            let len = len.min(self.probe_reply_len_max()).max(PROBE_LEN);
             let p = ProbeRepr { reply: true, token, echo_ts: ts };
-            return self.emit(now, bufs, link, FrameKind::Probe, 0, len.max(PROBE_LEN), |b| p.emit(b));
+            return self.emit(now, bufs, link, FrameKind::Probe, 0, len, |b| p.emit(b));
         }
         if self.state != State::Established {
             return None;

@@ -103,13 +103,19 @@ impl Connection {
             settled: (!searching).then_some(agreed),
             started: now,
         };
-        self.stats.path_frame_max = if searching { 0 } else { agreed as u64 };
     }
 
     /// The frame length the handshake agreed on (both ends' links' announced lengths);
     /// [`Connection::frame_max`] is shorter where the path proved to carry less.
     pub fn agreed_frame_max(&self) -> usize {
         self.path.lengths.first().copied().unwrap_or_else(|| self.frame_max())
+    }
+
+    /// The frame length data goes in once the search is over (0 before), and the length each
+    /// link proved (0 while it searches or where it proved none): the statistics' figures.
+    pub(super) fn path_figures(&self) -> (u64, impl Iterator<Item = u64> + '_) {
+        let links = self.path.links.iter().map(|l| if l.done { l.best.unwrap_or(0) as u64 } else { 0 });
+        (self.path.settled.unwrap_or(0) as u64, links)
     }
 
     /// Whether data may go: the search is over.
@@ -205,7 +211,6 @@ impl Connection {
     /// `link` proved `len`: the search settles once every link has, or the link carries data
     /// again if it proves enough after the search settled.
     fn link_proven(&mut self, link: usize, len: usize) {
-        self.links[link].stats.path_frame_max = len as u64;
         match self.path.settled {
             None => self.settle_path(false),
             Some(settled) => self.links[link].fits = len >= settled,
@@ -291,7 +296,6 @@ impl Connection {
         let shortest = self.path.links.iter().filter_map(proven).min();
         let len = shortest.unwrap_or(PATH_FRAME_SAFE.min(agreed));
         self.path.settled = Some(len);
-        self.stats.path_frame_max = len as u64;
         if shortest.is_some() {
             for (link, p) in self.links.iter_mut().zip(&self.path.links) {
                 link.fits = proven(p).is_some();
