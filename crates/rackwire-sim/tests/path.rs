@@ -16,12 +16,17 @@ const TOTAL: usize = 2 << 20;
 /// Two nodes over links whose wires carry `carried[l]` bytes while both ends announce
 /// [`ANNOUNCED`] on every link, connected.
 fn world(carried: &'static [usize]) -> World {
-    let links = carried.len();
+    world_of(&carried.iter().map(|&c| (50, c)).collect::<Vec<_>>())
+}
+
+/// [`world`] with each link's one-way latency (µs) beside what its wires carry.
+fn world_of(links_of: &[(u64, usize)]) -> World {
+    let links = links_of.len();
     let mut w = World::new(
         5,
         2,
         links,
-        |_, _, l| LinkParams::clean(50, 1_000_000_000, carried[l]),
+        |_, _, l| LinkParams::clean(links_of[l].0, 1_000_000_000, links_of[l].1),
         |mtus| {
             let mut c = Config::new(mtus.len(), ANNOUNCED);
             c.mtu = vec![ANNOUNCED; mtus.len()];
@@ -87,6 +92,22 @@ fn a_narrow_switch_cuts_the_frames_of_every_link() {
     }
     assert_eq!(oversize(&mut w, 0), 0, "the wide link dropped frames");
     assert_eq!(oversize(&mut w, 1), 2 * PATH_PROBE_TRIES as u64, "the narrow link dropped more than probes");
+}
+
+// Checks that a narrow link slower than the search's grace is waited for, not left out: link 1
+// carries only 1472-byte frames and takes 5 ms each way, so its three tries (each capped at the
+// probe timeout) end well after the grace (the probe timeout from the start) that link 0's
+// quick proof of 8972 opens. Both ends still settle on 1452 and the writer sends on both links
+// (left out, link 1 would carry no data and the connection would settle on 8972).
+#[test]
+fn a_slow_narrow_link_is_waited_for() {
+    let mut w = world_of(&[(50, 8972), (5_000, 1472)]);
+    write_all(&mut w);
+    for (a, b) in [(0, 1), (1, 0)] {
+        assert_eq!(w.conn(a, b).stats().path_frame_max, 1452, "node {a} settled");
+    }
+    let s = w.conn(0, 1).stats();
+    assert!(s.links.iter().all(|l| l.frames_sent > 100), "the writer used both links: {:?}", s.links);
 }
 
 // Checks a sound path: the agreed 8972 bytes are proven on both links in one round trip (no

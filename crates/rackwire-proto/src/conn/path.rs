@@ -218,9 +218,15 @@ impl Connection {
     }
 
     /// When the search gives up waiting for links that proved nothing: the probe timeout after
-    /// it started, if some link proved a length by then.
+    /// it started, if some link proved a length by then and every link still searching is
+    /// silent. A link that answered a shorter length is narrow, not silent: it is waited for
+    /// (its tries are bounded), or the search would settle on a longer length without it and
+    /// keep a rail out of the data for good.
     fn path_grace_end(&self) -> Option<Time> {
-        let waiting = self.path.settled.is_none() && self.path.links.iter().any(|l| l.done && l.best.is_some());
+        let links = &self.path.links;
+        let waiting = self.path.settled.is_none()
+            && links.iter().any(|l| l.done && l.best.is_some())
+            && links.iter().all(|l| l.done || l.best.is_none());
         waiting.then_some(self.path.started + self.cfg.probe_timeout_us)
     }
 
