@@ -14,7 +14,7 @@ use crate::engine;
 use crate::objects;
 use crate::queues::{addr_bytes, addr_from, Entry, ProvErr, ADDR_BYTES};
 use crate::rma;
-use crate::user::{Iov, RawIov};
+use crate::user::{Iov, Iovs, RawIov};
 
 /// Run `f`; its error (positive) negated, a panic as `-FI_EOTHER`.
 fn guard(f: impl FnOnce() -> Result<i64, i32>) -> i64 {
@@ -481,7 +481,7 @@ pub extern "C" fn rwofi_recv(
             multi: flags & FI_MULTI_RECV != 0,
         };
         let tag = (tagged != 0).then_some((tag, ignore));
-        ok(endpoint::recv(ep_id(ep)?, iov.to_vec(), src, tag, how, ctx))
+        ok(endpoint::recv(ep_id(ep)?, iov.into(), src, tag, how, ctx))
     })
 }
 
@@ -519,7 +519,7 @@ pub extern "C" fn rwofi_rma(
         let iov = unsafe { iovs(iov, count) }?;
         let ep = ep_id(ep)?;
         if read != 0 {
-            ok(rma::read(ep, iov.to_vec(), peer, addr, key, flags, ctx))
+            ok(rma::read(ep, iov.into(), peer, addr, key, flags, ctx))
         } else {
             let data = (has_data != 0).then_some(data);
             ok(rma::write(ep, iov, peer, addr, key, data, flags, ctx))
@@ -579,9 +579,9 @@ pub extern "C" fn rwofi_atomic(
             &[]
         };
         let result = match form {
-            Form::Write => Vec::new(),
+            Form::Write => Iovs::from(&[][..]),
             _ if result.is_null() => return Err(FI_EINVAL),
-            _ => vec![Iov { base: result as usize, len: n }],
+            _ => Iovs::one(Iov { base: result as usize, len: n }),
         };
         let call = rma::AtomicCall { form, dt, op, count, operands, compares, result };
         ok(rma::atomic(ep_id(ep)?, call, peer, addr, key, flags, ctx))

@@ -6,7 +6,7 @@ use crate::engine::{with, with_state, Ep, Now, EPS_MAX, MIN_MULTI_RECV_DEFAULT, 
 use crate::ep::Posted;
 use crate::queues::{Addr, Entry, ErrEntry, ProvErr, TxDone};
 use crate::tx::{Source, TxOp};
-use crate::user::{capacity, Iov};
+use crate::user::{capacity, Iov, Iovs};
 use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX};
 
 /// An endpoint; its number.
@@ -211,7 +211,7 @@ pub struct RecvFlags {
 
 /// A receive on `ep` into `iov`, from `src` (`FI_ADDR_UNSPEC`: anyone), of a tagged message
 /// matching `(tag, ignore)` or a plain one.
-pub fn recv(ep: u32, iov: Vec<Iov>, src: u64, tag: Option<(u64, u64)>, how: RecvFlags, ctx: usize) -> Result<(), i32> {
+pub fn recv(ep: u32, iov: Iovs, src: u64, tag: Option<(u64, u64)>, how: RecvFlags, ctx: usize) -> Result<(), i32> {
     // A posted receive meets what arrives whenever progress takes it: only a peek, which
     // answers now, looks for input first.
     with_state(|p, st| {

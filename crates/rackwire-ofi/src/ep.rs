@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::queues::Addr;
-use crate::user::{scatter, Iov};
+use crate::user::{scatter, Iov, Iovs};
 use crate::wire::{Header, Kind};
 
 /// Receives an endpoint holds posted at most, of each kind (its `rx_attr.size`).
@@ -33,7 +33,7 @@ pub struct Posted {
     /// Its context.
     pub ctx: usize,
     /// Its buffer.
-    pub iov: Vec<Iov>,
+    pub iov: Iovs,
     /// Only from this sender (a directed receive), or from anyone.
     pub src: Option<Addr>,
     /// The tag wanted (tagged receives).
@@ -281,7 +281,7 @@ impl Matcher {
         let p = &mut self.posted[c][i];
         let left = p.iov[0];
         let n = total.min(left.len);
-        let mut part = Posted { iov: vec![Iov { base: left.base, len: n }], multi: None, ..p.clone() };
+        let mut part = Posted { iov: Iovs::one(Iov { base: left.base, len: n }), multi: None, ..p.clone() };
         p.iov[0] = Iov { base: left.base + n, len: left.len - n };
         if left.len - n < min {
             self.posted[c].remove(i);
@@ -391,7 +391,16 @@ mod tests {
 
     fn recv(buf: &mut [u8], tag: u64, ignore: u64, ctx: usize) -> Posted {
         let iov = vec![Iov { base: buf.as_mut_ptr() as usize, len: buf.len() }];
-        Posted { ctx, iov, src: None, tag, ignore, completion: true, multi: None, release: false }
+        Posted {
+            ctx,
+            iov: iov.as_slice().into(),
+            src: None,
+            tag,
+            ignore,
+            completion: true,
+            multi: None,
+            release: false,
+        }
     }
 
     // Checks that the buffers of long unexpected messages are reused and stay within their
@@ -518,8 +527,16 @@ mod tests {
         m.arrive(src, &plain(Kind::Whole), b"two!").unwrap();
         let mut buf = [0u8; 16];
         let iov = vec![Iov { base: buf.as_mut_ptr() as usize, len: buf.len() }];
-        let multi =
-            Posted { ctx: 9, iov, src: None, tag: 0, ignore: 0, completion: true, multi: Some(6), release: false };
+        let multi = Posted {
+            ctx: 9,
+            iov: iov.as_slice().into(),
+            src: None,
+            tag: 0,
+            ignore: 0,
+            completion: true,
+            multi: Some(6),
+            release: false,
+        };
         let done = m.post_multi(multi).unwrap();
         assert_eq!(done.len(), 2);
         assert_eq!((done[0].copied, done[1].copied, done[1].recv.release), (3, 4, false));
@@ -548,7 +565,7 @@ mod tests {
             let mut bufs = vec![[0u8; 48]; posts];
             for (i, b) in bufs.iter_mut().enumerate() {
                 let iov = vec![Iov { base: b.as_mut_ptr() as usize + 8, len: 32 }];
-                let p = Posted { ctx: i, iov, src: None, tag: i as u64, ignore: 0, completion: true, multi: None, release: false };
+                let p = Posted { ctx: i, iov: iov.as_slice().into(), src: None, tag: i as u64, ignore: 0, completion: true, multi: None, release: false };
                 m.post(p, true).unwrap();
             }
             let mut sent = 0usize;

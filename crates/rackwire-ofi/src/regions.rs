@@ -2,7 +2,7 @@
 //! operations in flight waiting for their target's answer ([`crate::rma`] carries them out).
 
 use crate::queues::{Addr, TxDone};
-use crate::user::{Iov, Registered};
+use crate::user::{Iovs, Registered};
 
 /// Regions registered per process at most.
 pub const MRS_MAX: usize = 1 << 16;
@@ -24,9 +24,9 @@ pub(crate) enum Waiting {
     /// The target's answer to a write or a write-form atomic.
     Ack,
     /// A read's data, into these buffers.
-    Read { into: Vec<Iov>, got: usize },
+    Read { into: Iovs, got: usize },
     /// The old values of a fetch or compare atomic, into these buffers.
-    Old { into: Vec<Iov> },
+    Old { into: Iovs },
 }
 
 /// An RMA operation in flight, by its number.

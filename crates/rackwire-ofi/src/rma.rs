@@ -18,7 +18,7 @@ use crate::engine::{with, State};
 use crate::queues::{Addr, Entry, ProvErr, TxDone};
 use crate::regions::{Mr, RmaOp, Waiting, MRS_MAX, RMA_IN_FLIGHT_MAX};
 use crate::tx::{Source, TxOp};
-use crate::user::{capacity, scatter, Iov, Registered};
+use crate::user::{capacity, scatter, Iov, Iovs, Registered};
 use crate::wire::{Header, Kind};
 
 /// An atomic request's operation, datatype, element count and form, in a header's `data`.
@@ -316,7 +316,7 @@ pub fn write(
 }
 
 /// An RMA read into `iov` on `ep` from `addr` of the region `key` at `src`.
-pub fn read(ep: u32, iov: Vec<Iov>, src: u64, addr: u64, key: u64, flags: u64, ctx: usize) -> Result<(), i32> {
+pub fn read(ep: u32, iov: Iovs, src: u64, addr: u64, key: u64, flags: u64, ctx: usize) -> Result<(), i32> {
     with(|p, st| {
         let (to, completion) = st.prepare_tx(ep, src, flags)?;
         let total = capacity(&iov);
@@ -344,7 +344,7 @@ pub struct AtomicCall<'a> {
     /// The compare values (the compare form).
     pub compares: &'a [u8],
     /// Where the old values go (fetch and compare forms).
-    pub result: Vec<Iov>,
+    pub result: Iovs,
 }
 
 /// An atomic from `ep` on `addr` of the region `key` at `dest`.

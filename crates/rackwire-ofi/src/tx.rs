@@ -3,7 +3,7 @@
 
 use crate::consts::*;
 use crate::queues::{Addr, TxDone};
-use crate::user::{capacity, copy_out, gather, Iov, Registered};
+use crate::user::{capacity, copy_out, gather, Iov, Iovs, Registered};
 use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX, HEADER_BYTES};
 
 /// Where a send's bytes are.
@@ -13,7 +13,7 @@ pub(crate) enum Source {
     Owned(Vec<u8>),
     /// The application's buffer, valid until the send completes (libfabric's contract):
     /// copied piece by piece into the peer's ring as it has room.
-    User(Vec<Iov>),
+    User(Iovs),
     /// A read's answer: `len` bytes at `at` of registered region `key`, copied piece by piece
     /// into the peer's ring (no copy of the whole, however large the read); a region closed
     /// before they all went leaves the rest as a [`Source::Tail`] ([`State::mr_close`]).
@@ -33,7 +33,7 @@ impl Source {
             gather(iov, &mut all);
             Source::Owned(all)
         } else {
-            Source::User(iov.to_vec())
+            Source::User(iov.into())
         }
     }
 }

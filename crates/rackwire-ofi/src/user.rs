@@ -15,6 +15,63 @@ pub struct Iov {
     pub len: usize,
 }
 
+/// Pieces of one buffer held without an allocation when there are at most
+/// [`IOVS_INLINE`] (almost every operation gives one): a posted receive or a send waiting
+/// for room keeps its list with no trip to the allocator on the message path.
+#[derive(Clone, Debug)]
+pub enum Iovs {
+    /// Up to [`IOVS_INLINE`] pieces, the first `n` of `v`.
+    Inline {
+        /// Pieces in use.
+        n: u8,
+        /// The pieces.
+        v: [Iov; IOVS_INLINE],
+    },
+    /// More pieces.
+    Heap(Vec<Iov>),
+}
+
+/// Pieces an [`Iovs`] holds without an allocation.
+pub const IOVS_INLINE: usize = 2;
+
+impl From<&[Iov]> for Iovs {
+    fn from(iov: &[Iov]) -> Self {
+        if iov.len() <= IOVS_INLINE {
+            let mut v = [Iov::default(); IOVS_INLINE];
+            v[..iov.len()].copy_from_slice(iov);
+            Iovs::Inline { n: iov.len() as u8, v }
+        } else {
+            Iovs::Heap(iov.to_vec())
+        }
+    }
+}
+
+impl Iovs {
+    /// One piece.
+    pub fn one(v: Iov) -> Self {
+        Iovs::from(std::slice::from_ref(&v))
+    }
+}
+
+impl std::ops::Deref for Iovs {
+    type Target = [Iov];
+    fn deref(&self) -> &[Iov] {
+        match self {
+            Iovs::Inline { n, v } => &v[..usize::from(*n)],
+            Iovs::Heap(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Iovs {
+    fn deref_mut(&mut self) -> &mut [Iov] {
+        match self {
+            Iovs::Inline { n, v } => &mut v[..usize::from(*n)],
+            Iovs::Heap(v) => v,
+        }
+    }
+}
+
 /// The `struct iovec` of the C side.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -137,6 +194,24 @@ pub fn gather(iov: &[Iov], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Checks that a piece list keeps its pieces in order whatever its length: up to
+    // IOVS_INLINE pieces inline, more on the heap (the slice seen equals the one given), and
+    // that a piece changed through the mutable view is the one read back.
+    #[test]
+    fn piece_lists_keep_their_pieces_inline_or_not() {
+        for n in 0..=IOVS_INLINE + 2 {
+            let given: Vec<Iov> = (0..n).map(|i| Iov { base: 0x1000 * (i + 1), len: i + 7 }).collect();
+            let mut kept = Iovs::from(given.as_slice());
+            assert_eq!(&kept[..], &given[..], "{n} pieces");
+            assert_eq!(matches!(kept, Iovs::Inline { .. }), n <= IOVS_INLINE, "{n} pieces");
+            if n > 0 {
+                kept[n - 1].len = 1;
+                assert_eq!(kept[n - 1], Iov { base: 0x1000 * n, len: 1 });
+            }
+        }
+        assert_eq!(&Iovs::one(Iov { base: 5, len: 6 })[..], &[Iov { base: 5, len: 6 }]);
+    }
 
     // Checks scattering into a buffer of three pieces from an offset inside the second: the
     // bytes land across the piece boundary in order, nothing is written past the end, and
