@@ -26,7 +26,7 @@ pub(crate) fn config(name: &str) -> Result<FabricConfig> {
     c.name = name.to_string();
     c.transport = rackwire::TransportChoice::Edge;
     if c.links.is_empty() {
-        anyhow::bail!("RACKWIRE_LINKS is empty: the rails benchmark runs in a rack's host");
+        anyhow::bail!("{} is empty: the rails benchmark runs in a rack's host", rackwire::vars::LINKS);
     }
     Ok(c)
 }
@@ -43,6 +43,7 @@ pub(crate) fn responder_command(exe: &Path, subcommand: &str) -> Result<Command>
         c.args(["taskset", "-c", &cores]);
     }
     c.arg(exe).arg(subcommand);
-    c.env("RACKWIRE_LINKS", var(RESPONDER_LINKS_VAR)?).env("RACKWIRE_MEMORY_DOMAIN", var(RESPONDER_DOMAIN_VAR)?);
+    c.env(rackwire::vars::LINKS, var(RESPONDER_LINKS_VAR)?)
+        .env(rackwire::vars::MEMORY_DOMAIN, var(RESPONDER_DOMAIN_VAR)?);
     Ok(c)
 }

@@ -253,9 +253,9 @@ pub fn responder_main() -> Result<()> {
     let (mh, secret) = match transport {
         // The rack's, from the host's environment (a secret file, not a value).
         BenchTransport::Rails => (String::new(), String::new()),
-        _ => (var("RACKWIRE_MH")?, var("RACKWIRE_SECRET")?),
+        _ => (var(rackwire::vars::MH)?, var(rackwire::vars::SECRET)?),
     };
-    let mut cfg = bench_config(&mh, &secret, &var("RACKWIRE_NAME")?, 1, transport)?;
+    let mut cfg = bench_config(&mh, &secret, &var(rackwire::vars::NAME)?, 1, transport)?;
     // Poll through the short gaps of ping-pong, but sleep when the initiator works alone
     // (Table 1, large batches), so its copy channels have the other core.
     if transport != BenchTransport::Rails {
@@ -385,7 +385,7 @@ impl Session {
             BenchTransport::Rails => crate::rails::responder_command(&exe, RESPONDER_SUBCOMMAND)?,
             _ => {
                 let mut c = Command::new(exe);
-                c.arg(RESPONDER_SUBCOMMAND).env("RACKWIRE_MH", &addr).env("RACKWIRE_SECRET", &secret);
+                c.arg(RESPONDER_SUBCOMMAND).env(rackwire::vars::MH, &addr).env(rackwire::vars::SECRET, &secret);
                 c
             }
         };
@@ -393,7 +393,7 @@ impl Session {
             .env("RW_BENCH_LINKS", links)
             .env("RW_BENCH_MTU", mtu.to_string())
             .env("RW_BENCH_SEAL", if sealed { "on" } else { "off" })
-            .env("RACKWIRE_NAME", format!("bench-responder-{pid}"))
+            .env(rackwire::vars::NAME, format!("bench-responder-{pid}"))
             .env("RW_BENCH_INITIATOR", fabric.id().to_string())
             .env("RW_BENCH_REGION", bytes.to_string())
             .stdin(Stdio::null())

@@ -192,9 +192,9 @@ fn run_ours(
         .args(["coll-worker", "--op", &ops.join(","), "--size"])
         .arg(sizes.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
         .args(["--scale", &scale.to_string()])
-        .env_remove("RACKWIRE_MH");
+        .env_remove(rackwire::vars::MH);
     if edge {
-        cmd.env("RACKWIRE_TRANSPORT", "edge").env("RACKWIRE_LINKS", "127.0.0.1:0");
+        cmd.env(rackwire::vars::TRANSPORT, "edge").env(rackwire::vars::LINKS, "127.0.0.1:0");
     }
     let o = cmd.output().context("running the benchmark job")?;
     if !o.status.success() {

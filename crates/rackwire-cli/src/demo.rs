@@ -43,7 +43,7 @@ fn env(k: &str) -> Result<String> {
 /// A worker: joins, adds to the shared counter, signs the board, shows that a revoked grant
 /// is refused, and leaves when told.
 pub(crate) fn worker() -> Result<()> {
-    let mut cfg = FabricConfig::new(env("RACKWIRE_MH")?, env("RACKWIRE_SECRET")?, env("RACKWIRE_NAME")?);
+    let mut cfg = FabricConfig::new(env(rackwire::vars::MH)?, env(rackwire::vars::SECRET)?, env(rackwire::vars::NAME)?);
     cfg.op_timeout = STEP_TIMEOUT;
     let coordinator: u32 = env("RW_DEMO_COORD")?.parse()?;
     let slot: u64 = env("RW_DEMO_SLOT")?.parse()?;
@@ -119,9 +119,9 @@ fn tour(args: &DemoArgs, out: &mut String) -> Result<()> {
     for i in 0..args.workers {
         let child = Command::new(&exe)
             .arg("demo-worker")
-            .env("RACKWIRE_MH", &addr)
-            .env("RACKWIRE_SECRET", &secret)
-            .env("RACKWIRE_NAME", format!("demo-worker-{i}"))
+            .env(rackwire::vars::MH, &addr)
+            .env(rackwire::vars::SECRET, &secret)
+            .env(rackwire::vars::NAME, format!("demo-worker-{i}"))
             .env("RW_DEMO_COORD", fabric.id().to_string())
             .env("RW_DEMO_SLOT", i.to_string())
             .env("RW_DEMO_ADDS", args.adds.to_string())

@@ -133,7 +133,7 @@ fn check_config(path: Option<&Path>) -> (Vec<Finding>, Option<FabricConfig>) {
 /// The secret file and the state folder: this user's alone.
 fn check_files(file: Option<&Path>, cfg: Option<&FabricConfig>) -> Vec<Finding> {
     let mut out = Vec::new();
-    let secret_file = std::env::var_os("RACKWIRE_SECRET_FILE").map(PathBuf::from).or_else(|| {
+    let secret_file = std::env::var_os(rackwire::vars::SECRET_FILE).map(PathBuf::from).or_else(|| {
         let text = std::fs::read_to_string(file?).ok()?;
         let t: toml::Table = toml::from_str(&text).ok()?;
         t.get("secret_file")?.as_str().map(PathBuf::from)
@@ -499,7 +499,7 @@ pub(crate) fn examine(host: &Host, file: Option<&Path>, reach_fabric: bool) -> V
 pub(crate) fn run(config: Option<PathBuf>, json: bool, offline: bool) -> Result<bool> {
     let file = config.or_else(rackwire::config_path);
     if let Some(f) = &file {
-        std::env::set_var("RACKWIRE_CONFIG", f);
+        std::env::set_var(rackwire::vars::CONFIG, f);
     }
     let found = examine(&Host::real(), file.as_deref(), !offline);
     let passed = found.iter().all(|f| f.status != Status::Fail);

@@ -282,7 +282,7 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
     if a.fsync {
         cmd.arg("--fsync");
     }
-    cmd.env_remove("RACKWIRE_MH");
+    cmd.env_remove(rackwire::vars::MH);
     let rapl = rackwire_eval::rapl::Rapl::start(Path::new(rackwire_eval::rapl::POWERCAP));
     let o = cmd.output().context("running the eval job")?;
     let rapl_joules = rapl.and_then(|r| r.joules());

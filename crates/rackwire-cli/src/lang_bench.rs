@@ -147,11 +147,11 @@ impl Lang {
 /// Run a server and a client of `lang` once; the client's printed figure.
 fn pair(lang: &Lang, mh: &str, secret: &str, roles: (&str, &str), iters: u64, tag: &str) -> Result<f64> {
     let env = |c: &mut Command, name: String| {
-        c.env("RACKWIRE_MH", mh)
-            .env("RACKWIRE_SECRET", secret)
-            .env("RACKWIRE_NAME", name)
-            .env_remove("RACKWIRE_SECRET_FILE")
-            .env_remove("RACKWIRE_CONFIG")
+        c.env(rackwire::vars::MH, mh)
+            .env(rackwire::vars::SECRET, secret)
+            .env(rackwire::vars::NAME, name)
+            .env_remove(rackwire::vars::SECRET_FILE)
+            .env_remove(rackwire::vars::CONFIG)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
     };

@@ -238,14 +238,14 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
         let secret = format!("{:032x}{:032x}", rackwire_mh::auth::random_u128(), rackwire_mh::auth::random_u128());
         let mh = rackwire::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes())
             .context("starting the job's management host")?;
-        env.push(("RACKWIRE_MH".into(), mh.addr().to_string()));
-        env.push(("RACKWIRE_SECRET".into(), secret));
+        env.push((rackwire::vars::MH.into(), mh.addr().to_string()));
+        env.push((rackwire::vars::SECRET.into(), secret));
         Some(mh)
     };
     // The job's token: only its ranks hold it, so nobody else on the fabric can take a rank,
     // reset the job, or take its ranks' names first (see `rackwire_mh::jobs`).
     let token = format!("{:032x}", rackwire_mh::auth::random_u128());
-    env.push(("RACKWIRE_JOB_TOKEN".into(), token));
+    env.push((rackwire::vars::JOB_TOKEN.into(), token));
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).context("signal handler")?;
@@ -263,10 +263,10 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
         };
         cmd.args(&a.program[1..])
             .envs(env.iter().chain(&place.env).map(|(k, v)| (k, v)))
-            .env("RACKWIRE_RANK", rank.to_string())
-            .env("RACKWIRE_SIZE", a.ranks.to_string())
-            .env("RACKWIRE_LOCAL_RANK", place.local_rank.to_string())
-            .env("RACKWIRE_JOB", &job)
+            .env(rackwire::vars::RANK, rank.to_string())
+            .env(rackwire::vars::SIZE, a.ranks.to_string())
+            .env(rackwire::vars::LOCAL_RANK, place.local_rank.to_string())
+            .env(rackwire::vars::JOB, &job)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -69,7 +69,7 @@ impl FabricArgs {
     /// The configuration: file, then environment, then these flags.
     pub(crate) fn resolve(&self, name: &str) -> Result<rackwire::FabricConfig> {
         if let Some(c) = &self.config {
-            std::env::set_var("RACKWIRE_CONFIG", c);
+            std::env::set_var(rackwire::vars::CONFIG, c);
         }
         let mut cfg = rackwire::FabricConfig::from_env()?;
         if let Some(m) = &self.mh {
@@ -78,7 +78,7 @@ impl FabricArgs {
         if let Some(p) = &self.secret_file {
             cfg.secret = rackwire::read_secret_file(p)?;
         }
-        if std::env::var_os("RACKWIRE_NAME").is_none() {
+        if std::env::var_os(rackwire::vars::NAME).is_none() {
             // A name of its own: the node keeps its key pair, and so its id, across runs.
             cfg.name = name.into();
             cfg.transient = false;
@@ -325,10 +325,10 @@ pub(crate) fn read_secret(file: &Option<PathBuf>) -> Result<Vec<u8>> {
     if let Some(p) = file {
         return Ok(rackwire::read_secret_file(p)?);
     }
-    if let Some(p) = std::env::var_os("RACKWIRE_SECRET_FILE") {
+    if let Some(p) = std::env::var_os(rackwire::vars::SECRET_FILE) {
         return read_secret(&Some(PathBuf::from(p)));
     }
-    if let Ok(s) = std::env::var("RACKWIRE_SECRET") {
+    if let Ok(s) = std::env::var(rackwire::vars::SECRET) {
         return Ok(s.into_bytes());
     }
     bail!("no fabric secret: pass --secret-file, or set RACKWIRE_SECRET_FILE or RACKWIRE_SECRET")

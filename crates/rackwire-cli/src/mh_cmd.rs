@@ -56,8 +56,8 @@ pub(crate) struct MhArgs {
 /// The fabric secret: the flag's file, else the environment's, else the configuration file's.
 fn secret(args: &MhArgs, file: Option<&std::path::Path>) -> Result<Vec<u8>> {
     let given = args.secret_file.is_some()
-        || std::env::var_os("RACKWIRE_SECRET_FILE").is_some()
-        || std::env::var_os("RACKWIRE_SECRET").is_some();
+        || std::env::var_os(rackwire::vars::SECRET_FILE).is_some()
+        || std::env::var_os(rackwire::vars::SECRET).is_some();
     if given {
         return crate::read_secret(&args.secret_file);
     }

@@ -79,9 +79,9 @@ fn run_once(
     let mut cmd = match place {
         Place::Here(mh) => {
             let mut c = Command::new("mpirun");
-            c.args(["-x", "RACKWIRE_MH", "-x", "RACKWIRE_SECRET"])
-                .env("RACKWIRE_MH", mh)
-                .env("RACKWIRE_SECRET", SECRET);
+            c.args(["-x", rackwire::vars::MH, "-x", rackwire::vars::SECRET])
+                .env(rackwire::vars::MH, mh)
+                .env(rackwire::vars::SECRET, SECRET);
             c
         }
         Place::Rack(r) if name == "tcp" => r.mpirun_tcp(2),
@@ -93,8 +93,8 @@ fn run_once(
         .args(args)
         .args(["-x", "FI_PROVIDER_PATH"])
         .env("FI_PROVIDER_PATH", dir)
-        .env_remove("RACKWIRE_NAME")
-        .env_remove("RACKWIRE_CONFIG")
+        .env_remove(rackwire::vars::NAME)
+        .env_remove(rackwire::vars::CONFIG)
         .arg(exe)
         .arg(scale.to_string())
         .output()

@@ -112,7 +112,7 @@ impl Place<'_> {
         let mut c = match self {
             Place::Here { mh } => {
                 let mut c = Command::new(program);
-                c.env("RACKWIRE_MH", mh).env("RACKWIRE_SECRET", SECRET);
+                c.env(rackwire::vars::MH, mh).env(rackwire::vars::SECRET, SECRET);
                 c
             }
             Place::Rack { state, server: s, client: cl } => {
@@ -120,14 +120,14 @@ impl Place<'_> {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", &host.ns]).arg(program);
                 if provider == "rackwire" {
-                    c.envs(rackwire_rack::program_env(state, host)).env("RACKWIRE_TRANSPORT", "edge");
+                    c.envs(rackwire_rack::program_env(state, host)).env(rackwire::vars::TRANSPORT, "edge");
                 } else if let Some(dev) = host.link_devs().split(',').next() {
                     c.env("FI_TCP_IFACE", dev);
                 }
                 c
             }
         };
-        c.env("FI_PROVIDER_PATH", dir).env_remove("RACKWIRE_NAME").env_remove("RACKWIRE_CONFIG");
+        c.env("FI_PROVIDER_PATH", dir).env_remove(rackwire::vars::NAME).env_remove(rackwire::vars::CONFIG);
         c
     }
 

@@ -68,7 +68,12 @@ fn config_page() -> String {
         for k in rackwire::CONFIG_KEYS.iter().filter(|k| k.table == table) {
             page.control("TP", []).text([
                 bold(k.key),
-                roman(format!(" ({}; default: {}; also: {})", plain(k.kind), plain(&(k.default)()), plain(k.also))),
+                roman(format!(
+                    " ({}; default: {}; also: {})",
+                    plain(k.kind),
+                    plain(&(k.default)()),
+                    plain(&k.also.to_string())
+                )),
             ]);
             page.text([roman(plain(k.meaning))]);
         }

@@ -54,7 +54,7 @@ pub(crate) fn run(rack: &Path, args: &[String], json: bool) -> Result<()> {
         c.arg("--json");
     }
     c.envs(rackwire_rack::program_env(&state, first))
-        .env("RACKWIRE_CONFIG", "")
+        .env(rackwire::vars::CONFIG, "")
         .env(RESPONDER_NS_VAR, &second.ns)
         .env(RESPONDER_LINKS_VAR, second.links())
         .env(RESPONDER_DOMAIN_VAR, &second.domain)

@@ -12,7 +12,7 @@ const SECRET: &str = "cli-test-secret-0123456789";
 fn rackwire(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rackwire"))
         .args(args)
-        .env("RACKWIRE_SECRET", SECRET)
+        .env(rackwire::vars::SECRET, SECRET)
         .output()
         .expect("run rackwire")
 }
@@ -109,7 +109,7 @@ fn mh_nodes_and_regions_from_the_command_line() {
     let mut mh = Reaped(
         Command::new(env!("CARGO_BIN_EXE_rackwire"))
             .args(["mh", "--listen", "127.0.0.1:0", "--state", state.0.to_str().unwrap()])
-            .env("RACKWIRE_SECRET", SECRET)
+            .env(rackwire::vars::SECRET, SECRET)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -148,7 +148,7 @@ fn mh_nodes_and_regions_from_the_command_line() {
 
     let o = Command::new(env!("CARGO_BIN_EXE_rackwire"))
         .args(["nodes", "--mh", &addr])
-        .env("RACKWIRE_SECRET", "wrong-secret-0123456789")
+        .env(rackwire::vars::SECRET, "wrong-secret-0123456789")
         .output()
         .unwrap();
     assert!(!o.status.success());
@@ -318,7 +318,10 @@ fn one_file_configures_the_mh_and_every_command() {
     .unwrap();
     let cmd = |args: &[&str]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_rackwire"));
-        c.args(args).env("RACKWIRE_CONFIG", &file).env_remove("RACKWIRE_SECRET").env_remove("RACKWIRE_MH");
+        c.args(args)
+            .env(rackwire::vars::CONFIG, &file)
+            .env_remove(rackwire::vars::SECRET)
+            .env_remove(rackwire::vars::MH);
         c
     };
     let mut mh = Reaped(cmd(&["mh"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start mh"));

@@ -10,7 +10,7 @@ fn eval(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rackwire"))
         .arg("eval")
         .args(args)
-        .env_remove("RACKWIRE_MH")
+        .env_remove(rackwire::vars::MH)
         .envs(env.iter().copied())
         .output()
         .expect("run rackwire eval")
@@ -89,7 +89,7 @@ fn dfsio_runs_checked_over_fabric_and_tcp() {
 // at 3 ranks.
 #[test]
 fn dfsio_over_the_edge_transport() {
-    let env = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0")];
+    let env = [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "127.0.0.1:0")];
     let o = eval(&["dfsio", "--ranks", "3", "--scale", "0.02", "--net", "fabric", "--json"], &env);
     let rows = rows(&o);
     assert_eq!(rows[0]["transport"], "udp", "{rows:?}");
@@ -121,7 +121,7 @@ fn kv_mixes_run_checked_over_fabric_and_tcp() {
 // edge transport.
 #[test]
 fn kv_open_loop_over_the_edge_transport() {
-    let env = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0")];
+    let env = [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "127.0.0.1:0")];
     let o = eval(
         &["kv", "--ranks", "2", "--scale", "0.01", "--mix", "B", "--rate", "2000", "--net", "fabric", "--json"],
         &env,
@@ -135,7 +135,7 @@ fn kv_open_loop_over_the_edge_transport() {
 // the fabric row names `udp`, and the run validated.
 #[test]
 fn sort_over_the_edge_transport() {
-    let env = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0")];
+    let env = [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "127.0.0.1:0")];
     let o = eval(&["sort", "--ranks", "2", "--scale", "0.01", "--net", "fabric", "--json"], &env);
     let rows = rows(&o);
     assert_eq!(rows.len(), 1);

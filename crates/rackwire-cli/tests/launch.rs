@@ -13,7 +13,7 @@ fn launch(n: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
         .args(["launch", "-n", &n.to_string(), "--"])
         .arg(collcheck_bin())
         .args(args)
-        .env_remove("RACKWIRE_MH")
+        .env_remove(rackwire::vars::MH)
         .envs(env.iter().copied())
         .output()
         .expect("run rackwire launch")
@@ -47,7 +47,7 @@ fn collectives_across_processes_over_shared_memory() {
 // The same over the edge transport (UDP on loopback), every pair of ranks on it.
 #[test]
 fn collectives_across_processes_over_the_edge_transport() {
-    let env = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0")];
+    let env = [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "127.0.0.1:0")];
     for n in [2, 3, 5, 8] {
         assert_all_ok(n, &launch(n, &env, &["all", "0,8,70000", "2", "40000"]));
     }
@@ -69,7 +69,7 @@ fn collectives_over_a_virtual_rack_mix_transports() {
             .args(["launch", "-n", "5", "--rack", config, "--"])
             .arg(collcheck_bin())
             .args(args)
-            .env_remove("RACKWIRE_MH")
+            .env_remove(rackwire::vars::MH)
             .output()
             .expect("run rackwire launch --rack")
     };
@@ -100,7 +100,7 @@ fn launch_forwards_every_line_before_it_exits() {
     const LINES: usize = 3000;
     let o = Command::new(env!("CARGO_BIN_EXE_rackwire"))
         .args(["launch", "-n", "4", "--", "seq", "1", &LINES.to_string()])
-        .env_remove("RACKWIRE_MH")
+        .env_remove(rackwire::vars::MH)
         .output()
         .expect("run rackwire launch");
     assert!(o.status.success(), "{}", lines(&o));
@@ -124,13 +124,13 @@ fn a_killed_rank_makes_the_others_fail_not_hang() {
         .map(|r| {
             Command::new(collcheck_bin())
                 .args(["allreduce-loop", "100000000"])
-                .env("RACKWIRE_MH", &mh.addr)
-                .env("RACKWIRE_SECRET", SECRET)
-                .env("RACKWIRE_STATE_DIR", rackwire_tests::state_dir())
-                .env("RACKWIRE_RANK", r.to_string())
-                .env("RACKWIRE_SIZE", "3")
-                .env("RACKWIRE_JOB", "killjob")
-                .env("RACKWIRE_GROUP_TIMEOUT_MS", "60000")
+                .env(rackwire::vars::MH, &mh.addr)
+                .env(rackwire::vars::SECRET, SECRET)
+                .env(rackwire::vars::STATE_DIR, rackwire_tests::state_dir())
+                .env(rackwire::vars::RANK, r.to_string())
+                .env(rackwire::vars::SIZE, "3")
+                .env(rackwire::vars::JOB, "killjob")
+                .env(rackwire::vars::GROUP_TIMEOUT_MS, "60000")
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("start a rank")
@@ -176,13 +176,13 @@ fn a_program_started_by_mpirun_forms_a_group() {
     let mh = TestMh::start("coll-mpirun");
     let o = Command::new("mpirun")
         .args(["--allow-run-as-root", "--oversubscribe", "-n", "3"])
-        .args(["-x", "RACKWIRE_MH", "-x", "RACKWIRE_SECRET", "-x", "RACKWIRE_JOB"])
+        .args(["-x", rackwire::vars::MH, "-x", rackwire::vars::SECRET, "-x", rackwire::vars::JOB])
         .arg(collcheck_bin())
         .args(["info"])
-        .env("RACKWIRE_MH", &mh.addr)
-        .env("RACKWIRE_SECRET", SECRET)
-        .env("RACKWIRE_STATE_DIR", rackwire_tests::state_dir())
-        .env("RACKWIRE_JOB", "mpijob")
+        .env(rackwire::vars::MH, &mh.addr)
+        .env(rackwire::vars::SECRET, SECRET)
+        .env(rackwire::vars::STATE_DIR, rackwire_tests::state_dir())
+        .env(rackwire::vars::JOB, "mpijob")
         .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
         .output()
         .expect("run mpirun");
@@ -204,7 +204,7 @@ fn bench_coll_json_has_rows_with_peers() {
     let o = Command::new(env!("CARGO_BIN_EXE_rackwire"))
         .args(["bench", "coll", "--ranks", "2", "--op", "barrier,alltoallv", "--size", "8,4K", "--scale", "0.01"])
         .args(["--json", "--peers"])
-        .env_remove("RACKWIRE_MH")
+        .env_remove(rackwire::vars::MH)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", lines(&o));
@@ -260,9 +260,9 @@ fn a_launched_job_cannot_be_taken_by_another_node_with_the_secret() {
         .args(["launch", "-n", "2", "--job", "victim", "--"])
         .arg(collcheck_bin())
         .args(["all", "0,8,1000", "1", "1000"])
-        .env("RACKWIRE_MH", &mh.addr)
-        .env("RACKWIRE_SECRET", SECRET)
-        .env("RACKWIRE_STATE_DIR", rackwire_tests::state_dir())
+        .env(rackwire::vars::MH, &mh.addr)
+        .env(rackwire::vars::SECRET, SECRET)
+        .env(rackwire::vars::STATE_DIR, rackwire_tests::state_dir())
         .output()
         .expect("run rackwire launch");
     assert_all_ok(2, &o);

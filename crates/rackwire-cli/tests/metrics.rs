@@ -58,7 +58,7 @@ fn metrics_endpoints_pass_promtool() {
         Command::new(env!("CARGO_BIN_EXE_rackwire"))
             .args(["mh", "--listen", "127.0.0.1:0", "--state", state.0.to_str().unwrap()])
             .args(["--metrics", "127.0.0.1:0", "--log-format", "json"])
-            .env("RACKWIRE_SECRET", SECRET)
+            .env(rackwire::vars::SECRET, SECRET)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -96,8 +96,8 @@ impl Host {
         );
         let mut c = Command::new("ip");
         c.args(["netns", "exec", self.ns, "unshare", "-m", "sh", "-c", &script, "sh"]).args(argv);
-        c.env_remove("RACKWIRE_CONFIG").env_remove("RACKWIRE_MH").env_remove("RACKWIRE_SECRET");
-        c.env_remove("RACKWIRE_SECRET_FILE").envs(env.iter().map(|(k, v)| (k, v)));
+        c.env_remove(rackwire::vars::CONFIG).env_remove(rackwire::vars::MH).env_remove(rackwire::vars::SECRET);
+        c.env_remove(rackwire::vars::SECRET_FILE).envs(env.iter().map(|(k, v)| (k, v)));
         c
     }
 
@@ -126,7 +126,7 @@ impl Host {
 /// `rackwire doctor --json` in `host`: whether it passed, and its findings.
 fn doctor(host: &Host, rackwire: &Path) -> (bool, Vec<serde_json::Value>) {
     // Its probe node pins the management host's key in a state folder of the host's.
-    let state = vec![("RACKWIRE_STATE_DIR".to_string(), host.dir.join("var/doctor").display().to_string())];
+    let state = vec![(rackwire::vars::STATE_DIR.to_string(), host.dir.join("var/doctor").display().to_string())];
     let o = run(&mut host.command(&[rackwire.display().to_string(), "doctor".into(), "--json".into()], &state));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!("doctor's JSON: {e}\n{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
@@ -247,7 +247,7 @@ fn the_package_brings_up_a_two_host_rack() {
         let (argv, mut env) = h.unit(&root, "rackwire-agent.service");
         // systemd makes the unit's runtime folder; here, one in the host's folder.
         for (k, v) in env.iter_mut() {
-            if k == "RACKWIRE_RUNTIME_DIR" {
+            if k == rackwire::vars::RUNTIME_DIR {
                 *v = h.dir.join("run").display().to_string();
             }
         }
@@ -289,8 +289,11 @@ fn the_package_brings_up_a_two_host_rack() {
     // host's key at first use), not the user's home.
     let with_name = |h: &Host, n: &str| {
         let state = h.dir.join("var").join(n).display().to_string();
-        [ld.clone(), vec![("RACKWIRE_NAME".to_string(), n.to_string()), ("RACKWIRE_STATE_DIR".to_string(), state)]]
-            .concat()
+        [
+            ld.clone(),
+            vec![(rackwire::vars::NAME.to_string(), n.to_string()), (rackwire::vars::STATE_DIR.to_string(), state)],
+        ]
+        .concat()
     };
     let owner = hosts[0]
         .command(&[notify.display().to_string(), "owner".into()], &with_name(&hosts[0], "c-owner"))

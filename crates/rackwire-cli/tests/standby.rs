@@ -71,7 +71,7 @@ fn a_standby_takes_over_when_the_leader_dies() {
         .map(|p| {
             let child = Command::new(env!("CARGO_BIN_EXE_rackwire"))
                 .args(["mh", "--listen", &format!("127.0.0.1:{p}"), "--etcd", &endpoint, "--fabric", FABRIC])
-                .env("RACKWIRE_SECRET", SECRET)
+                .env(rackwire::vars::SECRET, SECRET)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

@@ -39,12 +39,13 @@ impl GroupConfig {
     /// The defaults, with `RACKWIRE_GROUP_TIMEOUT_MS` and `RACKWIRE_JOB_TOKEN` over them.
     pub fn from_env() -> Result<GroupConfig, CollError> {
         let mut c = GroupConfig::default();
-        if let Ok(t) = std::env::var("RACKWIRE_JOB_TOKEN") {
+        if let Ok(t) = std::env::var(rackwire::vars::JOB_TOKEN) {
             c.job_token = Some(t);
         }
-        if let Ok(v) = std::env::var("RACKWIRE_GROUP_TIMEOUT_MS") {
-            let ms: u64 =
-                v.parse().map_err(|_| CollError::Config(format!("RACKWIRE_GROUP_TIMEOUT_MS={v:?}: milliseconds")))?;
+        if let Ok(v) = std::env::var(rackwire::vars::GROUP_TIMEOUT_MS) {
+            let ms: u64 = v
+                .parse()
+                .map_err(|_| CollError::Config(format!("{}={v:?}: milliseconds", rackwire::vars::GROUP_TIMEOUT_MS)))?;
             c.timeout = Duration::from_millis(ms.max(1));
         }
         Ok(c)
@@ -115,7 +116,7 @@ impl Group {
         let p = Placement::from_env()?;
         let group = GroupConfig::from_env()?;
         let mut cfg = FabricConfig::from_env()?;
-        if std::env::var_os("RACKWIRE_NAME").is_none() {
+        if std::env::var_os(rackwire::vars::NAME).is_none() {
             // With a token, the names carry its tag: nobody without it can take them first.
             cfg.name = match &group.job_token {
                 Some(t) => format!("{}.{}.{}", p.job, p.rank, &rackwire::job_token_tag(t)[..8]),

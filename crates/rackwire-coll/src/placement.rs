@@ -54,7 +54,7 @@ impl Placement {
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Placement, CollError> {
         type Source = (PlacementSource, &'static str, &'static [&'static str], Option<&'static str>);
         const SOURCES: [Source; 6] = [
-            (PlacementSource::Rackwire, "RACKWIRE_RANK", &["RACKWIRE_SIZE"], None),
+            (PlacementSource::Rackwire, rackwire::vars::RANK, &[rackwire::vars::SIZE], None),
             (
                 PlacementSource::OpenMpi,
                 "OMPI_COMM_WORLD_RANK",
@@ -80,7 +80,7 @@ impl Placement {
                 .ok_or_else(|| CollError::Config(format!("{rank_var} is set but not {}", size_vars.join(" or "))))?;
             let size = parse(size.0, size.1)?;
             let local_rank = local_var.and_then(|v| get(v).map(|s| parse(v, s))).transpose()?;
-            let job = get("RACKWIRE_JOB")
+            let job = get(rackwire::vars::JOB)
                 .or_else(|| match source {
                     PlacementSource::OpenMpi => get("OMPI_MCA_ess_base_jobid").map(|j| format!("ompi-{j}")),
                     PlacementSource::Pmix => get("PMIX_NAMESPACE").map(|n| format!("pmix-{n}")),
@@ -128,8 +128,12 @@ mod tests {
     // names the job whatever the launcher.
     #[test]
     fn each_launcher_and_the_order_between_them() {
-        let p = Placement::from_vars(vars(&[("RACKWIRE_RANK", "1"), ("RACKWIRE_SIZE", "3"), ("RACKWIRE_JOB", "j1")]))
-            .unwrap();
+        let p = Placement::from_vars(vars(&[
+            (rackwire::vars::RANK, "1"),
+            (rackwire::vars::SIZE, "3"),
+            (rackwire::vars::JOB, "j1"),
+        ]))
+        .unwrap();
         assert_eq!((p.rank, p.size, p.job.as_str(), p.source), (1, 3, "j1", PlacementSource::Rackwire));
         let p = Placement::from_vars(vars(&[
             ("OMPI_COMM_WORLD_RANK", "2"),
@@ -156,7 +160,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!((p.rank, p.local_rank, p.job.as_str()), (3, Some(1), "slurm-123.2"));
-        let p = Placement::from_vars(vars(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("RACKWIRE_JOB", "t")])).unwrap();
+        let p = Placement::from_vars(vars(&[("RANK", "0"), ("WORLD_SIZE", "1"), (rackwire::vars::JOB, "t")])).unwrap();
         assert_eq!((p.source, p.job.as_str()), (PlacementSource::Generic, "t"));
     }
 
@@ -165,8 +169,10 @@ mod tests {
     fn bad_variables_are_named() {
         let e = Placement::from_vars(vars(&[])).unwrap_err().to_string();
         assert!(e.contains("rackwire launch"), "{e}");
-        let e = Placement::from_vars(vars(&[("RACKWIRE_RANK", "x"), ("RACKWIRE_SIZE", "2")])).unwrap_err().to_string();
-        assert!(e.contains("RACKWIRE_RANK"), "{e}");
+        let e = Placement::from_vars(vars(&[(rackwire::vars::RANK, "x"), (rackwire::vars::SIZE, "2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(rackwire::vars::RANK), "{e}");
         let e = Placement::from_vars(vars(&[("PMI_RANK", "0")])).unwrap_err().to_string();
         assert!(e.contains("PMI_SIZE"), "{e}");
         let e = Placement::from_vars(vars(&[("RANK", "2"), ("WORLD_SIZE", "2")])).unwrap_err().to_string();

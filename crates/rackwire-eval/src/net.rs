@@ -526,7 +526,7 @@ pub struct TcpBind {
 /// rail's device (`RACKWIRE_LINK_DEVS`) so TCP crosses the shaped rail itself and not `rw0`,
 /// which routes the other hosts' addresses over the fabric; else loopback.
 pub fn tcp_bind_from_env() -> TcpBind {
-    let addr = std::env::var("RACKWIRE_LINKS")
+    let addr = std::env::var(rackwire::vars::LINKS)
         .ok()
         .and_then(|l| l.split(',').next().and_then(|a| a.trim().parse::<SocketAddr>().ok()))
         .map(|mut a| {
@@ -536,7 +536,7 @@ pub fn tcp_bind_from_env() -> TcpBind {
     match addr {
         Some(addr) => TcpBind {
             addr,
-            device: std::env::var("RACKWIRE_LINK_DEVS")
+            device: std::env::var(rackwire::vars::LINK_DEVS)
                 .ok()
                 .and_then(|d| d.split(',').next().map(|d| d.trim().to_string()))
                 .filter(|d| !d.is_empty()),

@@ -1,5 +1,8 @@
 //! The committed header is the one cbindgen makes of the crate as it is now.
 
+/// Set (to anything) to write the fresh header instead of comparing.
+const BLESS: &str = "RACKWIRE_BLESS";
+
 // Checks `include/rackwire.h` against a fresh cbindgen run over the crate and fails when they
 // differ (a call added, changed or documented differently without the header following).
 // `RACKWIRE_BLESS=1 cargo test -p rackwire-ffi --test header` writes the fresh one.
@@ -15,7 +18,7 @@ fn header_is_current() {
         .expect("cbindgen reads the crate")
         .write(&mut fresh);
     let path = format!("{dir}/include/rackwire.h");
-    if std::env::var_os("RACKWIRE_BLESS").is_some() {
+    if std::env::var_os(BLESS).is_some() {
         std::fs::write(&path, &fresh).expect("write the header");
     }
     let committed = std::fs::read(&path).unwrap_or_default();

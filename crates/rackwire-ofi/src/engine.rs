@@ -187,7 +187,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// configuration file names one).
 pub fn configured() -> bool {
     // A configuration that does not load is taken as meant: joining then says what is wrong.
-    std::env::var_os("RACKWIRE_MH").is_some() || FabricConfig::from_env().map_or(true, |c| !c.mh.is_empty())
+    std::env::var_os(rackwire::vars::MH).is_some() || FabricConfig::from_env().map_or(true, |c| !c.mh.is_empty())
 }
 
 /// A warning for the user, where libfabric's own warnings go: standard error, when

@@ -74,10 +74,10 @@ fn mpirun(
             "rackwire",
         ]),
     };
-    cmd.args(["-x", "FI_PROVIDER_PATH", "-x", "RACKWIRE_MH", "-x", "RACKWIRE_SECRET"]);
+    cmd.args(["-x", "FI_PROVIDER_PATH", "-x", rackwire::vars::MH, "-x", rackwire::vars::SECRET]);
     common::fabric_env(&mut cmd, dir, &mh.addr, SECRET, None, edge);
     if edge {
-        cmd.args(["-x", "RACKWIRE_TRANSPORT", "-x", "RACKWIRE_LINKS"]);
+        cmd.args(["-x", rackwire::vars::TRANSPORT, "-x", rackwire::vars::LINKS]);
     }
     cmd.args(program).args(args);
     run(cmd, limit)

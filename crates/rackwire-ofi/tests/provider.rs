@@ -52,7 +52,10 @@ fn fi_info_lists_the_provider_only_where_a_fabric_is_configured() {
     let out = text(&o);
     assert!(o.status.success() && out.contains("provider: rackwire") && out.contains("FI_EP_RDM"), "{out}");
     let mut bare = Command::new("fi_info");
-    bare.args(["-p", "rackwire"]).env("FI_PROVIDER_PATH", &dir).env_remove("RACKWIRE_MH").env("RACKWIRE_CONFIG", "");
+    bare.args(["-p", "rackwire"])
+        .env("FI_PROVIDER_PATH", &dir)
+        .env_remove(rackwire::vars::MH)
+        .env(rackwire::vars::CONFIG, "");
     let o = run(bare, Duration::from_secs(30));
     assert!(!o.status.success(), "offered without a fabric: {}", text(&o));
 }

@@ -189,7 +189,7 @@ pub struct HostStatus {
 }
 
 fn run_dir() -> PathBuf {
-    std::env::var_os("RACKWIRE_RACK_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(RUN_DIR))
+    std::env::var_os(rackwire::vars::RACK_DIR).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(RUN_DIR))
 }
 
 fn is_root() -> bool {
@@ -403,7 +403,7 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
         &hosts[mh_i].cores,
         exe,
         &["mh", "--listen", &mh_addr, "--state", &dir.join("mh").to_string_lossy()],
-        &[("RACKWIRE_SECRET_FILE", secret_file.to_string_lossy().as_ref())],
+        &[(rackwire::vars::SECRET_FILE, secret_file.to_string_lossy().as_ref())],
         &dir.join("mh.log"),
     )?;
     hosts[mh_i].pids.push(mh_pid);
@@ -430,11 +430,11 @@ fn build(cfg: &RackConfig, exe: &Path, start: Instant) -> Result<RackState, Rack
             exe,
             &args,
             &[
-                ("RACKWIRE_MH", mh_addr.as_str()),
-                ("RACKWIRE_SECRET_FILE", secret_file.to_string_lossy().as_ref()),
-                ("RACKWIRE_NAME", h.name.as_str()),
-                ("RACKWIRE_LINKS", links_s.as_str()),
-                ("RACKWIRE_MEMORY_DOMAIN", st.domain.as_str()),
+                (rackwire::vars::MH, mh_addr.as_str()),
+                (rackwire::vars::SECRET_FILE, secret_file.to_string_lossy().as_ref()),
+                (rackwire::vars::NAME, h.name.as_str()),
+                (rackwire::vars::LINKS, links_s.as_str()),
+                (rackwire::vars::MEMORY_DOMAIN, st.domain.as_str()),
             ],
             &dir.join(format!("{}.log", h.name)),
         )?;
@@ -594,15 +594,15 @@ pub fn status(name: Option<&str>) -> Result<(RackState, Vec<HostStatus>), RackEr
 /// its own ports) and largest frame, and the host's memory domain.
 pub fn program_env(state: &RackState, host: &HostState) -> Vec<(String, String)> {
     vec![
-        ("RACKWIRE_MH".into(), state.mh.clone()),
-        ("RACKWIRE_SECRET_FILE".into(), state.secret_file.to_string_lossy().into_owned()),
-        ("RACKWIRE_LINKS".into(), host.links()),
-        ("RACKWIRE_LINK_MTU".into(), state.config.frame_max().to_string()),
+        (rackwire::vars::MH.into(), state.mh.clone()),
+        (rackwire::vars::SECRET_FILE.into(), state.secret_file.to_string_lossy().into_owned()),
+        (rackwire::vars::LINKS.into(), host.links()),
+        (rackwire::vars::LINK_MTU.into(), state.config.frame_max().to_string()),
         // The rail devices, in the order of the links: a program that must reach the other
         // hosts over Ethernet (not through rw0, which routes their addresses over the
         // fabric) binds its sockets to them.
-        ("RACKWIRE_LINK_DEVS".into(), host.link_devs()),
-        ("RACKWIRE_MEMORY_DOMAIN".into(), host.domain.clone()),
+        (rackwire::vars::LINK_DEVS.into(), host.link_devs()),
+        (rackwire::vars::MEMORY_DOMAIN.into(), host.domain.clone()),
     ]
 }
 

@@ -234,7 +234,7 @@ impl Transport {
 
     fn edge_env(self) -> Option<[(&'static str, &'static str); 2]> {
         (self == Transport::Edge)
-            .then_some([("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0")])
+            .then_some([(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "127.0.0.1:0,127.0.0.1:0")])
     }
 }
 
@@ -306,13 +306,13 @@ impl Node {
         if let Some(t) = Transport::from_env().edge_env() {
             cmd.envs(t);
         }
-        cmd.env("RACKWIRE_STATE_DIR", state_dir());
+        cmd.env(rackwire::vars::STATE_DIR, state_dir());
         // The caller's environment wins over the suite-wide transport.
         cmd.envs(env.iter().copied());
         let mut child = cmd
-            .env("RACKWIRE_MH", mh)
-            .env("RACKWIRE_SECRET", secret)
-            .env("RACKWIRE_NAME", name)
+            .env(rackwire::vars::MH, mh)
+            .env(rackwire::vars::SECRET, secret)
+            .env(rackwire::vars::NAME, name)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -23,9 +23,9 @@ fn stream_survives_faults_and_a_dead_link() {
     let mh = TestMh::start("chaos");
     let faults = format!("drop=0.02,dup=0.01,reorder=0.01,corrupt=0.001,down=1@300+{down_ms},seed=11");
     let env = [
-        ("RACKWIRE_TRANSPORT", "edge"),
-        ("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0"),
-        ("RACKWIRE_FAULTS", faults.as_str()),
+        (rackwire::vars::TRANSPORT, "edge"),
+        (rackwire::vars::LINKS, "127.0.0.1:0,127.0.0.1:0"),
+        (rackwire::vars::FAULTS, faults.as_str()),
     ];
     let mut owner = Node::spawn_env(&mh.addr, "chaos-owner", &env);
     let mut init = Node::spawn_env(&mh.addr, "chaos-init", &env);

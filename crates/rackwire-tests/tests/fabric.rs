@@ -95,9 +95,9 @@ fn unknown_peer_is_refused() {
 #[test]
 fn nodes_with_different_link_mtus_use_the_smaller() {
     let mh = TestMh::start("mtu");
-    let links = ("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0");
-    let big = [("RACKWIRE_TRANSPORT", "edge"), links, ("RACKWIRE_LINK_MTU", "8972")];
-    let small = [("RACKWIRE_TRANSPORT", "edge"), links, ("RACKWIRE_LINK_MTU", "1472")];
+    let links = (rackwire::vars::LINKS, "127.0.0.1:0,127.0.0.1:0");
+    let big = [(rackwire::vars::TRANSPORT, "edge"), links, (rackwire::vars::LINK_MTU, "8972")];
+    let small = [(rackwire::vars::TRANSPORT, "edge"), links, (rackwire::vars::LINK_MTU, "1472")];
     let mut owner = Node::spawn_env(&mh.addr, "mtu-big", &big);
     let mut init = Node::spawn_env(&mh.addr, "mtu-small", &small);
     let total: u64 = 4 << 20;
@@ -126,7 +126,7 @@ fn nodes_with_different_link_mtus_use_the_smaller() {
 #[test]
 fn a_node_that_restarts_at_once_reconnects_at_once() {
     let mh = TestMh::start("restart");
-    let edge = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0")];
+    let edge = [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "127.0.0.1:0,127.0.0.1:0")];
     let mut owner = Node::spawn_env(&mh.addr, "restart-owner", &edge);
     let a = owner.ok("alloc 4096 rw");
     let (rid, h) = a.split_once(' ').unwrap();

@@ -88,9 +88,9 @@ fn two_hosts_over_two_links_survive_a_link_going_down() {
     let names = (hosts.a.clone(), hosts.b.clone());
     {
         let (_mh, mh) = Node::mh_in_netns(&hosts.a, "198.18.0.1:0");
-        let jumbo = ("RACKWIRE_LINK_MTU", "8972");
-        let env_a = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.1:0,198.18.1.1:0"), jumbo];
-        let env_b = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.2:0,198.18.1.2:0"), jumbo];
+        let jumbo = (rackwire::vars::LINK_MTU, "8972");
+        let env_a = [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "198.18.0.1:0,198.18.1.1:0"), jumbo];
+        let env_b = [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "198.18.0.2:0,198.18.1.2:0"), jumbo];
         let mut owner = Node::spawn_in_netns(&hosts.a, &mh, "ns-owner", &env_a);
         let mut init = Node::spawn_in_netns(&hosts.b, &mh, "ns-init", &env_b);
         let total: u64 = 8 << 20;
@@ -136,8 +136,8 @@ fn a_stream_survives_links_flapping_and_all_links_down_at_once() {
     let hosts = Hosts::up('f');
     {
         let (_mh, mh) = Node::mh_in_netns(&hosts.a, "198.18.0.1:0");
-        let env_a = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.1:0,198.18.1.1:0")];
-        let env_b = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.2:0,198.18.1.2:0")];
+        let env_a = [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "198.18.0.1:0,198.18.1.1:0")];
+        let env_b = [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "198.18.0.2:0,198.18.1.2:0")];
         let mut owner = Node::spawn_in_netns(&hosts.a, &mh, "flap-owner", &env_a);
         let mut init = Node::spawn_in_netns(&hosts.b, &mh, "flap-init", &env_b);
         let total: u64 = 16 << 20;
@@ -227,13 +227,15 @@ fn a_narrow_switch_on_a_rail_is_found_and_its_frames_fit() {
     ip(&["-n", &switch, "link", "set", &br, "up"]);
     {
         let (_mh, mh) = Node::mh_in_netns(&hosts.a, "198.18.0.1:0");
-        let jumbo = ("RACKWIRE_LINK_MTU", "8972");
+        let jumbo = (rackwire::vars::LINK_MTU, "8972");
         // Each frame its own packet: a bridge lets a batch handed over with segmentation
         // offload through whole (it looks at each frame only where a NIC would cut it up, which
         // veths do not), where a switch sees every frame on the wire.
-        let frames = ("RACKWIRE_GSO", "off");
-        let env_a = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.1:0,198.18.1.1:0"), jumbo, frames];
-        let env_b = [("RACKWIRE_TRANSPORT", "edge"), ("RACKWIRE_LINKS", "198.18.0.2:0,198.18.1.2:0"), jumbo, frames];
+        let frames = (rackwire::vars::GSO, "off");
+        let env_a =
+            [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "198.18.0.1:0,198.18.1.1:0"), jumbo, frames];
+        let env_b =
+            [(rackwire::vars::TRANSPORT, "edge"), (rackwire::vars::LINKS, "198.18.0.2:0,198.18.1.2:0"), jumbo, frames];
         let mut owner = Node::spawn_in_netns(&hosts.a, &mh, "narrow-owner", &env_a);
         let mut init = Node::spawn_in_netns(&hosts.b, &mh, "narrow-init", &env_b);
         let total: u64 = 8 << 20;

@@ -30,6 +30,11 @@ use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
 
 use rustix::net::{MMsgHdr, RecvFlags, SendFlags, SocketAddrAny};
 
+/// `off` (or `0`) in this environment variable: links send without segmentation offload.
+pub const GSO_VAR: &str = "RACKWIRE_GSO";
+/// `off` (or `0`) in this environment variable: links receive without receive offload.
+pub const GRO_VAR: &str = "RACKWIRE_GRO";
+
 /// The largest UDP payload on any link (IPv4, 64 KiB less headers).
 pub const UDP_PAYLOAD_MAX: usize = 65507;
 /// The smallest frame a link may carry (what [`LinkSocket::bind`] accepts).
@@ -298,11 +303,11 @@ impl LinkSocket {
         let state = UdpSocketState::new(UdpSockRef::from(&scratch))?;
         let local = sock.local_addr()?;
         let off = |var: &str| std::env::var(var).is_ok_and(|v| v == "off" || v == "0");
-        let gso_off = off("RACKWIRE_GSO");
+        let gso_off = off(GSO_VAR);
         // Small frames arrive by the hundred thousand per second: take them coalesced. Jumbo
         // and loopback-sized frames come one per datagram anyway, and a plain receive is the
         // quicker one for a single frame.
-        let gro = if mtu <= GRO_FRAME_MAX && !off("RACKWIRE_GRO") {
+        let gro = if mtu <= GRO_FRAME_MAX && !off(GRO_VAR) {
             UdpSocketState::new(UdpSockRef::from(&sock)).ok().filter(|s| s.gro_segments() > 1)
         } else {
             None

@@ -191,7 +191,7 @@ pub const CONFIG_PATH_DEFAULT: &str = "/etc/rackwire/rackwire.toml";
 /// The configuration file this process reads: `RACKWIRE_CONFIG` when set (set empty: none),
 /// else [`CONFIG_PATH_DEFAULT`] when it exists, else none.
 pub fn config_path() -> Option<PathBuf> {
-    match std::env::var_os("RACKWIRE_CONFIG") {
+    match std::env::var_os(crate::vars::CONFIG) {
         Some(p) if p.is_empty() => None,
         Some(p) => Some(PathBuf::from(p)),
         None => Path::new(CONFIG_PATH_DEFAULT).exists().then(|| PathBuf::from(CONFIG_PATH_DEFAULT)),
@@ -367,78 +367,83 @@ impl FabricConfig {
     pub fn from_env() -> Result<Self, Error> {
         // A secret in the environment stands for the file's, which is then not read.
         let env_secret =
-            std::env::var_os("RACKWIRE_SECRET").is_some() || std::env::var_os("RACKWIRE_SECRET_FILE").is_some();
+            std::env::var_os(crate::vars::SECRET).is_some() || std::env::var_os(crate::vars::SECRET_FILE).is_some();
         let mut c = match config_path() {
             Some(p) => FabricConfig::read_file(&p, !env_secret)?,
             None => FabricConfig { transient: true, ..FabricConfig::new("", "", default_name()) },
         };
-        if let Ok(v) = std::env::var("RACKWIRE_MH") {
+        if let Ok(v) = std::env::var(crate::vars::MH) {
             c.mh = v;
         }
-        if let Ok(v) = std::env::var("RACKWIRE_SECRET") {
+        if let Ok(v) = std::env::var(crate::vars::SECRET) {
             c.secret = v.into_bytes();
         }
-        if let Some(p) = std::env::var_os("RACKWIRE_SECRET_FILE") {
+        if let Some(p) = std::env::var_os(crate::vars::SECRET_FILE) {
             c.secret = read_secret_file(Path::new(&p))?;
         }
-        if let Ok(v) = std::env::var("RACKWIRE_NAME") {
+        if let Ok(v) = std::env::var(crate::vars::NAME) {
             c.name = v;
             c.transient = false;
         }
-        if let Ok(v) = std::env::var("RACKWIRE_LINK_MTU") {
-            c.link_mtu = v.parse().map_err(|_| Error::Config(format!("RACKWIRE_LINK_MTU={v:?}: bytes")))?;
+        if let Ok(v) = std::env::var(crate::vars::LINK_MTU) {
+            c.link_mtu = v.parse().map_err(|_| Error::Config(format!("{}={v:?}: bytes", crate::vars::LINK_MTU)))?;
         }
-        if let Ok(v) = std::env::var("RACKWIRE_BUSY_POLL_US") {
-            let us: u64 = v.parse().map_err(|_| Error::Config(format!("RACKWIRE_BUSY_POLL_US={v:?}: microseconds")))?;
+        if let Ok(v) = std::env::var(crate::vars::BUSY_POLL_US) {
+            let us: u64 =
+                v.parse().map_err(|_| Error::Config(format!("{}={v:?}: microseconds", crate::vars::BUSY_POLL_US)))?;
             c.busy_poll = Duration::from_micros(us);
         }
-        if let Ok(v) = std::env::var("RACKWIRE_MEMORY_DOMAIN") {
+        if let Ok(v) = std::env::var(crate::vars::MEMORY_DOMAIN) {
             c.memory_domain = v;
         }
-        if let Ok(v) = std::env::var("RACKWIRE_LINKS") {
+        if let Ok(v) = std::env::var(crate::vars::LINKS) {
             c.links = v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
         }
-        if let Ok(v) = std::env::var("RACKWIRE_TRANSPORT") {
+        if let Ok(v) = std::env::var(crate::vars::TRANSPORT) {
             c.transport = match v.as_str() {
                 "auto" => TransportChoice::Auto,
                 "shm" => TransportChoice::Shm,
                 "edge" => TransportChoice::Edge,
-                other => return Err(Error::Config(format!("RACKWIRE_TRANSPORT={other:?}: use auto, shm or edge"))),
+                other => {
+                    return Err(Error::Config(format!("{}={other:?}: use auto, shm or edge", crate::vars::TRANSPORT)))
+                }
             };
         }
-        if let Ok(v) = std::env::var("RACKWIRE_OP_TIMEOUT_MS") {
+        if let Ok(v) = std::env::var(crate::vars::OP_TIMEOUT_MS) {
             let ms: u64 =
-                v.parse().map_err(|_| Error::Config(format!("RACKWIRE_OP_TIMEOUT_MS={v:?}: milliseconds")))?;
+                v.parse().map_err(|_| Error::Config(format!("{}={v:?}: milliseconds", crate::vars::OP_TIMEOUT_MS)))?;
             c.op_timeout = Duration::from_millis(ms);
         }
-        if let Ok(v) = std::env::var("RACKWIRE_COPY_CHANNELS") {
-            c.copy_channels = v.parse().map_err(|_| Error::Config(format!("RACKWIRE_COPY_CHANNELS={v:?}: a count")))?;
+        if let Ok(v) = std::env::var(crate::vars::COPY_CHANNELS) {
+            c.copy_channels =
+                v.parse().map_err(|_| Error::Config(format!("{}={v:?}: a count", crate::vars::COPY_CHANNELS)))?;
         }
-        if let Some(p) = std::env::var_os("RACKWIRE_RUNTIME_DIR") {
+        if let Some(p) = std::env::var_os(crate::vars::RUNTIME_DIR) {
             c.runtime_dir = Some(PathBuf::from(p));
         }
-        if let Ok(v) = std::env::var("RACKWIRE_PEER_TIMEOUT_MS") {
-            let ms: u64 =
-                v.parse().map_err(|_| Error::Config(format!("RACKWIRE_PEER_TIMEOUT_MS={v:?}: milliseconds")))?;
+        if let Ok(v) = std::env::var(crate::vars::PEER_TIMEOUT_MS) {
+            let ms: u64 = v
+                .parse()
+                .map_err(|_| Error::Config(format!("{}={v:?}: milliseconds", crate::vars::PEER_TIMEOUT_MS)))?;
             c.peer_timeout = Duration::from_millis(ms);
         }
-        if let Some(p) = std::env::var_os("RACKWIRE_STATE_DIR") {
+        if let Some(p) = std::env::var_os(crate::vars::STATE_DIR) {
             c.state_dir = Some(PathBuf::from(p));
         }
-        if let Ok(v) = std::env::var("RACKWIRE_MH_KEYS") {
+        if let Ok(v) = std::env::var(crate::vars::MH_KEYS) {
             c.mh_keys = v.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect();
         }
-        if let Ok(v) = std::env::var("RACKWIRE_METRICS") {
+        if let Ok(v) = std::env::var(crate::vars::METRICS) {
             c.metrics = (!v.is_empty()).then_some(v);
         }
-        if let Ok(v) = std::env::var("RACKWIRE_SEAL") {
-            c.seal_frames = on_off("RACKWIRE_SEAL", &v)?;
+        if let Ok(v) = std::env::var(crate::vars::SEAL) {
+            c.seal_frames = on_off(crate::vars::SEAL, &v)?;
         }
-        if let Ok(v) = std::env::var("RACKWIRE_PRIVATE_MEMORY") {
-            c.private_memory = on_off("RACKWIRE_PRIVATE_MEMORY", &v)?;
+        if let Ok(v) = std::env::var(crate::vars::PRIVATE_MEMORY) {
+            c.private_memory = on_off(crate::vars::PRIVATE_MEMORY, &v)?;
         }
-        if let Ok(v) = std::env::var("RACKWIRE_FAULTS") {
-            c.faults = Some(v.parse().map_err(|e| Error::Config(format!("RACKWIRE_FAULTS: {e}")))?);
+        if let Ok(v) = std::env::var(crate::vars::FAULTS) {
+            c.faults = Some(v.parse().map_err(|e| Error::Config(format!("{}: {e}", crate::vars::FAULTS)))?);
         }
         Ok(c)
     }
@@ -502,7 +507,7 @@ impl FabricConfig {
     fn state_path(&self) -> PathBuf {
         self.state_dir
             .clone()
-            .or_else(|| std::env::var_os("RACKWIRE_STATE_DIR").map(PathBuf::from))
+            .or_else(|| std::env::var_os(crate::vars::STATE_DIR).map(PathBuf::from))
             .or_else(|| std::env::var_os("XDG_STATE_HOME").map(|d| PathBuf::from(d).join("rackwire")))
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/rackwire")))
             .unwrap_or_else(|| self.runtime_dir().join("state"))
@@ -513,7 +518,7 @@ impl FabricConfig {
         if let Some(d) = &self.runtime_dir {
             return d.clone();
         }
-        if let Some(d) = std::env::var_os("RACKWIRE_RUNTIME_DIR") {
+        if let Some(d) = std::env::var_os(crate::vars::RUNTIME_DIR) {
             return PathBuf::from(d);
         }
         let uid = current_uid();

@@ -55,6 +55,7 @@ mod region;
 mod shm;
 mod sync;
 mod transport;
+pub mod vars;
 mod watch;
 
 pub use access::{Access, ParseAccessError};
@@ -63,7 +64,7 @@ pub use config::{
     config_path, read_secret_file, FabricConfig, ManagementHostFile, TransportChoice, BUSY_POLL_DEFAULT,
     CONFIG_PATH_DEFAULT, LINK_MTU_DEFAULT, LINK_MTU_MIN, PEER_TIMEOUT_MAX, PEER_TIMEOUT_MIN,
 };
-pub use config_keys::{reference_markdown as config_reference, ConfigKey, CONFIG_KEYS};
+pub use config_keys::{reference_markdown as config_reference, Also, ConfigKey, CONFIG_KEYS};
 pub use conn::Conn;
 pub use error::{Error, MhErrorText};
 pub use fabric::Fabric;

@@ -46,15 +46,18 @@ pub fn text(o: &Output) -> String {
 /// links) or shared memory, named `name` (or, without one, after its process id: a program
 /// that forks, or a job's ranks, need that).
 pub fn fabric_env(cmd: &mut Command, dir: &Path, mh: &str, secret: &str, name: Option<&str>, edge: bool) {
-    cmd.env("FI_PROVIDER_PATH", dir).env("RACKWIRE_MH", mh).env("RACKWIRE_SECRET", secret).env("RACKWIRE_CONFIG", "");
-    cmd.env("RACKWIRE_STATE_DIR", rackwire_tests::state_dir());
+    cmd.env("FI_PROVIDER_PATH", dir)
+        .env(rackwire::vars::MH, mh)
+        .env(rackwire::vars::SECRET, secret)
+        .env(rackwire::vars::CONFIG, "");
+    cmd.env(rackwire::vars::STATE_DIR, rackwire_tests::state_dir());
     match name {
-        Some(n) => cmd.env("RACKWIRE_NAME", n),
-        None => cmd.env_remove("RACKWIRE_NAME"),
+        Some(n) => cmd.env(rackwire::vars::NAME, n),
+        None => cmd.env_remove(rackwire::vars::NAME),
     };
     if edge {
-        cmd.env("RACKWIRE_TRANSPORT", "edge").env("RACKWIRE_LINKS", "127.0.0.1:0,127.0.0.1:0");
+        cmd.env(rackwire::vars::TRANSPORT, "edge").env(rackwire::vars::LINKS, "127.0.0.1:0,127.0.0.1:0");
     } else {
-        cmd.env_remove("RACKWIRE_TRANSPORT").env_remove("RACKWIRE_LINKS");
+        cmd.env_remove(rackwire::vars::TRANSPORT).env_remove(rackwire::vars::LINKS);
     }
 }

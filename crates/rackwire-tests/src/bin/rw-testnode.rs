@@ -370,7 +370,7 @@ impl Node {
 /// `rw-testnode mh ADDR`: a management host (for tests whose nodes live in namespaces the
 /// test process cannot bind in). Prints `listening ADDR`, runs until standard input closes.
 fn run_mh(addr: &str) {
-    let secret = std::env::var("RACKWIRE_SECRET").unwrap_or_default();
+    let secret = std::env::var(rackwire::vars::SECRET).unwrap_or_default();
     match rackwire::ManagementHost::start(addr, None, secret.as_bytes()) {
         Ok(h) => {
             println!("listening {}", h.addr());
