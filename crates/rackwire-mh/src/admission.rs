@@ -10,10 +10,11 @@ use tracing::{info, warn};
 use crate::auth::{self, from_hex, to_hex};
 use crate::channel::{Channel, Ephemeral};
 use crate::identity;
+use crate::line::{now_ms, read_line_max, write_json};
 use crate::proto;
 use crate::proto::*;
 use crate::sessions::ADMISSION_LINE_BYTES_MAX;
-use crate::shared::{io_err, lock, now_ms, parse, read_line_max, write_json, Live, Shared};
+use crate::shared::{io_err, lock, parse, Live, Shared};
 use crate::{check_name, MhError, NODES_MAX};
 
 /// Admission: hello → challenge (with our proof) → client proof → welcome / denied.

@@ -21,8 +21,8 @@ use tracing::{info, warn};
 use crate::auth::{self, from_hex, to_hex};
 use crate::channel::{Channel, Ephemeral};
 use crate::identity::Identity;
+use crate::line::{read_line, write_json};
 use crate::proto::*;
-use crate::shared::{read_line, write_json};
 use crate::{check_name, MhError, HEARTBEAT_INTERVAL, MH_REQUEST_TIMEOUT};
 
 /// What kind of client this is.
@@ -443,10 +443,10 @@ impl MhClient {
     /// ours is ahead), and how sure that is (half the request's round trip): one request,
     /// timed on both sides. `None` from a host that does not tell its time.
     pub fn clock_offset_ms(&self) -> Result<Option<(i64, u64)>, MhError> {
-        let sent = crate::shared::now_ms();
+        let sent = crate::line::now_ms();
         // A page past every id: nothing but the host's time comes back.
         let reply = self.inner.request(&Request::Nodes { after: Some(NodeId::MAX) })?;
-        let answered = crate::shared::now_ms();
+        let answered = crate::line::now_ms();
         match reply {
             Reply::Nodes { now_ms, .. } => Ok(now_ms.map(|mh| {
                 let ours = sent / 2 + answered / 2;
@@ -632,5 +632,5 @@ impl Drop for MhClient {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests;

@@ -9,19 +9,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::NodeId;
+use crate::{NodeId, EVICT_AFTER_MIN, FORGET_AFTER_DEFAULT, TRANSIENT_FORGET_AFTER_DEFAULT};
 
-/// How long a node may stay down before it is forgotten, unless set otherwise
-/// (`rackwire mh --forget-after`).
-pub const FORGET_AFTER_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
-/// When the node table is full, a node down at least this long (or the forget-after time, if
-/// shorter) makes room for a new one.
-pub const EVICT_AFTER_MIN: Duration = Duration::from_secs(600);
-/// How long a transient node may stay down before it is forgotten, unless set otherwise
-/// (`rackwire mh --forget-transient-after`): long enough to come back with its id after a
-/// management host's restart or a network blip, short enough that a rack running jobs all day
-/// does not fill the node table with processes that are gone.
-pub const TRANSIENT_FORGET_AFTER_DEFAULT: Duration = Duration::from_secs(60);
 /// How often nodes are looked at.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 

@@ -12,32 +12,61 @@
 
 #![deny(unsafe_code)]
 
-mod admission;
+// What both ends use: the protocol, its line, admission's cryptography, jobs' tokens.
 pub mod auth;
 mod channel;
 pub use rackwire_wire::identity;
 pub use rackwire_wire::owner_only;
 mod client;
-mod departed;
-pub mod etcd;
-mod forgetting;
 pub mod jobs;
-mod lead;
-mod metrics;
+mod line;
 pub mod proto;
+
+// The management host itself (feature `server`, on by default): a node's library takes the
+// client only.
+#[cfg(feature = "server")]
+mod admission;
+#[cfg(feature = "server")]
+mod departed;
+#[cfg(feature = "server")]
+pub mod etcd;
+#[cfg(feature = "server")]
+mod forgetting;
+#[cfg(feature = "server")]
+mod job_table;
+#[cfg(feature = "server")]
+mod lead;
+#[cfg(feature = "server")]
+mod metrics;
+#[cfg(feature = "server")]
 mod requests;
+#[cfg(feature = "server")]
 mod server;
+#[cfg(feature = "server")]
 pub mod sessions;
+#[cfg(feature = "server")]
 mod shared;
+#[cfg(feature = "server")]
 mod state;
 
 pub use client::{MhClient, MhConfig, MhTrust, Role};
-pub use departed::{EVICT_AFTER_MIN, FORGET_AFTER_DEFAULT, TRANSIENT_FORGET_AFTER_DEFAULT};
 pub use proto::{GrantEntry, JobMember, JobRound, NodeId, NodeInfo, NodeStatus, RegionEntry};
+#[cfg(feature = "server")]
 pub use server::{ManagementHost, MhHandle};
 
 use std::time::Duration;
 
+/// How long a node may stay down before it is forgotten, unless set otherwise
+/// (`rackwire mh --forget-after`).
+pub const FORGET_AFTER_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// When the node table is full, a node down at least this long (or the forget-after time, if
+/// shorter) makes room for a new one.
+pub const EVICT_AFTER_MIN: Duration = Duration::from_secs(600);
+/// How long a transient node may stay down before it is forgotten, unless set otherwise
+/// (`rackwire mh --forget-transient-after`): long enough to come back with its id after a
+/// management host's restart or a network blip, short enough that a rack running jobs all day
+/// does not fill the node table with processes that are gone.
+pub const TRANSIENT_FORGET_AFTER_DEFAULT: Duration = Duration::from_secs(60);
 /// How often a node tells the management host it is alive.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
 /// Heartbeats a node may miss before it is marked down.

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use tracing::warn;
 
 use crate::auth::from_hex;
-use crate::jobs::Post;
+use crate::job_table::Post;
 use crate::proto::*;
 use crate::shared::{lock, Shared};
 use crate::{check_name, MhError, GRANTS_MAX, REGION_NAMES_MAX};
@@ -30,7 +30,7 @@ fn read(shared: &Shared, req: Request) -> Result<Reply, MhError> {
                 (id, status)
             });
             let (nodes, more_after) = page(all);
-            Ok(Reply::Nodes { nodes, more_after, now_ms: Some(crate::shared::now_ms()) })
+            Ok(Reply::Nodes { nodes, more_after, now_ms: Some(crate::line::now_ms()) })
         }
         Request::Resolve { node } => {
             let info = st.nodes.get(&node).cloned().ok_or_else(|| MhError::NotFound(format!("node {node}")))?;

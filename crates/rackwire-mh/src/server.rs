@@ -13,9 +13,10 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use crate::auth;
+use crate::line::{now_ms, read_line};
 use crate::proto::*;
 use crate::sessions::{Turned, ADMISSION_TIMEOUT};
-use crate::shared::{io_err, lock, now_ms, parse, read_line, Shared};
+use crate::shared::{io_err, lock, parse, Shared};
 use crate::state::Store;
 use crate::{MhError, HEARTBEATS_MISSED_MAX, HEARTBEAT_INTERVAL};
 

@@ -1,49 +1,16 @@
 //! What every session of the management host shares: the state and its view, the live
-//! nodes, the sessions, the jobs, the admissions' counts — and the small helpers of its line
-//! protocol (a line at most so long, JSON on it).
+//! nodes, the sessions, the jobs, the admissions' counts.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::departed::Departed;
-use crate::jobs::Jobs;
+use crate::job_table::Jobs;
 use crate::proto::*;
 use crate::sessions::Sessions;
 use crate::state::{Store, View};
-use crate::{MhError, MH_LINE_BYTES_MAX};
-
-/// Milliseconds since the Unix epoch (0 for a clock before it).
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-/// Read one line of at most [`MH_LINE_BYTES_MAX`] bytes. `Ok(None)` at end of stream.
-pub(crate) fn read_line(r: &mut impl BufRead, buf: &mut String) -> std::io::Result<Option<()>> {
-    read_line_max(r, buf, MH_LINE_BYTES_MAX)
-}
-
-/// One line of at most `max` bytes.
-pub(crate) fn read_line_max(r: &mut impl BufRead, buf: &mut String, max: usize) -> std::io::Result<Option<()>> {
-    buf.clear();
-    let n = std::io::Read::take(r, max as u64 + 1).read_line(buf)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if n > max {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "line too long"));
-    }
-    Ok(Some(()))
-}
-
-pub(crate) fn write_json(w: &mut impl Write, v: &impl serde::Serialize) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(v).map_err(std::io::Error::other)?;
-    line.push(b'\n');
-    w.write_all(&line)?;
-    w.flush()
-}
+use crate::MhError;
 
 pub(crate) struct Live {
     pub(crate) session: u64,
@@ -108,14 +75,17 @@ impl Shared {
     }
 }
 
+/// Lock `m`, taking the value of a poisoned lock (a panicked holder left it consistent).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// One JSON value from a line.
 pub(crate) fn parse<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, MhError> {
     serde_json::from_str(line).map_err(|e| MhError::Protocol(e.to_string()))
 }
 
+/// The error of a broken connection: the management host is unavailable.
 pub(crate) fn io_err(e: std::io::Error) -> MhError {
     MhError::Unavailable(e.to_string())
 }

@@ -446,13 +446,13 @@ mod tests {
     const SECRET: &str = "fabric-test-secret-0123456789abcdef";
 
     /// A management host for a test's nodes.
-    fn mh() -> crate::MhHandle {
-        crate::ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap()
+    fn mh() -> rackwire_mh::MhHandle {
+        rackwire_mh::ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap()
     }
 
     /// A node on `mh` using `transport` (the edge transport over one loopback link), busy
     /// polling for `busy_poll` (the default if `None`).
-    fn node(mh: &crate::MhHandle, name: &str, transport: TransportChoice, busy_poll: Option<Duration>) -> Fabric {
+    fn node(mh: &rackwire_mh::MhHandle, name: &str, transport: TransportChoice, busy_poll: Option<Duration>) -> Fabric {
         let mut cfg = FabricConfig::new(mh.addr().to_string(), SECRET, name);
         cfg.transport = transport;
         cfg.links = vec!["127.0.0.1:0".into()];
@@ -465,7 +465,7 @@ mod tests {
     /// A node on the edge transport alone, busy polling for `busy_poll`, whose network thread
     /// looks at a polling thread only once an hour: a test sees whether it watches. The
     /// management host is returned to be kept alive.
-    fn edge_node(name: &str, busy_poll: Duration) -> (crate::MhHandle, Fabric) {
+    fn edge_node(name: &str, busy_poll: Duration) -> (rackwire_mh::MhHandle, Fabric) {
         let mh = mh();
         let f = node(&mh, name, TransportChoice::Edge, Some(busy_poll));
         f.edge.as_ref().expect("an edge endpoint").set_watch(Duration::from_secs(3600));

@@ -73,7 +73,9 @@ pub use id::RegionId;
 pub use op::{BatchOptions, Cmp, Completion, Notification, Op, OpFlags, Signal, SignalOp};
 pub use pin::{Pinned, PINS_PER_MAPPING_MAX};
 pub use rackwire_mh::jobs::token_tag as job_token_tag;
-pub use rackwire_mh::{JobMember, JobRound, ManagementHost, MhHandle, NodeId, NodeInfo, NodeStatus};
+pub use rackwire_mh::{JobMember, JobRound, NodeId, NodeInfo, NodeStatus};
+#[cfg(feature = "mh-server")]
+pub use rackwire_mh::{ManagementHost, MhHandle};
 pub use rackwire_shm::{copy_bytes, COPY_CHANNELS_MAX};
 pub use receive::{Message, Receiver};
 pub use region::{Region, RevokeOutcome, WORD_WAIT_NAP};
