@@ -1,5 +1,5 @@
 //! Jobs: what a job's ranks and the management host agree on (limits, tokens); the host's
-//! table of jobs is [`crate::job_table`] (with the management host itself).
+//! table of jobs is the `job_table` module (with the management host itself).
 //!
 //! A job is a name, a size N, and a table of which node is rank 0..N-1. Its ranks bootstrap
 //! through numbered *rounds*: in each round every rank posts one small blob (its region
