@@ -345,7 +345,7 @@ pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
     let peer_rack = rack.as_ref().map(|s| MpiRack::new(s, &dir, false)).transpose()?;
     // Over a rack, ours is the edge transport where hosts are in different memory domains.
     let domains: std::collections::BTreeSet<&str> =
-        rack.iter().flat_map(|s| crate::launch::rank_hosts(s)).map(|h| h.domain.as_str()).collect();
+        rack.iter().flat_map(|s| rackwire_rack::place::rank_hosts(s)).map(|h| h.domain.as_str()).collect();
     let ours = if b.edge || domains.len() > 1 { "udp" } else { "shm" };
     let peer_name = if rack.is_some() { "openmpi-tcp" } else { "openmpi" };
     let rack_name = rack.as_ref().map(|s| s.config.name.clone());

@@ -335,7 +335,7 @@ pub(crate) fn tcp_pairs_note(a: &EvalArgs) -> Result<String> {
     Ok(match rack_hosts(a.rack.as_deref())? {
         None => format!("TCP: all {pairs} pairs of ranks over this machine's loopback (no rack)"),
         Some(hosts) => {
-            let (across, within) = crate::launch::pairs_across(a.ranks, hosts);
+            let (across, within) = rackwire_rack::place::pairs_across(a.ranks, hosts);
             format!(
                 "TCP: {across} of {pairs} pairs of ranks cross the rails, {within} within a host (over its loopback); {} ranks on {hosts} hosts",
                 a.ranks

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use rackwire_rack::place::{block_place, rank_hosts};
 
 /// The most ranks one launch starts (as many as a group may have).
 pub(crate) const LAUNCH_RANKS_MAX: usize = rackwire_coll::RANKS_MAX;
@@ -118,82 +119,14 @@ pub(crate) struct Place {
     pub cores: Vec<usize>,
 }
 
-/// Rank `rank` of `ranks` spread in blocks over `hosts` hosts: its host and its rank there.
-pub(crate) fn block_place(rank: usize, ranks: usize, hosts: usize) -> (usize, usize) {
-    let host = rank * hosts / ranks;
-    // The first rank of this host: the smallest r with r·hosts/ranks == host.
-    let first = (host * ranks).div_ceil(hosts);
-    (host, rank - first)
-}
-
-/// Of the pairs of `ranks` ranks placed in blocks over `hosts` hosts ([`block_place`]): how many
-/// have their two ranks on different hosts (their TCP crosses a rail), and how many on one host
-/// (their TCP goes over the host's loopback).
-pub(crate) fn pairs_across(ranks: usize, hosts: usize) -> (usize, usize) {
-    let host = |r: usize| block_place(r, ranks, hosts.max(1)).0;
-    let (mut across, mut within) = (0, 0);
-    for a in 0..ranks {
-        for b in a + 1..ranks {
-            if host(a) == host(b) {
-                within += 1;
-            } else {
-                across += 1;
-            }
-        }
-    }
-    (across, within)
-}
-
-/// The rack `rack` names: a description (brought up now; the guard takes it down) or the name
-/// of a rack that is up. `no_vnic`: a rack brought up now runs no virtual NIC on any host (so
-/// the hosts' TCP between each other takes the rails, not `rw0`).
+/// The rack `rack` names, brought up with this program as its agents if it is a description
+/// (see [`rackwire_rack::place::up_or_load`]).
 pub(crate) fn rack_up(
     rack: &std::path::Path,
     no_vnic: bool,
 ) -> Result<(rackwire_rack::RackState, Option<rackwire_rack::DownOnDrop>)> {
-    if !rustix::process::geteuid().is_root() {
-        bail!("--rack runs ranks in a virtual rack: it needs root");
-    }
-    if !rack.is_file() {
-        let name = rack.to_string_lossy();
-        let state = rackwire_rack::load(&name)
-            .with_context(|| format!("--rack {name}: neither a rack description nor a rack that is up"))?;
-        return Ok((state, None));
-    }
-    let text = std::fs::read_to_string(rack).with_context(|| format!("rack config {}", rack.display()))?;
-    let mut cfg = rackwire_rack::RackConfig::parse(&text)?;
-    if no_vnic {
-        for h in &mut cfg.hosts {
-            h.vnic = false;
-        }
-    }
-    let _ = rackwire_rack::down(Some(&cfg.name));
     let exe = std::env::current_exe().context("own executable")?;
-    let state = rackwire_rack::up(&cfg, &exe)?;
-    Ok((state, Some(rackwire_rack::DownOnDrop(cfg.name.clone()))))
-}
-
-/// The hosts of a rack that run ranks (not the plain Ethernet ones).
-/// Bring up the rack `cfg` describes with its first two hosts as two machines, as a paper's
-/// two nodes are: memory domains of their own (so they reach each other over the rails only),
-/// no virtual NICs. Its state, and the guard that takes it down.
-pub(crate) fn two_machines_up(
-    cfg: &mut rackwire_rack::RackConfig,
-) -> Result<(rackwire_rack::RackState, rackwire_rack::DownOnDrop)> {
-    if cfg.hosts.len() < 2 || cfg.hosts[0].remote || cfg.hosts[1].remote {
-        bail!("the rack needs two local hosts first");
-    }
-    for (i, h) in cfg.hosts.iter_mut().enumerate() {
-        h.vnic = false;
-        h.domain = Some(format!("d{i}"));
-    }
-    let _ = rackwire_rack::down(Some(&cfg.name));
-    let state = rackwire_rack::up(cfg, &std::env::current_exe().context("own executable")?)?;
-    Ok((state, rackwire_rack::DownOnDrop(cfg.name.clone())))
-}
-
-pub(crate) fn rank_hosts(state: &rackwire_rack::RackState) -> Vec<&rackwire_rack::HostState> {
-    state.hosts.iter().filter(|h| !h.remote).collect()
+    Ok(rackwire_rack::place::up_or_load(rack, no_vnic, &exe)?)
 }
 
 /// Place `ranks` ranks over the local hosts of the rack `rack` names (see [`rack_up`]).
@@ -321,39 +254,4 @@ pub(crate) fn run(a: &LaunchArgs) -> Result<i32> {
     }
     drain_output(forwarders);
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{block_place, pairs_across};
-
-    // Checks which pairs cross a rail: one rank per host, every pair crosses (4 ranks: 6 of 6);
-    // two per host on two hosts (HP's setup on 1l-1g), 4 of 6 cross and 2 stay on one host;
-    // one host, none cross.
-    #[test]
-    fn pairs_across_hosts_are_counted() {
-        assert_eq!(pairs_across(4, 4), (6, 0));
-        assert_eq!(pairs_across(4, 2), (4, 2));
-        assert_eq!(pairs_across(4, 1), (0, 6));
-        assert_eq!(pairs_across(8, 4), (24, 4));
-    }
-
-    // Checks the block placement: every host gets a contiguous run of ranks, runs differ in
-    // length by one at most, and local ranks count from 0 on each host.
-    #[test]
-    fn blocks_are_contiguous_and_balanced() {
-        for ranks in 1..=40 {
-            for hosts in 1..=ranks.min(7) {
-                let places: Vec<(usize, usize)> = (0..ranks).map(|r| block_place(r, ranks, hosts)).collect();
-                let mut per = vec![0usize; hosts];
-                for (r, &(h, local)) in places.iter().enumerate() {
-                    assert_eq!(local, per[h], "ranks {ranks} hosts {hosts} rank {r}");
-                    per[h] += 1;
-                    assert!(r == 0 || places[r - 1].0 <= h, "blocks in order");
-                }
-                let (lo, hi) = (per.iter().min().unwrap(), per.iter().max().unwrap());
-                assert!(hi - lo <= 1 && *lo >= 1, "ranks {ranks} hosts {hosts}: {per:?}");
-            }
-        }
-    }
 }

@@ -24,7 +24,7 @@ impl MpiRack {
     /// and so each rank it starts, gets that host's fabric settings (its rails, its memory
     /// domain, the management host: what the rackwire provider joins with).
     pub(crate) fn new(state: &RackState, dir: &Path, fabric: bool) -> Result<MpiRack> {
-        let hosts = crate::launch::rank_hosts(state);
+        let hosts = rackwire_rack::place::rank_hosts(state);
         let agent = dir.join(if fabric { "rsh-agent-fabric" } else { "rsh-agent" });
         let prefix = rackwire_rack::ns_name(&state.config.name, "");
         let mut env = String::new();
@@ -56,7 +56,7 @@ impl MpiRack {
     pub(crate) fn mpirun(&self, ranks: usize) -> Command {
         let mut per = vec![0usize; self.hosts.len()];
         for r in 0..ranks {
-            per[crate::launch::block_place(r, ranks, self.hosts.len()).0] += 1;
+            per[rackwire_rack::place::block_place(r, ranks, self.hosts.len()).0] += 1;
         }
         let hosts: Vec<String> =
             self.hosts.iter().zip(&per).filter(|(_, &k)| k > 0).map(|(h, k)| format!("{h}:{k}")).collect();

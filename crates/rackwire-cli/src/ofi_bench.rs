@@ -245,7 +245,7 @@ fn measure(provider: &str, iters: u64, dir: &Path, place: &Place, fabtests: Opti
 pub(crate) fn rack_for_two(rack: Option<&Path>) -> Result<(Option<RackState>, Option<rackwire_rack::DownOnDrop>)> {
     let Some(rack) = rack else { return Ok((None, None)) };
     let (state, down) = crate::launch::rack_up(rack, true)?;
-    let hosts = crate::launch::rank_hosts(&state);
+    let hosts = rackwire_rack::place::rank_hosts(&state);
     if hosts.len() < 2 || hosts[0].domain == hosts[1].domain {
         bail!("--rack: the rack needs two hosts in memory domains of their own (as examples/racks/2l-1g.toml has)");
     }
@@ -264,7 +264,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
     let (place, providers, iters): (Place, &[&str], u64) = match &state {
         None => (Place::Here { mh: &addr }, &PROVIDERS, ((ITERS * scale) as u64).max(100)),
         Some(s) => {
-            let hosts = crate::launch::rank_hosts(s);
+            let hosts = rackwire_rack::place::rank_hosts(s);
             let place = Place::Rack { state: s, server: hosts[1], client: hosts[0] };
             (place, &RACK_PROVIDERS, ((RACK_ITERS * scale) as u64).max(100))
         }

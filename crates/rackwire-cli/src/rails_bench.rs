@@ -33,8 +33,8 @@ pub(crate) fn run(rack: &Path, args: &[String], json: bool) -> Result<()> {
     let text = std::fs::read_to_string(rack).with_context(|| format!("rack config {}", rack.display()))?;
     let mut cfg = RackConfig::parse(&text)?;
     let nominal: u64 = cfg.rails.iter().filter_map(|r| r.rate.as_deref().and_then(rate_bytes_per_s)).sum();
-    let (state, _down) = crate::launch::two_machines_up(&mut cfg)?;
-    let hosts = crate::launch::rank_hosts(&state);
+    let (state, _down) = rackwire_rack::place::two_machines_up(&mut cfg, &std::env::current_exe()?)?;
+    let hosts = rackwire_rack::place::rank_hosts(&state);
     let (first, second) = (hosts[0], hosts[1]);
     // A core each, where the rack does not say and the machine has two.
     let two = std::thread::available_parallelism().map(|n| n.get() >= 2).unwrap_or(false);

@@ -98,7 +98,7 @@ pub(crate) fn run(config: &std::path::Path, mib: Option<u64>, repeat: usize, jso
     let tcp_secs = ((5.0 * scale).round() as u64).clamp(1, 30);
     let nominal: u64 = cfg.rails.iter().filter_map(|r| r.rate.as_deref().and_then(rate_bytes_per_s)).sum();
     let mib = mib.unwrap_or_else(|| stream_mib(nominal, tcp_secs));
-    let (state, _down) = crate::launch::two_machines_up(&mut cfg)?;
+    let (state, _down) = rackwire_rack::place::two_machines_up(&mut cfg, &std::env::current_exe()?)?;
     let exe = std::env::current_exe().context("own executable")?;
     let mut report = Report::default();
     // Per run: edge over iperf3's TCP, and edge over the nominal rate.

@@ -12,6 +12,7 @@
 
 mod config;
 pub mod cores;
+pub mod place;
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
