@@ -6,14 +6,23 @@
 
 #![deny(unsafe_code)]
 
+pub mod coll;
 pub mod cpu;
+pub mod lang;
 mod limit;
+pub mod mpi;
+mod mpi_rack;
+pub mod ofi;
 mod peers;
 pub mod rails;
 pub mod repeat;
 mod report;
+pub mod seal;
+pub mod served;
 mod shm;
 mod stats;
+pub mod stripe;
+pub mod vnic;
 
 pub use peers::{
     iperf3_path, iperf3_udp_capacity, sockperf_path, NetPath, UdpSearch, UDP_SEARCH_LARGE, UDP_SEARCH_SMALL,

@@ -303,7 +303,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
     .flatten()
     .collect();
     println!("\n== a job of 4 ranks (rackwire launch): collectives, Open MPI's beside them where installed ==");
-    let coll_rows = crate::coll_bench::measure(&crate::coll_bench::CollBench {
+    let coll_rows = rackwire_bench::coll::measure(&rackwire_bench::coll::CollBench {
         ranks: vec![4],
         ops: ["barrier", "allreduce", "alltoallv"].map(String::from).to_vec(),
         sizes: vec![8, 65536],
@@ -315,7 +315,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
         repeat: 1,
         json: false,
     })?;
-    crate::coll_bench::print_rows(&coll_rows);
+    rackwire_bench::coll::print_rows(&coll_rows);
     md.push_str("## Collectives\n\nA job of 4 ranks started by `rackwire launch`: `rackwire bench coll --ranks 4 --op barrier,allreduce,alltoallv --size 8,64K --peers` measures the same (printed by the demo).\n\n");
 
     println!("\n== a workload: the distributed sort (4 ranks) over the fabric and over plain TCP ==");

@@ -38,9 +38,9 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
     md.push_str(&markdown(&micro));
 
     eprintln!("== collectives (jobs of {COLL_RANKS:?} ranks; Open MPI in the same run) ==");
-    let coll = crate::coll_bench::measure(&crate::coll_bench::CollBench {
+    let coll = rackwire_bench::coll::measure(&rackwire_bench::coll::CollBench {
         ranks: COLL_RANKS.to_vec(),
-        ops: crate::coll_bench::OPS.map(String::from).to_vec(),
+        ops: rackwire_bench::coll::OPS.map(String::from).to_vec(),
         sizes: vec![8, 64, 1024, 8192, 65536, 1 << 20],
         peers: !a.no_peers,
         edge: false,

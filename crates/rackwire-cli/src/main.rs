@@ -2,7 +2,6 @@
 
 #![deny(unsafe_code)]
 
-mod coll_bench;
 mod demo;
 mod doctor;
 mod eval;
@@ -12,20 +11,11 @@ mod eval_report;
 mod figures;
 mod holder;
 mod inspect;
-mod lang_bench;
 mod launch;
 mod mh_cmd;
-mod mpi_bench;
-mod mpi_rack;
-mod ofi_bench;
 mod package_files;
 mod rack;
-mod rails_bench;
-mod seal_bench;
-mod served_bench;
 mod sim;
-mod stripe_bench;
-mod vnic_bench;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -441,7 +431,7 @@ fn run(cli: Cli) -> Result<()> {
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            vnic_bench::run(&vnic_bench::VnicBench {
+            rackwire_bench::vnic::run(&rackwire_bench::vnic::VnicBench {
                 json: b.json,
                 scale: b.scale,
                 repeat: b.repeat,
@@ -457,11 +447,12 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
             let patterns = if b.pattern == ["pingpong", "oneway"] {
-                rails_bench::PATTERNS_DEFAULT.to_string()
+                rackwire_bench::rails::PATTERNS_DEFAULT.to_string()
             } else {
                 b.pattern.join(",")
             };
-            let sizes = b.size.as_ref().map(|s| s.join(",")).unwrap_or_else(|| rails_bench::SIZES_DEFAULT.into());
+            let sizes =
+                b.size.as_ref().map(|s| s.join(",")).unwrap_or_else(|| rackwire_bench::rails::SIZES_DEFAULT.into());
             let args = [
                 "--pattern".to_string(),
                 patterns,
@@ -474,22 +465,22 @@ fn run(cli: Cli) -> Result<()> {
                 "--copy-channels".into(),
                 b.copy_channels.to_string(),
             ];
-            rails_bench::run(b.rack.as_deref().expect("matched"), &args, b.json)
+            rackwire_bench::rails::run(b.rack.as_deref().expect("matched"), &args, b.json)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("stripe") => {
             init_logging(tracing::Level::WARN);
             let Some(config) = &b.config else { bail!("bench stripe needs --config RACK.toml (see examples/racks/)") };
-            stripe_bench::run(config, b.mib, b.repeat, b.json, b.scale)
+            rackwire_bench::stripe::run(config, b.mib, b.repeat, b.json, b.scale)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("coll") => {
             init_logging(tracing::Level::WARN);
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            coll_bench::run(&coll_bench::CollBench {
+            rackwire_bench::coll::run(&rackwire_bench::coll::CollBench {
                 ranks: b.ranks.clone(),
                 ops: b.op.clone(),
-                sizes: b.sizes(coll_bench::SIZES_DEFAULT)?,
+                sizes: b.sizes(rackwire_bench::coll::SIZES_DEFAULT)?,
                 peers: b.peers,
                 edge: b.transport == "udp",
                 rack: b.rack.clone(),
@@ -503,28 +494,28 @@ fn run(cli: Cli) -> Result<()> {
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            seal_bench::run(b.mtu.unwrap_or(seal_bench::MTU_DEFAULT), b.repeat, b.scale, b.json)
+            rackwire_bench::seal::run(b.mtu.unwrap_or(rackwire_bench::seal::MTU_DEFAULT), b.repeat, b.scale, b.json)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("mpi") => {
             init_logging(tracing::Level::WARN);
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            mpi_bench::run(b.repeat, b.scale, b.json, b.rack.as_deref())
+            rackwire_bench::mpi::run(b.repeat, b.scale, b.json, b.rack.as_deref())
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("ofi") => {
             init_logging(tracing::Level::WARN);
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            ofi_bench::run(b.repeat, b.scale, b.json, b.rack.as_deref())
+            rackwire_bench::ofi::run(b.repeat, b.scale, b.json, b.rack.as_deref())
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("served") => {
             init_logging(tracing::Level::WARN);
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            served_bench::run(b.repeat, b.scale, b.json)
+            rackwire_bench::served::run(b.repeat, b.scale, b.json)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("lang") => {
             init_logging(tracing::Level::WARN);
@@ -533,7 +524,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             let pp = ((20_000.0 * b.scale) as u64).max(10);
             let bw = ((2_000.0 * b.scale) as u64).max(10);
-            lang_bench::run(pp, bw, b.repeat, b.json)
+            rackwire_bench::lang::run(pp, bw, b.repeat, b.json)
         }
         Cmd::SendRaw { fabric, name, to, hex } => {
             init_logging(tracing::Level::WARN);
@@ -546,12 +537,12 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::LangWorker { role, iters } => {
             init_logging(tracing::Level::WARN);
-            lang_bench::worker(&role, iters)
+            rackwire_bench::lang::worker(&role, iters)
         }
         Cmd::CollWorker { op, size, scale } => {
             init_logging(tracing::Level::WARN);
             let sizes = size.split(',').map(parse_size).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
-            coll_bench::worker(&op, &sizes, scale)
+            rackwire_bench::coll::worker(&op, &sizes, scale)
         }
         Cmd::Eval(e) => {
             init_logging(tracing::Level::WARN);
@@ -563,7 +554,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::StripeWorker { role, bytes } => {
             init_logging(tracing::Level::WARN);
-            stripe_bench::worker(&role, bytes)
+            rackwire_bench::stripe::worker(&role, bytes)
         }
         Cmd::Bench(b) => {
             init_logging(tracing::Level::WARN);

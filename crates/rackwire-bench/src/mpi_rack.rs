@@ -10,7 +10,7 @@ use anyhow::Result;
 use rackwire_rack::RackState;
 
 /// A rack's hosts as Open MPI sees them.
-pub(crate) struct MpiRack {
+pub struct MpiRack {
     /// Namespace mpirun runs in.
     ns: String,
     /// The launcher script.
@@ -23,7 +23,7 @@ impl MpiRack {
     /// The launcher for `state`'s hosts, its script in `dir`. With `fabric`, each host's daemon,
     /// and so each rank it starts, gets that host's fabric settings (its rails, its memory
     /// domain, the management host: what the rackwire provider joins with).
-    pub(crate) fn new(state: &RackState, dir: &Path, fabric: bool) -> Result<MpiRack> {
+    pub fn new(state: &RackState, dir: &Path, fabric: bool) -> Result<MpiRack> {
         let hosts = rackwire_rack::place::rank_hosts(state);
         let agent = dir.join(if fabric { "rsh-agent-fabric" } else { "rsh-agent" });
         let prefix = rackwire_rack::ns_name(&state.config.name, "");
@@ -53,7 +53,7 @@ impl MpiRack {
 
     /// `mpirun` for `ranks` ranks placed as ours are, its control traffic on the rails
     /// (198.18.0.0/15); the caller picks the transports.
-    pub(crate) fn mpirun(&self, ranks: usize) -> Command {
+    pub fn mpirun(&self, ranks: usize) -> Command {
         let mut per = vec![0usize; self.hosts.len()];
         for r in 0..ranks {
             per[rackwire_rack::place::block_place(r, ranks, self.hosts.len()).0] += 1;
@@ -74,7 +74,7 @@ impl MpiRack {
 
     /// [`MpiRack::mpirun`] with MPI traffic on TCP only (`btl tcp,self`) over every rail (every
     /// 198.18.0.0/15 interface, so Open MPI stripes over the rails as over several NICs).
-    pub(crate) fn mpirun_tcp(&self, ranks: usize) -> Command {
+    pub fn mpirun_tcp(&self, ranks: usize) -> Command {
         let mut c = self.mpirun(ranks);
         c.args(["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "198.18.0.0/15"]);
         c

@@ -18,9 +18,9 @@ use rackwire_coll::{Group, ReduceOp};
 use crate::mpi_rack::MpiRack;
 
 /// Collectives the benchmark knows.
-pub(crate) const OPS: [&str; 5] = ["barrier", "bcast", "scatter", "alltoallv", "allreduce"];
+pub const OPS: [&str; 5] = ["barrier", "bcast", "scatter", "alltoallv", "allreduce"];
 /// Sizes when none are given.
-pub(crate) const SIZES_DEFAULT: &str = "8,64,1K,8K,64K,1M";
+pub const SIZES_DEFAULT: &str = "8,64,1K,8K,64K,1M";
 /// Repeats at most.
 const REPEAT_MAX: usize = 50;
 
@@ -39,7 +39,7 @@ fn iterations(size: u64, scale: f64) -> (usize, usize) {
 /// 50 ms was not enough for a fresh job's 1 MiB alltoallv between two ranks (side by side, two
 /// runs of five: 158 and 176 µs, against 118 and 119 after 250 ms; Open MPI's 161 and 157
 /// against 153 and 151).
-pub(crate) const WARMUP_MIN: Duration = Duration::from_millis(250);
+pub const WARMUP_MIN: Duration = Duration::from_millis(250);
 /// Calls a warm-up gains from [`WARMUP_MIN`] at most.
 const WARMUP_EXTRA_MAX: usize = 100_000;
 
@@ -71,7 +71,7 @@ fn parse_row(line: &str) -> Option<Measured> {
 
 /// A rank of the benchmark job (`rackwire coll-worker`): every op at every size; rank 0
 /// prints one `ROW` line per measurement.
-pub(crate) fn worker(ops: &[String], sizes: &[u64], scale: f64) -> Result<()> {
+pub fn worker(ops: &[String], sizes: &[u64], scale: f64) -> Result<()> {
     let mut g = Group::from_env()?;
     let (me, n) = (g.rank(), g.size());
     // alltoallv is measured twice: into a plain buffer (staged through the receiver's
@@ -209,11 +209,11 @@ fn run_ours(
 
 /// Build the Open MPI harness with mpicc in `dir`.
 fn build_peer(dir: &Path) -> Result<PathBuf> {
-    build_mpi(dir, "coll_peer", include_str!("peers/coll_peer.c"))
+    build_mpi(dir, "coll_peer", include_str!("programs/coll_peer.c"))
 }
 
 /// Build the MPI program `source` with mpicc in `dir`, as `dir/name`.
-pub(crate) fn build_mpi(dir: &Path, name: &str, source: &str) -> Result<PathBuf> {
+pub fn build_mpi(dir: &Path, name: &str, source: &str) -> Result<PathBuf> {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source)?;
     let exe = dir.join(name);
@@ -275,19 +275,29 @@ fn run_peer(
 }
 
 /// What `rackwire bench coll` was asked.
-pub(crate) struct CollBench {
+pub struct CollBench {
+    /// Job sizes to run, one run each.
     pub ranks: Vec<usize>,
+    /// The collectives to time.
     pub ops: Vec<String>,
+    /// Message sizes in bytes.
     pub sizes: Vec<u64>,
+    /// Open MPI's collectives beside ours, in the same run.
     pub peers: bool,
+    /// Our ranks over the edge transport (else shared memory).
     pub edge: bool,
+    /// Run the ranks over this virtual rack's hosts.
     pub rack: Option<PathBuf>,
+    /// Iteration budget scale (1.0 full).
     pub scale: f64,
+    /// Runs of the whole comparison.
     pub repeat: usize,
+    /// One JSON document instead of a table.
     pub json: bool,
 }
 
-pub(crate) fn run(b: &CollBench) -> Result<()> {
+/// Run `rackwire bench coll` and print its rows.
+pub fn run(b: &CollBench) -> Result<()> {
     let rows = measure(b)?;
     if b.json {
         let doc = serde_json::json!({
@@ -302,14 +312,14 @@ pub(crate) fn run(b: &CollBench) -> Result<()> {
 }
 
 /// Measure every row `b` asks for (ours and, with peers, Open MPI's).
-pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
+pub fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
     for op in &b.ops {
         if !OPS.contains(&op.as_str()) {
             bail!("unknown collective {op:?}: use {}", OPS.join(", "));
         }
     }
-    if b.ranks.iter().any(|&r| !(1..=crate::launch::LAUNCH_RANKS_MAX).contains(&r)) {
-        bail!("--ranks must be 1..={}", crate::launch::LAUNCH_RANKS_MAX);
+    if b.ranks.iter().any(|&r| !(1..=rackwire_coll::RANKS_MAX).contains(&r)) {
+        bail!("--ranks must be 1..={}", rackwire_coll::RANKS_MAX);
     }
     if !(1..=REPEAT_MAX).contains(&b.repeat) {
         bail!("--repeat must be 1..={REPEAT_MAX}");
@@ -330,7 +340,7 @@ pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
             // Without the virtual NIC: Open MPI's TCP between the hosts must take the rails
             // themselves (with rw0 up, every host address is routed through it, and Open MPI
             // would ride our own transport). Our ranks use the edge transport directly.
-            let (state, down) = crate::launch::rack_up(r, true)?;
+            let (state, down) = rackwire_rack::place::up_or_load(r, true, &std::env::current_exe()?)?;
             if let Some(h) = state.config.hosts.iter().find(|h| h.vnic && !h.remote) {
                 bail!(
                     "rack {}: host {} runs rw0, so Open MPI's TCP would ride it; give a rack description (brought up without rw0) or take the rack down",
@@ -381,7 +391,7 @@ pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
     let mut rows = Vec::new();
     for ((transport, op, dest, size, ranks), ms) in &got {
         let mut avgs: Vec<f64> = ms.iter().map(|m| m.avg).collect();
-        let (avg, lo, hi) = rackwire_bench::repeat::median_spread(&mut avgs);
+        let (avg, lo, hi) = crate::repeat::median_spread(&mut avgs);
         let best = ms.iter().min_by(|a, b| (a.avg - avg).abs().total_cmp(&(b.avg - avg).abs())).expect("one");
         let mut row = serde_json::json!({
             "transport": transport, "pattern": op, "dest": dest, "size": size, "ranks": ranks, "iters": best.iters,
@@ -394,7 +404,7 @@ pub(crate) fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
             if let Some(theirs) = got.get(&peer_key) {
                 let mut r: Vec<f64> = ms.iter().zip(theirs).map(|(a, b)| a.avg / b.avg).collect();
                 if !r.is_empty() {
-                    let (ratio, lo, hi) = rackwire_bench::repeat::median_spread(&mut r);
+                    let (ratio, lo, hi) = crate::repeat::median_spread(&mut r);
                     row["vs_peer"] = serde_json::json!({ "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi });
                 }
             }
@@ -414,8 +424,8 @@ fn op_sizes<'a>(ops: &'a [String], sizes: &'a [u64]) -> impl Iterator<Item = (&'
 }
 
 /// The rows as a table, with each of ours against Open MPI's.
-pub(crate) fn print_rows(rows: &[serde_json::Value]) {
-    let mut t = rackwire_bench::table();
+pub fn print_rows(rows: &[serde_json::Value]) {
+    let mut t = crate::table();
     t.set_header([
         "collective",
         "dest",
@@ -441,7 +451,7 @@ pub(crate) fn print_rows(rows: &[serde_json::Value]) {
             r["pattern"].as_str().unwrap_or("").to_string(),
             r["dest"].as_str().unwrap_or("").to_string(),
             r["ranks"].to_string(),
-            rackwire_bench::show_size(r["size"].as_u64().unwrap_or(0)),
+            crate::show_size(r["size"].as_u64().unwrap_or(0)),
             r["transport"].as_str().unwrap_or("").to_string(),
             format!("{:.2}", key("lat_us_avg")),
             format!("{:.2}", key("lat_us_min")),

@@ -4,13 +4,13 @@
 //! each repeat so that both see the same machine; the cost is the difference per repeat, given
 //! as its median and spread.
 
+use crate::{BenchTransport, Pattern, Row, ShmBench};
 use anyhow::{bail, Result};
-use rackwire_bench::{BenchTransport, Pattern, Row, ShmBench};
 
-use rackwire_bench::repeat::median_spread;
+use crate::repeat::median_spread;
 
 /// Frames of an Ethernet link (1500-byte MTU less IPv4 and UDP headers).
-pub(crate) const MTU_DEFAULT: usize = 1472;
+pub const MTU_DEFAULT: usize = 1472;
 /// Repeats at most.
 const REPEAT_MAX: usize = 50;
 /// The ping-pong's message size.
@@ -27,7 +27,7 @@ fn measure(sealed: bool, mtu: usize, scale: f64) -> Result<(f64, f64)> {
         scale,
         ..ShmBench::default()
     };
-    let report = rackwire_bench::run_shm(&cfg)?;
+    let report = crate::run_shm(&cfg)?;
     let find = |pattern: &str, size: u64| -> Option<&Row> {
         report.rows.iter().find(|r| r.pattern == pattern && r.size == size && r.transport.starts_with("udp"))
     };
@@ -40,7 +40,7 @@ fn measure(sealed: bool, mtu: usize, scale: f64) -> Result<(f64, f64)> {
 }
 
 /// `rackwire bench seal`.
-pub(crate) fn run(mtu: usize, repeat: usize, scale: f64, json: bool) -> Result<()> {
+pub fn run(mtu: usize, repeat: usize, scale: f64, json: bool) -> Result<()> {
     if !(1..=REPEAT_MAX).contains(&repeat) {
         bail!("--repeat must be 1..={REPEAT_MAX}");
     }
@@ -74,7 +74,7 @@ pub(crate) fn run(mtu: usize, repeat: usize, scale: f64, json: bool) -> Result<(
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
-    let mut t = rackwire_bench::table();
+    let mut t = crate::table();
     t.set_header(["edge transport, one loopback link", "sealed", "unsealed", "cost (spread)"]);
     let f = |t: (f64, f64, f64), d: usize| format!("{:.*} ({:.*}–{:.*})", d, t.0, d, t.1, d, t.2);
     t.add_row([

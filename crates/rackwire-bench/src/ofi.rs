@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::repeat::median_spread;
 use anyhow::{bail, Context, Result};
 use rackwire::ManagementHost;
-use rackwire_bench::repeat::median_spread;
 use rackwire_rack::{HostState, RackState};
 
 /// Repeats at most.
@@ -63,7 +63,7 @@ fn fabtests_dir() -> Option<PathBuf> {
 
 /// The folder holding `librackwire-fi.so`: `ofi/` beside this executable (where
 /// `cargo build --release -p rackwire-ofi` links it), or `FI_PROVIDER_PATH`.
-pub(crate) fn provider_dir() -> Result<PathBuf> {
+pub fn provider_dir() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("FI_PROVIDER_PATH") {
         return Ok(PathBuf::from(p));
     }
@@ -242,9 +242,9 @@ fn measure(provider: &str, iters: u64, dir: &Path, place: &Place, fabtests: Opti
 
 /// The rack `rack` describes (or names, if up), if given, with its first two hosts in memory
 /// domains of their own; its state and what takes it down.
-pub(crate) fn rack_for_two(rack: Option<&Path>) -> Result<(Option<RackState>, Option<rackwire_rack::DownOnDrop>)> {
+pub fn rack_for_two(rack: Option<&Path>) -> Result<(Option<RackState>, Option<rackwire_rack::DownOnDrop>)> {
     let Some(rack) = rack else { return Ok((None, None)) };
-    let (state, down) = crate::launch::rack_up(rack, true)?;
+    let (state, down) = rackwire_rack::place::up_or_load(rack, true, &std::env::current_exe()?)?;
     let hosts = rackwire_rack::place::rank_hosts(&state);
     if hosts.len() < 2 || hosts[0].domain == hosts[1].domain {
         bail!("--rack: the rack needs two hosts in memory domains of their own (as examples/racks/2l-1g.toml has)");
@@ -253,7 +253,7 @@ pub(crate) fn rack_for_two(rack: Option<&Path>) -> Result<(Option<RackState>, Op
 }
 
 /// `rackwire bench ofi` (over the rack `rack` describes, if given).
-pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) -> Result<()> {
+pub fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) -> Result<()> {
     if !(1..=REPEAT_MAX).contains(&repeat) {
         bail!("--repeat must be 1..={REPEAT_MAX}");
     }
@@ -281,7 +281,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
     let ours = &runs["rackwire"];
     let triple = |t: (f64, f64, f64)| serde_json::json!({ "median": t.0, "lo": t.1, "hi": t.2 });
     let fmt = |t: (f64, f64, f64), d: usize| format!("{:.*} ({:.*}–{:.*})", d, t.0, d, t.1, d, t.2);
-    let mut table = rackwire_bench::table();
+    let mut table = crate::table();
     table.set_header([
         "provider",
         "64 B µs/xfer",
@@ -289,7 +289,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
         "rackwire's 64 B / theirs",
         "rackwire's 1 MiB / theirs",
     ]);
-    let mut fab_table = rackwire_bench::table();
+    let mut fab_table = crate::table();
     fab_table.set_header([
         "provider",
         "fi_rdm_tagged_bw 1 MiB MB/s",

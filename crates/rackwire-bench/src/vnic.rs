@@ -31,15 +31,15 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use rackwire_bench::{
+use crate::{
     iperf3_path, iperf3_udp_capacity, print_table, sockperf_path, NetPath, Report, Row, UDP_SEARCH_LARGE,
     UDP_SEARCH_SMALL,
 };
+use anyhow::{bail, Context, Result};
 use rackwire_rack::{cores, RackConfig};
 use rackwire_vnic::{RelayEnd, TunRelay, TunnelEnd, UdpTunnel};
 
-use rackwire_bench::repeat::median_spread;
+use crate::repeat::median_spread;
 
 /// iperf3's TCP write length in the rows.
 const TCP_WRITE: u64 = 131_072;
@@ -232,7 +232,7 @@ const RATIOS: &[Ratio] = &[
 ];
 
 /// How `rackwire bench vnic` runs.
-pub(crate) struct VnicBench {
+pub struct VnicBench {
     /// One JSON document instead of a table.
     pub json: bool,
     /// Time scale of each row.
@@ -273,7 +273,8 @@ fn wanted(rows: &[String], name: &str) -> bool {
     rows.is_empty() || rows.iter().any(|p| name.starts_with(p.as_str()))
 }
 
-pub(crate) fn run(opts: &VnicBench) -> Result<()> {
+/// Run `rackwire bench vnic` and print its rows.
+pub fn run(opts: &VnicBench) -> Result<()> {
     let VnicBench { json, scale, repeat, host_cores, .. } = *opts;
     if let Some(p) = opts.rows.iter().find(|p| p.is_empty() || !ROWS.iter().any(|n| n.starts_with(p.as_str()))) {
         bail!("--rows: no row starts with {p:?} (rows: {})", ROWS.join(", "));

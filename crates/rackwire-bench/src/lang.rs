@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::repeat::median_spread;
 use anyhow::{bail, Context, Result};
 use rackwire::{Access, Fabric, FabricConfig, OpFlags};
-use rackwire_bench::repeat::median_spread;
 
 /// Bytes of one bandwidth write.
 const BW_BYTES: usize = 1 << 20;
@@ -48,7 +48,7 @@ fn expect_msg(f: &Fabric, want: &[u8]) -> Result<u32> {
 }
 
 /// The Rust side of the protocol (`rackwire lang-worker ROLE ITERS`).
-pub(crate) fn worker(role: &str, iters: u64) -> Result<()> {
+pub fn worker(role: &str, iters: u64) -> Result<()> {
     let f = Fabric::join(FabricConfig::from_env()?)?;
     match role {
         "server" | "client" => {
@@ -216,7 +216,7 @@ fn build_c(dir: &Path) -> Result<PathBuf> {
 }
 
 /// `rackwire bench lang`.
-pub(crate) fn run(iters: u64, bw_iters: u64, repeat: usize, json: bool) -> Result<()> {
+pub fn run(iters: u64, bw_iters: u64, repeat: usize, json: bool) -> Result<()> {
     if !(1..=REPEAT_MAX).contains(&repeat) {
         bail!("--repeat must be 1..={REPEAT_MAX}");
     }
@@ -275,7 +275,7 @@ pub(crate) fn run(iters: u64, bw_iters: u64, repeat: usize, json: bool) -> Resul
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
-    let mut t = rackwire_bench::table();
+    let mut t = crate::table();
     t.set_header(["language", "pattern", "size", "median", "spread", "vs Rust (spread)"]);
     for r in &rows {
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
@@ -283,7 +283,7 @@ pub(crate) fn run(iters: u64, bw_iters: u64, repeat: usize, json: bool) -> Resul
         t.add_row([
             r["transport"].as_str().unwrap_or("").trim_start_matches("shm-").to_string(),
             r["pattern"].as_str().unwrap_or("").to_string(),
-            rackwire_bench::show_size(r["size"].as_u64().unwrap_or(0)),
+            crate::show_size(r["size"].as_u64().unwrap_or(0)),
             format!("{v:.3} {}", r["unit"].as_str().unwrap_or("")),
             format!("{:.3}–{:.3}", f("spread_lo"), f("spread_hi")),
             format!("{:.2}x ({:.2}–{:.2})", f("ratio_to_rust"), f("ratio_lo"), f("ratio_hi")),

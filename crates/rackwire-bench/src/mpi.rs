@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
+use crate::repeat::median_spread;
 use anyhow::{bail, Context, Result};
 use rackwire::ManagementHost;
-use rackwire_bench::repeat::median_spread;
 
 use crate::mpi_rack::MpiRack;
 
@@ -116,17 +116,17 @@ fn parse(out: &str) -> BTreeMap<String, f64> {
 }
 
 /// `rackwire bench mpi` (over the rack `rack` describes, if given).
-pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) -> Result<()> {
+pub fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) -> Result<()> {
     if !(1..=REPEAT_MAX).contains(&repeat) {
         bail!("--repeat must be 1..={REPEAT_MAX}");
     }
-    let dir = crate::ofi_bench::provider_dir()?;
+    let dir = crate::ofi::provider_dir()?;
     let work = std::env::temp_dir().join(format!("rackwire-bench-mpi-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
-    let exe = crate::coll_bench::build_mpi(&work, "mpi_p2p", include_str!("peers/mpi_p2p.c"))?;
+    let exe = crate::coll::build_mpi(&work, "mpi_p2p", include_str!("programs/mpi_p2p.c"))?;
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes())?;
     let addr = mh.addr().to_string();
-    let (state, _down) = crate::ofi_bench::rack_for_two(rack)?;
+    let (state, _down) = crate::ofi::rack_for_two(rack)?;
     let mpi_rack = state.as_ref().map(|s| MpiRack::new(s, &work, true)).transpose()?;
     let (place, transports): (Place, &[(&str, &[&str])]) = match &mpi_rack {
         None => (Place::Here(&addr), &HERE),
@@ -147,7 +147,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) ->
     let fmt = |t: (f64, f64, f64), d: usize| format!("{:.*} ({:.*}–{:.*})", d, t.0, d, t.1, d, t.2);
     let triple = |t: (f64, f64, f64)| serde_json::json!({ "median": t.0, "lo": t.1, "hi": t.2 });
     let names: Vec<&str> = transports.iter().map(|(n, _)| *n).collect();
-    let mut table = rackwire_bench::table();
+    let mut table = crate::table();
     let mut header = vec!["Open MPI, 2 ranks".to_string()];
     header.extend(names.iter().map(|n| n.to_string()));
     header.extend(names[1..].iter().map(|n| format!("rackwire / {n}")));

@@ -13,10 +13,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::repeat::median_spread;
+use crate::{iperf3_path, print_table, NetPath, Report, Row};
 use anyhow::{bail, Context, Result};
 use rackwire::{Access, Bytes, Fabric, OpFlags};
-use rackwire_bench::repeat::median_spread;
-use rackwire_bench::{iperf3_path, print_table, NetPath, Report, Row};
 use rackwire_rack::{rate_bytes_per_s, RackConfig};
 
 /// Bytes per write.
@@ -83,7 +83,7 @@ fn pattern(tag: u64, len: usize) -> Vec<u8> {
 }
 
 /// The benchmark, run as root from the command line.
-pub(crate) fn run(config: &std::path::Path, mib: Option<u64>, repeat: usize, json: bool, scale: f64) -> Result<()> {
+pub fn run(config: &std::path::Path, mib: Option<u64>, repeat: usize, json: bool, scale: f64) -> Result<()> {
     if !rustix::process::geteuid().is_root() {
         bail!("`rackwire bench stripe` builds a virtual rack: it needs root");
     }
@@ -259,7 +259,7 @@ fn udp_rcvbuf_errors(ns: &str) -> u64 {
 }
 
 /// One side of the stream, in its host (started by [`run`]); `role` is `owner` or `writer`.
-pub(crate) fn worker(role: &str, total: u64) -> Result<()> {
+pub fn worker(role: &str, total: u64) -> Result<()> {
     if total == 0 || !total.is_multiple_of(CHUNK) || total > STREAM_MIB_MAX * CHUNK {
         bail!("a stream is 1..={STREAM_MIB_MAX} whole MiB, not {total} bytes");
     }

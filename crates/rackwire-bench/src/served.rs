@@ -7,9 +7,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::repeat::median_spread;
 use anyhow::{bail, Result};
 use rackwire::{Access, Conn, Fabric, FabricConfig, ManagementHost, OpFlags, RemoteRegion};
-use rackwire_bench::repeat::median_spread;
 
 /// Repeats at most.
 const REPEAT_MAX: usize = 50;
@@ -58,7 +58,7 @@ fn measure(conn: &Conn, h: &RemoteRegion, scale: f64) -> Result<Figures> {
 }
 
 /// `rackwire bench served`.
-pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
+pub fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
     if !(1..=REPEAT_MAX).contains(&repeat) {
         bail!("--repeat must be 1..={REPEAT_MAX}");
     }
@@ -98,7 +98,7 @@ pub(crate) fn run(repeat: usize, scale: f64, json: bool) -> Result<()> {
     let triple = |t: (f64, f64, f64)| serde_json::json!({ "median": t.0, "lo": t.1, "hi": t.2 });
     let fmt = |t: (f64, f64, f64), d: usize| format!("{:.*} ({:.*}–{:.*})", d, t.0, d, t.1, d, t.2);
     let mut doc = serde_json::Map::new();
-    let mut table = rackwire_bench::table();
+    let mut table = crate::table();
     table.set_header(["shared memory, one peer", "mapped", "served", "served / mapped"]);
     for (name, pick, digits) in rows {
         let m = col(&|r| pick(&r.0));
