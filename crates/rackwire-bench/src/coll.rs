@@ -181,18 +181,10 @@ fn run_ours(
     edge: bool,
     rack: Option<&str>,
 ) -> Result<Vec<Measured>> {
-    let exe = std::env::current_exe().context("own executable")?;
-    let mut cmd = Command::new(&exe);
-    cmd.args(["launch", "--no-prefix", "-n", &ranks.to_string()]);
-    if let Some(rack) = rack {
-        cmd.args(["--rack", rack]);
-    }
-    cmd.arg("--")
-        .arg(&exe)
-        .args(["coll-worker", "--op", &ops.join(","), "--size"])
+    let mut cmd = crate::spawn::job(ranks, rack.map(Path::new), crate::spawn::COLL_WORKER)?;
+    cmd.args(["--op", &ops.join(","), "--size"])
         .arg(sizes.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
-        .args(["--scale", &scale.to_string()])
-        .env_remove(rackwire::vars::MH);
+        .args(["--scale", &scale.to_string()]);
     if edge {
         cmd.env(rackwire::vars::TRANSPORT, "edge").env(rackwire::vars::LINKS, "127.0.0.1:0");
     }
@@ -340,7 +332,7 @@ pub fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
             // Without the virtual NIC: Open MPI's TCP between the hosts must take the rails
             // themselves (with rw0 up, every host address is routed through it, and Open MPI
             // would ride our own transport). Our ranks use the edge transport directly.
-            let (state, down) = rackwire_rack::place::up_or_load(r, true, &std::env::current_exe()?)?;
+            let (state, down) = rackwire_rack::place::up_or_load(r, true, &crate::spawn::own_exe()?)?;
             if let Some(h) = state.config.hosts.iter().find(|h| h.vnic && !h.remote) {
                 bail!(
                     "rack {}: host {} runs rw0, so Open MPI's TCP would ride it; give a rack description (brought up without rw0) or take the rack down",

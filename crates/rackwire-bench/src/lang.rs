@@ -129,7 +129,7 @@ impl Lang {
         let mut c = match self {
             Lang::Rust(exe) => {
                 let mut c = Command::new(exe);
-                c.arg("lang-worker");
+                c.arg(crate::spawn::LANG_WORKER);
                 c
             }
             Lang::C(exe) => Command::new(exe),
@@ -147,13 +147,7 @@ impl Lang {
 /// Run a server and a client of `lang` once; the client's printed figure.
 fn pair(lang: &Lang, mh: &str, secret: &str, roles: (&str, &str), iters: u64, tag: &str) -> Result<f64> {
     let env = |c: &mut Command, name: String| {
-        c.env(rackwire::vars::MH, mh)
-            .env(rackwire::vars::SECRET, secret)
-            .env(rackwire::vars::NAME, name)
-            .env_remove(rackwire::vars::SECRET_FILE)
-            .env_remove(rackwire::vars::CONFIG)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        crate::spawn::on_fabric(c, mh, secret, Some(&name)).stdout(Stdio::piped()).stderr(Stdio::piped());
     };
     let mut s = lang.command(roles.0, iters);
     env(&mut s, format!("{tag}-server"));
@@ -190,7 +184,7 @@ fn pair(lang: &Lang, mh: &str, secret: &str, roles: (&str, &str), iters: u64, ta
 
 /// The C program, compiled here against the static library beside this executable.
 fn build_c(dir: &Path) -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
+    let exe = crate::spawn::own_exe()?;
     let libdir = exe.parent().context("own folder")?;
     let lib = libdir.join("librackwire_ffi.a");
     if !lib.exists() {
@@ -222,7 +216,7 @@ pub fn run(iters: u64, bw_iters: u64, repeat: usize, json: bool) -> Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("rackwire-lang-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let mut langs = vec![Lang::Rust(std::env::current_exe()?)];
+    let mut langs = vec![Lang::Rust(crate::spawn::own_exe()?)];
     let mut notes = Vec::new();
     match build_c(&dir) {
         Ok(exe) => langs.push(Lang::C(exe)),

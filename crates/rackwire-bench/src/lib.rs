@@ -20,6 +20,7 @@ mod report;
 pub mod seal;
 pub mod served;
 mod shm;
+pub mod spawn;
 mod stats;
 pub mod stripe;
 pub mod vnic;
@@ -28,7 +29,7 @@ pub use peers::{
     iperf3_path, iperf3_udp_capacity, sockperf_path, NetPath, UdpSearch, UDP_SEARCH_LARGE, UDP_SEARCH_SMALL,
 };
 pub use report::{markdown, print_table, table, Report, Row};
-pub use shm::{responder_main, run_shm, BenchTransport, ShmBench, RESPONDER_SUBCOMMAND};
+pub use shm::{responder_main, run_shm, BenchTransport, ShmBench};
 
 use std::str::FromStr;
 

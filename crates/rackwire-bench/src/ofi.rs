@@ -56,7 +56,7 @@ const FABTESTS_ITERS: f64 = 200.0;
 /// fabtests' programs, where `scripts/fabtests.sh` built them (`target/fabtests/install/bin`
 /// beside this executable's profile folder).
 fn fabtests_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
+    let exe = crate::spawn::own_exe().ok()?;
     let bin = exe.parent()?.parent()?.join("fabtests/install/bin");
     bin.join("fi_rdm_tagged_bw").exists().then_some(bin)
 }
@@ -67,7 +67,7 @@ pub fn provider_dir() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("FI_PROVIDER_PATH") {
         return Ok(PathBuf::from(p));
     }
-    let exe = std::env::current_exe().context("own executable")?;
+    let exe = crate::spawn::own_exe()?;
     let dir = exe.parent().context("own folder")?.join("ofi");
     if !dir.join("librackwire-fi.so").exists() {
         bail!(
@@ -244,7 +244,7 @@ fn measure(provider: &str, iters: u64, dir: &Path, place: &Place, fabtests: Opti
 /// domains of their own; its state and what takes it down.
 pub fn rack_for_two(rack: Option<&Path>) -> Result<(Option<RackState>, Option<rackwire_rack::DownOnDrop>)> {
     let Some(rack) = rack else { return Ok((None, None)) };
-    let (state, down) = rackwire_rack::place::up_or_load(rack, true, &std::env::current_exe()?)?;
+    let (state, down) = rackwire_rack::place::up_or_load(rack, true, &crate::spawn::own_exe()?)?;
     let hosts = rackwire_rack::place::rank_hosts(&state);
     if hosts.len() < 2 || hosts[0].domain == hosts[1].domain {
         bail!("--rack: the rack needs two hosts in memory domains of their own (as examples/racks/2l-1g.toml has)");

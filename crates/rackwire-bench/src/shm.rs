@@ -17,9 +17,6 @@ use crate::report::{Report, Row};
 use crate::stats::{iterations, pingpong_iters, timed_pingpong, Meter};
 use crate::{limit, peers, Pattern};
 
-/// The hidden subcommand of the `rackwire` binary that runs the responder.
-pub const RESPONDER_SUBCOMMAND: &str = "bench-responder";
-
 /// How long either side waits for the other before it gives up on a benchmark.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
 /// Requests in Marlin's Table 1 experiment, and their size.
@@ -374,7 +371,7 @@ impl Session {
         region.publish(&format!("bench/{}/initiator", fabric.id()))?;
         let exe = match &cfg.responder_exe {
             Some(p) => p.clone(),
-            None => std::env::current_exe()?,
+            None => crate::spawn::own_exe()?,
         };
         let (links, mtu, sealed) = match cfg.transport {
             BenchTransport::Udp { links, mtu, sealed } => (links.to_string(), mtu, sealed),
@@ -382,10 +379,10 @@ impl Session {
             BenchTransport::Rails => ("rails".into(), 0, true),
         };
         let mut responder = match cfg.transport {
-            BenchTransport::Rails => crate::rails::responder_command(&exe, RESPONDER_SUBCOMMAND)?,
+            BenchTransport::Rails => crate::rails::responder_command(&exe, crate::spawn::RESPONDER)?,
             _ => {
                 let mut c = Command::new(exe);
-                c.arg(RESPONDER_SUBCOMMAND).env(rackwire::vars::MH, &addr).env(rackwire::vars::SECRET, &secret);
+                c.arg(crate::spawn::RESPONDER).env(rackwire::vars::MH, &addr).env(rackwire::vars::SECRET, &secret);
                 c
             }
         };

@@ -98,8 +98,8 @@ pub fn run(config: &std::path::Path, mib: Option<u64>, repeat: usize, json: bool
     let tcp_secs = ((5.0 * scale).round() as u64).clamp(1, 30);
     let nominal: u64 = cfg.rails.iter().filter_map(|r| r.rate.as_deref().and_then(rate_bytes_per_s)).sum();
     let mib = mib.unwrap_or_else(|| stream_mib(nominal, tcp_secs));
-    let (state, _down) = rackwire_rack::place::two_machines_up(&mut cfg, &std::env::current_exe()?)?;
-    let exe = std::env::current_exe().context("own executable")?;
+    let exe = crate::spawn::own_exe()?;
+    let (state, _down) = rackwire_rack::place::two_machines_up(&mut cfg, &exe)?;
     let mut report = Report::default();
     // Per run: edge over iperf3's TCP, and edge over the nominal rate.
     let (mut vs_tcp, mut vs_nominal) = (Vec::new(), Vec::new());
@@ -160,7 +160,7 @@ fn measure_once(
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &host.ns])
             .arg(exe)
-            .args(["stripe-worker", role, &(mib << 20).to_string()])
+            .args([crate::spawn::STRIPE_WORKER, role, &(mib << 20).to_string()])
             .env(rackwire::vars::MH, &state.mh)
             .env(rackwire::vars::SECRET_FILE, &state.secret_file)
             .env(rackwire::vars::NAME, name)

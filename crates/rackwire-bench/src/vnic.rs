@@ -304,7 +304,7 @@ pub fn run(opts: &VnicBench) -> Result<()> {
         }
     }
     let _ = rackwire_rack::down(Some(RACK));
-    let exe = std::env::current_exe().context("own executable")?;
+    let exe = crate::spawn::own_exe()?;
     let up = Instant::now();
     let state = rackwire_rack::up(&cfg, &exe)?;
     let up_ms = up.elapsed().as_millis();

@@ -2,7 +2,7 @@
 //! what they can do, the benchmarks, and a report folder.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -114,14 +114,10 @@ fn tour(args: &DemoArgs, out: &mut String) -> Result<()> {
     counter.publish("demo/counter")?;
     let board = fabric.alloc(SLOT_BYTES * DEMO_WORKERS_MAX as u64, Access::READ | Access::WRITE)?;
     board.publish("demo/board")?;
-    let exe = std::env::current_exe()?;
     let mut workers = Workers(Vec::new());
     for i in 0..args.workers {
-        let child = Command::new(&exe)
-            .arg("demo-worker")
-            .env(rackwire::vars::MH, &addr)
-            .env(rackwire::vars::SECRET, &secret)
-            .env(rackwire::vars::NAME, format!("demo-worker-{i}"))
+        let mut worker = rackwire_bench::spawn::worker(rackwire_bench::spawn::DEMO_WORKER)?;
+        let child = rackwire_bench::spawn::on_fabric(&mut worker, &addr, &secret, Some(&format!("demo-worker-{i}")))
             .env("RW_DEMO_COORD", fabric.id().to_string())
             .env("RW_DEMO_SLOT", i.to_string())
             .env("RW_DEMO_ADDS", args.adds.to_string())

@@ -6,7 +6,6 @@
 //! R times and a row gives the median time with its spread.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -258,15 +257,8 @@ struct Run<'a> {
 }
 
 fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
-    let exe = std::env::current_exe().context("own executable")?;
-    let mut cmd = Command::new(&exe);
-    cmd.args(["launch", "--no-prefix", "-n", &a.ranks.to_string()]);
-    if let Some(rack) = &a.rack {
-        cmd.arg("--rack").arg(rack);
-    }
-    cmd.arg("--")
-        .arg(&exe)
-        .args(["eval-worker", "--workload", r.workload, "--net", r.net.name()])
+    let mut cmd = rackwire_bench::spawn::job(a.ranks, a.rack.as_deref(), rackwire_bench::spawn::EVAL_WORKER)?;
+    cmd.args(["--workload", r.workload, "--net", r.net.name()])
         .args(["--records", &r.records.to_string(), "--seed", &a.seed.to_string()])
         .arg("--dir")
         .arg(dir);
@@ -282,7 +274,6 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
     if a.fsync {
         cmd.arg("--fsync");
     }
-    cmd.env_remove(rackwire::vars::MH);
     let rapl = rackwire_eval::rapl::Rapl::start(Path::new(rackwire_eval::rapl::POWERCAP));
     let o = cmd.output().context("running the eval job")?;
     let rapl_joules = rapl.and_then(|r| r.joules());

@@ -125,8 +125,7 @@ pub(crate) fn rack_up(
     rack: &std::path::Path,
     no_vnic: bool,
 ) -> Result<(rackwire_rack::RackState, Option<rackwire_rack::DownOnDrop>)> {
-    let exe = std::env::current_exe().context("own executable")?;
-    Ok(rackwire_rack::place::up_or_load(rack, no_vnic, &exe)?)
+    Ok(rackwire_rack::place::up_or_load(rack, no_vnic, &rackwire_bench::spawn::own_exe()?)?)
 }
 
 /// Place `ranks` ranks over the local hosts of the rack `rack` names (see [`rack_up`]).

@@ -164,10 +164,10 @@ enum Cmd {
     /// (HP's efficiency tables from measured runs, and Marlin's power table).
     Eval(eval::EvalArgs),
     /// (internal) A rank of `rackwire eval`.
-    #[command(name = "eval-worker", hide = true)]
+    #[command(name = rackwire_bench::spawn::EVAL_WORKER, hide = true)]
     EvalWorker(eval::WorkerArgs),
     /// (internal) A rank of `rackwire bench coll`.
-    #[command(name = "coll-worker", hide = true)]
+    #[command(name = rackwire_bench::spawn::COLL_WORKER, hide = true)]
     CollWorker {
         #[arg(long, value_delimiter = ',')]
         op: Vec<String>,
@@ -177,19 +177,19 @@ enum Cmd {
         scale: f64,
     },
     /// (internal) One side of `rackwire bench stripe`.
-    #[command(name = "stripe-worker", hide = true)]
+    #[command(name = rackwire_bench::spawn::STRIPE_WORKER, hide = true)]
     StripeWorker { role: String, bytes: u64 },
     /// (internal) One side of `rackwire bench lang`, in Rust.
-    #[command(name = "lang-worker", hide = true)]
+    #[command(name = rackwire_bench::spawn::LANG_WORKER, hide = true)]
     LangWorker { role: String, iters: u64 },
     /// (internal) The responder side of `rackwire bench`.
-    #[command(name = "bench-responder", hide = true)]
+    #[command(name = rackwire_bench::spawn::RESPONDER, hide = true)]
     BenchResponder,
     /// (internal) Write the manual pages and shell completions into DIR, for packages.
     #[command(name = "package-files", hide = true)]
     PackageFiles { dir: PathBuf },
     /// (internal) A worker node of `rackwire demo`.
-    #[command(name = "demo-worker", hide = true)]
+    #[command(name = rackwire_bench::spawn::DEMO_WORKER, hide = true)]
     DemoWorker,
     /// (internal) Join as node NAME, send one message (hex) to the node named --to, leave:
     /// for tests of what the virtual NIC takes from a peer.

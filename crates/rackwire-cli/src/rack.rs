@@ -78,7 +78,7 @@ pub(crate) fn run(cmd: RackCmd) -> Result<i32> {
         RackCmd::Up { config, json } => {
             let text = std::fs::read_to_string(&config).with_context(|| format!("rack config {}", config.display()))?;
             let cfg = RackConfig::parse(&text)?;
-            let exe = std::env::current_exe().context("own executable")?;
+            let exe = rackwire_bench::spawn::own_exe()?;
             let state = rackwire_rack::up(&cfg, &exe)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&state)?);
