@@ -216,7 +216,7 @@ fn tour(args: &DemoArgs, out: &mut String) -> Result<()> {
 }
 
 /// MB of the sort's data set at scale 1.
-const SORT_MB: f64 = crate::eval::SORT_RECORDS as f64 * 100.0 / 1e6;
+const SORT_MB: f64 = rackwire_eval::runs::SORT_RECORDS as f64 * 100.0 / 1e6;
 
 /// The summary lines of the sort against TCP: the whole job and its shuffle.
 fn sort_summary(fabric: Option<&serde_json::Value>, tcp: Option<&serde_json::Value>) -> Vec<String> {
@@ -316,26 +316,26 @@ pub(crate) fn run(args: &DemoArgs) -> Result<()> {
 
     println!("\n== a workload: the distributed sort (4 ranks) over the fabric and over plain TCP ==");
     let sort_scale = if args.quick { 0.05 } else { 0.25 };
-    let sort = crate::eval::EvalArgs::new("sort", 4, sort_scale);
-    let sort_rows = crate::eval::measure_rows(&sort)?;
-    println!("{}", crate::eval::table_of(&sort_rows));
+    let sort = rackwire_eval::runs::EvalArgs::new("sort", 4, sort_scale);
+    let sort_rows = rackwire_eval::runs::measure_rows(&sort)?;
+    println!("{}", rackwire_eval::runs::table_of(&sort_rows));
     let of = |net: &str| sort_rows.iter().find(|r| r["net"] == net);
     let (mut summary, sort_lines) = (summary, sort_summary(of("fabric"), of("tcp")));
     summary.extend(sort_lines.iter().cloned());
-    md.push_str(&crate::figures::collectives(&coll_rows, &args.report)?);
+    md.push_str(&rackwire_eval::figures::collectives(&coll_rows, &args.report)?);
     md.push_str(&format!(
         "## A workload against plain TCP\n\nThe distributed sort (HP's cluster sort: read, partition by key range, all-to-all shuffle, local sort, write; output validated as valsort does) of {} MB by 4 ranks, over the fabric and over TCP sockets between the same processes. `rackwire eval sort --scale {sort_scale}` measures the same.\n\n{}\n\n",
         (SORT_MB * sort_scale).round(),
         sort_lines.join("\n")
     ));
-    md.push_str(&crate::figures::workloads(&sort_rows, &args.report)?);
+    md.push_str(&rackwire_eval::figures::workloads(&sort_rows, &args.report)?);
 
     println!("\nsummary:");
     for l in &summary {
         println!("{l}");
     }
     md.push_str("## Benchmarks\n\nShared-memory transport between two processes, with memcpy (the physical limit) and UCX over shared memory measured in the same run.\n\n");
-    md.push_str(&crate::figures::micro(&report, &args.report)?);
+    md.push_str(&rackwire_eval::figures::micro(&report, &args.report)?);
     md.push_str(&markdown(&report));
     md.push_str("\n## Summary\n\n");
     md.push_str(&summary.join("\n"));

@@ -4,11 +4,6 @@
 
 mod demo;
 mod doctor;
-mod eval;
-mod eval_cmd;
-mod eval_energy;
-mod eval_report;
-mod figures;
 mod holder;
 mod inspect;
 mod launch;
@@ -162,10 +157,10 @@ enum Cmd {
     /// The data workloads, each over the fabric and over TCP in the same run, with the energy
     /// model's estimates: `sort` (HP's cluster sort), `grep` (its four variants), `energy`
     /// (HP's efficiency tables from measured runs, and Marlin's power table).
-    Eval(eval::EvalArgs),
+    Eval(rackwire_eval::runs::EvalArgs),
     /// (internal) A rank of `rackwire eval`.
     #[command(name = rackwire_bench::spawn::EVAL_WORKER, hide = true)]
-    EvalWorker(eval::WorkerArgs),
+    EvalWorker(rackwire_eval::runs::WorkerArgs),
     /// (internal) A rank of `rackwire bench coll`.
     #[command(name = rackwire_bench::spawn::COLL_WORKER, hide = true)]
     CollWorker {
@@ -546,11 +541,11 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Eval(e) => {
             init_logging(tracing::Level::WARN);
-            eval_cmd::run(&e)
+            rackwire_eval::command::run(&e)
         }
         Cmd::EvalWorker(w) => {
             init_logging(tracing::Level::WARN);
-            eval::worker(&w)
+            rackwire_eval::runs::worker(&w)
         }
         Cmd::StripeWorker { role, bytes } => {
             init_logging(tracing::Level::WARN);

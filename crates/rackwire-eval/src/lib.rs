@@ -12,8 +12,11 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod command;
 pub mod dfsio;
 pub mod energy;
+pub mod energy_tables;
+pub mod figures;
 pub mod grep;
 pub mod job;
 pub mod kv;
@@ -21,6 +24,8 @@ pub mod net;
 pub mod plot;
 pub mod rapl;
 pub mod records;
+pub mod report;
+pub mod runs;
 pub mod sort;
 pub mod streams;
 

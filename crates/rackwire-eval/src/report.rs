@@ -5,15 +5,16 @@
 use anyhow::{Context, Result};
 use rackwire_bench::{markdown, Pattern, Report, ShmBench};
 
-use crate::eval::EvalArgs;
+use crate::runs::EvalArgs;
 
 /// Sizes of the micro-benchmark sweeps.
 const MICRO_SIZES: [u64; 7] = [8, 64, 512, 4096, 65536, 1 << 20, 4 << 20];
 /// Rank counts of the collectives.
 const COLL_RANKS: [usize; 2] = [2, 4];
 
-pub(crate) fn run(a: &EvalArgs) -> Result<()> {
-    crate::eval::check(a)?;
+/// `rackwire eval all`: every table and figure into the report folder.
+pub fn run(a: &EvalArgs) -> Result<()> {
+    crate::runs::check(a)?;
     let dir = &a.report;
     std::fs::create_dir_all(dir).with_context(|| format!("report folder {}", dir.display()))?;
     let mut md = String::from("# rackwire evaluation report\n\n");
@@ -57,15 +58,15 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
     for w in ["sort", "grep", "dfsio", "kv"] {
         let mut wa = a.clone();
         wa.workload = w.into();
-        rows.extend(crate::eval::measure_rows(&wa)?);
+        rows.extend(crate::runs::measure_rows(&wa)?);
     }
     md.push_str("\n## Workloads: the fabric against TCP (HP Figs. 2–3, OSU Figs. 6–8)\n\n");
     md.push_str(&crate::figures::workloads(&rows, dir)?);
-    md.push_str(&format!("```text\n{}\n```\n", crate::eval::table_of(&rows)));
-    md.push_str(&format!("\n{}.\n", crate::eval::tcp_pairs_note(a)?));
+    md.push_str(&format!("```text\n{}\n```\n", crate::runs::table_of(&rows)));
+    md.push_str(&format!("\n{}.\n", crate::runs::tcp_pairs_note(a)?));
 
     eprintln!("== energy tables (sort and grep at each core count) ==");
-    let (energy, text) = crate::eval_energy::tables(a)?;
+    let (energy, text) = crate::energy_tables::tables(a)?;
     md.push_str("\n## Energy efficiency (HP Tables 2–3, Marlin Table 3; estimates)\n\n");
     md.push_str(&format!("```text\n{text}\n```\n"));
 
@@ -75,7 +76,7 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!("{}", crate::eval::table_of(&rows));
+        println!("{}", crate::runs::table_of(&rows));
         println!("{text}");
         println!("report written to {}/ (report.md, results.json, pictures)", dir.display());
     }

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::plot::{self, Bar, Series};
 use anyhow::Result;
 use rackwire_bench::Report;
-use rackwire_eval::plot::{self, Bar, Series};
 
 /// Lines of one picture by name, each its points.
 type Lines = BTreeMap<String, Vec<(f64, f64)>>;
@@ -21,7 +21,7 @@ fn image(file: &str, caption: &str) -> String {
 }
 
 /// Latency and bandwidth against size, one line per transport or peer.
-pub(crate) fn micro(report: &Report, dir: &Path) -> Result<String> {
+pub fn micro(report: &Report, dir: &Path) -> Result<String> {
     let mut md = String::new();
     let by = |pattern: &str, value: fn(&rackwire_bench::Row) -> Option<f64>| {
         let mut lines: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
@@ -54,7 +54,7 @@ pub(crate) fn micro(report: &Report, dir: &Path) -> Result<String> {
 
 /// Collective latency against size: one picture per collective and rank count, one line per
 /// transport (and destination).
-pub(crate) fn collectives(rows: &[serde_json::Value], dir: &Path) -> Result<String> {
+pub fn collectives(rows: &[serde_json::Value], dir: &Path) -> Result<String> {
     let mut md = String::new();
     let mut pics: BTreeMap<(String, u64), Lines> = BTreeMap::new();
     for r in rows {
@@ -100,11 +100,11 @@ pub(crate) fn collectives(rows: &[serde_json::Value], dir: &Path) -> Result<Stri
 }
 
 /// Each workload run's phases as stacked bars, one bar per workload and path.
-pub(crate) fn workloads(rows: &[serde_json::Value], dir: &Path) -> Result<String> {
+pub fn workloads(rows: &[serde_json::Value], dir: &Path) -> Result<String> {
     let mut md = String::new();
     let bar = |r: &serde_json::Value, label: String| Bar {
         label,
-        parts: crate::eval::phases_in_order(r).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        parts: crate::runs::phases_in_order(r).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
     };
     let label = |r: &serde_json::Value| {
         let cores = r["cores"].as_u64().map(|c| format!(" {c}c")).unwrap_or_default();

@@ -1,25 +1,25 @@
 //! `rackwire eval`: the evaluation the arguments ask for — one workload's table, the energy
-//! tables (`eval_energy`), or everything with its report (`eval_report`).
+//! tables ([`crate::energy_tables`]), or everything with its report ([`crate::report`]).
 
 use anyhow::Result;
 use serde_json::json;
 
-use crate::eval::{measure_rows, rack_once, table_of, EvalArgs};
+use crate::runs::{measure_rows, rack_once, table_of, EvalArgs};
 
 /// `rackwire eval WORKLOAD`.
-pub(crate) fn run(a: &EvalArgs) -> Result<()> {
+pub fn run(a: &EvalArgs) -> Result<()> {
     // A rack described by a file is brought up once for every job of the run (and taken
     // down at the end), not once per job.
     let (a, _rack) = rack_once(a)?;
     let a = &a;
     if a.workload == "energy" {
-        return crate::eval_energy::run(a);
+        return crate::energy_tables::run(a);
     }
     if a.workload == "all" {
-        return crate::eval_report::run(a);
+        return crate::report::run(a);
     }
     let rows = measure_rows(a)?;
-    let pairs = crate::eval::tcp_pairs_note(a)?;
+    let pairs = crate::runs::tcp_pairs_note(a)?;
     if a.json {
         let meta = json!({ "command": std::env::args().collect::<Vec<_>>().join(" "), "tcp_pairs": pairs });
         println!("{}", serde_json::to_string_pretty(&json!({ "meta": meta, "rows": rows }))?);

@@ -7,32 +7,32 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::dfsio::DfsioJob;
+use crate::energy::{self, Config, PowerTable};
+use crate::grep::{GrepJob, Variant};
+use crate::kv::{KvJob, Mix};
+use crate::sort::SortJob;
+use crate::streams::{FabricStreams, Streams, TcpStreams};
+use crate::{DataPath, FabricPath, Net, RunResult, TcpPath};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use rackwire_eval::dfsio::DfsioJob;
-use rackwire_eval::energy::{self, Config, PowerTable};
-use rackwire_eval::grep::{GrepJob, Variant};
-use rackwire_eval::kv::{KvJob, Mix};
-use rackwire_eval::sort::SortJob;
-use rackwire_eval::streams::{FabricStreams, Streams, TcpStreams};
-use rackwire_eval::{DataPath, FabricPath, Net, RunResult, TcpPath};
 use serde_json::json;
 
 /// Records of the sort's data set at scale 1 (200 MB).
-pub(crate) const SORT_RECORDS: u64 = 2_000_000;
+pub const SORT_RECORDS: u64 = 2_000_000;
 /// Bytes each dfsio writer writes at scale 1.
-pub(crate) const DFSIO_FILE_BYTES: u64 = 64 << 20;
+pub const DFSIO_FILE_BYTES: u64 = 64 << 20;
 /// Bytes of a dfsio block (HDFS's default is 128 MiB; a smaller one gives a short run
 /// several pipelines).
-pub(crate) const DFSIO_BLOCK_BYTES: u64 = 8 << 20;
+pub const DFSIO_BLOCK_BYTES: u64 = 8 << 20;
 /// Keys of the key-value store at scale 1 (1 KB values: 100 MB).
-pub(crate) const KV_KEYS: u64 = 100_000;
+pub const KV_KEYS: u64 = 100_000;
 /// Keys per operation a kv client runs (scale 1: 50 000 operations per client).
 const KV_KEYS_PER_OP: u64 = 2;
 /// The highest open-loop rate per client.
 const KV_RATE_MAX: f64 = 10_000_000.0;
 /// Records of grep's data set at scale 1 (200 MB).
-pub(crate) const GREP_RECORDS: u64 = 2_000_000;
+pub const GREP_RECORDS: u64 = 2_000_000;
 /// Repeats at most.
 const REPEAT_MAX: usize = 50;
 /// Where a run's files go when no --dir is given: a RAM file system (HP's RAMFS).
@@ -53,8 +53,9 @@ const PHASE_ORDER: [&str; 7] = ["read", "partition", "shuffle", "sort", "write",
 /// The first line of a rank 0's result.
 const RESULT_PREFIX: &str = "RESULT ";
 
+/// What `rackwire eval` was asked (its command line).
 #[derive(Args, Clone)]
-pub(crate) struct EvalArgs {
+pub struct EvalArgs {
     /// `sort`, `grep`, `dfsio` (replicated block writes, TestDFSIO-like), `kv` (YCSB-like
     /// get/put mixes on a sharded store), `energy` (sort and grep at 1 and 2 cores, priced as HP's Tables 2
     /// and 3, and Marlin's Table 3 from the power table), or `all` (the micro-benchmarks, the
@@ -125,7 +126,7 @@ pub(crate) struct EvalArgs {
 impl EvalArgs {
     /// `rackwire eval WORKLOAD --ranks RANKS --scale SCALE` with every other option at its
     /// default.
-    pub(crate) fn new(workload: &str, ranks: usize, scale: f64) -> EvalArgs {
+    pub fn new(workload: &str, ranks: usize, scale: f64) -> EvalArgs {
         EvalArgs {
             workload: workload.into(),
             ranks,
@@ -150,7 +151,7 @@ impl EvalArgs {
 
 /// One rank's orders (`rackwire eval-worker`).
 #[derive(Args, Clone, Debug)]
-pub(crate) struct WorkerArgs {
+pub struct WorkerArgs {
     #[arg(long)]
     workload: String,
     #[arg(long)]
@@ -186,13 +187,13 @@ fn pin_to_cores(k: usize) -> Result<()> {
 }
 
 /// A rank of an eval job: runs the workload once over one data path.
-pub(crate) fn worker(a: &WorkerArgs) -> Result<()> {
+pub fn worker(a: &WorkerArgs) -> Result<()> {
     if let Some(k) = a.cores {
         pin_to_cores(k)?;
     }
     let mut g = rackwire_coll::Group::from_env()?;
     let net = Net::parse(&a.net)?;
-    let tcp = rackwire_eval::net::tcp_bind_from_env();
+    let tcp = crate::net::tcp_bind_from_env();
     let result = match a.workload.as_str() {
         // Made of collective steps: a data path that exchanges blocks.
         "sort" | "grep" => {
@@ -274,7 +275,7 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
     if a.fsync {
         cmd.arg("--fsync");
     }
-    let rapl = rackwire_eval::rapl::Rapl::start(Path::new(rackwire_eval::rapl::POWERCAP));
+    let rapl = crate::rapl::Rapl::start(Path::new(crate::rapl::POWERCAP));
     let o = cmd.output().context("running the eval job")?;
     let rapl_joules = rapl.and_then(|r| r.joules());
     let out = String::from_utf8_lossy(&o.stdout);
@@ -298,7 +299,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// The run whose time is the median of `runs` (the nearest one): it speaks for them (its
 /// phases and CPU use).
-pub(crate) fn median_run(runs: &[RunResult]) -> &RunResult {
+pub fn median_run(runs: &[RunResult]) -> &RunResult {
     let mut secs: Vec<f64> = runs.iter().map(|r| r.secs).collect();
     let med = median(&mut secs);
     runs.iter().min_by(|x, y| (x.secs - med).abs().total_cmp(&(y.secs - med).abs())).expect("one run")
@@ -315,13 +316,13 @@ fn rack_config(rack: Option<&Path>) -> Result<Option<rackwire_rack::RackConfig>>
 }
 
 /// The hosts of the rack `rack` that run ranks, if a rack is given.
-pub(crate) fn rack_hosts(rack: Option<&Path>) -> Result<Option<usize>> {
+pub fn rack_hosts(rack: Option<&Path>) -> Result<Option<usize>> {
     Ok(rack_config(rack)?.map(|cfg| cfg.hosts.iter().filter(|h| !h.remote).count()))
 }
 
 /// What the TCP path's pairs of ranks crossed: every pair over the host's loopback (no rack),
 /// or how many over the rails and how many within a host.
-pub(crate) fn tcp_pairs_note(a: &EvalArgs) -> Result<String> {
+pub fn tcp_pairs_note(a: &EvalArgs) -> Result<String> {
     let pairs = a.ranks * a.ranks.saturating_sub(1) / 2;
     Ok(match rack_hosts(a.rack.as_deref())? {
         None => format!("TCP: all {pairs} pairs of ranks over this machine's loopback (no rack)"),
@@ -336,7 +337,7 @@ pub(crate) fn tcp_pairs_note(a: &EvalArgs) -> Result<String> {
 }
 
 /// The rails' rate of the rack (Gbit/s), if shaped.
-pub(crate) fn rail_gbit(rack: Option<&Path>) -> Result<Option<f64>> {
+pub fn rail_gbit(rack: Option<&Path>) -> Result<Option<f64>> {
     let Some(cfg) = rack_config(rack)? else { return Ok(None) };
     Ok(cfg
         .rails
@@ -348,15 +349,19 @@ pub(crate) fn rail_gbit(rack: Option<&Path>) -> Result<Option<f64>> {
 
 /// Every measured row of one workload (and variant) at one core count: each data path's
 /// repeats.
-pub(crate) struct Measured {
+pub struct Measured {
+    /// The workload (and variant) as its rows name it.
     pub pattern: String,
+    /// The cores the ranks were pinned to (none: not pinned).
     pub cores: Option<usize>,
+    /// Each data path's repeats.
     pub runs: Vec<(Net, Vec<RunResult>)>,
 }
 
-pub(crate) fn check(a: &EvalArgs) -> Result<()> {
-    if !(1..=crate::launch::LAUNCH_RANKS_MAX).contains(&a.ranks) {
-        bail!("--ranks must be 1..={}", crate::launch::LAUNCH_RANKS_MAX);
+/// Refuse arguments no run can take (ranks beyond a job's, a scale or repeat of 0).
+pub fn check(a: &EvalArgs) -> Result<()> {
+    if !(1..=rackwire_coll::RANKS_MAX).contains(&a.ranks) {
+        bail!("--ranks must be 1..={}", rackwire_coll::RANKS_MAX);
     }
     if !(1..=REPEAT_MAX).contains(&a.repeat) {
         bail!("--repeat must be 1..={REPEAT_MAX}");
@@ -389,7 +394,7 @@ pub(crate) fn check(a: &EvalArgs) -> Result<()> {
 
 /// Run `workload` (and `variant`) over every path of `a.net`, `a.repeat` times, in a work
 /// folder of its own.
-pub(crate) fn measure_set(a: &EvalArgs, workload: &str, variant: Option<&str>) -> Result<Measured> {
+pub fn measure_set(a: &EvalArgs, workload: &str, variant: Option<&str>) -> Result<Measured> {
     let dir = work_dir(a)?;
     let m = measure(a, &dir, workload, variant);
     let _ = std::fs::remove_dir_all(&dir);
@@ -480,7 +485,8 @@ fn work_dir(a: &EvalArgs) -> Result<PathBuf> {
     Ok(dir)
 }
 
-pub(crate) fn load_table(a: &EvalArgs) -> Result<PowerTable> {
+/// The component power table: `--power`'s, or the shipped one.
+pub fn load_table(a: &EvalArgs) -> Result<PowerTable> {
     Ok(match &a.power {
         Some(p) => {
             PowerTable::parse(&std::fs::read_to_string(p).with_context(|| format!("power table {}", p.display()))?)?
@@ -491,18 +497,18 @@ pub(crate) fn load_table(a: &EvalArgs) -> Result<PowerTable> {
 
 /// The arguments with a rack description replaced by the name of the rack it brought up, and
 /// the guard that takes it down.
-pub(crate) fn rack_once(a: &EvalArgs) -> Result<(EvalArgs, Option<rackwire_rack::DownOnDrop>)> {
+pub fn rack_once(a: &EvalArgs) -> Result<(EvalArgs, Option<rackwire_rack::DownOnDrop>)> {
     let mut a = a.clone();
     let Some(rack) = a.rack.clone().filter(|r| r.is_file()) else { return Ok((a, None)) };
     // Checked before a rack is brought up for nothing.
     check(&a)?;
-    let (state, down) = crate::launch::rack_up(&rack, false)?;
+    let (state, down) = rackwire_rack::place::up_or_load(&rack, false, &rackwire_bench::spawn::own_exe()?)?;
     a.rack = Some(PathBuf::from(&state.config.name));
     Ok((a, down))
 }
 
 /// `rackwire eval sort|grep`: the rows, printed or returned.
-pub(crate) fn measure_rows(a: &EvalArgs) -> Result<Vec<serde_json::Value>> {
+pub fn measure_rows(a: &EvalArgs) -> Result<Vec<serde_json::Value>> {
     check(a)?;
     let table = load_table(a)?;
     let gbit = rail_gbit(a.rack.as_deref())?;
@@ -522,7 +528,7 @@ pub(crate) fn measure_rows(a: &EvalArgs) -> Result<Vec<serde_json::Value>> {
 }
 
 /// A row's phases in the order they run (the JSON object is keyed by name).
-pub(crate) fn phases_in_order(r: &serde_json::Value) -> Vec<(&str, f64)> {
+pub fn phases_in_order(r: &serde_json::Value) -> Vec<(&str, f64)> {
     let order = |k: &str| PHASE_ORDER.iter().position(|p| *p == k).unwrap_or(PHASE_ORDER.len());
     let mut phases: Vec<(&str, f64)> = r["phases"]
         .as_object()
@@ -533,7 +539,7 @@ pub(crate) fn phases_in_order(r: &serde_json::Value) -> Vec<(&str, f64)> {
 }
 
 /// The rows as a table.
-pub(crate) fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
+pub fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
     let mut t = rackwire_bench::table();
     t.set_header([
         "workload",

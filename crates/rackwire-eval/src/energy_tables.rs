@@ -1,14 +1,14 @@
 //! `rackwire eval energy`: HP's efficiency tables (Tables 2 and 3) from runs measured now, and
 //! Marlin's Table 3 from the power table. Every energy figure is an estimate from the model
-//! (`rackwire_eval::energy`), never a measurement.
+//! (`crate::energy`), never a measurement.
 
+use crate::energy::{self, improvement, Config, Estimate, PowerTable};
+use crate::grep::Variant;
+use crate::Net;
 use anyhow::Result;
-use rackwire_eval::energy::{self, improvement, Config, Estimate, PowerTable};
-use rackwire_eval::grep::Variant;
-use rackwire_eval::Net;
 use serde_json::json;
 
-use crate::eval::EvalArgs;
+use crate::runs::EvalArgs;
 
 /// The model's assumptions, printed under the tables.
 const MODEL_NOTE: &str = "Energy figures are estimates from a model, not measurements: each rank is a node with the \
@@ -45,9 +45,9 @@ fn measure_cells(a: &EvalArgs, table: &PowerTable, gbit: Option<f64>) -> Result<
             args.net = vec!["fabric".into(), "tcp".into()];
             args.variant = variant.map(|v| vec![v.name().to_string()]).unwrap_or_default();
             args.cores = Some(cores);
-            let m = crate::eval::measure_set(&args, workload, variant.map(Variant::name))?;
+            let m = crate::runs::measure_set(&args, workload, variant.map(Variant::name))?;
             for (net, runs) in &m.runs {
-                let run = crate::eval::median_run(runs);
+                let run = crate::runs::median_run(runs);
                 let network = energy::network_kind(&run.transport, gbit);
                 let cfg = Config { network: network.into(), storage: "RAMFS".into(), cores: cores as u32 };
                 cells.push(Cell {
@@ -68,7 +68,8 @@ fn pct(x: f64) -> String {
     format!("{:+.0}%", x * 100.0)
 }
 
-pub(crate) fn run(a: &EvalArgs) -> Result<()> {
+/// `rackwire eval energy`: measure, price and print the energy tables.
+pub fn run(a: &EvalArgs) -> Result<()> {
     let (doc, text) = tables(a)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -79,10 +80,10 @@ pub(crate) fn run(a: &EvalArgs) -> Result<()> {
 }
 
 /// Measure and price every configuration: the JSON document and the tables as text.
-pub(crate) fn tables(a: &EvalArgs) -> Result<(serde_json::Value, String)> {
-    crate::eval::check(a)?;
-    let table = crate::eval::load_table(a)?;
-    let gbit = crate::eval::rail_gbit(a.rack.as_deref())?;
+pub fn tables(a: &EvalArgs) -> Result<(serde_json::Value, String)> {
+    crate::runs::check(a)?;
+    let table = crate::runs::load_table(a)?;
+    let gbit = crate::runs::rail_gbit(a.rack.as_deref())?;
     let cells = measure_cells(a, &table, gbit)?;
     let find = |pattern: &str, cores: usize, net: Net| {
         cells.iter().find(|c| c.pattern == pattern && c.cores == cores && c.net == net)
