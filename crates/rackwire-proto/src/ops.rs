@@ -139,6 +139,28 @@ pub(crate) struct Ops {
     next_msg: u64,
     /// Deadlines, for timeouts.
     deadlines: BTreeMap<(Time, OpId), ()>,
+    /// Operations the target completed, by kind.
+    done: DoneCounts,
+}
+
+/// Operations of this end the target completed (refused, timed out and closed ones are not
+/// counted), by kind, with their payload bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DoneCounts {
+    /// Writes placed (each whole write once, however many frames it took).
+    pub writes: u64,
+    /// Their payload bytes.
+    pub bytes_written: u64,
+    /// Of those writes, the ones that raised a notification at the target.
+    pub notified: u64,
+    /// Reads answered with their data.
+    pub reads: u64,
+    /// Their bytes.
+    pub bytes_read: u64,
+    /// Atomics answered with the old value.
+    pub atomics: u64,
+    /// Messages delivered.
+    pub messages: u64,
 }
 
 fn flag_bits(f: &OpFlags) -> u8 {
@@ -316,10 +338,30 @@ impl Ops {
             Body::Write { .. } | Body::Msg { .. } | Body::Atomic { .. } => {}
         }
         let op = self.finish(id)?;
+        let d = &mut self.done;
         Some(Ok(match op.body {
-            Body::Atomic { .. } => Completion::Value(imm),
-            _ => Completion::Done,
+            Body::Atomic { .. } => {
+                d.atomics += 1;
+                Completion::Value(imm)
+            }
+            Body::Write { data, .. } => {
+                d.writes += 1;
+                d.bytes_written += data.len() as u64;
+                d.notified += u64::from(op.flags.notify.is_some());
+                Completion::Done
+            }
+            Body::Msg { .. } => {
+                d.messages += 1;
+                Completion::Done
+            }
+            // Not reached: a read completes by its data (above).
+            Body::Read { .. } => Completion::Done,
         }))
+    }
+
+    /// Operations the target completed so far.
+    pub fn done(&self) -> DoneCounts {
+        self.done
     }
 
     pub fn on_refused(&mut self, id: OpId, why: Refusal) -> Option<Result<Completion, OpError>> {
@@ -345,6 +387,8 @@ impl Ops {
         }
         let op = self.finish(id)?;
         let Body::Read { buf, .. } = op.body else { unreachable!("checked above") };
+        self.done.reads += 1;
+        self.done.bytes_read += buf.len() as u64;
         Some(Ok(Completion::Data(buf)))
     }
 

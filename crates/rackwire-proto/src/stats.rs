@@ -98,8 +98,20 @@ pub struct ConnStats {
     /// Datagrams dropped: at the sender, its queue full; at the receiver, no room in the
     /// application's queues.
     pub datagrams_dropped: u64,
-    /// Payload bytes of completed writes.
+    /// Writes of this end the target placed (each whole write once).
+    pub writes: u64,
+    /// Payload bytes of those writes.
     pub bytes_written: u64,
+    /// Of those writes, the ones that raised a notification at the target.
+    pub notifications_sent: u64,
+    /// Reads of this end answered with their data.
+    pub reads: u64,
+    /// Their bytes.
+    pub bytes_read: u64,
+    /// Atomics of this end answered.
+    pub atomics: u64,
+    /// Messages of this end delivered.
+    pub messages_sent: u64,
     /// The frame length data goes in once the path is searched, bytes (0: still searching).
     pub path_frame_max: u64,
     /// Per link.

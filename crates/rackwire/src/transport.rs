@@ -125,7 +125,9 @@ pub(crate) trait PeerTransport: Send + Sync + 'static {
 /// Counters of one connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ConnStats {
-    /// One-sided writes (each batch counts once).
+    /// One-sided writes completed, as the transport carried them: over shared memory a batch
+    /// or a write with a signal counts once; over the edge transport each entry of a batch,
+    /// and a signal apart from its data.
     pub writes: u64,
     /// One-sided reads.
     pub reads: u64,

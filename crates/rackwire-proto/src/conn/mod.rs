@@ -459,6 +459,9 @@ impl Connection {
     /// Counters.
     pub fn stats(&self) -> ConnStats {
         let mut s = self.stats.clone();
+        let d = self.ops.done();
+        (s.writes, s.bytes_written, s.notifications_sent) = (d.writes, d.bytes_written, d.notified);
+        (s.reads, s.bytes_read, s.atomics, s.messages_sent) = (d.reads, d.bytes_read, d.atomics, d.messages);
         for (i, l) in self.links.iter().enumerate() {
             s.links[i] = l.stats;
             s.links[i].window = l.window() as u64;

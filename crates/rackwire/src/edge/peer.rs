@@ -408,8 +408,14 @@ impl PeerTransport for EdgePeer {
         let Some(s) = st.conns.get(self.local) else { return ConnStats::default() };
         let p = s.conn().stats();
         ConnStats {
-            refused: p.refused,
+            writes: p.writes,
+            reads: p.reads,
+            atomics: p.atomics,
             bytes_written: p.bytes_written,
+            bytes_read: p.bytes_read,
+            messages_sent: p.messages_sent,
+            notifications_sent: p.notifications_sent,
+            refused: p.refused,
             frames_sent: p.frames_sent,
             frames_received: p.frames_received,
             data_frames: p.data_frames,
