@@ -214,23 +214,23 @@ impl Conn {
         Ok(PyBytes::new(py, &m))
     }
 
-    /// The connection's counters.
+    /// The connection's counters: every transport's (`writes`, `reads`, `atomics`, their
+    /// bytes, `messages_sent`, `notifications_sent`, `refused`) and its own transport's
+    /// (shared memory's ring waits, doorbells and mappings; the edge transport's frames,
+    /// losses, sealing and datagrams), by name.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.stats();
         let d = PyDict::new(py);
-        for (k, v) in [
-            ("writes", s.writes),
-            ("reads", s.reads),
-            ("atomics", s.atomics),
-            ("bytes_written", s.bytes_written),
-            ("bytes_read", s.bytes_read),
-            ("messages_sent", s.messages_sent),
-            ("refused", s.refused),
-            ("frames_sent", s.frames_sent),
-            ("frames_received", s.frames_received),
-            ("retransmits", s.retransmits),
-        ] {
-            d.set_item(k, v)?;
+        let serde_json::Value::Object(fields) =
+            serde_json::to_value(self.inner.stats()).map_err(|e| bad(e.to_string()))?
+        else {
+            return Ok(d);
+        };
+        for (k, v) in fields {
+            match v {
+                serde_json::Value::Bool(b) => d.set_item(k, b)?,
+                serde_json::Value::Number(n) => d.set_item(k, n.as_u64().unwrap_or(0))?,
+                _ => {}
+            }
         }
         Ok(d)
     }

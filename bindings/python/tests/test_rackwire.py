@@ -85,6 +85,8 @@ def test_write_notify_atomics_batch(pair):
     assert owner.wait_notification(5.0).imm == 7
     stats = conn.stats()
     assert stats["writes"] >= 2 and stats["atomics"] == 3
+    # Shared memory's own counters are there, the edge transport's are not.
+    assert "ring_full_waits" in stats and "frames_sent" not in stats
 
 
 def test_write_signal_and_wait(pair):

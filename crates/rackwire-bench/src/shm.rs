@@ -147,7 +147,7 @@ struct NetCounters {
 
 impl NetCounters {
     fn of(c: &Conn) -> Self {
-        let s = c.stats();
+        let s = c.stats().edge_or_zero();
         NetCounters {
             data_frames: s.data_frames,
             retransmits: s.retransmits,

@@ -346,7 +346,7 @@ pub fn worker(role: &str, total: u64) -> Result<()> {
                 op.wait()?;
             }
             let secs = t0.elapsed().as_secs_f64();
-            let s = conn.stats();
+            let s = conn.stats().edge_or_zero();
             writeln!(
                 out,
                 "{}",

@@ -425,10 +425,10 @@ fn check_fabric(cfg: &FabricConfig) -> Vec<Finding> {
 /// sound path, a few milliseconds where a switch carries less).
 fn check_path(name: &str, conn: &rackwire::Conn) -> Finding {
     let deadline = std::time::Instant::now() + PROBE_TIMEOUT;
-    let mut s = conn.stats();
+    let mut s = conn.stats().edge_or_zero();
     while s.path_frame_max == 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
-        s = conn.stats();
+        s = conn.stats().edge_or_zero();
     }
     match (s.path_frame_max, s.frame_max) {
         (0, _) => warn(

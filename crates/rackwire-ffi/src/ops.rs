@@ -325,6 +325,7 @@ pub extern "C" fn rw_recv(
 pub extern "C" fn rw_conn_stats(c: *const RwConn, out: *mut RwConnStats) -> RwStatus {
     guard(|| {
         let s = obj(c, "connection")?.0.stats();
+        let e = s.edge_or_zero();
         put(
             out,
             RwConnStats {
@@ -335,9 +336,9 @@ pub extern "C" fn rw_conn_stats(c: *const RwConn, out: *mut RwConnStats) -> RwSt
                 bytes_read: s.bytes_read,
                 messages_sent: s.messages_sent,
                 refused: s.refused,
-                frames_sent: s.frames_sent,
-                frames_received: s.frames_received,
-                retransmits: s.retransmits,
+                frames_sent: e.frames_sent,
+                frames_received: e.frames_received,
+                retransmits: e.retransmits,
             },
             "out",
         )

@@ -13,8 +13,10 @@ fn node(mh: &rackwire::MhHandle, name: &str, edge: bool) -> Fabric {
 // Checks, on the shared-memory and the edge transport alike, the counters every transport
 // keeps: after one 100-byte write with a notification, one 16-byte read, one fetch-and-add
 // and one message (each waited for, the notification and message taken at the owner), the
-// initiator's connection counts exactly one of each with their bytes. The edge transport's
-// counted none of these before (its writes, reads, atomics, messages and bytes read were 0).
+// initiator's connection counts exactly one of each with their bytes; and its own transport's
+// part is there, the other's not (shared memory: its ring counters; the edge transport: its
+// frames, sealed). The edge transport counted none of the operations before (its writes,
+// reads, atomics, messages and bytes read were 0).
 #[test]
 fn operations_are_counted_on_both_transports() {
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
@@ -37,5 +39,10 @@ fn operations_are_counted_on_both_transports() {
         let s = conn.stats();
         let got = (s.writes, s.bytes_written, s.notifications_sent, s.reads, s.bytes_read, s.atomics, s.messages_sent);
         assert_eq!(got, (1, 100, 1, 1, 16, 1, 1), "{tag}: {s:?}");
+        match (s.shm, s.edge) {
+            (None, Some(e)) if edge => assert!(e.frames_sent > 0 && e.frames_received > 0 && e.sealed, "{s:?}"),
+            (Some(_), None) if !edge => {}
+            _ => panic!("{tag}: the other transport's counters: {s:?}"),
+        }
     }
 }

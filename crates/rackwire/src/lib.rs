@@ -53,6 +53,7 @@ mod pin;
 mod receive;
 mod region;
 mod shm;
+mod stats;
 mod sync;
 mod transport;
 pub mod vars;
@@ -79,7 +80,7 @@ pub use rackwire_mh::{ManagementHost, MhHandle};
 pub use rackwire_shm::{copy_bytes, COPY_CHANNELS_MAX};
 pub use receive::{Message, Receiver};
 pub use region::{Region, RevokeOutcome, WORD_WAIT_NAP};
-pub use transport::ConnStats;
+pub use stats::{ConnStats, EdgeStats, ShmStats};
 pub use watch::{EdgeMessageHandler, EdgeWatch};
 
 use std::time::Duration;

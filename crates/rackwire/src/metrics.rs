@@ -38,14 +38,18 @@ pub(crate) fn render(node: &Node) -> String {
             *slot = if CONN_GAUGES.contains(&k.as_str()) { slot.max(v) } else { *slot + v };
         }
     }
-    let fields: Vec<String> = conns.values().next().map(|r| r.keys().cloned().collect()).unwrap_or_default();
+    // Every transport's counters, and each transport's own (a family holds the peers whose
+    // transport counts it).
+    let fields: std::collections::BTreeSet<String> = conns.values().flat_map(|r| r.keys().cloned()).collect();
     for f in &fields {
         let gauge = CONN_GAUGES.contains(&f.as_str());
         let name = if gauge { format!("rackwire_peer_{f}") } else { format!("rackwire_peer_{f}_total") };
         let help = format!("Per peer and transport: {}.", f.replace('_', " "));
         t.family(&name, if gauge { Kind::Gauge } else { Kind::Counter }, &help);
         for ((peer, kind), row) in &conns {
-            t.sample(&name, &[("peer", &peer.to_string()), ("transport", kind)], row.get(f).copied().unwrap_or(0.0));
+            if let Some(v) = row.get(f) {
+                t.sample(&name, &[("peer", &peer.to_string()), ("transport", kind)], *v);
+            }
         }
     }
 

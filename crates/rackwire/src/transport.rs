@@ -26,6 +26,7 @@ use bytes::Bytes;
 use std::time::Duration;
 
 use crate::op::{BatchOptions, Notification, Op, OpFlags, Signal};
+use crate::stats::ConnStats;
 use crate::{Error, NodeId, RegionId, RemoteRegion};
 
 /// One live connection to one peer, over some transport.
@@ -120,96 +121,4 @@ pub(crate) trait PeerTransport: Send + Sync + 'static {
     fn link_stats(&self) -> Vec<rackwire_proto::LinkStats> {
         Vec::new()
     }
-}
-
-/// Counters of one connection.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ConnStats {
-    /// One-sided writes completed, as the transport carried them: over shared memory a batch
-    /// or a write with a signal counts once; over the edge transport each entry of a batch,
-    /// and a signal apart from its data.
-    pub writes: u64,
-    /// One-sided reads.
-    pub reads: u64,
-    /// Atomics.
-    pub atomics: u64,
-    /// Payload bytes written.
-    pub bytes_written: u64,
-    /// Payload bytes read.
-    pub bytes_read: u64,
-    /// Messages sent.
-    pub messages_sent: u64,
-    /// Notifications sent.
-    pub notifications_sent: u64,
-    /// Operations refused (access, bounds, key).
-    pub refused: u64,
-    /// Times a sender found the peer's ring full and had to wait.
-    pub ring_full_waits: u64,
-    /// Doorbells that needed a system call (the rest were coalesced).
-    pub doorbells: u64,
-    /// Remote regions mapped.
-    pub mappings: u64,
-    /// Edge transport: frames sent (all kinds).
-    pub frames_sent: u64,
-    /// Edge transport: valid frames received.
-    pub frames_received: u64,
-    /// Edge transport: data frames sent for the first time.
-    pub data_frames: u64,
-    /// Edge transport: data frames sent again.
-    pub retransmits: u64,
-    /// Edge transport: data frames that arrived beyond a gap.
-    pub out_of_order: u64,
-    /// Edge transport: data frames that arrived twice.
-    pub duplicates: u64,
-    /// Edge transport: explicit acknowledgements sent.
-    pub acks_sent: u64,
-    /// Edge transport: negative acknowledgements sent.
-    pub nacks_sent: u64,
-    /// Edge transport: frames dropped as damaged or malformed.
-    pub malformed: u64,
-    /// Edge transport: data frames dropped unacknowledged (sent again later) because the
-    /// application had not read enough of its messages or notifications to take them.
-    pub receiver_full: u64,
-    /// Edge transport: data frames declared lost (each is sent again).
-    pub losses: u64,
-    /// Edge transport: of those, declared lost by the retransmission timer.
-    pub loss_timeouts: u64,
-    /// Edge transport: link window cuts.
-    pub window_cuts: u64,
-    /// Edge transport: window cuts undone because their losses proved spurious.
-    pub cuts_undone: u64,
-    /// Edge transport: the largest frame, as agreed with the peer in the handshake (the
-    /// smaller of the two ends' link MTUs less IP and UDP headers).
-    pub frame_max: u64,
-    /// Edge transport: the longest frame the path to the peer proved to carry on every link
-    /// that carries data (padded probes, once connected; 0 while searching): data frames are at
-    /// most this long, less than `frame_max` where a switch on the way carries less.
-    pub path_frame_max: u64,
-    /// Edge transport: whether the connection's frames are sealed (encrypted and
-    /// authenticated under keys only its two ends hold).
-    pub sealed: bool,
-    /// Edge transport: frames dropped because their authentication tag did not hold (forged,
-    /// damaged, or sealed under other keys).
-    pub forged: u64,
-    /// Edge transport: sealed frames dropped because they were taken before (replays).
-    pub replayed: u64,
-    /// Edge transport: frames dropped because they came unsealed on a sealed connection.
-    pub unsealed: u64,
-    /// Edge transport: unsealed frames that proved nothing (a handshake step in the peer's
-    /// name whose proof does not hold, a close before the keys): ignored, nothing changed.
-    pub unproven: u64,
-    /// Edge transport: Retries a busy peer asked of this end's handshake (each one Hello
-    /// sent again, with the peer's token).
-    pub retries: u64,
-    /// Edge transport: datagrams sent, each in a frame of its own (see
-    /// [`crate::Conn::send_datagram`]; over shared memory they count as messages).
-    pub datagrams_sent: u64,
-    /// Edge transport: datagrams received and handed over as messages.
-    pub datagrams_received: u64,
-    /// Edge transport: datagrams dropped: refused for a full queue on sending, or without
-    /// room for them among the messages not yet read on receiving.
-    pub datagrams_dropped: u64,
-    /// Edge transport: this end's id for the connection (every frame to it carries it in its
-    /// header; chosen at random per node run).
-    pub conn_id: u32,
 }

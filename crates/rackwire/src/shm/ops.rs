@@ -179,10 +179,12 @@ impl PeerTransport for ShmPeer {
             messages_sent: lock(&self.tx_msg).records,
             notifications_sent: s.notifications_sent.load(Relaxed),
             refused: s.refused.load(Relaxed),
-            ring_full_waits: s.ring_full_waits.load(Relaxed),
-            doorbells: self.bell.rings(),
-            mappings: s.mappings.load(Relaxed),
-            ..ConnStats::default()
+            shm: Some(crate::ShmStats {
+                ring_full_waits: s.ring_full_waits.load(Relaxed),
+                doorbells: self.bell.rings(),
+                mappings: s.mappings.load(Relaxed),
+            }),
+            edge: None,
         }
     }
 }
