@@ -1,4 +1,6 @@
-//! One exception class per error kind, all under `RackwireError`.
+//! One exception class per error, all under `RackwireError`, grouped under the three kinds a
+//! caller handles alike (`rackwire::ErrorKind`): `AccessRefusedError`, `ConnectionLostError`,
+//! `BadUseError`.
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -7,27 +9,50 @@ use rackwire::Error;
 use rackwire_coll::CollError;
 
 create_exception!(rackwire, RackwireError, PyException, "Every error rackwire raises.");
-create_exception!(rackwire, UngrantedError, RackwireError, "The owner has not granted the access the operation needs.");
-create_exception!(rackwire, RevokedError, RackwireError, "The owner revoked the grant.");
-create_exception!(rackwire, OutOfBoundsError, RackwireError, "The range lies (partly) outside the region.");
-create_exception!(rackwire, MisalignedError, RackwireError, "An atomic at an offset that is not 8-byte aligned.");
-create_exception!(rackwire, BadKeyError, RackwireError, "The handle's key does not match: forged or stale.");
-create_exception!(rackwire, UnknownRegionError, RackwireError, "The owner has no such region.");
-create_exception!(rackwire, UnknownPeerError, RackwireError, "No such node.");
-create_exception!(rackwire, PeerGoneError, RackwireError, "The peer went away.");
-create_exception!(rackwire, UnreachableError, RackwireError, "No transport reaches the peer.");
-create_exception!(rackwire, TimeoutError, RackwireError, "The operation did not complete in time.");
-create_exception!(rackwire, MessageTooLargeError, RackwireError, "A message above the limit.");
-create_exception!(rackwire, LimitError, RackwireError, "A limit was reached (regions, peers, batch entries, ranks).");
-create_exception!(rackwire, BadHandleError, RackwireError, "A region handle could not be parsed.");
-create_exception!(rackwire, ProtocolError, RackwireError, "The peer failed authentication or broke the protocol.");
-create_exception!(rackwire, ConfigError, RackwireError, "Bad configuration.");
+create_exception!(
+    rackwire,
+    AccessRefusedError,
+    RackwireError,
+    "The target's rules refused the operation; nothing of the target was touched."
+);
+create_exception!(
+    rackwire,
+    ConnectionLostError,
+    RackwireError,
+    "The peer is gone, unreachable, broke the protocol or did not answer in time."
+);
+create_exception!(rackwire, BadUseError, RackwireError, "The call itself was wrong: retrying it fails the same way.");
+create_exception!(
+    rackwire,
+    UngrantedError,
+    AccessRefusedError,
+    "The owner has not granted the access the operation needs."
+);
+create_exception!(rackwire, RevokedError, AccessRefusedError, "The owner revoked the grant.");
+create_exception!(rackwire, OutOfBoundsError, AccessRefusedError, "The range lies (partly) outside the region.");
+create_exception!(rackwire, MisalignedError, AccessRefusedError, "An atomic at an offset that is not 8-byte aligned.");
+create_exception!(rackwire, BadKeyError, AccessRefusedError, "The handle's key does not match: forged or stale.");
+create_exception!(rackwire, UnknownRegionError, AccessRefusedError, "The owner has no such region.");
+create_exception!(rackwire, UnknownPeerError, BadUseError, "No such node.");
+create_exception!(rackwire, PeerGoneError, ConnectionLostError, "The peer went away.");
+create_exception!(rackwire, UnreachableError, ConnectionLostError, "No transport reaches the peer.");
+create_exception!(rackwire, TimeoutError, ConnectionLostError, "The operation did not complete in time.");
+create_exception!(rackwire, MessageTooLargeError, BadUseError, "A message above the limit.");
+create_exception!(rackwire, LimitError, BadUseError, "A limit was reached (regions, peers, batch entries, ranks).");
+create_exception!(rackwire, BadHandleError, BadUseError, "A region handle could not be parsed.");
+create_exception!(
+    rackwire,
+    ProtocolError,
+    ConnectionLostError,
+    "The peer failed authentication or broke the protocol."
+);
+create_exception!(rackwire, ConfigError, BadUseError, "Bad configuration.");
 create_exception!(rackwire, ManagementHostError, RackwireError, "The management host refused or could not be reached.");
 create_exception!(rackwire, SystemResourceError, RackwireError, "A system resource failed.");
 create_exception!(rackwire, ClosedError, RackwireError, "The fabric was closed.");
 create_exception!(rackwire, BusyError, RackwireError, "The region is moving to fresh memory: try again shortly.");
-create_exception!(rackwire, RankGoneError, RackwireError, "A rank of the group is gone.");
-create_exception!(rackwire, BadArgumentError, RackwireError, "Arguments that do not fit together.");
+create_exception!(rackwire, RankGoneError, ConnectionLostError, "A rank of the group is gone.");
+create_exception!(rackwire, BadArgumentError, BadUseError, "Arguments that do not fit together.");
 
 /// The exception for a Rust error.
 pub(crate) fn to_py(e: Error) -> PyErr {
@@ -80,6 +105,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     add!(
         RackwireError,
+        AccessRefusedError,
+        ConnectionLostError,
+        BadUseError,
         UngrantedError,
         RevokedError,
         OutOfBoundsError,

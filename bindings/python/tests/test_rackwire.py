@@ -225,6 +225,16 @@ def test_every_error_kind_is_its_own_class():
     assert len(set(classes)) == len(kinds)
     for c in classes:
         assert issubclass(c, rackwire.RackwireError) and c is not rackwire.RackwireError
+    # Grouped as the Rust API's ErrorKind groups them: one except clause per way of handling.
+    groups = {
+        rackwire.AccessRefusedError: ["Ungranted", "Revoked", "OutOfBounds", "Misaligned", "BadKey", "UnknownRegion"],
+        rackwire.ConnectionLostError: ["PeerGone", "Unreachable", "Timeout", "Protocol", "RankGone"],
+        rackwire.BadUseError: ["UnknownPeer", "MessageTooLarge", "Limit", "BadHandle", "Config", "BadArgument"],
+    }
+    for group, members in groups.items():
+        assert issubclass(group, rackwire.RackwireError)
+        for k in kinds:
+            assert issubclass(getattr(rackwire, k + "Error"), group) == (k in members), (group, k)
 
 
 def test_waits_release_the_gil(pair):

@@ -121,6 +121,54 @@ pub enum Error {
     },
 }
 
+/// What a caller does about an [`Error`]: its variants grouped by how they are handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The target's rules refused the operation (no grant, a revoked one, a range outside the
+    /// region, a misaligned atomic, a stale or forged handle, a region that is gone): nothing
+    /// of the target was touched. Fix the request, or ask the owner for a grant.
+    Refused,
+    /// The peer is gone, unreachable, broke the protocol, or did not answer in time: the
+    /// operation's effect is unknown unless it completed. Reconnect, or try elsewhere.
+    Lost,
+    /// The call itself was wrong: configuration, an unknown node, a handle that does not
+    /// parse, a message or batch past its limit. Retrying the same call fails the same way.
+    BadUse,
+    /// The management host refused (a wrong secret, a name taken) or cannot be reached.
+    ManagementHost,
+    /// A system resource failed (memory, descriptors, sockets, threads).
+    System,
+    /// The region is moving to fresh memory: the same call succeeds shortly.
+    TryAgain,
+    /// This node's fabric was closed.
+    Closed,
+}
+
+impl Error {
+    /// How a caller handles this error (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Ungranted { .. }
+            | Error::Revoked { .. }
+            | Error::OutOfBounds { .. }
+            | Error::Misaligned { .. }
+            | Error::BadKey { .. }
+            | Error::UnknownRegion { .. } => ErrorKind::Refused,
+            Error::PeerGone(_) | Error::Unreachable { .. } | Error::Timeout | Error::Protocol(_) => ErrorKind::Lost,
+            Error::UnknownPeer(_)
+            | Error::MessageTooLarge { .. }
+            | Error::Limit(_)
+            | Error::BadHandle(_)
+            | Error::Config(_) => ErrorKind::BadUse,
+            Error::Mh(_) => ErrorKind::ManagementHost,
+            Error::Sys { .. } => ErrorKind::System,
+            Error::Busy { .. } => ErrorKind::TryAgain,
+            Error::Closed => ErrorKind::Closed,
+        }
+    }
+}
+
 /// What the initiator knows of an operation the target refused, to complete the error.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RefusedOp {
@@ -221,5 +269,31 @@ mod tests {
         let shm =
             rackwire_shm::ShmError::Sys { op: "mmap", source: std::io::Error::from(std::io::ErrorKind::OutOfMemory) };
         assert!(matches!(Error::from(shm), Error::Sys { op: "mmap", kind: std::io::ErrorKind::OutOfMemory, .. }));
+    }
+
+    // Checks the grouping by hand for one error of each kind: access refusals (a missing
+    // grant, a range past the end) are `Refused`, a gone peer and a timeout `Lost`, a bad
+    // configuration and a message past its limit `BadUse`, a wrong secret `ManagementHost`, a
+    // failed system call `System`, a moving region `TryAgain`, a closed fabric `Closed`.
+    #[test]
+    fn each_error_has_the_kind_a_caller_acts_on() {
+        let cases = [
+            (Error::Ungranted { region: 1, needed: Access::WRITE }, ErrorKind::Refused),
+            (Error::OutOfBounds { region: 1, offset: 8, len: 8, region_len: 8 }, ErrorKind::Refused),
+            (Error::PeerGone(3), ErrorKind::Lost),
+            (Error::Timeout, ErrorKind::Lost),
+            (Error::Config("no links".into()), ErrorKind::BadUse),
+            (Error::MessageTooLarge { len: 1 << 20, max: 1 << 16 }, ErrorKind::BadUse),
+            (
+                Error::Mh(MhErrorText { denied: true, not_found: false, text: "wrong secret".into() }),
+                ErrorKind::ManagementHost,
+            ),
+            (Error::sys("mmap", &std::io::Error::from(std::io::ErrorKind::OutOfMemory)), ErrorKind::System),
+            (Error::Busy { region: 1 }, ErrorKind::TryAgain),
+            (Error::Closed, ErrorKind::Closed),
+        ];
+        for (e, kind) in cases {
+            assert_eq!(e.kind(), kind, "{e}");
+        }
     }
 }
