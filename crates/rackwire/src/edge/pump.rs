@@ -21,9 +21,9 @@ fn owed(st: &State) -> bool {
 }
 
 /// Whether a round that hands over what it took (`frames` of them) may end early though the
-/// round before did too: only for a lone frame (a ping-pong's, not a stream's: a first version
-/// that let a stream's rounds end early in a row, and go to the spin without a look, cost a TCP
-/// stream across racks 8-12% of its rate), while nothing waits for a whole round (no operation
+/// round before did too: only for a lone frame (a ping-pong's, not a stream's: a stream whose
+/// rounds end early in a row goes to the spin without a look at its sockets, and loses rate),
+/// while nothing waits for a whole round (no operation
 /// gathered to send and no frame owed at once, `waiting` false; no deadline known to have
 /// passed, `due`), and the last whole round ran (at `whole_at`) less than [`ANSWER_HOLD_US`]
 /// before `now`: an answer held, or a deadline moved earlier since `due` was taken, waits no
