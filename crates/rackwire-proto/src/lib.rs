@@ -84,7 +84,7 @@ pub use refusal::Refusal;
 pub use seal::{REPLAY_WINDOW, TRAILER_LEN};
 pub use sent::SEND_SPAN_MAX;
 pub use stats::{ConnStats, LinkStats};
-pub use target::Target;
+pub use target::{RegionReq, Span, Target};
 
 /// Microseconds since an origin the caller chooses.
 pub type Time = u64;

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use rackwire_proto::{AtomicOp, Refusal, Target, Time};
+use rackwire_proto::{AtomicOp, Refusal, RegionReq, Span, Target, Time};
 
 /// A region of simulated memory.
 #[derive(Debug)]
@@ -69,18 +69,10 @@ impl MemTarget {
 }
 
 impl Target for MemTarget {
-    fn write(
-        &mut self,
-        peer: u32,
-        region: u32,
-        key: u128,
-        op_offset: u64,
-        op_len: u64,
-        at: u64,
-        data: &[u8],
-    ) -> Result<(), Refusal> {
+    fn write(&mut self, req: RegionReq, whole: Span, at: u64, data: &[u8]) -> Result<(), Refusal> {
+        let (region, op_offset, op_len) = (req.region, whole.offset, whole.len);
         let now = self.now;
-        let r = match self.check(peer, region, key, op_offset, op_len) {
+        let r = match self.check(req.peer, region, req.key, op_offset, op_len) {
             Ok(r) => r,
             Err(e) => {
                 self.refusals += 1;
@@ -103,17 +95,17 @@ impl Target for MemTarget {
         Ok(())
     }
 
-    fn read(&mut self, peer: u32, region: u32, key: u128, offset: u64, out: &mut [u8]) -> Result<(), Refusal> {
-        let r = self.check(peer, region, key, offset, out.len() as u64)?;
+    fn read(&mut self, req: RegionReq, offset: u64, out: &mut [u8]) -> Result<(), Refusal> {
+        let r = self.check(req.peer, req.region, req.key, offset, out.len() as u64)?;
         out.copy_from_slice(&r.data[offset as usize..offset as usize + out.len()]);
         Ok(())
     }
 
-    fn atomic(&mut self, peer: u32, region: u32, key: u128, offset: u64, op: AtomicOp) -> Result<u64, Refusal> {
+    fn atomic(&mut self, req: RegionReq, offset: u64, op: AtomicOp) -> Result<u64, Refusal> {
         if !offset.is_multiple_of(8) {
             return Err(Refusal::Misaligned);
         }
-        let r = self.check(peer, region, key, offset, 8)?;
+        let r = self.check(req.peer, req.region, req.key, offset, 8)?;
         let at = offset as usize;
         let old = u64::from_le_bytes(r.data[at..at + 8].try_into().expect("8 bytes"));
         let new = match op {

@@ -14,7 +14,7 @@ use super::{unwrap_seq, CloseReason, Connection, Event, State};
 use crate::ops::WriteOutcome;
 use crate::recv::Arrival;
 use crate::seal::Unsealed;
-use crate::{AtomicOp, Completion, OpError, OpId, Refusal, Target, Time};
+use crate::{AtomicOp, Completion, OpError, OpId, Refusal, RegionReq, Span, Target, Time};
 
 /// What a segment hands the application once it acts: message bytes, and notifications.
 pub(super) fn handed_over((s, body): &(SegmentRepr, &[u8])) -> (usize, usize) {
@@ -323,7 +323,7 @@ impl Connection {
 
     /// Act on one segment of a new data frame.
     pub(super) fn on_segment(&mut self, s: &SegmentRepr, body: &[u8], target: &mut dyn Target) {
-        let peer = self.peer;
+        let req = RegionReq { peer: self.peer, region: s.region, key: s.key };
         self.signalled |= s.flags & SEG_ORDERED != 0;
         match s.kind {
             SegKind::Write
@@ -331,7 +331,7 @@ impl Connection {
             {
                 // A whole write, nothing else in progress: placed and answered at once, without
                 // the bookkeeping of a write that comes in pieces.
-                let r = target.write(peer, s.region, s.key, s.offset, s.op_len as u64, s.offset, body);
+                let r = target.write(req, Span { offset: s.offset, len: s.op_len as u64 }, s.offset, body);
                 let notify = (r.is_ok() && s.flags & SEG_NOTIFY != 0).then_some((
                     s.region,
                     s.offset,
@@ -342,8 +342,12 @@ impl Connection {
             }
             SegKind::Write => {
                 self.incoming.begin_write(s);
-                let r =
-                    target.write(peer, s.region, s.key, s.offset, s.op_len as u64, s.offset + s.frag_off as u64, body);
+                let r = target.write(
+                    req,
+                    Span { offset: s.offset, len: s.op_len as u64 },
+                    s.offset + s.frag_off as u64,
+                    body,
+                );
                 self.write_done(s.op, body.len(), r);
                 for (frag_off, data) in self.incoming.unstash(s.op) {
                     self.write_more(s.op, frag_off, &data, target);
@@ -362,14 +366,14 @@ impl Connection {
                     Ok(())
                 } else {
                     match s.offset.checked_add(len - 1) {
-                        Some(last) => target.read(peer, s.region, s.key, last, &mut [0u8; 1]),
+                        Some(last) => target.read(req, last, &mut [0u8; 1]),
                         None => Err(Refusal::OutOfBounds { region_len: 0 }),
                     }
                 };
                 let mut data = Vec::new();
                 let read = checked.and_then(|()| {
                     data = vec![0u8; len as usize];
-                    target.read(peer, s.region, s.key, s.offset, &mut data)
+                    target.read(req, s.offset, &mut data)
                 });
                 match read {
                     Ok(()) => {
@@ -409,7 +413,7 @@ impl Connection {
                 } else {
                     AtomicOp::FetchAdd(s.imm)
                 };
-                match target.atomic(peer, s.region, s.key, s.offset, op) {
+                match target.atomic(req, s.offset, op) {
                     Ok(old) => self.answer(s.op, None, old),
                     Err(r) => self.answer(s.op, Some(r), 0),
                 }
@@ -450,7 +454,12 @@ impl Connection {
             if frag_off as u64 + body.len() as u64 > p.op_len {
                 return Err(Refusal::OutOfBounds { region_len: 0 });
             }
-            target.write(self.peer, p.region, p.key, p.offset, p.op_len, p.offset + frag_off as u64, body)
+            target.write(
+                RegionReq { peer: self.peer, region: p.region, key: p.key },
+                Span { offset: p.offset, len: p.op_len },
+                p.offset + frag_off as u64,
+                body,
+            )
         });
         self.write_done(op, body.len(), r);
     }

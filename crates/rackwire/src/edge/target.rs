@@ -17,31 +17,15 @@ impl FabricTarget<'_> {
 }
 
 impl proto::Target for FabricTarget<'_> {
-    fn write(
-        &mut self,
-        peer: u32,
-        region: u32,
-        key: u128,
-        op_offset: u64,
-        op_len: u64,
-        at: u64,
-        data: &[u8],
-    ) -> Result<(), proto::Refusal> {
-        owner::write(&*self.node()?, peer, region, key, op_offset, op_len, at, data)
+    fn write(&mut self, req: proto::RegionReq, whole: proto::Span, at: u64, data: &[u8]) -> Result<(), proto::Refusal> {
+        owner::write(&*self.node()?, req.peer, req.region, req.key, whole.offset, whole.len, at, data)
     }
 
-    fn read(&mut self, peer: u32, region: u32, key: u128, offset: u64, out: &mut [u8]) -> Result<(), proto::Refusal> {
-        owner::read(&*self.node()?, peer, region, key, offset, out)
+    fn read(&mut self, req: proto::RegionReq, offset: u64, out: &mut [u8]) -> Result<(), proto::Refusal> {
+        owner::read(&*self.node()?, req.peer, req.region, req.key, offset, out)
     }
 
-    fn atomic(
-        &mut self,
-        peer: u32,
-        region: u32,
-        key: u128,
-        offset: u64,
-        op: proto::AtomicOp,
-    ) -> Result<u64, proto::Refusal> {
-        owner::atomic(&*self.node()?, peer, region, key, offset, op)
+    fn atomic(&mut self, req: proto::RegionReq, offset: u64, op: proto::AtomicOp) -> Result<u64, proto::Refusal> {
+        owner::atomic(&*self.node()?, req.peer, req.region, req.key, offset, op)
     }
 }
