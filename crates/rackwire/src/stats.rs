@@ -1,7 +1,7 @@
 //! A connection's counters: what every transport counts, and what only one does.
 
-/// Counters of one connection: its operations, counted the same way on every transport, and
-/// the counters of the transport that carries it.
+/// Counters of one connection: its operations, which every transport counts (each field says
+/// where they count differently), and the counters of the transport that carries it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ConnStats {
     /// One-sided writes completed, as the transport carried them: over shared memory a batch
