@@ -38,7 +38,7 @@ create_exception!(rackwire, PeerGoneError, ConnectionLostError, "The peer went a
 create_exception!(rackwire, UnreachableError, ConnectionLostError, "No transport reaches the peer.");
 create_exception!(rackwire, TimeoutError, ConnectionLostError, "The operation did not complete in time.");
 create_exception!(rackwire, MessageTooLargeError, BadUseError, "A message above the limit.");
-create_exception!(rackwire, LimitError, BadUseError, "A limit was reached (regions, peers, batch entries, ranks).");
+create_exception!(rackwire, LimitError, RackwireError, "A limit was reached (regions, peers, batch entries, ranks).");
 create_exception!(rackwire, BadHandleError, BadUseError, "A region handle could not be parsed.");
 create_exception!(
     rackwire,

@@ -229,7 +229,7 @@ def test_every_error_kind_is_its_own_class():
     groups = {
         rackwire.AccessRefusedError: ["Ungranted", "Revoked", "OutOfBounds", "Misaligned", "BadKey", "UnknownRegion"],
         rackwire.ConnectionLostError: ["PeerGone", "Unreachable", "Timeout", "Protocol", "RankGone"],
-        rackwire.BadUseError: ["UnknownPeer", "MessageTooLarge", "Limit", "BadHandle", "Config", "BadArgument"],
+        rackwire.BadUseError: ["UnknownPeer", "MessageTooLarge", "BadHandle", "Config", "BadArgument"],
     }
     for group, members in groups.items():
         assert issubclass(group, rackwire.RackwireError)

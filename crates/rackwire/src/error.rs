@@ -133,8 +133,12 @@ pub enum ErrorKind {
     /// operation's effect is unknown unless it completed. Reconnect, or try elsewhere.
     Lost,
     /// The call itself was wrong: configuration, an unknown node, a handle that does not
-    /// parse, a message or batch past its limit. Retrying the same call fails the same way.
+    /// parse, a message past the largest. Retrying the same call fails the same way.
     BadUse,
+    /// A limit was reached: of this build (regions, peers, pins, batch entries) or of a queue
+    /// for now (a full datagram queue, a connection not yet established). Free something, or
+    /// try again later.
+    Limit,
     /// The management host refused (a wrong secret, a name taken) or cannot be reached.
     ManagementHost,
     /// A system resource failed (memory, descriptors, sockets, threads).
@@ -156,11 +160,10 @@ impl Error {
             | Error::BadKey { .. }
             | Error::UnknownRegion { .. } => ErrorKind::Refused,
             Error::PeerGone(_) | Error::Unreachable { .. } | Error::Timeout | Error::Protocol(_) => ErrorKind::Lost,
-            Error::UnknownPeer(_)
-            | Error::MessageTooLarge { .. }
-            | Error::Limit(_)
-            | Error::BadHandle(_)
-            | Error::Config(_) => ErrorKind::BadUse,
+            Error::UnknownPeer(_) | Error::MessageTooLarge { .. } | Error::BadHandle(_) | Error::Config(_) => {
+                ErrorKind::BadUse
+            }
+            Error::Limit(_) => ErrorKind::Limit,
             Error::Mh(_) => ErrorKind::ManagementHost,
             Error::Sys { .. } => ErrorKind::System,
             Error::Busy { .. } => ErrorKind::TryAgain,
@@ -273,7 +276,8 @@ mod tests {
 
     // Checks the grouping by hand for one error of each kind: access refusals (a missing
     // grant, a range past the end) are `Refused`, a gone peer and a timeout `Lost`, a bad
-    // configuration and a message past its limit `BadUse`, a wrong secret `ManagementHost`, a
+    // configuration and a message past its limit `BadUse`, a full queue `Limit`, a wrong
+    // secret `ManagementHost`, a
     // failed system call `System`, a moving region `TryAgain`, a closed fabric `Closed`.
     #[test]
     fn each_error_has_the_kind_a_caller_acts_on() {
@@ -284,6 +288,7 @@ mod tests {
             (Error::Timeout, ErrorKind::Lost),
             (Error::Config("no links".into()), ErrorKind::BadUse),
             (Error::MessageTooLarge { len: 1 << 20, max: 1 << 16 }, ErrorKind::BadUse),
+            (Error::Limit("edge datagram queue full".into()), ErrorKind::Limit),
             (
                 Error::Mh(MhErrorText { denied: true, not_found: false, text: "wrong secret".into() }),
                 ErrorKind::ManagementHost,
