@@ -64,6 +64,30 @@
 // The word is less than or equal to the value.
 #define RW_CMP_LE 5
 
+// How a caller handles a status (`rackwire::ErrorKind`, plus success and the C API's own).
+typedef enum RwErrorKind {
+  // Success.
+  RW_ERROR_KIND_NONE = 0,
+  // The target's rules refused the operation; nothing of the target was touched.
+  RW_ERROR_KIND_REFUSED = 1,
+  // The peer is gone, unreachable, broke the protocol or did not answer in time.
+  RW_ERROR_KIND_LOST = 2,
+  // The call itself was wrong (configuration, argument, a handle that does not parse).
+  RW_ERROR_KIND_BAD_USE = 3,
+  // A limit was reached: of this build, or of a queue for now.
+  RW_ERROR_KIND_LIMIT = 4,
+  // The management host refused or cannot be reached.
+  RW_ERROR_KIND_MANAGEMENT_HOST = 5,
+  // A system resource failed.
+  RW_ERROR_KIND_SYSTEM = 6,
+  // Try again shortly (a region moving to fresh memory, an operation not finished yet).
+  RW_ERROR_KIND_TRY_AGAIN = 7,
+  // The fabric was closed.
+  RW_ERROR_KIND_CLOSED = 8,
+  // A fault inside rackwire, or a code that is no status.
+  RW_ERROR_KIND_INTERNAL = 9,
+} RwErrorKind;
+
 // What a call came to. One code per kind of error of the Rust API.
 typedef enum RwStatus {
   // Success.
@@ -556,6 +580,11 @@ enum RwStatus rw_conn_stats(const struct RwConn *c, struct RwConnStats *out);
 // This thread's message for the last error (empty if none). Valid until this thread's next
 // call into rackwire.
 const char *rackwire_last_error(void);
+
+// How a caller handles status `code`: the groups of the Rust API's `ErrorKind`, so a
+// program can act on a kind rather than on each code. Any integer is taken; one that is no
+// status is `RW_ERROR_KIND_INTERNAL`.
+enum RwErrorKind rw_status_kind(int code);
 
 // The name of a status, for messages: any integer is taken (a C enum may hold any), and
 // one that is no status is named "unknown status".

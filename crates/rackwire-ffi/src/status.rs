@@ -212,6 +212,65 @@ pub extern "C" fn rackwire_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
+/// How a caller handles a status (`rackwire::ErrorKind`, plus success and the C API's own).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RwErrorKind {
+    /// Success.
+    None = 0,
+    /// The target's rules refused the operation; nothing of the target was touched.
+    Refused = 1,
+    /// The peer is gone, unreachable, broke the protocol or did not answer in time.
+    Lost = 2,
+    /// The call itself was wrong (configuration, argument, a handle that does not parse).
+    BadUse = 3,
+    /// A limit was reached: of this build, or of a queue for now.
+    Limit = 4,
+    /// The management host refused or cannot be reached.
+    ManagementHost = 5,
+    /// A system resource failed.
+    System = 6,
+    /// Try again shortly (a region moving to fresh memory, an operation not finished yet).
+    TryAgain = 7,
+    /// The fabric was closed.
+    Closed = 8,
+    /// A fault inside rackwire, or a code that is no status.
+    Internal = 9,
+}
+
+/// How a caller handles status `code`: the groups of the Rust API's `ErrorKind`, so a
+/// program can act on a kind rather than on each code. Any integer is taken; one that is no
+/// status is `RW_ERROR_KIND_INTERNAL`.
+#[no_mangle]
+pub extern "C" fn rw_status_kind(code: c_int) -> RwErrorKind {
+    let Some(s) = RwStatus::ALL.iter().copied().find(|s| *s as c_int == code) else {
+        return RwErrorKind::Internal;
+    };
+    match s {
+        RwStatus::Ok => RwErrorKind::None,
+        RwStatus::Ungranted
+        | RwStatus::Revoked
+        | RwStatus::OutOfBounds
+        | RwStatus::Misaligned
+        | RwStatus::BadKey
+        | RwStatus::UnknownRegion => RwErrorKind::Refused,
+        RwStatus::PeerGone | RwStatus::Unreachable | RwStatus::Timeout | RwStatus::Protocol | RwStatus::RankGone => {
+            RwErrorKind::Lost
+        }
+        RwStatus::UnknownPeer
+        | RwStatus::MessageTooLarge
+        | RwStatus::BadHandle
+        | RwStatus::Config
+        | RwStatus::BadArgument => RwErrorKind::BadUse,
+        RwStatus::Limit => RwErrorKind::Limit,
+        RwStatus::ManagementHost => RwErrorKind::ManagementHost,
+        RwStatus::System => RwErrorKind::System,
+        RwStatus::Busy | RwStatus::NotReady => RwErrorKind::TryAgain,
+        RwStatus::Closed => RwErrorKind::Closed,
+        RwStatus::Internal => RwErrorKind::Internal,
+    }
+}
+
 /// The name of a status, for messages: any integer is taken (a C enum may hold any), and
 /// one that is no status is named "unknown status".
 #[no_mangle]
@@ -267,5 +326,55 @@ mod tests {
         for code in [-1, 999, c_int::MAX, c_int::MIN] {
             assert_eq!(name(code), "unknown status", "{code}");
         }
+    }
+
+    // Checks that C gets the Rust API's grouping: each status that an `Error` maps to has the
+    // kind of that error (`Error::kind`, compared through `status_of` on one error of each
+    // variant), the C API's own codes their kinds by hand, and a code that is no status is
+    // `Internal`.
+    #[test]
+    fn status_kinds_follow_the_rust_kinds() {
+        use rackwire::{Access, ErrorKind, MhErrorText};
+        let errors = [
+            Error::Ungranted { region: 1, needed: Access::READ },
+            Error::Revoked { region: 1 },
+            Error::OutOfBounds { region: 1, offset: 0, len: 1, region_len: 0 },
+            Error::Misaligned { offset: 3 },
+            Error::BadKey { region: 1 },
+            Error::UnknownRegion { node: 1, region: 1 },
+            Error::UnknownPeer(1),
+            Error::PeerGone(1),
+            Error::Unreachable { node: 1, why: "no links".into() },
+            Error::Timeout,
+            Error::MessageTooLarge { len: 2, max: 1 },
+            Error::Limit("queue".into()),
+            Error::BadHandle("x".into()),
+            Error::Protocol("x".into()),
+            Error::Config("x".into()),
+            Error::Mh(MhErrorText { denied: true, not_found: false, text: "x".into() }),
+            Error::sys("x", &std::io::Error::from(std::io::ErrorKind::Other)),
+            Error::Closed,
+            Error::Busy { region: 1 },
+        ];
+        for e in errors {
+            let want = match e.kind() {
+                ErrorKind::Refused => RwErrorKind::Refused,
+                ErrorKind::Lost => RwErrorKind::Lost,
+                ErrorKind::BadUse => RwErrorKind::BadUse,
+                ErrorKind::Limit => RwErrorKind::Limit,
+                ErrorKind::ManagementHost => RwErrorKind::ManagementHost,
+                ErrorKind::System => RwErrorKind::System,
+                ErrorKind::TryAgain => RwErrorKind::TryAgain,
+                ErrorKind::Closed => RwErrorKind::Closed,
+                other => panic!("a kind C does not name: {other:?}"),
+            };
+            assert_eq!(rw_status_kind(status_of(&e) as c_int), want, "{e}");
+        }
+        assert_eq!(rw_status_kind(RwStatus::Ok as c_int), RwErrorKind::None);
+        assert_eq!(rw_status_kind(RwStatus::RankGone as c_int), RwErrorKind::Lost);
+        assert_eq!(rw_status_kind(RwStatus::BadArgument as c_int), RwErrorKind::BadUse);
+        assert_eq!(rw_status_kind(RwStatus::NotReady as c_int), RwErrorKind::TryAgain);
+        assert_eq!(rw_status_kind(RwStatus::Internal as c_int), RwErrorKind::Internal);
+        assert_eq!(rw_status_kind(999), RwErrorKind::Internal);
     }
 }
