@@ -20,13 +20,15 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     }
     let rows = measure_rows(a)?;
     let pairs = crate::runs::tcp_pairs_note(a)?;
+    let cores = crate::runs::cores_note_of(a)?;
     if a.json {
-        let meta = json!({ "command": std::env::args().collect::<Vec<_>>().join(" "), "tcp_pairs": pairs });
+        let meta =
+            json!({ "command": std::env::args().collect::<Vec<_>>().join(" "), "tcp_pairs": pairs, "cores": cores });
         println!("{}", serde_json::to_string_pretty(&json!({ "meta": meta, "rows": rows }))?);
     } else {
         println!("{}", table_of(&rows));
         println!("(speedup: TCP's time over this path's, same job and data, median of the repeats with their spread; J: an estimate from the energy model, see `rackwire eval energy`)");
-        println!("({pairs})");
+        println!("({pairs}; {cores})");
     }
     Ok(())
 }

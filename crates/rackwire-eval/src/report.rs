@@ -63,7 +63,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     md.push_str("\n## Workloads: the fabric against TCP (HP Figs. 2–3, OSU Figs. 6–8)\n\n");
     md.push_str(&crate::figures::workloads(&rows, dir)?);
     md.push_str(&format!("```text\n{}\n```\n", crate::runs::table_of(&rows)));
-    md.push_str(&format!("\n{}.\n", crate::runs::tcp_pairs_note(a)?));
+    md.push_str(&format!("\n{}; {}.\n", crate::runs::tcp_pairs_note(a)?, crate::runs::cores_note_of(a)?));
 
     eprintln!("== energy tables (sort and grep at each core count) ==");
     let (energy, text) = crate::energy_tables::tables(a)?;

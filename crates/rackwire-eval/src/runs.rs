@@ -82,7 +82,8 @@ pub struct EvalArgs {
     #[arg(long, value_name = "CONFIG")]
     pub rack: Option<PathBuf>,
     /// Pin the ranks to this many cores (HP's 1-, 2- and 4-core configurations, as far as
-    /// this machine has cores; every rank to the same first K cores); the energy model prices
+    /// this machine has cores; each rank to cores of its own where its host has enough, the
+    /// output says when they share); the energy model prices
     /// each rank as a node with this many.
     #[arg(long)]
     pub cores: Option<usize>,
@@ -172,18 +173,54 @@ pub struct WorkerArgs {
     rate: Option<f64>,
 }
 
-/// Keep this process (and the threads it starts) on the first `k` cores.
+/// The `k` cores rank `local_rank` of a host takes, each rank given `k` of its own: the next
+/// `k` of the `usable` cores in turn, so ranks of one host share cores only when it has fewer
+/// than `k` per rank (then they wrap around).
+pub fn rank_cores(usable: &[usize], local_rank: usize, k: usize) -> Vec<usize> {
+    if usable.is_empty() {
+        return Vec::new();
+    }
+    (0..k).map(|i| usable[(local_rank * k + i) % usable.len()]).collect()
+}
+
+/// Keep this process (and the threads it starts) on `k` cores of its own among the cores it
+/// may use (its host's, in a virtual rack), chosen by its rank on its host.
 fn pin_to_cores(k: usize) -> Result<()> {
-    let have = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    if k == 0 || k > have {
-        bail!("--cores {k}: this machine offers 1..={have}");
+    let usable = rackwire_rack::cores::usable().context("the cores this process may use")?;
+    if k == 0 || k > usable.len() {
+        bail!("--cores {k}: this host offers 1..={}", usable.len());
     }
-    let mut set = rustix::thread::CpuSet::new();
-    for c in 0..k {
-        set.set(c);
-    }
-    rustix::thread::sched_setaffinity(None, &set).context("pinning to cores")?;
+    let local_rank = std::env::var(rackwire::vars::LOCAL_RANK).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    rackwire_rack::cores::pin_this_thread(&rank_cores(&usable, local_rank, k)).context("pinning to cores")?;
     Ok(())
+}
+
+/// Whether the ranks of a job get `k` cores each of their own: `ranks` spread in blocks over
+/// `hosts` hosts (one: this machine) of `cores` cores each.
+pub fn cores_note(ranks: usize, hosts: usize, cores: usize, k: Option<usize>) -> String {
+    let Some(k) = k else { return "cores: not pinned (the scheduler places the ranks)".into() };
+    let per_host = ranks.div_ceil(hosts.max(1));
+    if per_host * k <= cores {
+        format!("cores: each rank on {k} of its own ({per_host} rank(s) per host of {cores} cores)")
+    } else {
+        format!(
+            "cores: ranks share cores ({per_host} rank(s) per host × {k} core(s) on {cores}; this machine has too few)"
+        )
+    }
+}
+
+/// [`cores_note`] for this run: its ranks, the rack's hosts (or this machine) and their cores.
+pub fn cores_note_of(a: &EvalArgs) -> Result<String> {
+    let here = rackwire_rack::cores::usable().map(|c| c.len()).unwrap_or(1);
+    Ok(match rack_config(a.rack.as_deref())? {
+        None => cores_note(a.ranks, 1, here, a.cores),
+        Some(cfg) => {
+            let hosts: Vec<_> = cfg.hosts.iter().filter(|h| !h.remote).collect();
+            let cores =
+                hosts.iter().map(|h| if h.cores.is_empty() { here } else { h.cores.len() }).min().unwrap_or(here);
+            cores_note(a.ranks, hosts.len(), cores, a.cores)
+        }
+    })
 }
 
 /// A rank of an eval job: runs the workload once over one data path.
@@ -582,4 +619,26 @@ pub fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
         ]);
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the core rule by hand: 2 ranks × 1 core on cores [4, 5] get one each; 2 ranks × 2
+    // cores on 4 cores get disjoint pairs; 3 ranks × 1 core on 2 cores wrap (the third shares
+    // the first's); and the note says "of its own" exactly when ranks per host × K fit the
+    // host's cores, "share" otherwise, and "not pinned" without --cores.
+    #[test]
+    fn ranks_get_cores_of_their_own_where_there_are_enough() {
+        assert_eq!((rank_cores(&[4, 5], 0, 1), rank_cores(&[4, 5], 1, 1)), (vec![4], vec![5]));
+        assert_eq!((rank_cores(&[0, 1, 2, 3], 0, 2), rank_cores(&[0, 1, 2, 3], 1, 2)), (vec![0, 1], vec![2, 3]));
+        assert_eq!(rank_cores(&[0, 1], 2, 1), vec![0]);
+        assert!(rank_cores(&[], 0, 1).is_empty());
+        assert!(cores_note(4, 4, 1, Some(1)).contains("of its own"));
+        assert!(cores_note(2, 1, 2, Some(1)).contains("of its own"));
+        assert!(cores_note(4, 1, 2, Some(1)).contains("share"));
+        assert!(cores_note(4, 2, 2, Some(2)).contains("share"));
+        assert!(cores_note(4, 1, 2, None).contains("not pinned"));
+    }
 }
