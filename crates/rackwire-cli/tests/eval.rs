@@ -23,7 +23,8 @@ fn rows(o: &Output) -> Vec<serde_json::Value> {
     doc["rows"].as_array().expect("rows").clone()
 }
 
-/// Each row was checked, has the fields of the issue, and both paths are there (with
+/// Each row was checked, has the fields of the issue (the machine's busy time among them, a
+/// count of 10 ms ticks that cannot be below zero), and both paths are there (with
 /// `fabric_rpc`, the key-value store's requests over the fabric too).
 fn assert_rows(rows: &[serde_json::Value], pattern: &str, phases: &[&str]) {
     assert_rows_of(rows, pattern, phases, false)
@@ -40,6 +41,7 @@ fn assert_rows_of(rows: &[serde_json::Value], pattern: &str, phases: &[&str], fa
         for k in ["transport", "ranks", "bytes", "secs", "mb_per_s", "speedup", "cpu_secs"] {
             assert!(!r[k].is_null(), "{pattern}: no {k} in {r}");
         }
+        assert!(r["host_cpu_secs"].as_f64().is_some_and(|h| h >= 0.0), "{pattern}: the machine's busy time in {r}");
         for p in phases {
             assert!(r["phases"][*p].as_f64().is_some_and(|s| s >= 0.0), "{pattern}: phase {p} in {r}");
         }

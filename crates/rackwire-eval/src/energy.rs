@@ -223,9 +223,10 @@ impl PowerTable {
         })
     }
 
-    /// [`PowerTable::estimate`] for a measured run.
+    /// [`PowerTable::estimate`] for a measured run: its CPU the whole machine's busy time over
+    /// the run where that was read (the ranks, and what carries their data), else the ranks'.
     pub fn estimate_run(&self, cfg: &Config, run: &RunResult) -> Result<Estimate, EvalError> {
-        self.estimate(cfg, run.ranks, run.secs, run.cpu_secs, run.work)
+        self.estimate(cfg, run.ranks, run.secs, run.host_cpu_secs.unwrap_or(run.cpu_secs), run.work)
     }
 }
 

@@ -23,6 +23,9 @@ pub struct Phases {
     start: Instant,
     mark: Instant,
     cpu_start: f64,
+    /// The machine's busy time at the start (rank 0 only; `None` where `/proc/stat` cannot be
+    /// read).
+    host_start: Option<rackwire_bench::cpu::MachineCpu>,
 }
 
 impl Phases {
@@ -30,7 +33,8 @@ impl Phases {
     pub fn start(g: &mut Group) -> Result<Phases, EvalError> {
         g.barrier()?;
         let now = Instant::now();
-        Ok(Phases { names: Vec::new(), secs: Vec::new(), start: now, mark: now, cpu_start: cpu_secs() })
+        let host_start = if g.rank() == 0 { rackwire_bench::cpu::MachineCpu::now() } else { None };
+        Ok(Phases { names: Vec::new(), secs: Vec::new(), start: now, mark: now, cpu_start: cpu_secs(), host_start })
     }
 
     /// End the phase `name` (it began at the end of the one before), together with every rank.
@@ -48,22 +52,28 @@ impl Phases {
     pub fn finish(self, g: &mut Group) -> Result<RunResult, EvalError> {
         let wall = (self.mark - self.start).as_secs_f64();
         let cpu = cpu_secs() - self.cpu_start;
+        // Rank 0's machine: the whole virtual rack when it runs on this machine, with the
+        // agents, the kernels' network work and the links between the hosts. Read at the last
+        // barrier's end, as the phases' clock stopped.
+        let host = self.host_start.and_then(|h| h.busy_since());
         let n = g.size();
         let k = self.secs.len();
-        // Per rank: wall, cpu, then each phase.
-        let mine: Vec<f64> = [wall, cpu].into_iter().chain(self.secs.iter().copied()).collect();
-        let mut all = vec![0f64; n * (k + 2)];
+        // Per rank: wall, cpu, the machine's busy time (rank 0's; -1 where not read), then each
+        // phase.
+        let mine: Vec<f64> = [wall, cpu, host.unwrap_or(-1.0)].into_iter().chain(self.secs.iter().copied()).collect();
+        let mut all = vec![0f64; n * (k + 3)];
         g.allgather(bytemuck::cast_slice(&mine), bytemuck::cast_slice_mut(&mut all))?;
-        let rows: Vec<&[f64]> = all.chunks_exact(k + 2).collect();
+        let rows: Vec<&[f64]> = all.chunks_exact(k + 3).collect();
         let max_of = |i: usize| rows.iter().map(|r| r[i]).fold(0.0, f64::max);
         Ok(RunResult {
             secs: max_of(0),
             cpu_secs: rows.iter().map(|r| r[1]).sum(),
+            host_cpu_secs: rows.first().map(|r| r[2]).filter(|&h| h >= 0.0),
             phases: self
                 .names
                 .iter()
                 .enumerate()
-                .map(|(i, name)| Phase { name: (*name).into(), secs: max_of(i + 2) })
+                .map(|(i, name)| Phase { name: (*name).into(), secs: max_of(i + 3) })
                 .collect(),
             ranks: n,
             bytes: 0,
@@ -110,8 +120,13 @@ pub struct RunResult {
     pub work: u64,
     /// Wall-clock seconds from the first phase's start to the last one's end.
     pub secs: f64,
-    /// CPU seconds all ranks used meanwhile.
+    /// CPU seconds all ranks' processes used meanwhile.
     pub cpu_secs: f64,
+    /// Busy core-seconds of the whole machine rank 0 ran on meanwhile (`/proc/stat`): the
+    /// ranks, and what carries their data (the kernels' network work, a virtual rack's agents
+    /// and links); what the energy model prices. `None` where it could not be read.
+    #[serde(default)]
+    pub host_cpu_secs: Option<f64>,
     /// Each phase.
     pub phases: Vec<Phase>,
     /// The output was checked and found right.

@@ -494,7 +494,7 @@ fn rows_of(m: &Measured, table: &PowerTable, gbit: Option<f64>) -> Result<Vec<se
             "transport": run.transport, "net": net.name(), "pattern": m.pattern, "ranks": run.ranks,
             "cores": m.cores, "bytes": run.bytes, "secs": med, "secs_lo": secs[0], "secs_hi": secs[secs.len() - 1],
             "repeats": secs.len(), "mb_per_s": run.bytes as f64 / med / 1e6,
-            "speedup": speedup, "speedup_lo": speedup_lo, "speedup_hi": speedup_hi, "phases": phases, "cpu_secs": run.cpu_secs, "checked": run.checked,
+            "speedup": speedup, "speedup_lo": speedup_lo, "speedup_hi": speedup_hi, "phases": phases, "cpu_secs": run.cpu_secs, "host_cpu_secs": run.host_cpu_secs, "checked": run.checked,
 
             "energy_model": { "network": kind, "joules_est": est.joules, "watts_est": est.watts,
                               "work_per_joule_est": est.work_per_joule, "rapl_joules_measured": run.rapl_joules },
