@@ -13,8 +13,8 @@ use crate::runs::EvalArgs;
 /// The model's assumptions, printed under the tables.
 const MODEL_NOTE: &str = "Energy figures are estimates from a model, not measurements: each rank is a node with the \
 given cores, DRAM, RAMFS storage and a NIC plus switch port of its network; a core draws 9 W at \
-peak and half of that idle (HP section 2; Barroso and Hoelzle 2007), linearly in between by the CPU \
-time the ranks measured; DRAM 6 W; 1GbE 3.9 W, 10GbE 17.3 W, PCIe 1 W per node (HP Table 1). The \
+peak and half of that idle (HP section 2; Barroso and Hoelzle 2007), linearly in between by the busy \
+core-seconds of the whole machine over the run; DRAM 6 W; 1GbE 3.9 W, 10GbE 17.3 W, PCIe 1 W per node (HP Table 1). The \
 fabric within a memory domain stands for PCIe; TCP for the Ethernet of the rack's rail \
 (unshaped: 10GbE). Improvement = records per joule over the baseline's, minus one.";
 
