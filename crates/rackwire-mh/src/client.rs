@@ -122,27 +122,48 @@ fn fabric_fingerprint(secret: &[u8]) -> String {
     to_hex(&d.as_ref()[..8])
 }
 
+/// The key pinned for `at` in the pins' text: the first well-formed line `AT KEY` (an address
+/// with no space, one space, 64 hex digits). A malformed line is no pin: a file spoiled by a
+/// crash, or by an older build's interleaved writes, does not refuse a host that is genuine.
+fn pinned_key<'a>(text: &'a str, at: &str) -> Option<&'a str> {
+    text.lines().find_map(|l| {
+        let (a, k) = l.split_once(' ')?;
+        let well_formed = k.len() == 64 && k.bytes().all(|b| b.is_ascii_hexdigit());
+        (a == at && well_formed).then_some(k)
+    })
+}
+
 /// Pin `key` (hex) for the management host `at` (its address and fabric) in `file` (lines
-/// `AT KEY`), or check it against the key pinned there.
+/// `AT KEY`), or check it against the key pinned there. The file is locked (`flock`) from the
+/// look to the append, and each line goes in one write: processes joining at once (a job's
+/// ranks) neither pin twice nor interleave their lines.
 fn pin(file: &std::path::Path, at: &str, key: &str) -> Result<(), MhError> {
-    use std::io::Write;
+    use std::io::{Read, Write};
     use std::os::unix::fs::OpenOptionsExt;
     let io = |e: std::io::Error| MhError::Config(format!("pinned management host keys {}: {e}", file.display()));
     if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
         crate::owner_only::create_folder(dir, crate::owner_only::Reach::Readable)
             .map_err(|e| MhError::Config(e.to_string()))?;
     }
-    let text = match std::fs::symlink_metadata(file) {
-        Ok(_) => {
-            crate::owner_only::check_file(file).map_err(|e| MhError::Config(e.to_string()))?;
-            std::fs::read_to_string(file).map_err(io)?
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+    match std::fs::symlink_metadata(file) {
+        Ok(_) => crate::owner_only::check_file(file).map_err(|e| MhError::Config(e.to_string()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(e)),
-    };
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc_nofollow())
+        .open(file)
+        .map_err(io)?;
+    // Released when `f` closes, whichever way this returns.
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).map_err(|e| io(e.into()))?;
+    let mut text = String::new();
+    f.read_to_string(&mut text).map_err(io)?;
     let me = at;
-    if let Some(pinned) = text.lines().find_map(|l| l.split_once(' ').filter(|(a, _)| *a == me).map(|(_, k)| k.trim()))
-    {
+    if let Some(pinned) = pinned_key(&text, me) {
         if pinned == key {
             return Ok(());
         }
@@ -152,10 +173,14 @@ fn pin(file: &std::path::Path, at: &str, key: &str) -> Result<(), MhError> {
             file.display()
         )));
     }
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(file).map_err(io)?;
-    writeln!(f, "{me} {key}").map_err(io)?;
+    f.write_all(format!("{me} {key}\n").as_bytes()).map_err(io)?;
     info!(at, key, "pinned the management host's key");
     Ok(())
+}
+
+/// `O_NOFOLLOW`: the pins are opened as the file itself, never through a link planted there.
+fn libc_nofollow() -> i32 {
+    rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }
 
 impl std::fmt::Debug for MhConfig {

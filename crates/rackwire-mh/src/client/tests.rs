@@ -749,3 +749,60 @@ fn wrong_secrets_are_counted_and_bounded_per_source() {
     assert!(page.contains("rackwire_mh_admissions_total{outcome=\"turned\"} 1"), "{page}");
     mh.stop();
 }
+
+// Checks pinning under processes that join at once (a job's ranks all pin the host on their
+// first admission): 8 threads, each opening the file itself, pin the same 16 hosts with the
+// same keys at once; the file then holds each host exactly once, every line well formed
+// (`AT KEY`, 64 hex digits), and a pinned host with another key is still refused. Before the
+// lock and the one-write line, two pinned the same host and their writes interleaved.
+#[test]
+fn pins_taken_at_once_stay_whole() {
+    let base = std::env::temp_dir().join(format!("rw-mh-pins-at-once-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let file = base.join("mh-hosts");
+    let hosts: Vec<(String, String)> = (0..16)
+        .map(|i| (format!("198.18.0.{}:7700/00000000000000{i:02}", i + 1), format!("{i:02x}").repeat(32)))
+        .collect();
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for (at, key) in &hosts {
+                    pin(&file, at, key).unwrap();
+                }
+            });
+        }
+    });
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.lines().count(), hosts.len(), "one line per host:\n{text}");
+    for (at, key) in &hosts {
+        assert_eq!(text.lines().filter(|l| *l == format!("{at} {key}")).count(), 1, "{at}:\n{text}");
+    }
+    let refused = pin(&file, &hosts[0].0, &"ee".repeat(32));
+    assert!(matches!(refused, Err(MhError::Denied(_))), "{refused:?}");
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+// Checks that a spoiled line is no pin: a file holding a host's address run together with
+// another's key, a line cut short and a key missing its last digit (as a crash, or an older
+// build's interleaved writes, left them) refuses nothing; the host is pinned afresh with a
+// whole line, and then holds.
+#[test]
+fn a_spoiled_pin_line_refuses_nothing() {
+    let base = std::env::temp_dir().join(format!("rw-mh-pins-spoiled-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    crate::owner_only::create_folder(&base, crate::owner_only::Reach::Readable).unwrap();
+    let file = base.join("mh-hosts");
+    let (at, key) = ("198.18.0.250:7700/93c79140e39f2e84", "ab".repeat(32));
+    let spoiled = format!("{at} {key}{at}\n {key}\n{at} {}\n", &key[..63]);
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f =
+            std::fs::OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&file).unwrap();
+        std::io::Write::write_all(&mut f, spoiled.as_bytes()).unwrap();
+    }
+    pin(&file, at, &key).unwrap();
+    assert!(std::fs::read_to_string(&file).unwrap().ends_with(&format!("\n{at} {key}\n")));
+    pin(&file, at, &key).unwrap();
+    assert!(matches!(pin(&file, at, &"cd".repeat(32)), Err(MhError::Denied(_))));
+    std::fs::remove_dir_all(&base).unwrap();
+}
