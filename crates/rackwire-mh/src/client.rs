@@ -155,7 +155,7 @@ fn pin(file: &std::path::Path, at: &str, key: &str) -> Result<(), MhError> {
         .read(true)
         .append(true)
         .mode(0o600)
-        .custom_flags(libc_nofollow())
+        .custom_flags(no_follow())
         .open(file)
         .map_err(io)?;
     // Released when `f` closes, whichever way this returns.
@@ -179,7 +179,7 @@ fn pin(file: &std::path::Path, at: &str, key: &str) -> Result<(), MhError> {
 }
 
 /// `O_NOFOLLOW`: the pins are opened as the file itself, never through a link planted there.
-fn libc_nofollow() -> i32 {
+fn no_follow() -> i32 {
     rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }
 
