@@ -332,7 +332,7 @@ pub fn measure(b: &CollBench) -> Result<Vec<serde_json::Value>> {
             // Without the virtual NIC: Open MPI's TCP between the hosts must take the rails
             // themselves (with rw0 up, every host address is routed through it, and Open MPI
             // would ride our own transport). Our ranks use the edge transport directly.
-            let (state, down) = rackwire_rack::place::up_or_load(r, true, &crate::spawn::own_exe()?)?;
+            let (state, down) = crate::spawn::rack_up(r, true)?;
             if let Some(h) = state.config.hosts.iter().find(|h| h.vnic && !h.remote) {
                 bail!(
                     "rack {}: host {} runs rw0, so Open MPI's TCP would ride it; give a rack description (brought up without rw0) or take the rack down",

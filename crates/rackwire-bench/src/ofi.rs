@@ -244,7 +244,7 @@ fn measure(provider: &str, iters: u64, dir: &Path, place: &Place, fabtests: Opti
 /// domains of their own; its state and what takes it down.
 pub fn rack_for_two(rack: Option<&Path>) -> Result<(Option<RackState>, Option<rackwire_rack::DownOnDrop>)> {
     let Some(rack) = rack else { return Ok((None, None)) };
-    let (state, down) = rackwire_rack::place::up_or_load(rack, true, &crate::spawn::own_exe()?)?;
+    let (state, down) = crate::spawn::rack_up(rack, true)?;
     let hosts = rackwire_rack::place::rank_hosts(&state);
     if hosts.len() < 2 || hosts[0].domain == hosts[1].domain {
         bail!("--rack: the rack needs two hosts in memory domains of their own (as examples/racks/2l-1g.toml has)");

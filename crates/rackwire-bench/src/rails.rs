@@ -72,7 +72,8 @@ pub fn run(rack: &Path, args: &[String], json: bool) -> Result<()> {
     let text = std::fs::read_to_string(rack).with_context(|| format!("rack config {}", rack.display()))?;
     let mut cfg = RackConfig::parse(&text)?;
     let nominal: u64 = cfg.rails.iter().filter_map(|r| r.rate.as_deref().and_then(rate_bytes_per_s)).sum();
-    let (state, _down) = rackwire_rack::place::two_machines_up(&mut cfg, &crate::spawn::own_exe()?)?;
+    let exe = crate::spawn::own_exe()?;
+    let (state, _down) = rackwire_rack::place::two_machines_up(&mut cfg, &exe)?;
     let hosts = rackwire_rack::place::rank_hosts(&state);
     let (first, second) = (hosts[0], hosts[1]);
     // A core each, where the rack does not say and the machine has two.
@@ -82,7 +83,6 @@ pub fn run(rack: &Path, args: &[String], json: bool) -> Result<()> {
         _ => h.cores.clone(),
     };
     let (first_cores, second_cores) = (own(first, 0), own(second, 1));
-    let exe = crate::spawn::own_exe()?;
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &first.ns]);
     if !first_cores.is_empty() {

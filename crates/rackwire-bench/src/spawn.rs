@@ -47,6 +47,12 @@ pub fn on_fabric<'a>(c: &'a mut Command, mh: &str, secret: &str, name: Option<&s
     }
 }
 
+/// The rack `rack` names, brought up with this program as its agents if it is a description
+/// (see [`rackwire_rack::place::up_or_load`]).
+pub fn rack_up(rack: &Path, no_vnic: bool) -> Result<(rackwire_rack::RackState, Option<rackwire_rack::DownOnDrop>)> {
+    Ok(rackwire_rack::place::up_or_load(rack, no_vnic, &own_exe()?)?)
+}
+
 /// A job of `ranks` ranks of this program's worker `subcommand` (its arguments to be added),
 /// started by `rackwire launch` with its output unprefixed, on this machine or over the hosts
 /// of the virtual rack `rack`; the job brings its own management host up (none is passed on).

@@ -119,18 +119,10 @@ pub(crate) struct Place {
     pub cores: Vec<usize>,
 }
 
-/// The rack `rack` names, brought up with this program as its agents if it is a description
-/// (see [`rackwire_rack::place::up_or_load`]).
-pub(crate) fn rack_up(
-    rack: &std::path::Path,
-    no_vnic: bool,
-) -> Result<(rackwire_rack::RackState, Option<rackwire_rack::DownOnDrop>)> {
-    Ok(rackwire_rack::place::up_or_load(rack, no_vnic, &rackwire_bench::spawn::own_exe()?)?)
-}
-
-/// Place `ranks` ranks over the local hosts of the rack `rack` names (see [`rack_up`]).
+/// Place `ranks` ranks over the local hosts of the rack `rack` names (see
+/// [`rackwire_bench::spawn::rack_up`]).
 fn rack_places(rack: &std::path::Path, ranks: usize) -> Result<(Vec<Place>, Option<rackwire_rack::DownOnDrop>)> {
-    let (state, down) = rack_up(rack, false)?;
+    let (state, down) = rackwire_bench::spawn::rack_up(rack, false)?;
     let hosts = rank_hosts(&state);
     let places = (0..ranks)
         .map(|rank| {

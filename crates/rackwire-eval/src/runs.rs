@@ -539,7 +539,7 @@ pub fn rack_once(a: &EvalArgs) -> Result<(EvalArgs, Option<rackwire_rack::DownOn
     let Some(rack) = a.rack.clone().filter(|r| r.is_file()) else { return Ok((a, None)) };
     // Checked before a rack is brought up for nothing.
     check(&a)?;
-    let (state, down) = rackwire_rack::place::up_or_load(&rack, false, &rackwire_bench::spawn::own_exe()?)?;
+    let (state, down) = rackwire_bench::spawn::rack_up(&rack, false)?;
     a.rack = Some(PathBuf::from(&state.config.name));
     Ok((a, down))
 }
