@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use rackwire_sim::{run_seed, SeedReport, SimFailure};
+use rackwire_sim::{run_driven, run_seed, SeedReport, SimFailure};
 
 /// The most seeds one swarm run takes.
 const SEEDS_MAX: u64 = 10_000_000;
@@ -26,12 +26,18 @@ pub(crate) struct SimArgs {
     /// With --seed: print the connection and link counters.
     #[arg(long)]
     stats: bool,
+    /// Run the edge driver's world instead: two nodes whose application and network threads
+    /// hand the endpoint over as the edge transport does, checked against the hand-off's
+    /// bounds.
+    #[arg(long)]
+    driven: bool,
 }
 
 pub(crate) fn run(a: &SimArgs) -> Result<()> {
     match (a.seed, a.seeds) {
+        (Some(s), _) if a.driven => one_driven(s),
         (Some(s), _) => one(s, a.stats),
-        (None, Some(n)) => swarm(a.from, n),
+        (None, Some(n)) => swarm(a.from, n, a.driven),
         (None, None) => bail!("give --seeds N (a swarm) or --seed S (one run)"),
     }
 }
@@ -57,6 +63,23 @@ fn one(seed: u64, stats: bool) -> Result<()> {
         }
         Err(e) => bail!("{e}"),
     }
+}
+
+fn one_driven(seed: u64) -> Result<()> {
+    let t = Instant::now();
+    let r = run_driven(seed).map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "seed {seed} passed: {} ping-pongs, {} operations, {:.1} ms simulated, {:.0} ms real",
+        r.pings,
+        r.ops,
+        r.sim_us as f64 / 1e3,
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    println!(
+        "rounds: {} by application threads, {} by network threads; {} rests, {} gathers; longest wait to be read {} µs ({} µs while resting)",
+        r.app_rounds, r.net_rounds, r.rests, r.gathers, r.read_max, r.rested_read_max
+    );
+    Ok(())
 }
 
 fn print_stats(r: &SeedReport) {
@@ -144,7 +167,7 @@ fn print_stats(r: &SeedReport) {
     println!("{t}");
 }
 
-fn swarm(from: u64, n: u64) -> Result<()> {
+fn swarm(from: u64, n: u64, driven: bool) -> Result<()> {
     if n == 0 || n > SEEDS_MAX {
         bail!("--seeds must be 1..={SEEDS_MAX}");
     }
@@ -165,8 +188,9 @@ fn swarm(from: u64, n: u64) -> Result<()> {
                 if seed >= end {
                     return;
                 }
-                if let Err(e) = run_seed(seed) {
-                    bar.println(format!("{e}\n  reproduce: rackwire sim --seed {} --stats", e.seed));
+                let r = if driven { run_driven(seed).map(|_| ()) } else { run_seed(seed).map(|_| ()) };
+                if let Err(e) = r {
+                    bar.println(format!("{e}\n  reproduce: {}", reproduce(e.seed, driven)));
                     failures.lock().unwrap_or_else(|e| e.into_inner()).push(e);
                     bar.set_message("(failures)");
                 }
@@ -183,8 +207,17 @@ fn swarm(from: u64, n: u64) -> Result<()> {
         Ok(())
     } else {
         for f in &failures {
-            eprintln!("{f}\n  reproduce: rackwire sim --seed {} --stats", f.seed);
+            eprintln!("{f}\n  reproduce: {}", reproduce(f.seed, driven));
         }
         bail!("{} of {n} seeds failed ({secs:.1} s)", failures.len())
+    }
+}
+
+/// The command that runs one failing seed again.
+fn reproduce(seed: u64, driven: bool) -> String {
+    if driven {
+        format!("rackwire sim --driven --seed {seed}")
+    } else {
+        format!("rackwire sim --seed {seed} --stats")
     }
 }

@@ -58,6 +58,7 @@ mod chunk;
 mod config;
 mod conn;
 mod delivery;
+pub mod driver;
 mod endpoint;
 mod link;
 mod ops;

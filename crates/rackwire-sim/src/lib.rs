@@ -13,6 +13,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod driven;
 pub mod flap;
 pub mod fuzz;
 pub mod keys;
@@ -23,6 +24,7 @@ pub mod swarm;
 pub mod target;
 pub mod world;
 
+pub use driven::{run_driven, DrivenReport};
 pub use net::LinkParams;
 pub use rng::Rng;
 pub use swarm::{run_seed, SeedReport, SimFailure};

@@ -5,8 +5,8 @@ use proto::FrameBufs;
 use rackwire_udp::{Faulty, SendLink};
 
 use super::{
-    proto, warn, Bytes, EdgeEndpoint, FaultInjector, OpError, OutFrame, Pending, RecvBufs, SocketAddr, State,
-    SEND_BATCH_MAX, TX_FLUSH_BYTES,
+    proto, warn, Bytes, Conns, EdgeEndpoint, FaultInjector, OpError, OutFrame, Pending, RecvBufs, Side, SocketAddr,
+    State, SEND_BATCH_MAX, TX_FLUSH_BYTES,
 };
 
 /// Buffers of one thread that drives the endpoint: receive buffers, a buffer the connections
@@ -105,9 +105,9 @@ pub(super) fn registered(s: &proto::Session<SocketAddr, Pending>) -> bool {
 impl EdgeEndpoint {
     /// Send what every connection has to send, batched per link (a batch goes out once it
     /// holds [`SEND_BATCH_MAX`] frames or [`TX_FLUSH_BYTES`]), through the fault injector where one is configured.
-    pub(super) fn transmit(&self, st: &mut State, now: proto::Time, io: &mut Io) -> usize {
+    pub(super) fn transmit(&self, conns: &mut Conns, side: &mut Side, now: proto::Time, io: &mut Io) -> usize {
         let mut sent = 0;
-        let State { conns, faults, .. } = st;
+        let faults = &mut side.faults;
         for s in conns.sessions_mut() {
             loop {
                 let mut bufs = LinkBufs { tx: &mut io.tx, out: &mut io.out };
@@ -124,15 +124,15 @@ impl EdgeEndpoint {
                 sent += self.flush(l, q, faults);
             }
         }
-        for local in std::mem::take(&mut st.closing) {
+        for local in std::mem::take(&mut side.closing) {
             // Keep queued messages readable: drop the slot once drained by the reader (a peer's
             // new first frame opens a new connection either way). A connection with an
             // `EdgePeer` (opened here, or accepted and connected) goes with its last handle.
-            if st.conns.get(local).is_some_and(|s| s.nothing_to_take() && !registered(s)) {
-                st.conns.remove(local);
-                st.gone_asked.remove(&local);
+            if conns.get(local).is_some_and(|s| s.nothing_to_take() && !registered(s)) {
+                conns.remove(local);
+                side.gone_asked.remove(&local);
             } else {
-                st.conns.forget_accepted(local);
+                conns.forget_accepted(local);
             }
         }
         sent
@@ -154,7 +154,8 @@ impl EdgeEndpoint {
         io: &mut Io,
         hold: bool,
     ) -> Result<(), OpError> {
-        let State { conns, faults, .. } = st;
+        let State { conns, side, .. } = st;
+        let faults = &mut side.faults;
         let Some(s) = conns.get_mut(local) else { return Err(OpError::Closed) };
         let mut bufs = LinkBufs { tx: &mut io.tx, out: &mut io.out };
         if let Some(t) = s.conn_mut().send_datagram_now(now, data, &mut bufs)? {
@@ -166,7 +167,7 @@ impl EdgeEndpoint {
             }
         }
         if !hold {
-            self.transmit(st, now, io);
+            self.transmit(conns, side, now, io);
         }
         Ok(())
     }

@@ -15,11 +15,9 @@
 mod io;
 mod peer;
 mod pump;
-mod spin;
 mod target;
 
 use std::net::SocketAddr;
-use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
@@ -32,7 +30,8 @@ use tracing::{debug, warn};
 use io::Io;
 use peer::completion;
 pub(crate) use peer::EdgePeer;
-use proto::earliest;
+use proto::driver::limits::{RTO_MIN_US, TX_FLUSH_BYTES};
+use proto::driver::{HandOff, Rounds};
 use target::FabricTarget;
 
 use crate::config::LINK_MTU_MIN;
@@ -45,46 +44,6 @@ use crate::{
     RemoteRegion, Signal, SignalOp, CONNECT_TIMEOUT,
 };
 
-/// Frames taken from one socket before the others get a turn.
-const RECV_BURST: usize = 64;
-/// How often the management host is asked whether a peer unreachable over every link is gone.
-const PEER_CHECK_EVERY_US: proto::Time = 500_000;
-/// The retransmission timer's floor on real links (µs).
-const RTO_MIN_US: proto::Time = 5_000;
-/// An application thread that pumped this recently (µs) is taken to be polling still, unless
-/// it said it stopped ([`Drive::rest`]). Long enough that a polling thread the scheduler sets
-/// aside for a moment (common on a small, shared host) is not taken to have left: the network
-/// thread would then take the frames it waits for and compete with it for the core.
-const PUMP_RECENT_US: u64 = 500;
-/// A receiving look of an application thread reads the sockets only while the transport is in
-/// use: frames came in, or an operation was submitted, within this long (µs). Past it, looks
-/// leave the sockets to the network thread, which sleeps in the kernel until a frame comes.
-/// Without it, a thread that waits for messages over shared memory on a node that also has
-/// edge peers spends its spin in system calls on empty sockets (one per link per look, ~1 µs
-/// each): the virtual NIC's receiving threads took most of a core that way in a rack with a
-/// host in another memory domain. Longer than any round trip the transport waits for.
-const QUIET_AFTER_US: u64 = 1_000;
-/// While an application thread polls, the network thread leaves it the sockets and the core
-/// and only looks, every so often, whether it still polls: first after this long, then after
-/// twice as long each time it found the thread still at it, up to [`PUMP_WATCH_MAX`]. Every
-/// look takes a core from a polling thread (on a small host, from the one about to answer), so
-/// a thread that polls for long is looked at rarely. A thread that stops polling to sleep says
-/// so ([`Drive::rest`]) and the network thread takes over at once.
-const PUMP_WATCH: Duration = Duration::from_micros(200);
-/// The longest look interval of [`PUMP_WATCH`]: how late, at worst, the network thread takes
-/// over from an application thread that stopped polling without sleeping (it went on with
-/// other work): frames for this node's memory, held answers and timers wait at most this long.
-const PUMP_WATCH_MAX: Duration = Duration::from_millis(2);
-/// How long answers are held for a frame to ride in after an application thread was handed a
-/// notification or message (µs): it usually sends its reply at once, and one frame then carries
-/// both (see [`Connection::hold_answers`]). A later round sends them sooner; if the thread
-/// stops polling without sleeping, the network thread's next look (within [`PUMP_WATCH_MAX`]).
-const ANSWER_HOLD_US: proto::Time = 200;
-/// Longest the network thread sleeps without looking at its timers.
-const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
-/// A link's gathered frames go out once they hold this many bytes: a run of large frames
-/// starts moving (and the peer starts receiving) while the rest are still being prepared.
-const TX_FLUSH_BYTES: usize = 64 * 1024;
 /// Bytes of messages received and not yet read, per connection, as the shared-memory
 /// transport's message ring holds: a sender to a receiver that does not read is held back
 /// (its frames are dropped unacknowledged and sent again later) and its sends time out as they
@@ -92,8 +51,6 @@ const TX_FLUSH_BYTES: usize = 64 * 1024;
 const MESSAGES_QUEUED_BYTES: usize = crate::MESSAGE_RING_BYTES as usize;
 /// Notifications not yet taken, per connection (a write or read asking for one more waits).
 const NOTES_QUEUED_MAX: usize = 4096;
-/// The network thread is awake (not parked).
-const AWAKE: u64 = 0;
 
 /// What an operation handle needs to turn a refusal into its error.
 struct Pending {
@@ -115,39 +72,21 @@ fn notification(peer: NodeId, n: proto::Note) -> Notification {
 struct State {
     /// The connections, by local connection id (chosen here), and how frames find them.
     conns: Conns,
+    /// What rounds keep between them (the driver's).
+    rounds: Rounds,
+    /// What this transport keeps besides.
+    side: Side,
+}
+
+/// What the edge transport keeps beside the connections and the driver's rounds.
+struct Side {
     faults: Vec<Option<FaultInjector>>,
-    /// The last round ended early, right after handing over what it took (see `round`).
-    shortcut: bool,
-    /// When the last round that did not end early ran (µs): rounds end early in a row only
-    /// within [`ANSWER_HOLD_US`] of it.
-    whole_at: proto::Time,
-    /// An application thread queued operations it left unsent (to share frames): the next
-    /// round sends them.
-    unsent: bool,
-    /// The last round found every socket empty.
-    quiet: bool,
-    /// No connection has anything due before this (µs), unless `stale`: an idle round (the
-    /// polling loop's usual one) then skips the look at every connection's timers.
-    due: Option<proto::Time>,
-    /// Something may have moved a deadline earlier since `due` was taken.
-    stale: bool,
     /// Connections that closed, removed (or kept for their undelivered messages) after the
     /// next sending, which carries their close.
     closing: Vec<u32>,
     /// When the management host was last asked whether the peer of a connection that cannot
     /// reach it is gone, by connection.
     gone_asked: proto::OwnIdMap<u32, proto::Time>,
-}
-
-impl State {
-    /// The earliest deadline of any connection.
-    fn next_due(&mut self) -> Option<proto::Time> {
-        if self.stale {
-            self.due = self.conns.next_timeout();
-            self.stale = false;
-        }
-        self.due
-    }
 }
 
 /// A node's edge transport: its links and their connections.
@@ -171,21 +110,9 @@ pub(crate) struct EdgeEndpoint {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Buffers for application threads (pumping, submitting).
     app_io: Mutex<Io>,
-    /// When an application thread last pumped (µs), or 0 once it stopped to sleep: the network
-    /// thread stays out of its way.
-    last_pump_us: AtomicU64,
-    /// When frames last came in or an operation was last submitted (µs): receiving looks read
-    /// the sockets only within [`QUIET_AFTER_US`] of it.
-    last_busy_us: AtomicU64,
-    /// The network thread leaves the sockets to a polling application thread and only looks
-    /// now and then whether it still polls (see [`PUMP_WATCH`]).
-    watching: AtomicBool,
-    /// The first and the longest look interval while watching (µs): [`PUMP_WATCH`] and
-    /// [`PUMP_WATCH_MAX`] (a test lengthens them).
-    watch_us: [AtomicU64; 2],
-    /// Until when the network thread sleeps (µs), or [`AWAKE`]: a submission that needs it
-    /// sooner (a timer) wakes it.
-    parked_until_us: AtomicU64,
+    /// Who drives the endpoint when: what application threads and the network thread tell
+    /// each other without the state's lock.
+    hand: HandOff,
     /// Messages taken from their connections for the fabric's edge message handler, in the
     /// order they arrived, to be handed over once the state's lock is released (at most what
     /// one round receives: whoever ran the round hands them over right after it).
@@ -204,9 +131,6 @@ pub(crate) struct EdgeEndpoint {
     /// once looked up under the state's lock, holds while this count stays put (the receive
     /// calls ask on every look, and must not wait for a round to ask).
     closings: AtomicU64,
-    /// An application thread left operations unsent for the next round (`State::unsent`,
-    /// mirrored here): the network thread's lockless spin ends for them.
-    gathered: AtomicBool,
 }
 
 impl EdgeEndpoint {
@@ -244,15 +168,8 @@ impl EdgeEndpoint {
             waker,
             state: Mutex::new(State {
                 conns,
-                faults,
-                shortcut: false,
-                whole_at: 0,
-                unsent: false,
-                quiet: true,
-                due: None,
-                stale: true,
-                closing: Vec::new(),
-                gone_asked: Default::default(),
+                rounds: Rounds::new(),
+                side: Side { faults, closing: Vec::new(), gone_asked: Default::default() },
             }),
             fabric: f.weak.clone(),
             start: Instant::now(),
@@ -268,15 +185,10 @@ impl EdgeEndpoint {
             peer_timeout: cfg.peer_timeout,
             thread: Mutex::new(None),
             app_io: Mutex::new(Io::new(cfg.links.len())),
-            last_pump_us: AtomicU64::new(0),
-            last_busy_us: AtomicU64::new(0),
-            watching: AtomicBool::new(false),
-            watch_us: [PUMP_WATCH, PUMP_WATCH_MAX].map(|d| AtomicU64::new(d.as_micros() as u64)),
-            parked_until_us: AtomicU64::new(AWAKE),
+            hand: HandOff::new(),
             handed: Mutex::new(Vec::new()),
             handed_any: AtomicBool::new(false),
             closings: AtomicU64::new(0),
-            gathered: AtomicBool::new(false),
             handing: Mutex::new(Vec::new()),
             handler: OnceLock::new(),
         });
@@ -298,16 +210,6 @@ impl EdgeEndpoint {
         self.start.elapsed().as_micros() as proto::Time
     }
 
-    /// No frame came in and no operation was submitted for [`QUIET_AFTER_US`] before `now`.
-    fn quiet_at(&self, now: proto::Time) -> bool {
-        now.saturating_sub(self.last_busy_us.load(Ordering::Relaxed)) > QUIET_AFTER_US
-    }
-
-    /// The transport is in use at `now` (see [`QUIET_AFTER_US`]).
-    fn busy_at(&self, now: proto::Time) {
-        self.last_busy_us.store(now, Ordering::Relaxed);
-    }
-
     fn proto_config(&self, links: usize) -> proto::Config {
         let mut c = proto::Config::new(links, self.mtu);
         c.mtu = self.socks.iter().take(links).map(LinkSocket::mtu).collect();
@@ -323,10 +225,6 @@ impl EdgeEndpoint {
         // so a lone answer (ping-pong) is acknowledged by the next frame going back, not by a
         // frame of its own.
         c.ack_every_frames = scale(c.ack_every_frames as usize, 2) as u32;
-        // A user-space transport on a shared host sees scheduling stalls of a few milliseconds;
-        // frames lost between delivered ones are found sooner (by the overtaking rule and the
-        // receiver's reports), so the timer, which catches tails and dead links, can wait out
-        // such a stall instead of declaring a window's worth of frames lost.
         c.rto_min_us = RTO_MIN_US;
         c
     }
@@ -352,7 +250,7 @@ impl EdgeEndpoint {
     /// that thread's buffers.
     fn transmit_here(&self, st: &mut State, now: proto::Time) -> usize {
         let mut io = lock(&self.app_io);
-        self.transmit(st, now, &mut io)
+        self.transmit(&mut st.conns, &mut st.side, now, &mut io)
     }
 
     /// Stop the network thread and close every connection.
@@ -364,7 +262,7 @@ impl EdgeEndpoint {
                 s.conn_mut().close(now);
             }
             self.closings.fetch_add(1, Ordering::Release);
-            st.stale = true;
+            st.rounds.touch();
         }
         // One last round sends the closes.
         self.stop.store(true, Ordering::SeqCst);
@@ -387,7 +285,7 @@ impl EdgeEndpoint {
         }
         let local = {
             let mut st = lock(&self.state);
-            st.stale = true;
+            st.rounds.touch();
             let now = self.now();
             let open = |local| {
                 let cfg = self.proto_config(links);
@@ -430,19 +328,14 @@ impl Drive for EdgeEndpoint {
 
     fn flush(&self) {
         let mut st = lock(&self.state);
-        self.gathered.store(false, Ordering::Relaxed);
-        if std::mem::take(&mut st.unsent) {
+        if st.rounds.take_unsent(&self.hand) {
             self.transmit_here(&mut st, self.now());
-            // The next round looks at the connections (timers the frames armed).
-            st.stale = true;
         }
     }
 
-    /// The network thread takes over at once if it only watches: it would otherwise look again
-    /// only after up to [`PUMP_WATCH_MAX`].
+    /// The network thread takes over at once if it only watches (see [`HandOff::rest`]).
     fn rest(&self) {
-        self.last_pump_us.store(0, Ordering::SeqCst);
-        if self.watching.load(Ordering::SeqCst) {
+        if self.hand.rest() {
             self.waker.wake();
         }
     }

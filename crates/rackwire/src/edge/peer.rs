@@ -2,9 +2,9 @@
 //! the endpoint, their outcomes turned into the API's errors.
 
 use super::{
-    earliest, lock, notification, proto, Access, Arc, AtomicU64, BatchOptions, Bytes, Completion, ConnStats,
-    Connection, Duration, EdgeEndpoint, Error, NodeId, Notification, Op, OpCell, OpError, OpFlags, Ordering,
-    PeerTransport, Pending, RegionId, RemoteRegion, Signal, SignalOp, SocketAddr, State, AWAKE,
+    lock, notification, proto, Access, Arc, AtomicU64, BatchOptions, Bytes, Completion, ConnStats, Connection,
+    Duration, EdgeEndpoint, Error, NodeId, Notification, Op, OpCell, OpError, OpFlags, Ordering, PeerTransport,
+    Pending, RegionId, RemoteRegion, Signal, SignalOp, SocketAddr, State,
 };
 use crate::error::RefusedOp;
 
@@ -90,7 +90,7 @@ impl EdgePeer {
         go: impl FnOnce(&mut Connection, proto::Time) -> Result<proto::OpId, OpError>,
     ) -> Result<Op, Error> {
         let cell = Arc::new(OpCell::with_driver(self.ep.clone(), self.ep.busy_poll));
-        self.ep.busy_at(now);
+        self.ep.hand.busy(now);
         let p = Pending { cell: cell.clone(), region: p.region, offset: p.offset, len: p.len, need: p.need };
         match st.conns.submit(self.local, |_| p, |c| go(c, now)) {
             Ok(_) => Ok(Op::pending(cell)),
@@ -108,23 +108,14 @@ impl EdgePeer {
     /// over to the network thread at once), or the network thread when it is at work. A
     /// network thread that sleeps, or only looks in now and then, gets it sent inline.
     fn send_or_gather(&self, st: &mut State, now: proto::Time) {
-        let gather = st.conns.get(self.local).is_some_and(|s| s.conn().worth_gathering())
-            && (self.ep.polled_lately(now)
-                || (self.ep.parked_until_us.load(Ordering::SeqCst) == AWAKE
-                    && !self.ep.watching.load(Ordering::SeqCst)));
-        st.unsent |= gather;
-        if gather {
-            self.ep.gathered.store(true, Ordering::Release);
-        } else {
+        let worth = st.conns.get(self.local).is_some_and(|s| s.conn().worth_gathering());
+        if st.rounds.submitted(&self.ep.hand, now, worth) {
             self.ep.transmit_here(st, now);
         }
         // Wake the network thread only if this connection now needs it before it would wake
         // anyway (a timer armed by the new frames, or frames the windows held back).
         let due = st.conns.get(self.local).and_then(|s| s.conn().poll_timeout());
-        // Only this connection changed: its deadline keeps `due` a lower bound.
-        st.due = earliest(st.due, due);
-        let parked = self.ep.parked_until_us.load(Ordering::SeqCst);
-        if parked != AWAKE && due.is_some_and(|t| t < parked) {
+        if st.rounds.armed(&self.ep.hand, due) {
             self.ep.waker.wake();
         }
     }
@@ -152,11 +143,7 @@ impl EdgePeer {
             return Some(v);
         }
         let now = self.ep.now();
-        if now == self.ep.last_pump_us.load(Ordering::Relaxed) {
-            return None;
-        }
-        if self.ep.quiet_at(now) {
-            self.ep.leave_sockets();
+        if self.ep.hand.polled_at(now) || !self.ep.app_may_round(now) {
             return None;
         }
         self.ep.pump_locked(&mut st, now);
@@ -175,7 +162,7 @@ impl EdgePeer {
         let sent = self.ep.send_datagram_here(&mut st, self.local, now, msg, &mut lock(&self.ep.app_io), hold);
         match sent {
             Ok(()) => {
-                self.ep.busy_at(now);
+                self.ep.hand.busy(now);
                 Ok(())
             }
             Err(OpError::Limit) => {
@@ -398,7 +385,7 @@ impl PeerTransport for EdgePeer {
                 s.conn_mut().close(now);
             }
             self.ep.closings.fetch_add(1, Ordering::Release);
-            st.stale = true;
+            st.rounds.touch();
         }
         self.ep.waker.wake();
     }
@@ -471,7 +458,7 @@ impl Drop for EdgePeer {
         if let Ok(mut st) = self.ep.state.try_lock() {
             if st.conns.get(self.local).is_some_and(|s| s.is_closed()) {
                 st.conns.remove(self.local);
-                st.gone_asked.remove(&self.local);
+                st.side.gone_asked.remove(&self.local);
             }
         }
     }

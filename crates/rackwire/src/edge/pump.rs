@@ -1,80 +1,47 @@
-//! Driving the endpoint: a round takes in what arrived, fires timers, sends, and turns
-//! connection events into completed operations, messages and notifications; the network
-//! thread runs rounds when no application thread does, and sleeps when nothing is due.
+//! Driving the endpoint with threads: the driver's rounds (`rackwire_proto::driver`) over
+//! this node's sockets and memory, run by application threads that poll and by the network
+//! thread, which runs them when no application thread does and sleeps when nothing is due.
 
+use proto::driver::limits::{PEER_CHECK_EVERY_US, RECV_BURST};
+use proto::driver::{After, AppLook, Before, NetThread, Received, RoundHost, Worked, AWAKE};
 use rackwire_udp::RecvLink;
+use std::ops::ControlFlow;
 
 use crate::sync::read;
 use crate::watch::EdgeWatch;
 
-use super::spin::Spin;
-
 use super::{
-    completion, debug, lock, proto, warn, Arc, Connection, ControlFlow, Drive, Duration, EdgeEndpoint, EdgePeer,
-    FabricTarget, Instant, Io, MessageHandler, Node, Ordering, PeerTransport, Pending, SocketAddr, State,
-    ANSWER_HOLD_US, AWAKE, IDLE_WAIT_MAX, PEER_CHECK_EVERY_US, PUMP_RECENT_US, RECV_BURST,
+    completion, debug, lock, proto, warn, Arc, Connection, Conns, Duration, EdgeEndpoint, EdgePeer, FabricTarget, Io,
+    MessageHandler, Node, Ordering, PeerTransport, Pending, Side, SocketAddr, State,
 };
 
-/// Whether a connection owes a frame at once (see `Connection::owes_now`).
-fn owed(st: &State) -> bool {
-    st.conns.sessions().any(|s| s.conn().owes_now())
+/// A round's I/O on this node: its sockets (the links a look found readable), its memory, and
+/// what it does with what the connections did.
+struct EdgeRound<'a, 'f> {
+    ep: &'a EdgeEndpoint,
+    io: &'a mut Io,
+    target: &'a mut FabricTarget<'f>,
+    side: &'a mut Side,
+    /// The links to read, one bit each (a look just before found the others empty; `u64::MAX`:
+    /// all).
+    readable: u64,
 }
 
-/// Whether a round that hands over what it took (`frames` of them) may end early though the
-/// round before did too: only for a lone frame (a ping-pong's, not a stream's: a stream whose
-/// rounds end early in a row goes to the spin without a look at its sockets, and loses rate),
-/// while nothing waits for a whole round (no operation
-/// gathered to send and no frame owed at once, `waiting` false; no deadline known to have
-/// passed, `due`), and the last whole round ran (at `whole_at`) less than [`ANSWER_HOLD_US`]
-/// before `now`: an answer held, or a deadline moved earlier since `due` was taken, waits no
-/// longer than a hold. A ping-pong through rw0 across racks so hands every packet over first,
-/// not every other one (the whole round in between cost those packets about 0.3 µs each).
-fn may_end_early_again(
-    frames: usize,
-    waiting: bool,
-    now: proto::Time,
-    whole_at: proto::Time,
-    due: Option<proto::Time>,
-) -> bool {
-    frames == 1 && !waiting && now < whole_at + ANSWER_HOLD_US && due.is_none_or(|t| t > now)
-}
-
-impl EdgeEndpoint {
-    /// One round of work: drain the sockets, fire due timers, dispatch events, send. `app`:
-    /// an application thread runs it (polling while it waits), and answers to what it hands
-    /// that thread are held for the reply it is likely to send next. `readable`: the links to
-    /// read, one bit each (a look just before found the others empty; `u64::MAX`: all).
-    /// Returns (frames received, frames sent).
-    pub(super) fn round(
-        &self,
-        st: &mut State,
-        io: &mut Io,
-        target: &mut FabricTarget<'_>,
-        now: proto::Time,
-        app: bool,
-        readable: u64,
-    ) -> (usize, usize) {
-        // A hold lasts until the next round: whoever runs it, the reply did not come first.
-        let released = st.conns.release_holds();
+impl RoundHost<SocketAddr, Pending> for EdgeRound<'_, '_> {
+    fn receive(&mut self, conns: &mut Conns, now: proto::Time, stop_at_event: bool) -> Received {
         let mut got = 0;
         let mut more = false;
-        // After a round that found every socket empty, a frame that gives a connection
-        // something to hand over (a completion, a message, a notification) is most likely
-        // alone (a ping-pong): it ends the receiving and is handed over before the look that
-        // would find its socket empty (a system call). The next round, which follows at once,
-        // reads every link to the end, so no link waits behind another and timers do run.
-        let may_break = st.quiet;
         let mut hand = false;
-        'links: for (l, sock) in self.socks.iter().enumerate() {
+        'links: for (l, sock) in self.ep.socks.iter().enumerate() {
             // A link a look just found empty is left for the next look: a receive call for
             // nothing costs about as much as the look.
-            if l < 64 && readable & (1 << l) == 0 {
+            if l < 64 && self.readable & (1 << l) == 0 {
                 continue;
             }
             let mut taken = 0;
             while taken < RECV_BURST {
                 let each = |frame: &[u8], from| {
-                    let events = self.deliver(st, l, frame, from, now, target) && may_break;
+                    let events = self.ep.deliver(conns, l, frame, from, now, self.target) && stop_at_event;
                     hand |= events;
                     if events {
                         ControlFlow::Break(())
@@ -83,10 +50,10 @@ impl EdgeEndpoint {
                     }
                 };
                 // Through the link trait, so a wrapper (faults, tracing, capture) may sit here.
-                match RecvLink::recv_batch(&mut &*sock, &mut io.rx, each) {
+                match RecvLink::recv_batch(&mut &*sock, &mut self.io.rx, each) {
                     Ok(n) => {
                         taken += n;
-                        if hand && !io.rx.drained() {
+                        if hand && !self.io.rx.drained() {
                             // Frames may still wait (and with them acknowledgements): no
                             // timers until they are read.
                             got += taken;
@@ -95,7 +62,7 @@ impl EdgeEndpoint {
                         }
                         // The socket was found empty: looking again now would cost a system
                         // call for nothing.
-                        if io.rx.drained() {
+                        if self.io.rx.drained() {
                             break;
                         }
                     }
@@ -108,65 +75,57 @@ impl EdgeEndpoint {
             got += taken;
             more |= taken >= RECV_BURST;
         }
-        st.quiet = got == 0;
-        if got > 0 {
-            self.busy_at(now);
-        }
-        // Timers (and loss detection) wait while frames are still queued: after a stall, the
-        // acknowledgements not yet read would otherwise make frames look lost. Connections are
-        // looked at only when frames arrived, something changed, or a deadline passed.
-        let look = !more && (got > 0 || st.stale || st.due.is_some_and(|t| t <= now));
-        let unsent = std::mem::take(&mut st.unsent);
-        self.gathered.store(false, Ordering::Relaxed);
-        if got == 0 && !look && !released && !unsent {
-            // Nothing arrived, changed or fell due: no connection has anything to hand over or
-            // to send (the polling loop's usual round, kept short: a frame that lands during it
-            // waits for the next look).
-            return (0, 0);
-        }
-        // What arrived is handed over first. An application thread handed a notification or a
-        // message goes back to its caller at once (it usually replies, and the reply carries
-        // the held answers); timers and sending wait for the next round, which follows at
-        // once.
-        // The network thread does the same with messages it took for the edge message handler
-        // (the virtual NIC's): it hands them over (into rw0) before it sends anything, and
-        // holds the answers for the reply that another thread (the virtual NIC's) may send
-        // within microseconds; its lockless spin (see `run`) gives that thread the lock, and
-        // the round after it sends what no reply took.
-        let relay = !app && got > 0 && self.hands_messages_over();
-        let handed = self.dispatch(st, (app || relay).then_some(now + ANSWER_HOLD_US));
-        let relayed = relay && self.handed_any.load(Ordering::Acquire);
-        let shortcut = ((app && handed) || relayed)
-            && (!st.shortcut || may_end_early_again(got, unsent || owed(st), now, st.whole_at, st.due));
-        st.shortcut = shortcut;
-        if shortcut {
-            st.stale = true;
-            // What submissions gathered still waits to go (next round, or a flush).
-            st.unsent |= unsent;
-            self.gathered.store(unsent, Ordering::Relaxed);
-            return (got, 0);
-        }
-        st.whole_at = now;
-        let (mut fired, due) = if look { st.conns.handle_timeouts(now, target) } else { (false, None) };
-        if look {
-            if let Some(n) = self.fabric.upgrade() {
-                let State { conns, gone_asked, .. } = st;
-                for (local, s) in conns.iter_mut().filter(|(_, s)| s.is_unreachable()) {
-                    fired |= self.unreachable(&n, local, s, gone_asked, now);
-                }
-            }
-            if fired {
-                self.dispatch(st, None);
+        Received { frames: got, more }
+    }
+
+    fn dispatch(&mut self, conns: &mut Conns, hold: Option<proto::Time>) -> bool {
+        self.ep.dispatch(conns, &mut self.side.closing, hold)
+    }
+
+    /// The network thread hands messages it took for the edge message handler (the virtual
+    /// NIC's) over (into rw0) before it sends anything, and holds the answers for the reply
+    /// that another thread (the virtual NIC's) may send within microseconds; its lockless spin
+    /// (see `run`) gives that thread the lock, and the round after it sends what no reply
+    /// took.
+    fn relays(&self) -> bool {
+        self.ep.hands_messages_over()
+    }
+
+    fn relayed(&self) -> bool {
+        self.ep.handed_any.load(Ordering::Acquire)
+    }
+
+    fn timeouts(&mut self, conns: &mut Conns, now: proto::Time) -> (bool, Option<proto::Time>) {
+        let (mut fired, due) = conns.handle_timeouts(now, self.target);
+        if let Some(n) = self.ep.fabric.upgrade() {
+            let asked = &mut self.side.gone_asked;
+            for (local, s) in conns.iter_mut().filter(|(_, s)| s.is_unreachable()) {
+                fired |= self.ep.unreachable(&n, local, s, asked, now);
             }
         }
-        let sent = self.transmit(st, now, io);
-        if look && !fired && sent == 0 {
-            st.due = due;
-            st.stale = false;
-        } else if look || got > 0 || sent > 0 {
-            st.stale = true;
-        }
-        (got, sent)
+        (fired, due)
+    }
+
+    fn transmit(&mut self, conns: &mut Conns, now: proto::Time) -> usize {
+        self.ep.transmit(conns, self.side, now, self.io)
+    }
+}
+
+impl EdgeEndpoint {
+    /// One round of the driver's (see [`proto::driver::Rounds::run`]) on this node's sockets:
+    /// `app` when an application thread runs it, `readable` the links to read.
+    pub(super) fn round(
+        &self,
+        st: &mut State,
+        io: &mut Io,
+        target: &mut FabricTarget<'_>,
+        now: proto::Time,
+        app: bool,
+        readable: u64,
+    ) -> Worked {
+        let State { conns, rounds, side } = st;
+        let mut host = EdgeRound { ep: self, io, target, side, readable };
+        rounds.run(&self.hand, &mut host, conns, now, app)
     }
 
     /// Make progress from a waiting application thread (busy polling), if the network thread
@@ -174,13 +133,12 @@ impl EdgeEndpoint {
     /// something was received or sent.
     pub(crate) fn pump(&self) -> bool {
         let now = self.now();
-        if self.quiet_at(now) {
-            self.leave_sockets();
+        if !self.app_may_round(now) {
             return false;
         }
         let Ok(mut st) = self.state.try_lock() else {
             // Polling all the same: the network thread stays out of the way.
-            self.last_pump_us.store(now, Ordering::Relaxed);
+            self.hand.polled(now);
             return false;
         };
         // The round's time is read under the lock, as every other round's: a time read before
@@ -215,64 +173,61 @@ impl EdgeEndpoint {
 
     /// [`EdgeEndpoint::pump`] with the state in hand, at `now`.
     pub(super) fn pump_locked(&self, st: &mut State, now: proto::Time) -> bool {
-        self.last_pump_us.store(now, Ordering::Relaxed);
+        self.hand.polled(now);
         let mut io = lock(&self.app_io);
         let mut target = FabricTarget { fabric: &self.fabric };
-        let (got, sent) = self.round(st, &mut io, &mut target, now, true, u64::MAX);
-        got + sent > 0
+        let w = self.round(st, &mut io, &mut target, now, true, u64::MAX);
+        w.got + w.sent > 0
     }
 
-    /// Nothing is coming this way lately: the network thread reads the sockets (it sleeps
-    /// until a frame comes) and a polling thread's look costs no system call. Said once: a
-    /// thread still marked as polling stops being so.
-    pub(super) fn leave_sockets(&self) {
-        if self.last_pump_us.load(Ordering::Relaxed) != 0 {
-            self.rest();
+    /// Whether an application thread's look at `now` runs a round: not when nothing came this
+    /// way lately (see [`HandOff::app_look`](proto::driver::HandOff::app_look)): the network
+    /// thread reads the sockets then (it sleeps until a frame comes) and the look costs no
+    /// system call.
+    pub(super) fn app_may_round(&self, now: proto::Time) -> bool {
+        match self.hand.app_look(now) {
+            AppLook::Round => true,
+            AppLook::Quiet { wake } => {
+                if wake {
+                    self.waker.wake();
+                }
+                false
+            }
         }
     }
 
     /// The transport counts as in use now, as when a frame arrives (a test drives it by hand).
     #[cfg(test)]
     pub(crate) fn mark_busy(&self) {
-        self.busy_at(self.now());
+        self.hand.busy(self.now());
     }
 
     /// Make the network thread's looks while an application thread polls this far apart.
     #[cfg(test)]
     pub(crate) fn set_watch(&self, d: Duration) {
-        for w in &self.watch_us {
-            w.store(d.as_micros() as u64, Ordering::Relaxed);
-        }
+        self.hand.set_watch(d.as_micros() as proto::Time);
     }
 
     /// The network thread only watches a polling application thread.
     #[cfg(test)]
     pub(crate) fn is_watching(&self) -> bool {
-        self.watching.load(Ordering::SeqCst)
+        self.hand.is_watching()
     }
 
-    /// An application thread pumped within [`PUMP_RECENT_US`] of `now`.
-    pub(super) fn polled_lately(&self, now: proto::Time) -> bool {
-        now.saturating_sub(self.last_pump_us.load(Ordering::SeqCst)) < PUMP_RECENT_US
-    }
-
-    /// The network thread: works while there is work, looks again for a while after it (see
-    /// [`Spin`]: long enough to see the answer to what it sent, if answers came that soon),
-    /// then blocks until a frame arrives, a timer is due or an operation is submitted. Latency
-    /// comes from the waiting application threads, which poll (see [`EdgeEndpoint::pump`]);
-    /// while one does, this thread leaves it the sockets and the core (see [`PUMP_WATCH`]).
-    /// While it is awake after work, it also watches the edge message handler's descriptor,
-    /// if one is set ([`crate::EdgeWatch`]).
+    /// The network thread, as the driver says (see [`NetThread`]): works while there is work,
+    /// looks again for a while after it (long enough to see the answer to what it sent, if
+    /// answers came that soon), then blocks until a frame arrives, a timer is due or an
+    /// operation is submitted. Latency comes from the waiting application threads, which poll
+    /// (see [`EdgeEndpoint::pump`]); while one does, this thread leaves it the sockets and the
+    /// core. While it is awake after work, it also watches the edge message handler's
+    /// descriptor, if one is set ([`crate::EdgeWatch`]).
     pub(super) fn run(self: Arc<Self>) {
         let mut io = Io::new(self.socks.len());
         let mut target = FabricTarget { fabric: &self.fabric };
-        let mut last_work = Instant::now();
-        let mut spin = Spin::new();
+        let mut net = NetThread::new(&self.hand, self.now());
         // The links the next round reads: those the last look found readable, if a look came
         // just before it; else all.
         let mut readable = u64::MAX;
-        let watch_us = |i: usize| Duration::from_micros(self.watch_us[i].load(Ordering::Relaxed));
-        let mut watch = watch_us(0);
         // The edge watch, while this thread watches it: from its first spin after work until
         // it sleeps or leaves the work to a polling thread.
         let mut answers: Option<Arc<dyn EdgeWatch>> = None;
@@ -295,30 +250,29 @@ impl EdgeEndpoint {
                 w.watching(false);
             }
         };
+        let us = Duration::from_micros;
         loop {
             let stopping = self.stop.load(Ordering::SeqCst);
-            if !stopping && self.polled_lately(self.now()) {
+            if let Before::Watch(watch) = net.before_round(&self.hand, self.now(), stopping) {
                 unwatch(&mut answers);
                 readable = u64::MAX;
                 // Said before looking again: a thread that stops polling after the look below
                 // sees it and wakes this one (see `Drive::rest`).
-                self.watching.store(true, Ordering::SeqCst);
-                if self.polled_lately(self.now()) {
-                    rackwire_udp::wait(&[], &self.waker, Some(watch));
-                    watch = (watch * 2).min(watch_us(1));
+                self.hand.set_watching(true);
+                if self.hand.polled_lately(self.now()) {
+                    rackwire_udp::wait(&[], &self.waker, Some(us(watch)));
+                    net.watched(&self.hand);
                 }
-                self.watching.store(false, Ordering::SeqCst);
+                self.hand.set_watching(false);
                 continue;
             }
-            watch = watch_us(0);
             let mut st = lock(&self.state);
-            let (got, sent) = self.round(&mut st, &mut io, &mut target, self.now(), false, readable);
+            let w = self.round(&mut st, &mut io, &mut target, self.now(), false, readable);
             readable = u64::MAX;
-            // This thread's round ends early only when it handed messages to the edge message
-            // handler (see `round`), and the next one ends early too only before the deadline
-            // known before it (see `may_end_early_again`): that deadline bounds the spin in
-            // between, and nobody waits for the connections' timers to be looked at here.
-            let next = if st.shortcut { st.due } else { st.next_due() };
+            let next = {
+                let State { conns, rounds, .. } = &mut *st;
+                rounds.next_round_due(conns)
+            };
             // Whether the round handed messages over and what follows is the spin: a round
             // that ended early; or one that took a lone frame and handed its message over (a
             // ping-pong's packet, in a round that could not end early: as urgent as the
@@ -327,46 +281,32 @@ impl EdgeEndpoint {
             // to come (a TCP stream across racks lost about a tenth of its rate so).
             // (Messages the round took for the handler wait in `handed` until the hand-over
             // below.)
-            let relayed = st.shortcut || (got == 1 && self.handed_any.load(Ordering::Acquire));
-            let idle = !(stopping || got > 0 || sent > 0);
-            let clock = || {
-                let at = Instant::now();
-                (at, at.saturating_duration_since(self.start).as_micros() as proto::Time)
-            };
-            let wait_at = |now: proto::Time| {
-                next.map_or(IDLE_WAIT_MAX, |t| Duration::from_micros(t.saturating_sub(now)).min(IDLE_WAIT_MAX))
-            };
-            // One reading of the clock for what follows, after the hand-over below (what the
-            // round took goes first: the clock, the spin's bookkeeping and the wait cost
-            // about 0.1 µs on that path); but under the state's lock in a round that found no
-            // work, which publishes there when this thread wakes next (a submission after
-            // this sees it).
-            let idle_clock = idle.then(|| {
-                let (at, now) = clock();
-                self.parked_until_us.store(now + wait_at(now).as_micros() as u64, Ordering::SeqCst);
-                (at, now)
+            let relayed = st.rounds.ended_early() || (w.got == 1 && self.handed_any.load(Ordering::Acquire));
+            let idle = !stopping && w.got + w.sent == 0;
+            // A round that found no work says, under the state's lock, until when this thread
+            // will sleep (a submission after this sees it and wakes it for an earlier timer).
+            // Any other reads the clock once after the hand-over below (what the round took
+            // goes first: the clock and the bookkeeping cost about 0.1 µs on that path).
+            let idle_now = idle.then(|| {
+                let now = self.now();
+                self.hand.park_until(now + proto::driver::wait_for(next, now));
+                now
             });
             drop(st);
             self.hand_over();
-            let (at, now) = idle_clock.unwrap_or_else(clock);
-            if got > 0 {
-                spin.received(at);
-            }
-            if sent > 0 {
-                spin.sent(at);
-            }
-            let wait = wait_at(now);
+            let now = idle_now.unwrap_or_else(|| self.now());
+            net.worked(now, w);
             if stopping {
                 unwatch(&mut answers);
                 return;
             }
+            let mut again = false;
             if !idle {
-                last_work = at;
                 // Between rounds too, while the handler's own thread leaves its descriptor
                 // to this one (a stream's answers come while frames keep coming).
                 let answered = self.take_answers(&mut answers, unwatch);
                 if answered {
-                    spin.sent(Instant::now());
+                    net.answered(self.now());
                 }
                 answer_due = relayed && !answered && answers.is_some();
                 // Another round at once, unless this one handed messages over (into rw0) and
@@ -381,62 +321,61 @@ impl EdgeEndpoint {
                 // host's), and when the kernel did not switch to it during the hand-over
                 // (about a quarter of a cross-rack ping-pong's, traced), a look first would
                 // find nothing and hold the program back by its system call.
-                if !relayed || self.gathered.load(Ordering::Acquire) || (got > 1 && look(&answers).links) {
-                    continue;
-                }
-            } else if self.polled_lately(now) {
-                // An application thread started polling: it does the work now (see the top).
-                self.parked_until_us.store(AWAKE, Ordering::SeqCst);
-                continue;
+                again = !relayed || self.hand.gathered() || (w.got > 1 && look(&answers).links);
             }
-            // In a stream, the next acknowledgement or frame is usually microseconds away:
-            // look again for a moment before paying for a sleep and a wake-up. The looks ask
-            // only whether a socket is readable (or the waker woken), without the state's
-            // lock: a thread that sends takes that lock, and rounds taken back to back held it
-            // off for the whole spin (each reply through rw0 across racks waited for it).
-            // A timer due meanwhile ends the spin.
-            // The edge message handler's own descriptor is watched too (see
-            // `crate::EdgeWatch`): what this thread just handed over is often answered there
-            // within the spin, and taken at once, without waking another thread.
-            let spin_for = spin.length();
-            if last_work.elapsed() < spin_for {
-                self.parked_until_us.store(AWAKE, Ordering::SeqCst);
-                let due = Instant::now() + wait;
-                if answers.is_none() {
-                    answers = self.fabric.upgrade().and_then(|n| read(&n.edge_watch).clone());
-                    if let Some(w) = &answers {
-                        w.watching(true);
+            match net.after_round(&self.hand, now, w, again, next) {
+                After::Again => {
+                    // An application thread that started polling does the work now (see the
+                    // top).
+                    self.hand.park_until(AWAKE);
+                }
+                After::Spin { until } => {
+                    // In a stream, the next acknowledgement or frame is usually microseconds
+                    // away: look again for a moment before paying for a sleep and a wake-up.
+                    // The looks ask only whether a socket is readable (or the waker woken),
+                    // without the state's lock: a thread that sends takes that lock, and
+                    // rounds taken back to back held it off for the whole spin (each reply
+                    // through rw0 across racks waited for it). A timer due meanwhile ends the
+                    // spin. The edge message handler's own descriptor is watched too (see
+                    // `crate::EdgeWatch`): what this thread just handed over is often answered
+                    // there within the spin, and taken at once, without waking another thread.
+                    self.hand.park_until(AWAKE);
+                    let wake = now + proto::driver::wait_for(next, now);
+                    let mut until = until;
+                    if answers.is_none() {
+                        answers = self.fabric.upgrade().and_then(|n| read(&n.edge_watch).clone());
+                        if let Some(w) = &answers {
+                            w.watching(true);
+                        }
+                    }
+                    loop {
+                        // A thread of this core that has work (the one this frame woke, on a
+                        // small host) goes first.
+                        std::thread::yield_now();
+                        // Its answer, if it ran, taken before the look (a take that finds
+                        // nothing costs about what the look would; once only, then the looks).
+                        let mut took = std::mem::take(&mut answer_due) && self.take_answers(&mut answers, unwatch);
+                        let ready = look(&answers);
+                        took |= ready.also && self.take_answers(&mut answers, unwatch);
+                        if took {
+                            // What it took went out at once, or is gathered for the next
+                            // round: either way, an answer to it is what comes next.
+                            net.answered(self.now());
+                            until = net.spin_end().min(wake);
+                        }
+                        if ready.links || self.hand.gathered() || self.now() >= until {
+                            readable = ready.readable;
+                            break;
+                        }
                     }
                 }
-                loop {
-                    // A thread of this core that has work (the one this frame woke, on a
-                    // small host) goes first.
-                    std::thread::yield_now();
-                    // Its answer, if it ran, taken before the look (a take that finds
-                    // nothing costs about what the look would; once only, then the looks).
-                    let mut took = std::mem::take(&mut answer_due) && self.take_answers(&mut answers, unwatch);
-                    let ready = look(&answers);
-                    took |= ready.also && self.take_answers(&mut answers, unwatch);
-                    if took {
-                        // What it took went out at once, or is gathered for the next round:
-                        // either way, an answer to it is what comes next.
-                        last_work = Instant::now();
-                        spin.sent(last_work);
-                    }
-                    if ready.links
-                        || self.gathered.load(Ordering::Acquire)
-                        || last_work.elapsed() >= spin_for
-                        || Instant::now() >= due
-                    {
-                        readable = ready.readable;
-                        break;
-                    }
+                After::Park { until } => {
+                    unwatch(&mut answers);
+                    let wait = us(until.saturating_sub(self.now()));
+                    readable = rackwire_udp::wait_with(&self.socks, &self.waker, None, Some(wait)).readable;
+                    self.hand.park_until(AWAKE);
                 }
-                continue;
             }
-            unwatch(&mut answers);
-            readable = rackwire_udp::wait_with(&self.socks, &self.waker, None, Some(wait)).readable;
-            self.parked_until_us.store(AWAKE, Ordering::SeqCst);
         }
     }
 
@@ -467,7 +406,7 @@ impl EdgeEndpoint {
     /// True when the connection has events to hand over, or a signal landed.
     pub(super) fn deliver(
         &self,
-        st: &mut State,
+        conns: &mut Conns,
         l: usize,
         frame: &[u8],
         from: SocketAddr,
@@ -482,10 +421,10 @@ impl EdgeEndpoint {
             let nonce = rackwire_mh::auth::nonce();
             Some(Connection::accept(cfg, self.me, &self.creds, i.peer, key, nonce, local, now))
         };
-        let routed = st.conns.handle(now, l, from, frame, target, accept);
+        let routed = conns.handle(now, l, from, frame, target, accept);
         // A first frame under load is answered with a Retry (nothing kept for it): sent at
         // once, from the link it came in on.
-        while let Some((to, link, retry)) = st.conns.next_retry() {
+        while let Some((to, link, retry)) = conns.next_retry() {
             if let Some(sock) = self.socks.get(link) {
                 let _ = sock.send_batch(&[rackwire_udp::OutFrame { head: &retry, body: &[], to }]);
             }
@@ -494,7 +433,7 @@ impl EdgeEndpoint {
             proto::Routed::Conn(local) | proto::Routed::Accepted(local) => local,
             proto::Routed::Dropped => return false,
         };
-        st.conns.get(local).is_some_and(|s| s.conn().has_events() || s.conn().is_signalled())
+        conns.get(local).is_some_and(|s| s.conn().has_events() || s.conn().is_signalled())
     }
 
     /// A connection whose every link is down: the peer is unreachable, which is not gone. The
@@ -540,13 +479,13 @@ impl EdgeEndpoint {
     /// With an edge message handler set, take every connection's delivered messages for it
     /// (handed over by [`EdgeEndpoint::hand_over`] once the state's lock is released).
     /// True when nothing is left for a receiving thread (no notification waits either).
-    fn take_for_handler(&self, st: &mut State) -> bool {
+    fn take_for_handler(&self, conns: &mut Conns) -> bool {
         if !self.hands_messages_over() {
             return false;
         }
         let mut handed = lock(&self.handed);
         let mut all = true;
-        for (_, s) in st.conns.iter_mut() {
+        for (_, s) in conns.iter_mut() {
             let peer = s.peer();
             while let Some(m) = s.next_message() {
                 handed.push((peer, m));
@@ -565,10 +504,10 @@ impl EdgeEndpoint {
     /// signal landed in this node's memory (a thread polling its word will see it once the
     /// round returns). With `hold`, a connection that did either holds its answers until
     /// then.
-    pub(super) fn dispatch(&self, st: &mut State, hold: Option<proto::Time>) -> bool {
+    pub(super) fn dispatch(&self, conns: &mut Conns, closing: &mut Vec<u32>, hold: Option<proto::Time>) -> bool {
         let mut register = Vec::new();
         let mut gone = Vec::new();
-        let polled = st.conns.poll(hold, |local, peer, h| match h {
+        let polled = conns.poll(hold, |local, peer, h| match h {
             proto::Happened::Connected { accepted } => {
                 // A connection opened here is registered by whoever opened it.
                 if accepted {
@@ -596,10 +535,10 @@ impl EdgeEndpoint {
         if !gone.is_empty() {
             self.closings.fetch_add(1, Ordering::Release);
         }
-        st.closing.extend(gone);
+        closing.extend(gone);
         // Messages taken for the handler need no receiving thread: the doorbell rings only
         // for what still waits to be taken.
-        let woke = polled.delivered && !self.take_for_handler(st);
+        let woke = polled.delivered && !self.take_for_handler(conns);
         let up = || Some((self.fabric.upgrade()?, self.this.upgrade()?));
         if let Some((f, ep)) = (!register.is_empty()).then(up).flatten() {
             for (local, peer) in register {
@@ -615,27 +554,5 @@ impl EdgeEndpoint {
             }
         }
         woke || polled.signalled
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Checks when a round may end early right after one that did: with a lone frame, within
-    // a hold of the last whole round, nothing waiting and no deadline passed it may; with
-    // several frames (a stream's), at or past a hold since the last whole round, with
-    // something waiting (operations gathered, a frame owed at once), or with a deadline
-    // reached it may not (the whole round runs, with the timers and the sending).
-    #[test]
-    fn rounds_end_early_in_a_row_only_for_lone_frames_within_a_hold_of_a_whole_one() {
-        let whole = 1_000;
-        assert!(may_end_early_again(1, false, whole + 1, whole, None));
-        assert!(may_end_early_again(1, false, whole + ANSWER_HOLD_US - 1, whole, Some(whole + ANSWER_HOLD_US)));
-        assert!(!may_end_early_again(2, false, whole + 1, whole, None));
-        assert!(!may_end_early_again(1, false, whole + ANSWER_HOLD_US, whole, None));
-        assert!(!may_end_early_again(1, true, whole + 1, whole, None));
-        assert!(!may_end_early_again(1, false, whole + 10, whole, Some(whole + 10)));
-        assert!(!may_end_early_again(1, false, whole + 10, whole, Some(whole + 5)));
     }
 }
