@@ -87,7 +87,7 @@ fn write_bytes_frames_carry_the_callers_bytes() {
     a.write_bytes(now, RegionRef { region: 5, key: 55 }, 100, bytes, OpFlags::default()).unwrap();
     let mut head = vec![0u8; 65536];
     let mut bodies = 0;
-    while let Some(t) = a.poll_transmit_split(now, &mut head) {
+    while let Some(t) = a.poll_transmit_to(now, &mut &mut head[..]) {
         let mut frame = head[..t.head_len].to_vec();
         if let Some(body) = &t.body {
             assert!(range.contains(&(body.as_ptr() as usize)), "a frame body outside the caller's bytes");

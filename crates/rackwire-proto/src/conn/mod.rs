@@ -153,11 +153,9 @@ pub trait FrameBufs {
 }
 
 /// One buffer for every link.
-pub(crate) struct OneBuf<'a>(pub(crate) &'a mut [u8]);
-
-impl FrameBufs for OneBuf<'_> {
+impl FrameBufs for &mut [u8] {
     fn frame_buf(&mut self, _link: usize) -> &mut [u8] {
-        self.0
+        self
     }
 }
 

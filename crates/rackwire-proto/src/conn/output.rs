@@ -8,7 +8,7 @@ use rackwire_wire::{
     SEGMENTS_PER_FRAME_MAX, SEGMENT_LEN,
 };
 
-use super::{Connection, FrameBufs, OneBuf, Role, Sent, SplitTransmit, State, Transmit};
+use super::{Connection, FrameBufs, Role, Sent, SplitTransmit, State, Transmit};
 use crate::chunk::{DataPayload, Piece, ANSWERS_PACKED_MAX, CHAINED_SEGMENT_MAX};
 use crate::link::Link;
 use crate::seal::TRAILER_LEN;
@@ -204,7 +204,7 @@ impl Connection {
     /// The next frame to send, written whole into `buf` (at least the largest MTU). Call until
     /// `None`.
     pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
-        let t = self.poll_transmit_split(now, buf)?;
+        let t = self.poll_transmit_to(now, &mut &mut *buf)?;
         let len = t.len();
         if let Some(body) = &t.body {
             buf[t.head_len..len].copy_from_slice(&body[..]);
@@ -212,16 +212,11 @@ impl Connection {
         Some(Transmit { link: t.link, len })
     }
 
-    /// The next frame to send, as a head written into `buf` (at least the largest MTU) and the
-    /// body shared with its operation, so a driver sends both without copying the body. Call
-    /// until `None`.
-    pub fn poll_transmit_split(&mut self, now: Time, buf: &mut [u8]) -> Option<SplitTransmit> {
-        self.poll_transmit_to(now, &mut OneBuf(buf))
-    }
-
-    /// [`Connection::poll_transmit_split`] into the buffer `bufs` gives for the frame's link,
-    /// once the link is chosen: a driver that gathers each link's frames end to end has them
-    /// written where they are gathered, not copied there after.
+    /// The next frame to send, as a head written into the buffer `bufs` gives for the frame's
+    /// link once the link is chosen (one buffer, a `&mut [u8]`, at least the largest MTU, serves
+    /// every link), and the body shared with its operation: a driver sends both without copying
+    /// the body, and one that gathers each link's frames end to end has them written where they
+    /// are gathered, not copied there after. Call until `None`.
     pub fn poll_transmit_to(&mut self, now: Time, bufs: &mut dyn FrameBufs) -> Option<SplitTransmit> {
         let t = self.next_transmit(now, bufs);
         self.check_invariants();

@@ -4,7 +4,7 @@
 //! Deadlines are not stored: each is computed from the state it is about (the oldest frame in
 //! flight on a link, the oldest operation, the last time a link was heard...), so none can go
 //! stale when that state changes. Some timers only wake the driver: what is due then leaves
-//! in [`Connection::poll_transmit_split`] (a handshake step to repeat, an acknowledgement,
+//! in [`Connection::poll_transmit_to`] (a handshake step to repeat, an acknowledgement,
 //! answers whose hold ended).
 
 use rackwire_wire::ProbeRepr;
