@@ -123,7 +123,7 @@ pub extern "C" fn rw_write_batch(
 ) -> RwStatus {
     start(out, || {
         if n > rackwire::BATCH_ENTRIES_MAX {
-            return Err(Fail::Rw(Error::Limit(format!("{n} batch entries: at most {}", rackwire::BATCH_ENTRIES_MAX))));
+            return Err(Fail::Rw(Error::Limit(rackwire::Limit::BatchEntries { n })));
         }
         let list: &[RwBatchEntry] = if n == 0 {
             &[]

@@ -347,7 +347,7 @@ mod tests {
             Error::Unreachable { node: 1, why: "no links".into() },
             Error::Timeout,
             Error::MessageTooLarge { len: 2, max: 1 },
-            Error::Limit("queue".into()),
+            Error::Limit(rackwire::Limit::DatagramQueue),
             Error::BadHandle("x".into()),
             Error::Protocol("x".into()),
             Error::Config("x".into()),

@@ -77,10 +77,7 @@ impl Conn {
         opts: BatchOptions,
     ) -> Op {
         if entries.len() > BATCH_ENTRIES_MAX {
-            return Op::ready(Err(Error::Limit(format!(
-                "{} batch entries, at most {BATCH_ENTRIES_MAX}",
-                entries.len()
-            ))));
+            return Op::ready(Err(Error::Limit(crate::Limit::BatchEntries { n: entries.len() })));
         }
         self.t.write_batch(target, entries, flags, opts)
     }

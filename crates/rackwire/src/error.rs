@@ -84,9 +84,9 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
-    /// A limit was reached (regions, peers, batch entries).
+    /// A limit was reached (which one: [`Limit`]).
     #[error("limit reached: {0}")]
-    Limit(String),
+    Limit(Limit),
     /// A remote-region handle could not be parsed.
     #[error("bad region handle: {0}")]
     BadHandle(String),
@@ -119,6 +119,43 @@ pub enum Error {
         /// Region.
         region: RegionId,
     },
+}
+
+/// Which limit an operation or a call reached ([`Error::Limit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum Limit {
+    /// The regions one node registers ([`crate::REGIONS_MAX`]).
+    #[error("{} regions", crate::REGIONS_MAX)]
+    Regions,
+    /// The connections one node keeps to its peers ([`crate::PEERS_MAX`]).
+    #[error("{} peer connections", crate::PEERS_MAX)]
+    Peers,
+    /// The pins one mapping of a peer's region holds at once.
+    #[error("{} pins of one mapping", crate::PINS_PER_MAPPING_MAX)]
+    Pins,
+    /// The entries of one batch: `n` asked, at most [`crate::BATCH_ENTRIES_MAX`].
+    #[error("{n} batch entries, at most {}", crate::BATCH_ENTRIES_MAX)]
+    BatchEntries {
+        /// Entries asked for.
+        n: usize,
+    },
+    /// The edge connections one node keeps ([`rackwire_proto::CONNECTIONS_MAX`]).
+    #[error("{} edge connections", rackwire_proto::CONNECTIONS_MAX)]
+    EdgeConnections,
+    /// The operations queued on one edge connection ([`rackwire_proto::OPS_MAX`]), or an
+    /// operation past the largest ([`rackwire_proto::OP_BYTES_MAX`]).
+    #[error("edge operations queued or their size")]
+    EdgeOperations,
+    /// The datagrams queued on one edge connection, for now.
+    #[error("the edge datagram queue is full")]
+    DatagramQueue,
+    /// The peer's message ring has no room for a datagram, for now.
+    #[error("no room for the datagram in the peer's ring")]
+    PeerRing,
+    /// The edge connection has not finished its handshake yet.
+    #[error("the edge connection is not established yet")]
+    NotEstablished,
 }
 
 /// What a caller does about an [`Error`]: its variants grouped by how they are handled.
@@ -288,7 +325,7 @@ mod tests {
             (Error::Timeout, ErrorKind::Lost),
             (Error::Config("no links".into()), ErrorKind::BadUse),
             (Error::MessageTooLarge { len: 1 << 20, max: 1 << 16 }, ErrorKind::BadUse),
-            (Error::Limit("edge datagram queue full".into()), ErrorKind::Limit),
+            (Error::Limit(Limit::DatagramQueue), ErrorKind::Limit),
             (
                 Error::Mh(MhErrorText { denied: true, not_found: false, text: "wrong secret".into() }),
                 ErrorKind::ManagementHost,
@@ -300,5 +337,23 @@ mod tests {
         for (e, kind) in cases {
             assert_eq!(e.kind(), kind, "{e}");
         }
+    }
+
+    // Checks that a limit says which limit and its bound: a batch past the largest names the
+    // entries asked for and the most allowed, the region table names its size, and a caller
+    // can match the limit it met rather than read a text.
+    #[test]
+    fn a_limit_says_which_and_how_far() {
+        let e = Error::Limit(Limit::BatchEntries { n: crate::BATCH_ENTRIES_MAX + 1 });
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "limit reached: {} batch entries, at most {}",
+                crate::BATCH_ENTRIES_MAX + 1,
+                crate::BATCH_ENTRIES_MAX
+            )
+        );
+        assert_eq!(Error::Limit(Limit::Regions).to_string(), format!("limit reached: {} regions", crate::REGIONS_MAX));
+        assert!(matches!(e, Error::Limit(Limit::BatchEntries { .. })));
     }
 }

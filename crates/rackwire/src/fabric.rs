@@ -243,7 +243,7 @@ impl Fabric {
             )));
         }
         if self.inner.regions.len() >= REGIONS_MAX {
-            return Err(Error::Limit(format!("{REGIONS_MAX} regions")));
+            return Err(Error::Limit(crate::Limit::Regions));
         }
         let id = self.inner.next_region.fetch_add(1, Ordering::Relaxed);
         let mem = SharedMem::create(&format!("rackwire-region-{id}"), len)?;

@@ -68,7 +68,7 @@ impl RegionTable {
     pub(crate) fn insert(&self, r: Arc<RegionInner>) -> Result<(), Error> {
         let mut regions = write(&self.regions);
         if regions.len() >= crate::REGIONS_MAX {
-            return Err(Error::Limit(format!("{} regions", crate::REGIONS_MAX)));
+            return Err(Error::Limit(crate::Limit::Regions));
         }
         regions.insert(r.id, r);
         Ok(())

@@ -67,7 +67,7 @@ pub use config::{
 };
 pub use config_keys::{reference_markdown as config_reference, Also, ConfigKey, CONFIG_KEYS};
 pub use conn::Conn;
-pub use error::{Error, ErrorKind, MhErrorText};
+pub use error::{Error, ErrorKind, Limit, MhErrorText};
 pub use fabric::Fabric;
 pub use handle::{RemoteRegion, REMOTE_REGION_BYTES};
 pub use id::RegionId;

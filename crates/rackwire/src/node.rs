@@ -361,7 +361,7 @@ impl Node {
     pub(crate) fn add_peer(&self, p: Peer) -> Result<(), Error> {
         let mut t = write(&self.peers);
         if t.all.len() >= PEERS_MAX {
-            return Err(Error::Limit(format!("{PEERS_MAX} peer connections")));
+            return Err(Error::Limit(crate::Limit::Peers));
         }
         t.by_node.entry(p.peer()).or_default().push(p.clone());
         let mut all = (*t.all).clone();

@@ -73,7 +73,7 @@ pub(crate) trait PeerTransport: Send + Sync + 'static {
             Some(msg.len())
         });
         match op.map(|mut op| op.poll()) {
-            None => Err(Error::Limit("no room for the datagram in the peer's ring".into())),
+            None => Err(Error::Limit(crate::Limit::PeerRing)),
             Some(Some(Err(e))) => Err(e),
             Some(_) => Ok(()),
         }

@@ -293,9 +293,7 @@ impl EdgeEndpoint {
                 Connection::connect(cfg, self.me, info.id, &self.creds, key, nonce, local, now)
             };
             let at = addrs.iter().take(links).map(|a| Some(*a)).collect();
-            st.conns
-                .open(info.id, at, open)
-                .ok_or_else(|| Error::Limit(format!("{} edge connections", proto::CONNECTIONS_MAX)))?
+            st.conns.open(info.id, at, open).ok_or(Error::Limit(crate::Limit::EdgeConnections))?
         };
         self.waker.wake();
         let deadline = Instant::now() + CONNECT_TIMEOUT;

@@ -7,6 +7,7 @@ use super::{
     Pending, RegionId, RemoteRegion, Signal, SignalOp, SocketAddr, State,
 };
 use crate::error::RefusedOp;
+use crate::Limit;
 
 pub(super) fn completion(
     peer: NodeId,
@@ -23,7 +24,7 @@ pub(super) fn completion(
         }
         Err(OpError::Timeout) => Err(Error::Timeout),
         Err(OpError::Closed | OpError::NotConnected) => Err(Error::PeerGone(peer)),
-        Err(OpError::Limit) => Err(Error::Limit("edge operation limit".into())),
+        Err(OpError::Limit) => Err(Error::Limit(Limit::EdgeOperations)),
     }
 }
 
@@ -94,7 +95,7 @@ impl EdgePeer {
         let p = Pending { cell: cell.clone(), region: p.region, offset: p.offset, len: p.len, need: p.need };
         match st.conns.submit(self.local, |_| p, |c| go(c, now)) {
             Ok(_) => Ok(Op::pending(cell)),
-            Err(OpError::Limit) => Err(Error::Limit("edge operation limit or size".into())),
+            Err(OpError::Limit) => Err(Error::Limit(Limit::EdgeOperations)),
             Err(_) => Err(Error::PeerGone(self.peer)),
         }
     }
@@ -171,10 +172,10 @@ impl EdgePeer {
                 if msg.len() > max {
                     Err(Error::MessageTooLarge { len: msg.len(), max })
                 } else {
-                    Err(Error::Limit("edge datagram queue full".into()))
+                    Err(Error::Limit(Limit::DatagramQueue))
                 }
             }
-            Err(OpError::NotConnected) => Err(Error::Limit("edge connection not established yet".into())),
+            Err(OpError::NotConnected) => Err(Error::Limit(Limit::NotEstablished)),
             Err(_) => Err(Error::PeerGone(self.peer)),
         }
     }
