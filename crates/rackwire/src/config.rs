@@ -69,6 +69,11 @@ pub struct FabricConfig {
     /// the edge transport a waiting thread drives the sockets itself this long
     /// (`RACKWIRE_BUSY_POLL_US`).
     pub busy_poll: Duration,
+    /// How long the edge transport's network thread keeps looking for frames after its last
+    /// work before it sleeps in the kernel; `None`: learned from how soon answers to what it
+    /// sent came lately (50–200 µs). `Some(0)` spends no core time waiting, at the cost of a
+    /// wake-up per frame (`net_spin_us`, `RACKWIRE_NET_SPIN_US`).
+    pub net_spin: Option<Duration>,
     /// Local addresses of this node's Ethernet links for the edge transport, one per rail
     /// (`ip:port`, port 0 picks one). Empty: no edge transport.
     pub links: Vec<String>,
@@ -142,6 +147,7 @@ pub(crate) struct FileConfig {
     transport: Option<TransportChoice>,
     peer_timeout_ms: Option<u64>,
     busy_poll_us: Option<u64>,
+    net_spin_us: Option<u64>,
     links: Option<Vec<String>>,
     link_mtu: Option<usize>,
     faults: Option<String>,
@@ -234,6 +240,7 @@ impl FabricConfig {
             transport: TransportChoice::Auto,
             peer_timeout: PEER_TIMEOUT_DEFAULT,
             busy_poll: BUSY_POLL_DEFAULT,
+            net_spin: None,
             links: Vec::new(),
             memory_domain: String::new(),
             link_mtu: LINK_MTU_DEFAULT,
@@ -350,6 +357,9 @@ impl FabricConfig {
         if let Some(us) = f.busy_poll_us {
             c.busy_poll = Duration::from_micros(us);
         }
+        if let Some(us) = f.net_spin_us {
+            c.net_spin = Some(Duration::from_micros(us));
+        }
         if let Some(l) = f.links {
             c.links = l;
         }
@@ -392,6 +402,11 @@ impl FabricConfig {
             let us: u64 =
                 v.parse().map_err(|_| Error::Config(format!("{}={v:?}: microseconds", crate::vars::BUSY_POLL_US)))?;
             c.busy_poll = Duration::from_micros(us);
+        }
+        if let Ok(v) = std::env::var(crate::vars::NET_SPIN_US) {
+            let us: u64 =
+                v.parse().map_err(|_| Error::Config(format!("{}={v:?}: microseconds", crate::vars::NET_SPIN_US)))?;
+            c.net_spin = Some(Duration::from_micros(us));
         }
         if let Ok(v) = std::env::var(crate::vars::MEMORY_DOMAIN) {
             c.memory_domain = v;

@@ -174,6 +174,15 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
     },
     ConfigKey {
         table: "",
+        key: "net_spin_us",
+        kind: "microseconds",
+        default: || "learned: 50-200".into(),
+        also: Also::Env(crate::vars::NET_SPIN_US, ""),
+        meaning: "How long the edge transport's network thread looks for frames after work before it sleeps (0: at once; latency against CPU time).",
+        example: "0",
+    },
+    ConfigKey {
+        table: "",
         key: "copy_channels",
         kind: "count",
         default: || "2".into(),

@@ -31,6 +31,9 @@ pub const PEER_TIMEOUT_MS: &str = "RACKWIRE_PEER_TIMEOUT_MS";
 pub const OP_TIMEOUT_MS: &str = "RACKWIRE_OP_TIMEOUT_MS";
 /// How long a waiting receiver polls before it sleeps (µs).
 pub const BUSY_POLL_US: &str = "RACKWIRE_BUSY_POLL_US";
+/// How long the edge transport's network thread looks for frames after work before it sleeps
+/// (µs; unset: learned from how soon answers come).
+pub const NET_SPIN_US: &str = "RACKWIRE_NET_SPIN_US";
 /// Threads that copy a large batch of shared-memory operations.
 pub const COPY_CHANNELS: &str = "RACKWIRE_COPY_CHANNELS";
 /// Nodes on one machine share memory only when their memory domains are equal.
@@ -82,6 +85,7 @@ pub const ALL: &[&str] = &[
     PEER_TIMEOUT_MS,
     OP_TIMEOUT_MS,
     BUSY_POLL_US,
+    NET_SPIN_US,
     COPY_CHANNELS,
     MEMORY_DOMAIN,
     SEAL,

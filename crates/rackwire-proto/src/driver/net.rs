@@ -89,12 +89,20 @@ pub struct NetThread {
     last_work: Time,
     /// How long it keeps looking after work.
     pub spin: Spin,
+    /// A spin of this length instead of the learned one.
+    spin_fixed: Option<Time>,
 }
 
 impl NetThread {
     /// A network thread at `now` that has not worked yet.
     pub fn new(hand: &HandOff, now: Time) -> NetThread {
-        NetThread { watch: hand.watch_first(), last_work: now, spin: Spin::default() }
+        NetThread { watch: hand.watch_first(), last_work: now, spin: Spin::default(), spin_fixed: None }
+    }
+
+    /// Spin `us` after work whatever answers do (0: sleep at once), or, with `None`, as long as
+    /// answers lately took ([`Spin`]).
+    pub fn fix_spin(&mut self, us: Option<Time>) {
+        self.spin_fixed = us;
     }
 
     /// Before a round at `now`: watch a polling application thread, or run the round. The
@@ -138,7 +146,7 @@ impl NetThread {
 
     /// When the spin after the last work ends.
     pub fn spin_end(&self) -> Time {
-        self.last_work + self.spin.length()
+        self.last_work + self.spin_fixed.unwrap_or_else(|| self.spin.length())
     }
 
     /// After a round that did `w` at `now`, with `next` the earliest deadline: another round
@@ -230,5 +238,22 @@ mod tests {
         assert_eq!(net.after_round(&hand, 3_000, idle, false, None), After::Park { until: 3_000 + IDLE_WAIT_MAX_US });
         hand.polled(3_000);
         assert_eq!(net.after_round(&hand, 3_000, idle, false, None), After::Again);
+    }
+
+    // Checks a fixed spin: at 0 the network thread sleeps right after work (until the
+    // deadline), at 30 µs it spins exactly that long whatever answers did, and with none it
+    // learns again.
+    #[test]
+    fn a_fixed_spin_overrides_the_learned_one() {
+        let hand = HandOff::new();
+        let mut net = NetThread::new(&hand, 0);
+        let w = Worked { got: 1, sent: 1 };
+        net.fix_spin(Some(0));
+        net.worked(1_000, w);
+        assert_eq!(net.after_round(&hand, 1_000, w, false, Some(1_500)), After::Park { until: 1_500 });
+        net.fix_spin(Some(30));
+        assert_eq!(net.after_round(&hand, 1_000, w, false, None), After::Spin { until: 1_030 });
+        net.fix_spin(None);
+        assert_eq!(net.after_round(&hand, 1_000, w, false, None), After::Spin { until: 1_000 + NET_SPIN_US });
     }
 }

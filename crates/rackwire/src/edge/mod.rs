@@ -104,6 +104,8 @@ pub(crate) struct EdgeEndpoint {
     creds: proto::Credentials,
     mtu: usize,
     busy_poll: Duration,
+    /// The network thread's spin after work, if fixed (see [`crate::Config::net_spin`]).
+    net_spin: Option<Duration>,
     op_timeout: Duration,
     /// The peer timeout (see [`crate::PEER_TIMEOUT_DEFAULT`]).
     peer_timeout: Duration,
@@ -181,6 +183,7 @@ impl EdgeEndpoint {
             },
             mtu,
             busy_poll: cfg.busy_poll,
+            net_spin: cfg.net_spin,
             op_timeout: cfg.op_timeout,
             peer_timeout: cfg.peer_timeout,
             thread: Mutex::new(None),

@@ -225,6 +225,7 @@ impl EdgeEndpoint {
         let mut io = Io::new(self.socks.len());
         let mut target = FabricTarget { fabric: &self.fabric };
         let mut net = NetThread::new(&self.hand, self.now());
+        net.fix_spin(self.net_spin.map(|d| d.as_micros() as proto::Time));
         // The links the next round reads: those the last look found readable, if a look came
         // just before it; else all.
         let mut readable = u64::MAX;
