@@ -28,8 +28,8 @@ fn edge_messages_reach_the_handler_in_order() {
     let sender = rackwire_tests::thread_node(&mh, SECRET, "handler-tx", true);
     let got: Received = Arc::default();
     let sink = got.clone();
-    receiver.set_edge_message_handler(move |from, data| sink.lock().unwrap().push((from, data.to_vec()))).unwrap();
-    let again = receiver.set_edge_message_handler(|_, _| {}).unwrap_err();
+    receiver.edge().set_message_handler(move |from, data| sink.lock().unwrap().push((from, data.to_vec()))).unwrap();
+    let again = receiver.edge().set_message_handler(|_, _| {}).unwrap_err();
     assert!(matches!(&again, Error::Config(m) if m.contains("set already")), "{again:?}");
     let conn = sender.connect(receiver.id()).unwrap();
     let body = |i: u32| {
@@ -75,7 +75,7 @@ const BATCHED: u8 = 200;
 fn a_handler_is_given_the_messages_received_together() {
     let (_mh, rx, _tx, conn) = rackwire_tests::thread_pair(SECRET, "batch-rx", "batch-tx", true);
     let seen = Arc::new(Batches(Mutex::default()));
-    rx.set_edge_handler(seen.clone()).unwrap();
+    rx.edge().set_handler(seen.clone()).unwrap();
     let ops: Vec<Op> = (0..BATCHED).map(|i| conn.send(&[i])).collect();
     for op in ops {
         op.wait().unwrap();
@@ -153,7 +153,7 @@ impl EdgeWatch for Echo {
     }
 }
 
-// Checks the edge watch (`Fabric::set_edge_watch`): a node whose edge message handler makes
+// Checks the edge watch (`EdgeHooks::set_watch`): a node whose edge message handler makes
 // an "answer" appear on a socket of its own (as the virtual NIC's packets make answers appear
 // in rw0), with nothing else reading that socket, gets every answer read by the edge
 // transport's network thread while it says it watches, and sent back: each of 200 one-byte
@@ -166,7 +166,7 @@ fn the_network_thread_takes_answers_from_the_watched_descriptor() {
     let (handler_end, watched_end) = UnixStream::pair().unwrap();
     watched_end.set_nonblocking(true).unwrap();
     let handler_end = Mutex::new(handler_end);
-    b.set_edge_message_handler(move |_, data| handler_end.lock().unwrap().write_all(data).unwrap()).unwrap();
+    b.edge().set_message_handler(move |_, data| handler_end.lock().unwrap().write_all(data).unwrap()).unwrap();
     let echo = Arc::new(Echo {
         answers: watched_end.try_clone().unwrap(),
         conn: b.connect(a.id()).unwrap(),
@@ -175,7 +175,7 @@ fn the_network_thread_takes_answers_from_the_watched_descriptor() {
         wrong: AtomicUsize::new(0),
         sent: Mutex::default(),
     });
-    b.set_edge_watch(echo.clone());
+    b.edge().set_watch(echo.clone());
     for i in 0..PINGS {
         let ping = [(i % 251) as u8];
         conn.send(&ping).wait().unwrap();
@@ -192,7 +192,7 @@ fn the_network_thread_takes_answers_from_the_watched_descriptor() {
     for op in echo.sent.lock().unwrap().drain(..) {
         op.wait().unwrap();
     }
-    b.clear_edge_watch();
+    b.edge().clear_watch();
     conn.send(&[7]).wait().unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let mut left = [0u8; 8];

@@ -69,7 +69,7 @@ pub const TX_BATCH: usize = 32;
 pub const RX_BATCH: usize = 32;
 /// Packets the edge transport's network thread reads from `rw0` in a row when it finds some
 /// there while it looks for more work (answers to packets it wrote into `rw0`: see
-/// [`rackwire::Fabric::set_edge_watch`]).
+/// [`rackwire::EdgeHooks::set_watch`]).
 pub const ANSWERS_MAX: usize = 8;
 const _: () = assert!(ANSWERS_MAX < TX_INFLIGHT_MAX);
 /// A packet of at most this many bytes (offload header aside) that the network thread takes
@@ -387,12 +387,12 @@ impl Vnic {
         // transport's network thread, or one of ours driving it), without a hand-over to the
         // virtual NIC's thread and its wake-up; packets over shared memory wait in their
         // rings for that thread. Datagrams of one flow handed over together go in as one.
-        shared.fabric.set_edge_handler(rx::EdgeRx(Arc::downgrade(&shared)))?;
+        shared.fabric.edge().set_handler(rx::EdgeRx(Arc::downgrade(&shared)))?;
         // Answers to those packets, once in `rw0`, are read by the network thread that wrote
         // them, while it looks for more work (see `io::Answers`).
         let rw0 =
             shared.tun.as_fd().try_clone_to_owned().map_err(|err| VnicError::Tun { name: VNIC_NAME.into(), err })?;
-        shared.fabric.set_edge_watch(Arc::new(io::Answers { shared: Arc::downgrade(&shared), rw0 }));
+        shared.fabric.edge().set_watch(Arc::new(io::Answers { shared: Arc::downgrade(&shared), rw0 }));
         shared.refresh();
         let mut threads = Vec::new();
         for (name, f) in
@@ -423,7 +423,7 @@ impl Vnic {
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         // The network thread lets go of `rw0` (its copy of the descriptor closes).
-        self.shared.fabric.clear_edge_watch();
+        self.shared.fabric.edge().clear_watch();
         let threads: Vec<_> = self.threads.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
         for t in threads {
             let _ = t.join();

@@ -131,9 +131,13 @@ pub enum Limit {
     /// The connections one node keeps to its peers ([`crate::PEERS_MAX`]).
     #[error("{} peer connections", crate::PEERS_MAX)]
     Peers,
-    /// The pins one mapping of a peer's region holds at once.
-    #[error("{} pins of one mapping", crate::PINS_PER_MAPPING_MAX)]
-    Pins,
+    /// The pins one mapping of a peer's region holds at once (`max`:
+    /// [`crate::PINS_PER_MAPPING_MAX`]).
+    #[error("{max} pins of one mapping")]
+    Pins {
+        /// The most pins of one mapping.
+        max: usize,
+    },
     /// The entries of one batch: `n` asked, at most [`crate::BATCH_ENTRIES_MAX`].
     #[error("{n} batch entries, at most {}", crate::BATCH_ENTRIES_MAX)]
     BatchEntries {

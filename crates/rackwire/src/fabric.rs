@@ -13,11 +13,11 @@ use tracing::{debug, warn};
 
 use crate::edge::EdgeEndpoint;
 use crate::grants::{Acl, RegionInner};
+use crate::hooks::EdgeHooks;
 use crate::node::{Node, Peer};
 use crate::op::Drive;
 use crate::shm::ShmPeer;
-use crate::sync::{lock, write};
-use crate::watch::{EachMessage, EdgeMessageHandler, EdgeWatch};
+use crate::sync::lock;
 use crate::{
     Access, Conn, Error, FabricConfig, NodeId, NodeStatus, Region, RemoteRegion, TransportChoice, REGIONS_MAX,
 };
@@ -304,42 +304,10 @@ impl Fabric {
         self.inner.drive()
     }
 
-    /// Hand every message that arrives over the edge transport to `handler` at once, in the
-    /// thread that receives it (the transport's network thread, or an application thread
-    /// driving it), in order per peer, instead of queueing it for [`Fabric::recv_timeout`] and
-    /// its kin. A relay that passes messages on (the virtual NIC) saves the hand-over to a
-    /// receiving thread and its wake-up. Messages over shared memory still wait in their rings
-    /// for the receive calls. Set once; the handler must not block for long (it holds up the
-    /// frames behind it) and must not call back into the fabric's receive calls.
-    pub fn set_edge_message_handler(
-        &self,
-        handler: impl Fn(NodeId, &[u8]) + Send + Sync + 'static,
-    ) -> Result<(), Error> {
-        self.set_edge_handler(EachMessage(handler))
-    }
-
-    /// [`Fabric::set_edge_message_handler`] with a handler given the messages received
-    /// together at once (see [`EdgeMessageHandler`]), to pass several on together. Set once
-    /// (either way).
-    pub fn set_edge_handler(&self, handler: impl EdgeMessageHandler) -> Result<(), Error> {
-        self.inner
-            .edge_messages
-            .set(Arc::new(handler))
-            .map_err(|_| Error::Config("this fabric's edge message handler is set already".into()))
-    }
-
-    /// Have the edge transport's network thread watch `watch`'s descriptor while it looks for
-    /// more work after its last (see [`EdgeWatch`]). Replaces the watch set before (nothing is
-    /// taken from that one once this returns); [`Fabric::clear_edge_watch`] removes it.
-    pub fn set_edge_watch(&self, watch: Arc<dyn EdgeWatch>) {
-        *write(&self.inner.edge_watch) = Some(watch);
-    }
-
-    /// Remove the watch [`Fabric::set_edge_watch`] set, if any. Once this returns, nothing is
-    /// taken from it any more (a take under way is waited for); the network thread tells it
-    /// it stopped watching when it next finds its descriptor readable, or when it sleeps.
-    pub fn clear_edge_watch(&self) {
-        write(&self.inner.edge_watch).take();
+    /// The edge transport's hooks for a relay that sits on it (its message handler and its
+    /// watch, see [`EdgeHooks`]).
+    pub fn edge(&self) -> EdgeHooks<'_> {
+        EdgeHooks { node: &self.inner }
     }
 
     /// Send now what operations of this node the edge transport holds back to share a frame

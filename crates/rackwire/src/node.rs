@@ -123,10 +123,10 @@ pub(crate) struct Node {
     /// The transport that needs driving by waiting threads (the edge transport), if any.
     pub driver: OnceLock<Arc<dyn Drive>>,
     /// Where messages arriving over the edge transport go at once, if set (see
-    /// [`crate::Fabric::set_edge_message_handler`]).
+    /// [`crate::EdgeHooks::set_message_handler`]).
     pub edge_messages: OnceLock<MessageHandler>,
     /// A descriptor the edge transport's network thread watches while it looks for more
-    /// work, and what takes its input (see [`crate::Fabric::set_edge_watch`]).
+    /// work, and what takes its input (see [`crate::EdgeHooks::set_watch`]).
     pub edge_watch: RwLock<Option<Arc<dyn EdgeWatch>>>,
 }
 

@@ -61,7 +61,7 @@ impl PinSet {
         let mut busy = lock(&self.busy);
         busy.retain(|b| Arc::strong_count(b) > 1);
         if busy.len() >= PINS_PER_MAPPING_MAX {
-            return Err(Error::Limit(crate::Limit::Pins));
+            return Err(Error::Limit(crate::Limit::Pins { max: PINS_PER_MAPPING_MAX }));
         }
         let b = Arc::new(AtomicBool::new(false));
         busy.push(b.clone());

@@ -1,15 +1,15 @@
 //! What the edge transport's network thread hands arriving messages to, and watches besides
-//! its sockets (a leaf: it imports nothing of this crate).
+//! its sockets (a leaf: it imports nothing of this crate; set through [`crate::EdgeHooks`]).
 
 use std::os::fd::BorrowedFd;
 
 use rackwire_mh::NodeId;
 
 /// Where messages arriving over the edge transport go at once (see
-/// [`crate::Fabric::set_edge_handler`]): the messages one round of the transport took (a batch
+/// [`crate::EdgeHooks::set_handler`]): the messages one round of the transport took (a batch
 /// of received frames), in order per peer, together, so a handler that can pass several on at
 /// once (the virtual NIC: datagrams of one flow into one write) sees which arrived together. A
-/// handler of each message alone is a closure (see [`crate::Fabric::set_edge_message_handler`]).
+/// handler of each message alone is a closure (see [`crate::EdgeHooks::set_message_handler`]).
 pub trait EdgeMessageHandler: Send + Sync + 'static {
     /// Messages received together, each with its sender; never empty.
     fn messages(&self, batch: &[(NodeId, Vec<u8>)]);
@@ -33,7 +33,7 @@ impl<F: Fn(NodeId, &[u8]) + Send + Sync + 'static> EdgeMessageHandler for EachMe
 }
 
 /// A descriptor on which an edge message handler's messages get answered, watched by the
-/// edge transport's network thread (see [`crate::Fabric::set_edge_watch`]). That thread, after it
+/// edge transport's network thread (see [`crate::EdgeHooks::set_watch`]). That thread, after it
 /// hands messages over, looks for more work for a moment before it sleeps (a spin); while it
 /// does, it also watches this descriptor and, when it is readable, calls [`EdgeWatch::take`].
 /// The virtual NIC writes packets from other racks into `rw0`, where the program they were for

@@ -382,7 +382,7 @@ impl EdgeEndpoint {
 
     /// Take what waits on the watched descriptor, if `answers` is still the fabric's watch;
     /// else stop watching it (`unwatch`). The fabric's watch is read-locked while the watch
-    /// takes, so once [`crate::Fabric::clear_edge_watch`] (or a new watch) returns, the watch
+    /// takes, so once [`crate::EdgeHooks::clear_watch`] (or a new watch) returns, the watch
     /// it replaced is never taken from again. True when something was taken.
     fn take_answers(
         &self,
