@@ -53,6 +53,9 @@ pub enum Pattern {
     /// Marlin's Table 1: 10,000 writes of 4 KiB as separate operations, over several copy
     /// channels, batched, and batched with combining.
     Table1,
+    /// Marlin's Fig. 6: one scatter-gather write of 2,000 pieces of one size, for each size
+    /// from 128 B to 64 KiB; throughput against the pieces' size.
+    Pieces,
 }
 
 impl Pattern {
@@ -64,6 +67,7 @@ impl Pattern {
             Pattern::Twoway => "twoway",
             Pattern::Rate => "rate",
             Pattern::Table1 => "table1",
+            Pattern::Pieces => "pieces",
         }
     }
 }
@@ -77,7 +81,8 @@ impl FromStr for Pattern {
             "twoway" => Pattern::Twoway,
             "rate" => Pattern::Rate,
             "table1" => Pattern::Table1,
-            _ => return Err(format!("unknown pattern {s:?} (pingpong, oneway, twoway, rate, table1)")),
+            "pieces" => Pattern::Pieces,
+            _ => return Err(format!("unknown pattern {s:?} (pingpong, oneway, twoway, rate, table1, pieces)")),
         })
     }
 }
@@ -132,5 +137,18 @@ mod tests {
         assert_eq!(show_size(4 << 20), "4M");
         assert_eq!(show_size(4096), "4K");
         assert_eq!(show_size(100), "100");
+    }
+
+    // Checks that every pattern's name parses back to it, and that an unknown one is refused
+    // with the list of names.
+    #[test]
+    fn patterns_parse_by_name() {
+        use std::str::FromStr;
+        for p in [Pattern::Pingpong, Pattern::Oneway, Pattern::Twoway, Pattern::Rate, Pattern::Table1, Pattern::Pieces]
+        {
+            assert_eq!(Pattern::from_str(p.name()), Ok(p));
+        }
+        let e = Pattern::from_str("fig6").unwrap_err();
+        assert!(e.contains("pieces"), "{e}");
     }
 }

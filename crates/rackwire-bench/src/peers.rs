@@ -103,7 +103,7 @@ pub(crate) fn ucx_rows(
             }
             Pattern::Oneway => tests.push((p, "ucp_put_bw", transport)),
             Pattern::Rate => tests.push((p, "tag_bw", transport)),
-            Pattern::Twoway | Pattern::Table1 => {
+            Pattern::Twoway | Pattern::Table1 | Pattern::Pieces => {
                 report.notes.push(format!("ucx_perftest has no {} counterpart; no ucx-posix rows for it", p.name()));
             }
         }

@@ -24,6 +24,11 @@ const TABLE1_REQUESTS: u64 = 10_000;
 const TABLE1_REQUEST_BYTES: u64 = 4096;
 /// Requests per batch in Table 1's batched configurations.
 const TABLE1_BATCH: u64 = 256;
+/// Marlin's Fig. 6: pieces in its one scatter-gather write, and their sizes.
+const PIECES: usize = 2_000;
+const PIECE_SIZES: [usize; 10] = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536];
+/// The pieces land (and are read from) within this window, over again where they pass its end.
+const PIECES_WINDOW: usize = 32 << 20;
 /// How long the responder polls before it sleeps on its doorbell.
 const RESPONDER_BUSY_POLL: Duration = Duration::from_millis(20);
 /// Rounds of a one-way measurement (the median round is reported).
@@ -591,6 +596,35 @@ impl Session {
         Ok(rows)
     }
 
+    /// Marlin's Fig. 6, in software: one scatter-gather write (a batch, nothing combined) of
+    /// [`PIECES`] pieces of one size, for each of [`PIECE_SIZES`]; the median of five rounds.
+    fn pieces(&self) -> Result<Vec<Row>> {
+        const ROUNDS: usize = 5;
+        let window = PIECES_WINDOW.min(self.buf.len()).min(self.target.len() as usize);
+        let mut rows = Vec::new();
+        for size in PIECE_SIZES {
+            let entries: Vec<(u64, &[u8])> = (0..PIECES)
+                .map(|i| {
+                    let at = (i * size) % (window - window % size);
+                    (at as u64, &self.buf[at..at + size])
+                })
+                .collect();
+            let opts = BatchOptions { combine: false, channels: 0 };
+            self.conn.write_batch_with(&self.target, &entries, OpFlags::NONE, opts).wait()?;
+            let mut runs = Vec::with_capacity(ROUNDS);
+            for _ in 0..ROUNDS {
+                let m = Meter::start();
+                self.conn.write_batch_with(&self.target, &entries, OpFlags::NONE, opts).wait()?;
+                runs.push(m.stop());
+            }
+            runs.sort_by_key(|(wall, _)| *wall);
+            let (wall, cpu) = runs[ROUNDS / 2];
+            let bytes = (PIECES * size) as u64;
+            rows.push(stream_row("pieces", size as u64, PIECES as u64, bytes, wall, cpu));
+        }
+        Ok(rows)
+    }
+
     /// Both sides' edge counters added up (zero on shared memory).
     fn net(&self) -> Result<NetCounters> {
         if self.transport == BenchTransport::Shm {
@@ -646,9 +680,12 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
     report.meta.insert("transport".into(), cfg.transport.name().into());
     report.meta.insert("cores".into(), std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).into());
     report.meta.insert("copy_channels".into(), cfg.copy_channels.into());
-    let steps: u64 =
-        cfg.patterns.iter().map(|p| if *p == Pattern::Table1 { 1 } else { cfg.sizes.len() as u64 }).sum::<u64>()
-            + if cfg.with_limit && !cfg.patterns.contains(&Pattern::Oneway) { cfg.sizes.len() as u64 } else { 0 };
+    let steps: u64 = cfg
+        .patterns
+        .iter()
+        .map(|p| if matches!(p, Pattern::Table1 | Pattern::Pieces) { 1 } else { cfg.sizes.len() as u64 })
+        .sum::<u64>()
+        + if cfg.with_limit && !cfg.patterns.contains(&Pattern::Oneway) { cfg.sizes.len() as u64 } else { 0 };
     let bar = if cfg.progress { ProgressBar::new(steps) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
@@ -658,14 +695,13 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
     let mut limit_sizes = cfg.sizes.clone();
     let result = (|| -> Result<()> {
         for &p in &cfg.patterns {
-            if p == Pattern::Table1 && s.transport != BenchTransport::Shm {
-                report.notes.push("table1 measures the shared-memory copy channels; skipped for udp".into());
-                bar.inc(1);
-                continue;
-            }
-            if p == Pattern::Table1 {
-                bar.set_message("table1");
-                report.rows.extend(s.table1()?);
+            if matches!(p, Pattern::Table1 | Pattern::Pieces) {
+                if s.transport != BenchTransport::Shm {
+                    report.notes.push(format!("{} measures the shared-memory copy; skipped for udp", p.name()));
+                } else {
+                    bar.set_message(p.name());
+                    report.rows.extend(if p == Pattern::Table1 { s.table1()? } else { s.pieces()? });
+                }
                 bar.inc(1);
                 continue;
             }
@@ -700,7 +736,7 @@ pub fn run_shm(cfg: &ShmBench) -> Result<Report> {
                         continue;
                     }
                     Pattern::Rate => s.rate(size, cfg.scale)?,
-                    Pattern::Table1 => unreachable!("handled above"),
+                    Pattern::Table1 | Pattern::Pieces => unreachable!("handled above"),
                 };
                 let mut row = row;
                 if s.transport != BenchTransport::Shm {

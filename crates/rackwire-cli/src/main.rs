@@ -257,7 +257,7 @@ struct BenchArgs {
     /// 65000; with `seal`: 1472, an Ethernet frame's].
     #[arg(long)]
     mtu: Option<usize>,
-    /// Patterns: pingpong, oneway, twoway, rate, table1 (comma-separated).
+    /// Patterns: pingpong, oneway, twoway, rate, table1, pieces (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "pingpong,oneway")]
     pattern: Vec<String>,
     /// Sizes, suffixes K and M (comma-separated) [default: 8,64,4K,64K,1M,4M; with `coll`:
