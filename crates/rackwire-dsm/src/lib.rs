@@ -1,0 +1,30 @@
+//! Shared virtual memory across the hosts of a job: a page-based distributed shared memory in
+//! the manner of GeNIMA and HLRC (home-based lazy release consistency), on the fabric's
+//! one-sided reads and writes.
+//!
+//! Every page of a shared range has a *home* rank, which keeps its master copy. A rank that
+//! touches a page it has no valid copy of fetches it from the home (one one-sided read); the
+//! first write to a page in an interval keeps a *twin* (a copy as it was); at a release (a lock
+//! released, a barrier reached) each written page's *diff* against its twin goes to the page's
+//! home (one-sided writes), and the pages written become *write notices*; at an acquire, the
+//! notices of the intervals this rank has not seen invalidate its copies of those pages, so the
+//! next touch fetches the home's copy, which has every diff released before.
+//!
+//! This crate's first part is the protocol itself, as a state machine free of memory
+//! protection, signals and the network ([`Protocol`]): every input is an event (a fault, a
+//! page's arrival, a release, notices at an acquire) and every output an action the caller
+//! carries out (fetch, protect, send a diff). Its diffs ([`diff`]) come from peers when they
+//! are applied at a home, so decoding them is checked like any input from the network.
+
+#![deny(unsafe_code)]
+
+pub mod diff;
+mod protocol;
+
+pub use protocol::{
+    Access, Action, Counters, DsmError, PageId, PageState, Protocol, Rank, Released, PAGES_MAX, RANKS_MAX,
+};
+
+/// The size of a page: the unit of fetching, twinning and invalidation (the processor's page,
+/// which memory protection works in).
+pub const PAGE_BYTES: usize = 4096;
