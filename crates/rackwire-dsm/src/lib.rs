@@ -10,17 +10,21 @@
 //! notices of the intervals this rank has not seen invalidate its copies of those pages, so the
 //! next touch fetches the home's copy, which has every diff released before.
 //!
-//! This crate's first part is the protocol itself, as a state machine free of memory
-//! protection, signals and the network ([`Protocol`]): every input is an event (a fault, a
-//! page's arrival, a release, notices at an acquire) and every output an action the caller
-//! carries out (fetch, protect, send a diff). Its diffs ([`diff`]) come from peers when they
-//! are applied at a home, so decoding them is checked like any input from the network.
+//! The protocol itself is a state machine free of memory protection, signals and the network
+//! ([`Protocol`]): every input is an event (a fault, a page's arrival, a release, notices at an
+//! acquire) and every output an action the caller carries out (fetch, protect, send a diff).
+//! Its diffs ([`diff`]) come from peers when they are applied at a home, so decoding them is
+//! checked like any input from the network. A [`Range`] runs it on real memory: page faults
+//! tell it what the application touches, and a [`Backend`] fetches pages from their homes.
 
 #![deny(unsafe_code)]
 
 pub mod diff;
+#[allow(unsafe_code)]
+mod fault;
 mod protocol;
 
+pub use fault::{Backend, Range, RANGES_MAX, SLOTS};
 pub use protocol::{
     Access, Action, Counters, DsmError, PageId, PageState, Protocol, Rank, Released, PAGES_MAX, RANKS_MAX,
 };

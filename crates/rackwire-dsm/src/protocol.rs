@@ -113,6 +113,14 @@ pub enum DsmError {
         /// Its home.
         home: Rank,
     },
+    /// A system call failed (mapping or protecting memory, a thread).
+    #[error("{what}: system error {errno}")]
+    System {
+        /// What was being done.
+        what: &'static str,
+        /// The system's error number.
+        errno: i32,
+    },
     /// A malformed diff.
     #[error("diff for page {page}: {why}")]
     BadDiff {
@@ -352,6 +360,11 @@ impl Protocol {
         diff::apply(diff, master).map_err(|why| DsmError::BadDiff { page, why })?;
         self.counters.diffs_applied += 1;
         Ok(())
+    }
+
+    /// This rank.
+    pub fn me(&self) -> Rank {
+        self.me
     }
 
     /// Ranks in the job.

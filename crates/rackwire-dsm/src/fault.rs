@@ -1,0 +1,484 @@
+//! Page faults on a shared range: memory protection tells the protocol what a rank touches.
+//!
+//! Why `mprotect` and `SIGSEGV` rather than `userfaultfd`: the protocol must see the first
+//! *write* to a page it holds valid (to keep its twin), not only the first touch of a missing
+//! one. `userfaultfd` reports missing pages everywhere, but write-protect faults only on kernels
+//! and memory types that support them, and it is often closed to unprivileged processes
+//! (`vm.unprivileged_userfaultfd`); a protection fault works everywhere, as in TreadMarks and
+//! GeNIMA.
+//!
+//! A range is one memory file mapped twice: the *application's view*, whose pages carry the
+//! protection the protocol asks for, and the *service view*, always writable, through which
+//! fetched pages are written, twins and diffs are read, and a home applies other ranks' diffs —
+//! so a page never has to be made writable in the application's view while its bytes arrive.
+//!
+//! The process's `SIGSEGV` handler (installed once) finds the range a fault lies in, posts the
+//! fault in one of the range's [`SLOTS`], wakes the range's service thread and sleeps on its
+//! slot (a futex) until the service thread resolved it; then the faulting instruction runs
+//! again. The handler touches only atomics and makes only futex and `sched_yield` system calls:
+//! nothing that is not safe in a signal handler. A fault in no range goes to the handler that
+//! was installed before (the Rust runtime's stack-overflow check, or the default: the process
+//! ends as it would have).
+//!
+//! Whether a fault was a read or a write is told by the page's protection, not the machine's
+//! fault code: a fault on a readable page is a write; on an unreadable one it is taken as a
+//! read, and a write then faults once more, on the page now readable.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Once};
+use std::thread::JoinHandle;
+
+use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
+use rustix::thread::futex;
+
+use crate::protocol::{Access, Action, DsmError, PageId, Protocol, Rank, Released};
+use crate::PAGE_BYTES;
+
+/// Faults one range holds at once (threads faulting on it at the same moment); a thread that
+/// finds every slot taken yields and tries again.
+pub const SLOTS: usize = 64;
+/// Ranges one process maps at once.
+pub const RANGES_MAX: usize = 16;
+/// How long the service thread sleeps before it looks whether it should stop (µs).
+const STOP_CHECK_US: i64 = 100_000;
+
+const FREE: u32 = 0;
+const CLAIMED: u32 = 1;
+const POSTED: u32 = 2;
+const DONE: u32 = 3;
+
+/// One fault waiting for the service thread.
+struct Slot {
+    state: AtomicU32,
+    addr: AtomicUsize,
+}
+
+/// A range's faults, shared with the signal handler.
+struct Queue {
+    slots: [Slot; SLOTS],
+    /// Bumped for every fault posted; the service thread sleeps on it.
+    bell: AtomicU32,
+}
+
+/// Where the handler finds each range: its application view's base and length, and its queue.
+struct Entry {
+    base: AtomicUsize,
+    len: AtomicUsize,
+    queue: AtomicPtr<Queue>,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const ENTRY: Entry =
+    Entry { base: AtomicUsize::new(0), len: AtomicUsize::new(0), queue: AtomicPtr::new(std::ptr::null_mut()) };
+static RANGES: [Entry; RANGES_MAX] = [ENTRY; RANGES_MAX];
+/// Whether the handler is installed, and the action it replaced.
+static INSTALL: Once = Once::new();
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+static mut PREVIOUS: Option<libc::sigaction> = None;
+
+/// How a rank reaches the other ranks: the page fetched from its home.
+pub trait Backend: Send + 'static {
+    /// Read page `page` from its home `home` into `out` (a page long).
+    fn fetch(&mut self, page: PageId, home: Rank, out: &mut [u8]) -> Result<(), DsmError>;
+}
+
+/// What the service thread and the calls share.
+struct Inner {
+    protocol: Mutex<Protocol>,
+    backend: Mutex<Box<dyn Backend>>,
+    /// The application's view and the service view, each `len` bytes.
+    app: usize,
+    service: usize,
+    len: usize,
+    /// Each page's protection in the application's view.
+    access: Mutex<Vec<Access>>,
+    /// Held while master copies change (a diff applied) or are read for a fetch: taken after
+    /// the protocol's lock, never before it, so ranks fetching from each other cannot wait on
+    /// each other.
+    master: Mutex<()>,
+    queue: Box<Queue>,
+    stop: AtomicBool,
+    /// The first error the service thread met resolving a fault (the fault is then left to
+    /// kill the process, as an access to unmapped memory would).
+    failed: Mutex<Option<DsmError>>,
+    _file: OwnedFd,
+}
+
+// SAFETY: the two views are plain addresses of mappings this value owns; every access to them
+// goes through the methods below, under the protocol's lock or by the application itself.
+#[allow(unsafe_code)]
+unsafe impl Send for Inner {}
+// SAFETY: as above; the queue is atomics only.
+#[allow(unsafe_code)]
+unsafe impl Sync for Inner {}
+
+/// One rank's shared range: its memory, its protocol, its service thread.
+pub struct Range {
+    inner: Arc<Inner>,
+    slot: usize,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn sys(what: &'static str, e: rustix::io::Errno) -> DsmError {
+    DsmError::System { what, errno: e.raw_os_error() }
+}
+
+impl Range {
+    /// Map a range for `protocol`'s pages, fetching through `backend`, and start its service
+    /// thread. Pages homed here start readable (their master copy is this rank's), the others
+    /// unreadable.
+    pub fn new(protocol: Protocol, backend: impl Backend) -> Result<Range, DsmError> {
+        let len = protocol.bytes();
+        if len == 0 {
+            return Err(DsmError::Limit { what: "pages", n: 0, max: crate::PAGES_MAX });
+        }
+        install_handler();
+        let file = rustix::fs::memfd_create("rackwire-dsm", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(|e| sys("memfd_create", e))?;
+        rustix::fs::ftruncate(&file, len as u64).map_err(|e| sys("ftruncate", e))?;
+        // SAFETY: a fresh shared mapping of the whole file, at an address the kernel picks.
+        #[allow(unsafe_code)]
+        let map = |prot| unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, &file, 0) };
+        let service = map(ProtFlags::READ | ProtFlags::WRITE).map_err(|e| sys("mmap", e))? as usize;
+        let app = map(ProtFlags::empty()).map_err(|e| sys("mmap", e))? as usize;
+        let access: Vec<Access> = (0..protocol.pages() as PageId)
+            .map(|p| if protocol.home(p) == Ok(protocol.me()) { Access::Read } else { Access::None })
+            .collect();
+        let queue = Box::new(Queue {
+            slots: std::array::from_fn(|_| Slot { state: AtomicU32::new(FREE), addr: AtomicUsize::new(0) }),
+            bell: AtomicU32::new(0),
+        });
+        let inner = Arc::new(Inner {
+            protocol: Mutex::new(protocol),
+            backend: Mutex::new(Box::new(backend)),
+            app,
+            service,
+            len,
+            access: Mutex::new(Vec::new()),
+            master: Mutex::new(()),
+            queue,
+            stop: AtomicBool::new(false),
+            failed: Mutex::new(None),
+            _file: file,
+        });
+        for (p, a) in access.iter().enumerate() {
+            inner.protect(p as PageId, *a)?;
+        }
+        *lock(&inner.access) = access;
+        let slot = register(&inner)?;
+        let runner = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name("rw-dsm".into())
+            .spawn(move || runner.serve())
+            .map_err(|_| DsmError::System { what: "spawning the service thread", errno: 0 })?;
+        Ok(Range { inner, slot, thread: Some(thread) })
+    }
+
+    /// The application's view: `len()` bytes at this address, every access to which the
+    /// protocol sees.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.app as *mut u8
+    }
+
+    /// Bytes of the range.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Never empty (a range has a page at least).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Read the byte at `at` through the application's view (faulting as any access does).
+    pub fn read(&self, at: usize) -> Result<u8, DsmError> {
+        self.check(at)?;
+        // SAFETY: `at` lies inside the application's view, which lives as long as `self`; a
+        // volatile read so the access really happens (and faults) here.
+        #[allow(unsafe_code)]
+        Ok(unsafe { std::ptr::read_volatile(self.as_ptr().add(at)) })
+    }
+
+    /// Write the byte at `at` through the application's view (faulting as any access does).
+    pub fn write(&self, at: usize, v: u8) -> Result<(), DsmError> {
+        self.check(at)?;
+        // SAFETY: as for `read`; the protocol made the page writable before the write resumes.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::write_volatile(self.as_ptr().add(at), v)
+        };
+        Ok(())
+    }
+
+    fn check(&self, at: usize) -> Result<(), DsmError> {
+        if let Some(e) = lock(&self.inner.failed).clone() {
+            return Err(e);
+        }
+        if at >= self.inner.len {
+            return Err(DsmError::NoSuchPage { page: (at / PAGE_BYTES) as PageId, pages: self.inner.len / PAGE_BYTES });
+        }
+        Ok(())
+    }
+
+    /// A release (see [`Protocol::release`]): the diffs to write to the homes, the notices,
+    /// and the written pages read-only again.
+    pub fn release(&self) -> Result<Released, DsmError> {
+        let mut p = lock(&self.inner.protocol);
+        let rel = p.release(|page| self.inner.service_page(page));
+        self.inner.carry_out(&mut p, rel.actions.clone())?;
+        Ok(rel)
+    }
+
+    /// An acquire (see [`Protocol::acquire`]) of other ranks' `notices`.
+    pub fn acquire(&self, notices: &[PageId]) -> Result<Released, DsmError> {
+        let mut p = lock(&self.inner.protocol);
+        let acq = p.acquire(notices, |page| self.inner.service_page(page))?;
+        self.inner.carry_out(&mut p, acq.actions.clone())?;
+        Ok(acq)
+    }
+
+    /// As the page's home, apply another rank's diff to the master copy.
+    pub fn apply_diff(&self, page: PageId, diff: &[u8]) -> Result<(), DsmError> {
+        let mut p = lock(&self.inner.protocol);
+        let _m = lock(&self.inner.master);
+        let master = self.inner.service_page_mut(page)?;
+        p.apply_diff(page, diff, master)
+    }
+
+    /// Copy page `page` as this rank holds it into `out` (a page long): what a home serves a
+    /// fetch from. Takes no protocol lock (see `Inner::master`).
+    pub fn read_master(&self, page: PageId, out: &mut [u8]) -> Result<(), DsmError> {
+        let _m = lock(&self.inner.master);
+        let src = self.inner.service_page(page);
+        if src.is_empty() || out.len() != PAGE_BYTES {
+            return Err(DsmError::NoSuchPage { page, pages: self.inner.len / PAGE_BYTES });
+        }
+        out.copy_from_slice(src);
+        Ok(())
+    }
+
+    /// The protocol's counters.
+    pub fn counters(&self) -> crate::Counters {
+        lock(&self.inner.protocol).counters()
+    }
+}
+
+impl Drop for Range {
+    fn drop(&mut self) {
+        // Unregistered first: a fault in the range from now on is nobody's (the caller's bug,
+        // as any access to memory it freed).
+        RANGES[self.slot].queue.store(std::ptr::null_mut(), Ordering::SeqCst);
+        RANGES[self.slot].len.store(0, Ordering::SeqCst);
+        self.inner.stop.store(true, Ordering::SeqCst);
+        self.inner.queue.bell.fetch_add(1, Ordering::SeqCst);
+        let _ = futex::wake(&self.inner.queue.bell, futex::Flags::PRIVATE, u32::MAX);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // SAFETY: both views are mappings of `len` bytes this range made; nothing uses them
+        // any more (the service thread ended, the handler no longer finds the range).
+        #[allow(unsafe_code)]
+        unsafe {
+            let _ = rustix::mm::munmap(self.inner.app as *mut _, self.inner.len);
+            let _ = rustix::mm::munmap(self.inner.service as *mut _, self.inner.len);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Inner {
+    fn service_page(&self, page: PageId) -> &[u8] {
+        let at = page as usize * PAGE_BYTES;
+        if at + PAGE_BYTES > self.len {
+            return &[];
+        }
+        // SAFETY: inside the service view, which lives as long as `self`; it is only written
+        // under the protocol's lock, which the caller holds.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts((self.service + at) as *const u8, PAGE_BYTES)
+        }
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn service_page_mut(&self, page: PageId) -> Result<&mut [u8], DsmError> {
+        let at = page as usize * PAGE_BYTES;
+        if at + PAGE_BYTES > self.len {
+            return Err(DsmError::NoSuchPage { page, pages: self.len / PAGE_BYTES });
+        }
+        // SAFETY: inside the service view; written only under the protocol's lock, which the
+        // caller holds, so no other reference to these bytes is alive.
+        #[allow(unsafe_code)]
+        Ok(unsafe { std::slice::from_raw_parts_mut((self.service + at) as *mut u8, PAGE_BYTES) })
+    }
+
+    fn protect(&self, page: PageId, access: Access) -> Result<(), DsmError> {
+        let flags = match access {
+            Access::None => MprotectFlags::empty(),
+            Access::Read => MprotectFlags::READ,
+            Access::ReadWrite => MprotectFlags::READ | MprotectFlags::WRITE,
+        };
+        // SAFETY: a whole page inside the application's view, which this range owns.
+        #[allow(unsafe_code)]
+        unsafe { rustix::mm::mprotect((self.app + page as usize * PAGE_BYTES) as *mut _, PAGE_BYTES, flags) }
+            .map_err(|e| sys("mprotect", e))?;
+        if let Some(a) = lock(&self.access).get_mut(page as usize) {
+            *a = access;
+        }
+        Ok(())
+    }
+
+    /// Carry out the protocol's actions: protection changes, and fetches (the page's bytes
+    /// written through the service view, then reported).
+    fn carry_out(&self, p: &mut Protocol, actions: Vec<Action>) -> Result<(), DsmError> {
+        let mut todo = actions;
+        while let Some(a) = todo.pop() {
+            match a {
+                Action::Protect { page, access } => self.protect(page, access)?,
+                Action::Fetch { page, home } => {
+                    let buf = self.service_page_mut(page)?;
+                    lock(&self.backend).fetch(page, home, buf)?;
+                    let copy = self.service_page(page);
+                    todo.extend(p.fetched(page, copy)?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolve the fault at `addr`.
+    fn resolve(&self, addr: usize) -> Result<(), DsmError> {
+        let page = ((addr - self.app) / PAGE_BYTES) as PageId;
+        let mut p = lock(&self.protocol);
+        // A fault on a readable page is a write; on an unreadable one it is taken as a read.
+        let write = lock(&self.access).get(page as usize) == Some(&Access::Read);
+        let copy = self.service_page(page);
+        let actions = p.fault(page, write, copy)?;
+        self.carry_out(&mut p, actions)
+    }
+
+    /// The service thread: resolves posted faults, sleeps on the bell between them.
+    fn serve(&self) {
+        let q = &self.queue;
+        let wait = rustix::time::Timespec { tv_sec: 0, tv_nsec: STOP_CHECK_US * 1_000 };
+        while !self.stop.load(Ordering::SeqCst) {
+            let seen = q.bell.load(Ordering::SeqCst);
+            let mut any = false;
+            for s in &q.slots {
+                if s.state.load(Ordering::Acquire) != POSTED {
+                    continue;
+                }
+                any = true;
+                let addr = s.addr.load(Ordering::Relaxed);
+                if let Err(e) = self.resolve(addr) {
+                    // Left unresolved, the access faults again and reaches the handler before
+                    // ours: the process ends as it would on unmapped memory; the error is kept.
+                    lock(&self.failed).get_or_insert(e);
+                }
+                s.state.store(DONE, Ordering::Release);
+                let _ = futex::wake(&s.state, futex::Flags::PRIVATE, 1);
+            }
+            if !any {
+                let _ = futex::wait(&q.bell, futex::Flags::PRIVATE, seen, Some(&wait));
+            }
+        }
+    }
+}
+
+/// Enter the range in the handler's table.
+fn register(inner: &Arc<Inner>) -> Result<usize, DsmError> {
+    for (i, e) in RANGES.iter().enumerate() {
+        let q = &*inner.queue as *const Queue as *mut Queue;
+        if e.queue.compare_exchange(std::ptr::null_mut(), q, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            e.base.store(inner.app, Ordering::SeqCst);
+            e.len.store(inner.len, Ordering::SeqCst);
+            return Ok(i);
+        }
+    }
+    Err(DsmError::Limit { what: "ranges of one process", n: RANGES_MAX + 1, max: RANGES_MAX })
+}
+
+/// Install the process's `SIGSEGV` handler, once.
+fn install_handler() {
+    INSTALL.call_once(|| {
+        // SAFETY: a zeroed `sigaction` is a valid value to fill; `on_segv` has the signature
+        // `SA_SIGINFO` asks for; the previous action is kept before ours can run (it is stored
+        // once, here, and only read afterwards).
+        #[allow(unsafe_code)]
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_segv as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut sa.sa_mask);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut old) == 0 {
+                PREVIOUS = Some(old);
+            }
+            if libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut()) == 0 {
+                INSTALLED.store(true, Ordering::SeqCst);
+            }
+        }
+    });
+}
+
+/// The `SIGSEGV` handler: only atomics, futex and `sched_yield` (see the module's text).
+#[allow(unsafe_code)]
+extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel hands a valid `siginfo_t` for a `SA_SIGINFO` handler.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    for e in &RANGES {
+        let q = e.queue.load(Ordering::SeqCst);
+        let (base, len) = (e.base.load(Ordering::SeqCst), e.len.load(Ordering::SeqCst));
+        if q.is_null() || addr < base || addr >= base + len {
+            continue;
+        }
+        // SAFETY: a registered queue lives until its range is dropped, which unregisters it
+        // first; a range is not dropped while its own memory faults.
+        let q = unsafe { &*q };
+        loop {
+            for s in &q.slots {
+                if s.state.compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                    s.addr.store(addr, Ordering::Relaxed);
+                    s.state.store(POSTED, Ordering::Release);
+                    q.bell.fetch_add(1, Ordering::SeqCst);
+                    let _ = futex::wake(&q.bell, futex::Flags::PRIVATE, 1);
+                    while s.state.load(Ordering::Acquire) != DONE {
+                        let _ = futex::wait(&s.state, futex::Flags::PRIVATE, POSTED, None);
+                    }
+                    s.state.store(FREE, Ordering::Release);
+                    return;
+                }
+            }
+            std::thread::yield_now();
+        }
+    }
+    // Not ours: the action before ours decides.
+    // SAFETY: `PREVIOUS` was written once before the handler was installed.
+    let prev = unsafe { *std::ptr::addr_of!(PREVIOUS) };
+    match prev {
+        Some(p) if p.sa_sigaction != libc::SIG_DFL && p.sa_sigaction != libc::SIG_IGN => {
+            // SAFETY: the previous handler, called as it was installed to be called.
+            unsafe {
+                if p.sa_flags & libc::SA_SIGINFO != 0 {
+                    let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                        std::mem::transmute(p.sa_sigaction);
+                    f(sig, info, ctx);
+                } else {
+                    let f: extern "C" fn(libc::c_int) = std::mem::transmute(p.sa_sigaction);
+                    f(sig);
+                }
+            }
+        }
+        _ => {
+            // The default: the access faults again, and the process ends as it would have.
+            // SAFETY: resetting a signal's action is safe in a handler.
+            unsafe {
+                libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+            }
+        }
+    }
+}
