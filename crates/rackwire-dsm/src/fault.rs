@@ -7,10 +7,13 @@
 //! (`vm.unprivileged_userfaultfd`); a protection fault works everywhere, as in TreadMarks and
 //! GeNIMA.
 //!
-//! A range is one memory file mapped twice: the *application's view*, whose pages carry the
-//! protection the protocol asks for, and the *service view*, always writable, through which
-//! fetched pages are written, twins and diffs are read, and a home applies other ranks' diffs —
-//! so a page never has to be made writable in the application's view while its bytes arrive.
+//! A range is one shared memory seen twice: the *service view*, always writable (the memory as
+//! its owner mapped it: a memory file of the range's own, or a fabric region, whose bytes other
+//! ranks then read and write one-sided), through which fetched pages are written, twins and
+//! diffs are read, and diffs land at a home; and the *application's view*, a second mapping of
+//! the same pages (`mremap` of the shared mapping with an old size of 0) whose pages carry the
+//! protection the protocol asks for — so a page never has to be made writable in the
+//! application's view while its bytes arrive.
 //!
 //! The process's `SIGSEGV` handler (installed once) finds the range a fault lies in, posts the
 //! fault in one of the range's [`SLOTS`], wakes the range's service thread and sleeps on its
@@ -77,6 +80,69 @@ static INSTALL: Once = Once::new();
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 static mut PREVIOUS: Option<libc::sigaction> = None;
 
+/// Shared memory a range sits on: a `MAP_SHARED` mapping of `len()` bytes at `ptr()`, page
+/// aligned, that lives as long as the value (the range keeps it).
+///
+/// # Safety
+///
+/// `ptr()` must return the same address every time, the start of a shared mapping of at least
+/// `len()` bytes (a multiple of [`PAGE_BYTES`]) that stays mapped while the value lives.
+#[allow(unsafe_code)]
+pub unsafe trait SharedBytes: Send + Sync + 'static {
+    /// Its first byte.
+    fn ptr(&self) -> *mut u8;
+    /// Its length.
+    fn len(&self) -> usize;
+    /// Whether it has no bytes (a range cannot sit on it).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A memory file of the range's own, mapped once.
+struct OwnMemory {
+    _file: OwnedFd,
+    ptr: usize,
+    len: usize,
+}
+
+impl OwnMemory {
+    fn new(len: usize) -> Result<OwnMemory, DsmError> {
+        let file = rustix::fs::memfd_create("rackwire-dsm", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(|e| sys("memfd_create", e))?;
+        rustix::fs::ftruncate(&file, len as u64).map_err(|e| sys("ftruncate", e))?;
+        // SAFETY: a fresh shared mapping of the whole file, at an address the kernel picks.
+        #[allow(unsafe_code)]
+        let ptr = unsafe {
+            rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &file, 0)
+        }
+        .map_err(|e| sys("mmap", e))? as usize;
+        Ok(OwnMemory { _file: file, ptr, len })
+    }
+}
+
+impl Drop for OwnMemory {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this value made, no longer used (the range that used it is gone).
+        #[allow(unsafe_code)]
+        unsafe {
+            let _ = rustix::mm::munmap(self.ptr as *mut _, self.len);
+        }
+    }
+}
+
+// SAFETY: `ptr` is the start of the shared mapping of `len` bytes this value made and unmaps
+// only when dropped.
+#[allow(unsafe_code)]
+unsafe impl SharedBytes for OwnMemory {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr as *mut u8
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// How a rank reaches the other ranks: the page fetched from its home.
 pub trait Backend: Send + 'static {
     /// Read page `page` from its home `home` into `out` (a page long).
@@ -102,7 +168,8 @@ struct Inner {
     /// The first error the service thread met resolving a fault (the fault is then left to
     /// kill the process, as an access to unmapped memory would).
     failed: Mutex<Option<DsmError>>,
-    _file: OwnedFd,
+    /// The memory the service view is (kept alive for it).
+    _memory: Box<dyn SharedBytes>,
 }
 
 // SAFETY: the two views are plain addresses of mappings this value owns; every access to them
@@ -129,19 +196,24 @@ impl Range {
     /// thread. Pages homed here start readable (their master copy is this rank's), the others
     /// unreadable.
     pub fn new(protocol: Protocol, backend: impl Backend) -> Result<Range, DsmError> {
+        let memory = OwnMemory::new(protocol.bytes().max(PAGE_BYTES))?;
+        Range::over(Box::new(memory), protocol, backend)
+    }
+
+    /// [`Range::new`] on `memory` (its first `protocol.bytes()` bytes): the service view is
+    /// the memory itself, the application's view a second mapping of it.
+    pub fn over(memory: Box<dyn SharedBytes>, protocol: Protocol, backend: impl Backend) -> Result<Range, DsmError> {
         let len = protocol.bytes();
-        if len == 0 {
-            return Err(DsmError::Limit { what: "pages", n: 0, max: crate::PAGES_MAX });
+        if len == 0 || len > memory.len() {
+            return Err(DsmError::Limit { what: "range bytes", n: len, max: memory.len() });
         }
         install_handler();
-        let file = rustix::fs::memfd_create("rackwire-dsm", rustix::fs::MemfdFlags::CLOEXEC)
-            .map_err(|e| sys("memfd_create", e))?;
-        rustix::fs::ftruncate(&file, len as u64).map_err(|e| sys("ftruncate", e))?;
-        // SAFETY: a fresh shared mapping of the whole file, at an address the kernel picks.
+        let service = memory.ptr() as usize;
+        // SAFETY: `memory` is a shared mapping of at least `len` bytes at `service` (its
+        // trait's promise): an old size of 0 makes a second mapping of the same pages.
         #[allow(unsafe_code)]
-        let map = |prot| unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, &file, 0) };
-        let service = map(ProtFlags::READ | ProtFlags::WRITE).map_err(|e| sys("mmap", e))? as usize;
-        let app = map(ProtFlags::empty()).map_err(|e| sys("mmap", e))? as usize;
+        let app = unsafe { rustix::mm::mremap(service as *mut _, 0, len, rustix::mm::MremapFlags::MAYMOVE) }
+            .map_err(|e| sys("mremap (a second view of the range's memory)", e))? as usize;
         let access: Vec<Access> = (0..protocol.pages() as PageId)
             .map(|p| if protocol.home(p) == Ok(protocol.me()) { Access::Read } else { Access::None })
             .collect();
@@ -160,7 +232,7 @@ impl Range {
             queue,
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
-            _file: file,
+            _memory: memory,
         });
         for (p, a) in access.iter().enumerate() {
             inner.protect(p as PageId, *a)?;
@@ -276,12 +348,12 @@ impl Drop for Range {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        // SAFETY: both views are mappings of `len` bytes this range made; nothing uses them
-        // any more (the service thread ended, the handler no longer finds the range).
+        // SAFETY: the application's view is the mapping of `len` bytes this range made; nothing
+        // uses it any more (the service thread ended, the handler no longer finds the range).
+        // The service view is the memory's own, unmapped with it.
         #[allow(unsafe_code)]
         unsafe {
             let _ = rustix::mm::munmap(self.inner.app as *mut _, self.inner.len);
-            let _ = rustix::mm::munmap(self.inner.service as *mut _, self.inner.len);
         }
     }
 }

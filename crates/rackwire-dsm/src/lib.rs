@@ -16,15 +16,18 @@
 //! Its diffs ([`diff`]) come from peers when they are applied at a home, so decoding them is
 //! checked like any input from the network. A [`Range`] runs it on real memory: page faults
 //! tell it what the application touches, and a [`Backend`] fetches pages from their homes.
+//! [`SharedMemory`] puts a range over the ranks of a job on the fabric.
 
 #![deny(unsafe_code)]
 
 pub mod diff;
 #[allow(unsafe_code)]
 mod fault;
+mod job;
 mod protocol;
 
-pub use fault::{Backend, Range, RANGES_MAX, SLOTS};
+pub use fault::{Backend, Range, SharedBytes, RANGES_MAX, SLOTS};
+pub use job::SharedMemory;
 pub use protocol::{
     Access, Action, Counters, DsmError, PageId, PageState, Protocol, Rank, Released, PAGES_MAX, RANKS_MAX,
 };

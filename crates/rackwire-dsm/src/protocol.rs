@@ -73,8 +73,9 @@ pub struct Released {
     pub actions: Vec<Action>,
 }
 
-/// Why the protocol refused an event.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// What went wrong in the shared memory: an event the protocol refused, or the system, the
+/// fabric or the group under it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DsmError {
     /// A page past the shared range.
     #[error("page {page}: the range has {pages} pages")]
@@ -120,6 +121,22 @@ pub enum DsmError {
         what: &'static str,
         /// The system's error number.
         errno: i32,
+    },
+    /// The fabric refused or lost an operation (a fetch, a diff).
+    #[error("the fabric: {0}")]
+    Fabric(#[from] rackwire::Error),
+    /// The group under the range failed (a peer gone, a timeout).
+    #[error("the group: {0}")]
+    Group(#[from] rackwire_coll::CollError),
+    /// A fetch returned something else than the page.
+    #[error("fetching page {page} from rank {home} gave {got} bytes")]
+    BadFetch {
+        /// The page.
+        page: PageId,
+        /// Its home.
+        home: Rank,
+        /// What came back.
+        got: usize,
     },
     /// A malformed diff.
     #[error("diff for page {page}: {why}")]
