@@ -9,6 +9,7 @@ use rackwire_coll::Group;
 
 use crate::diff;
 use crate::fault::{Backend, Range, SharedBytes};
+use crate::lock::{Locks, Peers};
 use crate::protocol::{DsmError, PageId, Protocol, Rank};
 use crate::PAGE_BYTES;
 
@@ -58,6 +59,14 @@ pub struct SharedMemory {
     range: Range,
     conns: Vec<Option<Conn>>,
     parts: Vec<RemoteRegion>,
+    /// The locks' words and notice logs, a part per rank (see `lock.rs`).
+    locks: Locks,
+    /// This rank's own notices since the last barrier (every rank learns them there).
+    own: Vec<PageId>,
+    /// The notices this rank knows of since the last barrier (`rank << 32 | page`): its own,
+    /// and those it learned through locks; and how many of them each lock's log has had.
+    known: Vec<u64>,
+    appended: Vec<usize>,
 }
 
 impl SharedMemory {
@@ -72,7 +81,17 @@ impl SharedMemory {
         let protocol = Protocol::new(rank as Rank, size, Protocol::round_robin(pages, size))?;
         let backend = FabricBackend { conns: conns.clone(), parts: parts.clone() };
         let range = Range::over(Box::new(RegionMemory(sym.region)), protocol, backend)?;
-        Ok(SharedMemory { group, range, conns, parts })
+        let locks = Locks::new(&mut group)?;
+        Ok(SharedMemory {
+            group,
+            range,
+            conns,
+            parts,
+            locks,
+            own: Vec::new(),
+            known: Vec::new(),
+            appended: vec![0; crate::LOCKS_MAX],
+        })
     }
 
     /// This rank's view of the range.
@@ -97,7 +116,14 @@ impl SharedMemory {
     pub fn barrier(&mut self) -> Result<(), DsmError> {
         let rel = self.range.release()?;
         self.send_diffs(&rel.diffs)?;
-        let mine: Vec<u8> = rel.notices.iter().flat_map(|p| p.to_le_bytes()).collect();
+        // Every notice of this rank since the last barrier: those its lock releases published
+        // too (a rank that did not take those locks has not seen them).
+        self.own.extend(&rel.notices);
+        self.own.sort_unstable();
+        self.own.dedup();
+        let mine: Vec<u8> = std::mem::take(&mut self.own).iter().flat_map(|p| p.to_le_bytes()).collect();
+        self.known.clear();
+        self.appended.iter_mut().for_each(|a| *a = 0);
         let all = self.exchange(&mine)?;
         let me = self.group.rank();
         let theirs: Vec<PageId> = all
@@ -121,7 +147,11 @@ impl SharedMemory {
             counts.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize).collect();
         let total: usize = counts.iter().sum();
         if total > 4 * self.range.len() / PAGE_BYTES * size {
-            return Err(DsmError::Limit { what: "write notices", n: total / 4, max: self.range.len() / PAGE_BYTES * size });
+            return Err(DsmError::Limit {
+                what: "write notices",
+                n: total / 4,
+                max: self.range.len() / PAGE_BYTES * size,
+            });
         }
         let mut all = vec![0u8; total];
         if total > 0 {
@@ -144,7 +174,8 @@ impl SharedMemory {
             let base = *page as u64 * PAGE_BYTES as u64;
             let entries: Vec<(u64, &[u8])> = runs.iter().map(|(off, b)| (base + *off as u64, *b)).collect();
             let ranks = self.parts.len();
-            let (Some(Some(conn)), Some(part)) = (self.conns.get(*home as usize), self.parts.get(*home as usize)) else {
+            let (Some(Some(conn)), Some(part)) = (self.conns.get(*home as usize), self.parts.get(*home as usize))
+            else {
                 return Err(DsmError::NoSuchRank { rank: *home, ranks });
             };
             ops.push(conn.write_batch(part, &entries, OpFlags::NONE));
@@ -152,6 +183,42 @@ impl SharedMemory {
         for op in ops {
             op.wait()?;
         }
+        Ok(())
+    }
+
+    /// Take lock `lock` (below [`crate::LOCKS_MAX`]; waiting at most [`crate::LOCK_TIMEOUT`]),
+    /// then see every write its earlier holders made before they released it.
+    pub fn lock(&mut self, lock: usize) -> Result<(), DsmError> {
+        let me = self.group.rank() as u64;
+        let peers = Peers { me: self.group.rank(), size: self.group.size(), conns: &self.conns };
+        let noticed: Vec<PageId> = match self.locks.take(lock, &peers)? {
+            Some(entries) => {
+                let theirs: Vec<PageId> = entries.iter().filter(|e| *e >> 32 != me).map(|e| *e as PageId).collect();
+                self.known.extend(entries.iter().filter(|e| *e >> 32 != me));
+                theirs
+            }
+            // More than the log holds: every page.
+            None => (0..(self.range.len() / PAGE_BYTES) as PageId).collect(),
+        };
+        let acq = self.range.acquire(&noticed)?;
+        // A page this rank had written, flushed because another's notice named it: noticed at
+        // the next release, with the rest.
+        self.send_diffs(&acq.diffs)
+    }
+
+    /// Release lock `lock`, which this rank holds: its writes' diffs land at their homes, its
+    /// notices go into the lock's log, then the lock is free.
+    pub fn unlock(&mut self, lock: usize) -> Result<(), DsmError> {
+        self.locks.check_held(lock)?;
+        let rel = self.range.release()?;
+        self.send_diffs(&rel.diffs)?;
+        let me = self.group.rank() as u64;
+        self.own.extend(&rel.notices);
+        self.known.extend(rel.notices.iter().map(|&p| (me << 32) | u64::from(p)));
+        let from = self.appended[lock].min(self.known.len());
+        let peers = Peers { me: self.group.rank(), size: self.group.size(), conns: &self.conns };
+        self.locks.give(lock, &peers, &self.known[from..])?;
+        self.appended[lock] = self.known.len();
         Ok(())
     }
 

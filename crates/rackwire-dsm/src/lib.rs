@@ -24,10 +24,12 @@ pub mod diff;
 #[allow(unsafe_code)]
 mod fault;
 mod job;
+mod lock;
 mod protocol;
 
 pub use fault::{Backend, Range, SharedBytes, RANGES_MAX, SLOTS};
 pub use job::SharedMemory;
+pub use lock::{LOCKS_MAX, LOCK_LOG_ENTRIES, LOCK_TIMEOUT};
 pub use protocol::{
     Access, Action, Counters, DsmError, PageId, PageState, Protocol, Rank, Released, PAGES_MAX, RANKS_MAX,
 };

@@ -107,3 +107,110 @@ fn every_rank_sees_every_write_over_shared_memory() {
 fn every_rank_sees_every_write_over_the_edge_transport() {
     every_rank_sees_every_write(2, true);
 }
+
+/// The 8-byte word at `at` of the range (byte by byte: each byte a touch of the memory).
+fn load(m: &SharedMemory, at: usize) -> Result<u64, DsmError> {
+    let mut b = [0u8; 8];
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = m.range().read(at + i)?;
+    }
+    Ok(u64::from_le_bytes(b))
+}
+
+fn store(m: &SharedMemory, at: usize, v: u64) -> Result<(), DsmError> {
+    for (i, x) in v.to_le_bytes().into_iter().enumerate() {
+        m.range().write(at + i, x)?;
+    }
+    Ok(())
+}
+
+/// Every rank adds 1 to two counters `ADDS` times, each under its own lock (the counters on
+/// pages homed at different ranks); the ranks contend for the locks throughout.
+fn counters_under_locks(n: usize, edge: bool) {
+    const ADDS: u64 = 25;
+    let results = run(&format!("dsml{n}{}", if edge { "e" } else { "s" }), n, 4 * PAGE_BYTES, edge, move |m| {
+        for _ in 0..ADDS {
+            for (lock, at) in [(0usize, 8usize), (1, PAGE_BYTES + 16)] {
+                m.lock(lock)?;
+                let v = load(m, at)?;
+                store(m, at, v + 1)?;
+                m.unlock(lock)?;
+            }
+        }
+        m.barrier()?;
+        let want = ADDS * m.size() as u64;
+        assert_eq!(load(m, 8)?, want, "rank {}: counter under lock 0", m.rank());
+        assert_eq!(load(m, PAGE_BYTES + 16)?, want, "rank {}: counter under lock 1", m.rank());
+        Ok(())
+    });
+    assert_all_ok(&results);
+}
+
+// Checks mutual exclusion and the notices a lock carries: every rank increments two shared
+// counters under two locks, contending, at 2 and 3 ranks over shared memory; each counter
+// ends exactly at ranks x 25 (a lost update, a stale copy read under the lock, or two holders
+// at once would leave it short).
+#[test]
+fn counters_under_locks_end_exact_over_shared_memory() {
+    counters_under_locks(2, false);
+    counters_under_locks(3, false);
+}
+
+// Checks the same at 2 ranks over the edge transport (the lock word's compare-and-swap and
+// the notice log as edge operations).
+#[test]
+fn counters_under_locks_end_exact_over_the_edge_transport() {
+    counters_under_locks(2, true);
+}
+
+// Checks bad lock use: a lock past the last, unlocking a lock not held, taking a lock held.
+#[test]
+fn bad_lock_use_is_refused() {
+    let results = run("dsmbad", 1, PAGE_BYTES, false, |m| {
+        assert!(matches!(m.lock(rackwire_dsm::LOCKS_MAX), Err(DsmError::Limit { what: "lock", .. })));
+        assert!(matches!(m.unlock(3), Err(DsmError::Limit { what: "lock not held", .. })));
+        m.lock(3)?;
+        assert!(matches!(m.lock(3), Err(DsmError::Limit { what: "lock already held", .. })));
+        m.unlock(3)
+    });
+    assert_all_ok(&results);
+}
+
+// Checks that a lock carries what happened before its release, not only what was written
+// under it: rank 1 writes X under lock 0, then a flag under lock 1; rank 0, which read X before
+// (a cached copy) and never takes lock 0, takes lock 1 until it sees the flag, and must then
+// read the new X (both pages homed at rank 1, so rank 0 reads them from copies it fetched).
+#[test]
+fn a_lock_carries_what_happened_before_its_release() {
+    const X: usize = PAGE_BYTES + 8;
+    const FLAG: usize = 3 * PAGE_BYTES + 8;
+    let results = run("dsmhb", 2, 4 * PAGE_BYTES, false, |m| {
+        if m.rank() == 0 {
+            assert_eq!(load(m, X)?, 0);
+        }
+        m.barrier()?;
+        if m.rank() == 1 {
+            m.lock(0)?;
+            store(m, X, 5)?;
+            m.unlock(0)?;
+            m.lock(1)?;
+            store(m, FLAG, 1)?;
+            m.unlock(1)?;
+        } else {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                m.lock(1)?;
+                let f = load(m, FLAG)?;
+                m.unlock(1)?;
+                if f == 1 {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "the flag never came");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(load(m, X)?, 5, "X was written before the flag's release");
+        }
+        m.barrier()
+    });
+    assert_all_ok(&results);
+}

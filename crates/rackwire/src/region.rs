@@ -269,6 +269,18 @@ impl Region {
         }
         mem.atomic_u64(offset).map(|a| a.store(v, Ordering::Release)).ok_or_else(|| self.oob(offset, 8))
     }
+
+    /// Compare the 64-bit word at an 8-byte aligned `offset` with `expected` and, if equal, set
+    /// it to `new`, atomically (local access; atomic with the peers' compare-and-swaps on the
+    /// region). Returns the word as it was.
+    pub fn compare_swap_u64(&self, offset: u64, expected: u64, new: u64) -> Result<u64, Error> {
+        let mem = self.inner.mem.lock();
+        if !offset.is_multiple_of(8) {
+            return Err(Error::Misaligned { offset });
+        }
+        let a = mem.atomic_u64(offset).ok_or_else(|| self.oob(offset, 8))?;
+        Ok(a.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire).unwrap_or_else(|old| old))
+    }
 }
 
 /// Move a region to fresh memory so that mappings held by cut-off peers no longer reach it.
