@@ -145,13 +145,11 @@ impl SharedMemory {
         self.group.allgather(&(mine.len() as u64).to_le_bytes(), &mut counts)?;
         let counts: Vec<usize> =
             counts.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize).collect();
-        let total: usize = counts.iter().sum();
-        if total > 4 * self.range.len() / PAGE_BYTES * size {
-            return Err(DsmError::Limit {
-                what: "write notices",
-                n: total / 4,
-                max: self.range.len() / PAGE_BYTES * size,
-            });
+        // Each rank notices each page once at most: more is a peer's error, refused.
+        let max = self.range.len() / PAGE_BYTES * size;
+        let total = counts.iter().try_fold(0usize, |a, &c| a.checked_add(c)).unwrap_or(usize::MAX);
+        if total > 4 * max || counts.iter().any(|c| c % 4 != 0) {
+            return Err(DsmError::Limit { what: "write notices", n: total / 4, max });
         }
         let mut all = vec![0u8; total];
         if total > 0 {
