@@ -283,6 +283,33 @@ impl Range {
         Ok(())
     }
 
+    /// Read the aligned 8-byte word at `at` through the application's view.
+    pub fn read_u64(&self, at: usize) -> Result<u64, DsmError> {
+        self.check_word(at)?;
+        // SAFETY: an aligned word inside the application's view, which lives as long as `self`;
+        // volatile, so the access really happens (and faults) here.
+        #[allow(unsafe_code)]
+        Ok(unsafe { std::ptr::read_volatile(self.as_ptr().add(at) as *const u64) })
+    }
+
+    /// Write the aligned 8-byte word at `at` through the application's view.
+    pub fn write_u64(&self, at: usize, v: u64) -> Result<(), DsmError> {
+        self.check_word(at)?;
+        // SAFETY: as for `read_u64`; the protocol made the page writable before the write resumes.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::write_volatile(self.as_ptr().add(at) as *mut u64, v)
+        };
+        Ok(())
+    }
+
+    fn check_word(&self, at: usize) -> Result<(), DsmError> {
+        if !at.is_multiple_of(8) {
+            return Err(DsmError::Misaligned { at });
+        }
+        self.check(at.saturating_add(7))
+    }
+
     fn check(&self, at: usize) -> Result<(), DsmError> {
         if let Some(e) = lock(&self.inner.failed).clone() {
             return Err(e);

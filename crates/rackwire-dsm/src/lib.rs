@@ -20,6 +20,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod apps;
 pub mod diff;
 #[allow(unsafe_code)]
 mod fault;

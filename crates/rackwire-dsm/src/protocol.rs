@@ -103,6 +103,12 @@ pub enum DsmError {
         /// The most allowed.
         max: usize,
     },
+    /// A word access at an address that is not a multiple of 8.
+    #[error("a word at {at}: not 8-byte aligned")]
+    Misaligned {
+        /// The address.
+        at: usize,
+    },
     /// A page arrived that was not being fetched.
     #[error("page {0} arrived but was not being fetched")]
     NotFetching(PageId),

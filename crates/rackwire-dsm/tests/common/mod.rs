@@ -1,0 +1,61 @@
+//! The harness the shared-memory tests share: a job's ranks as threads of this process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rackwire::{Fabric, FabricConfig, ManagementHost, TransportChoice};
+use rackwire_coll::{Group, GroupConfig};
+use rackwire_dsm::{DsmError, SharedMemory};
+
+const SECRET: &str = "dsm-job-test-secret-0123456789abcdef";
+
+/// Run `body` as every rank of an `n`-rank job sharing `bytes` (each rank a thread with a
+/// fabric node of its own: shared memory between them, or the edge transport on loopback);
+/// each rank's result.
+pub fn run(
+    job: &str,
+    n: usize,
+    bytes: usize,
+    edge: bool,
+    body: impl Fn(&mut SharedMemory) -> Result<(), DsmError> + Send + Sync + 'static,
+) -> Vec<Result<(), DsmError>> {
+    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
+    let addr = mh.addr().to_string();
+    let body = Arc::new(body);
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            let (addr, job, body) = (addr.clone(), job.to_string(), body.clone());
+            std::thread::spawn(move || -> Result<(), DsmError> {
+                let mut cfg = FabricConfig::new(addr, SECRET, format!("{job}-{rank}"));
+                if edge {
+                    cfg.transport = TransportChoice::Edge;
+                    cfg.links = vec!["127.0.0.1:0".into()];
+                }
+                let fabric = Arc::new(Fabric::join(cfg)?);
+                let group = Group::join_with(
+                    fabric,
+                    &job,
+                    rank,
+                    n,
+                    GroupConfig { timeout: Duration::from_secs(30), job_token: None },
+                )?;
+                let mut shared = SharedMemory::new(group, bytes)?;
+                body(&mut shared)?;
+                shared.leave()
+            })
+        })
+        .collect();
+    let out = handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect();
+    drop(mh);
+    out
+}
+
+/// Every rank returned Ok (else the ranks' errors).
+pub fn assert_all_ok(results: &[Result<(), DsmError>]) {
+    let failures: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, r)| r.as_ref().err().map(|e| format!("rank {rank}: {e}")))
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}");
+}
