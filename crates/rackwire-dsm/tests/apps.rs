@@ -1,7 +1,7 @@
 //! The applications over a job's shared memory, each checked against its one-process run.
 
 use common::{assert_all_ok, run};
-use rackwire_dsm::apps::{lu, Memory, Plain};
+use rackwire_dsm::apps::{lu, radix, Memory, Plain};
 
 mod common;
 
@@ -9,7 +9,7 @@ mod common;
 /// ranks at once) over `n` ranks; rank 0 compares every word with the one-process run's.
 fn lu_matches_one_process(n: usize, edge: bool) {
     let s = lu::Shape { n: 64, b: 8 };
-    let mut plain = Plain(vec![0.0; s.words()]);
+    let mut plain = Plain::zeroed(s.words());
     lu::init(&mut plain, s, 11).unwrap();
     lu::factorise(&mut plain, s).unwrap();
     let want = plain.0;
@@ -18,8 +18,14 @@ fn lu_matches_one_process(n: usize, edge: bool) {
         lu::factorise(m, s)?;
         if m.rank() == 0 {
             for (i, w) in want.iter().enumerate() {
-                let got = m.get(i)?;
-                assert_eq!(got.to_bits(), w.to_bits(), "word {i}: {got} against the one-process run's {w}");
+                let got = m.word(i)?;
+                assert_eq!(
+                    got,
+                    *w,
+                    "word {i}: {} against the one-process run's {}",
+                    f64::from_bits(got),
+                    f64::from_bits(*w)
+                );
             }
         }
         m.barrier()
@@ -41,4 +47,41 @@ fn lu_over_shared_memory_equals_one_process() {
 #[test]
 fn lu_over_the_edge_transport_equals_one_process() {
     lu_matches_one_process(2, true);
+}
+
+/// Radix sort of 20,000 keys of 24 bits (three passes) over `n` ranks; every rank checks the
+/// sorted keys against the one-process run's.
+fn radix_matches_one_process(n: usize, edge: bool) {
+    const KEYS: usize = 20_000;
+    const BITS: u32 = 24;
+    let mut plain = Plain::zeroed(radix::words(KEYS));
+    radix::init(&mut plain, KEYS, BITS, 5).unwrap();
+    let at = radix::sort(&mut plain, KEYS, BITS).unwrap();
+    let want = plain.0[at..at + KEYS].to_vec();
+    assert!(want.windows(2).all(|w| w[0] <= w[1]));
+    let results = run(&format!("rx{n}{}", if edge { "e" } else { "s" }), n, radix::words(KEYS) * 8, edge, move |m| {
+        radix::init(m, KEYS, BITS, 5)?;
+        let got_at = radix::sort(m, KEYS, BITS)?;
+        assert_eq!(got_at, at);
+        for (i, w) in want.iter().enumerate().step_by(if m.rank() == 0 { 1 } else { 7 }) {
+            assert_eq!(m.word(at + i)?, *w, "rank {}: key {i}", m.rank());
+        }
+        m.barrier()
+    });
+    assert_all_ok(&results);
+}
+
+// Checks radix sort over the shared memory at 1, 2 and 3 ranks over shared memory: the sorted
+// keys equal the one-process run's (rank 0 checks every key, the others every seventh).
+#[test]
+fn radix_over_shared_memory_equals_one_process() {
+    for n in [1, 2, 3] {
+        radix_matches_one_process(n, false);
+    }
+}
+
+// Checks the same at 2 ranks over the edge transport.
+#[test]
+fn radix_over_the_edge_transport_equals_one_process() {
+    radix_matches_one_process(2, true);
 }

@@ -153,7 +153,7 @@ mod tests {
     #[test]
     fn l_times_u_gives_back_the_matrix() {
         let s = Shape { n: 16, b: 4 };
-        let mut m = Plain(vec![0.0; s.words()]);
+        let mut m = Plain::zeroed(s.words());
         init(&mut m, s, 7).unwrap();
         let a = m.clone();
         factorise(&mut m, s).unwrap();
@@ -162,14 +162,14 @@ mod tests {
                 let mut sum = 0.0;
                 for p in 0..s.n {
                     let l = match p.cmp(&row) {
-                        std::cmp::Ordering::Less => m.0[s.element(row, p)],
+                        std::cmp::Ordering::Less => f64::from_bits(m.0[s.element(row, p)]),
                         std::cmp::Ordering::Equal => 1.0,
                         std::cmp::Ordering::Greater => 0.0,
                     };
-                    let u = if p <= col { m.0[s.element(p, col)] } else { 0.0 };
+                    let u = if p <= col { f64::from_bits(m.0[s.element(p, col)]) } else { 0.0 };
                     sum += l * u;
                 }
-                let want = a.0[s.element(row, col)];
+                let want = f64::from_bits(a.0[s.element(row, col)]);
                 assert!((sum - want).abs() < 1e-9 * want.abs().max(1.0), "({row},{col}): {sum} vs {want}");
             }
         }

@@ -3,15 +3,24 @@
 //! run is checked) with its ranks splitting the work and a barrier between phases.
 
 pub mod lu;
+pub mod radix;
 
 use crate::{DsmError, SharedMemory};
 
 /// Words of memory the ranks share, and a barrier.
 pub trait Memory {
     /// The word at index `i`.
-    fn get(&mut self, i: usize) -> Result<f64, DsmError>;
+    fn word(&mut self, i: usize) -> Result<u64, DsmError>;
     /// Set the word at index `i`.
-    fn set(&mut self, i: usize, v: f64) -> Result<(), DsmError>;
+    fn set_word(&mut self, i: usize, v: u64) -> Result<(), DsmError>;
+    /// The word at index `i` as a number.
+    fn get(&mut self, i: usize) -> Result<f64, DsmError> {
+        self.word(i).map(f64::from_bits)
+    }
+    /// Set the word at index `i` to a number.
+    fn set(&mut self, i: usize, v: f64) -> Result<(), DsmError> {
+        self.set_word(i, v.to_bits())
+    }
     /// Every rank's writes before it are seen by every rank after it.
     fn barrier(&mut self) -> Result<(), DsmError>;
     /// This rank, and the ranks.
@@ -21,17 +30,27 @@ pub trait Memory {
 }
 
 /// One process's memory: one rank, whose barrier is nothing.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plain(pub Vec<f64>);
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plain(pub Vec<u64>);
+
+impl Plain {
+    /// `words` words of zeros.
+    pub fn zeroed(words: usize) -> Plain {
+        Plain(vec![0; words])
+    }
+
+    fn out_of_range(&self, i: usize) -> DsmError {
+        DsmError::NoSuchPage { page: (i * 8 / crate::PAGE_BYTES) as u32, pages: self.0.len() * 8 / crate::PAGE_BYTES }
+    }
+}
 
 impl Memory for Plain {
-    fn get(&mut self, i: usize) -> Result<f64, DsmError> {
-        self.0.get(i).copied().ok_or(DsmError::NoSuchPage { page: (i * 8 / crate::PAGE_BYTES) as u32, pages: 0 })
+    fn word(&mut self, i: usize) -> Result<u64, DsmError> {
+        self.0.get(i).copied().ok_or_else(|| self.out_of_range(i))
     }
-    fn set(&mut self, i: usize, v: f64) -> Result<(), DsmError> {
-        let pages = self.0.len() * 8 / crate::PAGE_BYTES;
-        let w = self.0.get_mut(i).ok_or(DsmError::NoSuchPage { page: (i * 8 / crate::PAGE_BYTES) as u32, pages })?;
-        *w = v;
+    fn set_word(&mut self, i: usize, v: u64) -> Result<(), DsmError> {
+        let e = self.out_of_range(i);
+        *self.0.get_mut(i).ok_or(e)? = v;
         Ok(())
     }
     fn barrier(&mut self) -> Result<(), DsmError> {
@@ -46,11 +65,11 @@ impl Memory for Plain {
 }
 
 impl Memory for SharedMemory {
-    fn get(&mut self, i: usize) -> Result<f64, DsmError> {
-        Ok(f64::from_bits(self.range().read_u64(i * 8)?))
+    fn word(&mut self, i: usize) -> Result<u64, DsmError> {
+        self.range().read_u64(i.checked_mul(8).ok_or(DsmError::Misaligned { at: usize::MAX })?)
     }
-    fn set(&mut self, i: usize, v: f64) -> Result<(), DsmError> {
-        self.range().write_u64(i * 8, v.to_bits())
+    fn set_word(&mut self, i: usize, v: u64) -> Result<(), DsmError> {
+        self.range().write_u64(i.checked_mul(8).ok_or(DsmError::Misaligned { at: usize::MAX })?, v)
     }
     fn barrier(&mut self) -> Result<(), DsmError> {
         SharedMemory::barrier(self)
