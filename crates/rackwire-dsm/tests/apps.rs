@@ -1,7 +1,7 @@
 //! The applications over a job's shared memory, each checked against its one-process run.
 
 use common::{assert_all_ok, run};
-use rackwire_dsm::apps::{lu, radix, Memory, Plain};
+use rackwire_dsm::apps::{fft, lu, radix, Memory, Plain};
 
 mod common;
 
@@ -84,4 +84,41 @@ fn radix_over_shared_memory_equals_one_process() {
 #[test]
 fn radix_over_the_edge_transport_equals_one_process() {
     radix_matches_one_process(2, true);
+}
+
+/// FFT of 4,096 points (a 64 x 64 matrix) over `n` ranks; rank 0 compares every word with the
+/// one-process run's.
+fn fft_matches_one_process(n: usize, edge: bool) {
+    const POINTS: usize = 4096;
+    let mut plain = Plain::zeroed(fft::words(POINTS));
+    fft::init(&mut plain, POINTS, 13).unwrap();
+    fft::transform(&mut plain, POINTS).unwrap();
+    let want = plain.0[..2 * POINTS].to_vec();
+    let results = run(&format!("fft{n}{}", if edge { "e" } else { "s" }), n, fft::words(POINTS) * 8, edge, move |m| {
+        fft::init(m, POINTS, 13)?;
+        fft::transform(m, POINTS)?;
+        if m.rank() == 0 {
+            for (i, w) in want.iter().enumerate() {
+                assert_eq!(m.word(i)?, *w, "word {i}");
+            }
+        }
+        m.barrier()
+    });
+    assert_all_ok(&results);
+}
+
+// Checks the six-step FFT over the shared memory at 1, 2 and 3 ranks over shared memory: the
+// transform equals the one-process run's bit for bit (its transposes read the other ranks'
+// rows).
+#[test]
+fn fft_over_shared_memory_equals_one_process() {
+    for n in [1, 2, 3] {
+        fft_matches_one_process(n, false);
+    }
+}
+
+// Checks the same at 2 ranks over the edge transport.
+#[test]
+fn fft_over_the_edge_transport_equals_one_process() {
+    fft_matches_one_process(2, true);
 }

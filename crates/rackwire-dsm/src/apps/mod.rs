@@ -2,6 +2,7 @@
 //! [`Memory`] (a job's shared range, or one process's plain memory, against which every shared
 //! run is checked) with its ranks splitting the work and a barrier between phases.
 
+pub mod fft;
 pub mod lu;
 pub mod radix;
 
