@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use common::{assert_all_ok, run};
+use common::{assert_all_ok, run, run_with};
 use rackwire_dsm::{DsmError, SharedMemory, PAGE_BYTES};
 
 mod common;
@@ -163,4 +163,24 @@ fn a_lock_carries_what_happened_before_its_release() {
         m.barrier()
     });
     assert_all_ok(&results);
+}
+
+// Checks that a rank that goes away mid-run makes the others fail with an error, not hang:
+// rank 2 of 3 leaves right after the range is set up (its fabric node closed); ranks 0 and 1
+// write and call a barrier, which must return an error naming the group's failure within the
+// group's timeout (2 s here), well before the test's own limit.
+#[test]
+fn a_rank_gone_mid_run_fails_the_others() {
+    let started = std::time::Instant::now();
+    let results = run_with("dsmgone", 3, 4 * PAGE_BYTES, false, Duration::from_secs(2), |m| {
+        if m.rank() == 2 {
+            return Err(DsmError::Limit { what: "this rank leaves on purpose", n: 0, max: 0 });
+        }
+        m.range().write(8 * m.rank(), 1)?;
+        m.barrier()
+    });
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+    for (rank, r) in results.iter().enumerate().take(2) {
+        assert!(matches!(r, Err(DsmError::Group(_))), "rank {rank}: {r:?}");
+    }
 }

@@ -19,6 +19,18 @@ pub fn run(
     edge: bool,
     body: impl Fn(&mut SharedMemory) -> Result<(), DsmError> + Send + Sync + 'static,
 ) -> Vec<Result<(), DsmError>> {
+    run_with(job, n, bytes, edge, Duration::from_secs(30), body)
+}
+
+/// [`run`] with the group's timeout (how long a rank waits for the others in a group call).
+pub fn run_with(
+    job: &str,
+    n: usize,
+    bytes: usize,
+    edge: bool,
+    timeout: Duration,
+    body: impl Fn(&mut SharedMemory) -> Result<(), DsmError> + Send + Sync + 'static,
+) -> Vec<Result<(), DsmError>> {
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
     let addr = mh.addr().to_string();
     let body = Arc::new(body);
@@ -32,13 +44,7 @@ pub fn run(
                     cfg.links = vec!["127.0.0.1:0".into()];
                 }
                 let fabric = Arc::new(Fabric::join(cfg)?);
-                let group = Group::join_with(
-                    fabric,
-                    &job,
-                    rank,
-                    n,
-                    GroupConfig { timeout: Duration::from_secs(30), job_token: None },
-                )?;
+                let group = Group::join_with(fabric, &job, rank, n, GroupConfig { timeout, job_token: None })?;
                 let mut shared = SharedMemory::new(group, bytes)?;
                 body(&mut shared)?;
                 shared.leave()
