@@ -5,6 +5,7 @@
 pub mod fft;
 pub mod lu;
 pub mod radix;
+pub mod water;
 
 use crate::{DsmError, SharedMemory};
 
@@ -24,6 +25,10 @@ pub trait Memory {
     }
     /// Every rank's writes before it are seen by every rank after it.
     fn barrier(&mut self) -> Result<(), DsmError>;
+    /// Take lock `l`: what its earlier holders wrote is seen after it.
+    fn lock(&mut self, l: usize) -> Result<(), DsmError>;
+    /// Release lock `l`.
+    fn unlock(&mut self, l: usize) -> Result<(), DsmError>;
     /// This rank, and the ranks.
     fn rank(&self) -> usize;
     /// Ranks sharing the memory.
@@ -57,6 +62,12 @@ impl Memory for Plain {
     fn barrier(&mut self) -> Result<(), DsmError> {
         Ok(())
     }
+    fn lock(&mut self, _l: usize) -> Result<(), DsmError> {
+        Ok(())
+    }
+    fn unlock(&mut self, _l: usize) -> Result<(), DsmError> {
+        Ok(())
+    }
     fn rank(&self) -> usize {
         0
     }
@@ -74,6 +85,12 @@ impl Memory for SharedMemory {
     }
     fn barrier(&mut self) -> Result<(), DsmError> {
         SharedMemory::barrier(self)
+    }
+    fn lock(&mut self, l: usize) -> Result<(), DsmError> {
+        SharedMemory::lock(self, l)
+    }
+    fn unlock(&mut self, l: usize) -> Result<(), DsmError> {
+        SharedMemory::unlock(self, l)
     }
     fn rank(&self) -> usize {
         SharedMemory::rank(self)
