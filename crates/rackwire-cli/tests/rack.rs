@@ -336,7 +336,8 @@ fn rw0_packets(rack: &Rack, host: &str, way: &str) -> u64 {
 
 // Checks small datagrams across racks over rw0, where the edge transport carries them: 64 B
 // UDP datagrams, iperf3 pacing them at 20 Mbit/s (some 39,000 a second) for 1 s from a1 to b1,
-// arrive (iperf3's own count: most of them; machines under test load may drop some), b1's
+// arrive (iperf3's own count: a thousand at least; a machine running the other rack tests at
+// the same time drops many — half of them in one run — and how many is not the claim), b1's
 // counters for a1 count at least every one that arrived, and b1's rw0 took them in fewer
 // packets than datagrams: those of the flow received together went in as one packet, cut back
 // into the datagrams by the kernel (iperf3 saw each). And datagrams a program sends with UDP
@@ -355,7 +356,7 @@ fn small_datagrams_across_racks_go_into_rw0_together() {
     let udp = rack.iperf("a1", &["-c", "198.18.0.2", "-p", "5421", "-u", "-b", "20M", "-l", "64", "-t", "1"]);
     let sent = udp.pointer("/end/sum/packets").and_then(Value::as_u64).unwrap_or(0);
     let lost = udp.pointer("/end/sum/lost_packets").and_then(Value::as_u64).unwrap_or(u64::MAX);
-    assert!(sent > 10_000 && lost < sent / 2, "{sent} datagrams sent, {lost} lost");
+    assert!(sent > 10_000 && lost.saturating_add(1_000) <= sent, "{sent} datagrams sent, {lost} lost");
     let arrived = sent - lost;
     let base = before["rx_packets"].as_u64().unwrap();
     rack.wait_counters("b1", "a1", |c| c["rx_packets"].as_u64().unwrap() >= base + arrived);

@@ -143,50 +143,6 @@ fn looks_again(since_work: Duration, edge_watching: bool) -> bool {
     since_work < IO_SPIN && !edge_watching
 }
 
-/// A spin's payoff counts in sixteenths: 16 for a spin that found work.
-const PAYOFF_FULL: u32 = 16;
-/// Spins go on while at least this share of them lately found work (half).
-const PAYOFF_MIN: u32 = PAYOFF_FULL / 2;
-/// After this many idle spells without a spin, one spins anyway: to learn whether work comes
-/// within a spin again.
-const PAYOFF_PROBE_EVERY: u32 = 16;
-
-/// Whether the virtual NIC thread's spins after work lately found work before they ran out: a
-/// moving share (a quarter weight on the newest). A spin that runs out only burned its core
-/// (64 B ping-pongs across racks, whose answers come back after about 47 µs, kept both of
-/// this machine's cores busy that way); while most run out, the thread sleeps at once after
-/// work, and spins once in [`PAYOFF_PROBE_EVERY`] idle spells to learn again.
-#[derive(Debug)]
-pub(crate) struct Payoff {
-    share: u32,
-    skipped: u32,
-}
-
-impl Default for Payoff {
-    fn default() -> Self {
-        Payoff { share: PAYOFF_FULL, skipped: 0 }
-    }
-}
-
-impl Payoff {
-    /// Whether the idle spell that starts now begins with a spin.
-    pub(crate) fn spin_now(&mut self) -> bool {
-        if self.share >= PAYOFF_MIN || self.skipped + 1 >= PAYOFF_PROBE_EVERY {
-            self.skipped = 0;
-            true
-        } else {
-            self.skipped += 1;
-            false
-        }
-    }
-
-    /// A spin ended: it found work, or ran out.
-    pub(crate) fn spun(&mut self, found: bool) {
-        let now = if found { PAYOFF_FULL } else { 0 };
-        self.share = (self.share * 3 + now) / 4;
-    }
-}
-
 /// Whether a packet of `n` bytes read from `rw0` (offload header included) ends a take of
 /// `answers`, `delivered` packets having come into `rw0` so far and `answered_at` when a
 /// packet last ended one (see [`ANSWER_BYTES_MAX`]).
@@ -210,28 +166,6 @@ mod tests {
         assert!(!looks_again(IO_SPIN, false));
         assert!(!looks_again(Duration::ZERO, true));
         assert!(!looks_again(IO_SPIN / 2, true));
-    }
-
-    // Checks the spin's payoff: spins that find work keep the spin; after spins that run out
-    // (answers past the spin, as across racks) the thread sleeps at once, but spins once in
-    // PAYOFF_PROBE_EVERY idle spells, and spins that find work again bring it back.
-    #[test]
-    fn the_nic_thread_spins_only_while_spins_find_work() {
-        let mut p = Payoff::default();
-        for _ in 0..8 {
-            assert!(p.spin_now());
-            p.spun(true);
-        }
-        for _ in 0..3 {
-            assert!(p.spin_now());
-            p.spun(false);
-        }
-        let spins = (0..PAYOFF_PROBE_EVERY * 2).filter(|_| p.spin_now()).count();
-        assert_eq!(spins, 2, "one probe per {PAYOFF_PROBE_EVERY} idle spells");
-        for _ in 0..3 {
-            p.spun(true);
-        }
-        assert!(p.spin_now(), "spins that found work bring the spin back");
     }
 
     // Checks which packets end the network thread's take of answers: a small one (a 64 B
@@ -284,11 +218,6 @@ impl Shared {
     /// in the kernel on both at once when neither has had work for [`IO_SPIN`].
     pub(crate) fn io_loop(&self) {
         let mut last_work = Instant::now();
-        // Whether spins after work lately found work (see `Payoff`); whether this idle spell
-        // spins (decided once, at its start); whether a spin is under way.
-        let mut payoff = Payoff::default();
-        let mut spin_this_spell: Option<bool> = None;
-        let mut spinning = false;
         // Since when rings were full.
         let mut full_since: Option<Instant> = None;
         // The gate holds `rw0` since this thread last slept.
@@ -325,10 +254,6 @@ impl Shared {
                 full_since = None;
             }
             if worked {
-                if std::mem::take(&mut spinning) {
-                    payoff.spun(true);
-                }
-                spin_this_spell = None;
                 last_work = Instant::now();
                 continue;
             }
@@ -355,14 +280,9 @@ impl Shared {
                 }
                 continue;
             }
-            let spin = *spin_this_spell.get_or_insert_with(|| payoff.spin_now());
-            if spin && looks_again(last_work.elapsed(), self.edge_watching.load(Ordering::Relaxed)) {
-                spinning = true;
+            if looks_again(last_work.elapsed(), self.edge_watching.load(Ordering::Relaxed)) {
                 std::thread::yield_now();
                 continue;
-            }
-            if std::mem::take(&mut spinning) {
-                payoff.spun(false);
             }
             // Asleep on `rw0` through its gate: while the edge transport's network thread
             // watches `rw0`, a packet there does not wake this thread (see `Shared::gate`).

@@ -87,8 +87,6 @@ pub const ANSWER_BYTES_MAX: usize = 1_500;
 /// (64 B ping-pong over rw0 in one rack: 26 µs p50 against 13.4–15.2 with it, the veth's 11.5;
 /// alternated three times, docs/history/measurements.md). Only after work: an idle agent sleeps. Not
 /// while the edge transport's network thread watches `rw0`: that thread takes the answers.
-/// Nor while most spins lately ran out before work came (see `io::Payoff`): such a spin only
-/// burns the core.
 pub const IO_SPIN: Duration = Duration::from_micros(30);
 /// How long the virtual NIC's thread looks again at once (yielding its core) when a peer's
 /// ring has no room, before it looks only every [`RING_FULL_NAP`].
