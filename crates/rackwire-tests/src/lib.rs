@@ -278,11 +278,17 @@ impl Node {
         Node::spawn_cmd(Command::new(testnode_bin()), mh, name, secret, env)
     }
 
-    /// Start `name` inside network namespace `ns` and wait for it to join.
+    /// Start `name` inside network namespace `ns` and wait for it to join. Its state (the
+    /// management hosts' keys it pins) is the namespace's own: every namespaced test's
+    /// management host listens on the same address, often on the same port, with a key of
+    /// its own, and a pin from another test would refuse it.
     pub fn spawn_in_netns(ns: &str, mh: &str, name: &str, env: &[(&str, &str)]) -> Node {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns]).arg(testnode_bin());
-        let mut n = Node::spawn_cmd(cmd, mh, name, SECRET, env);
+        let dir = state_dir().join(format!("netns-{ns}")).to_string_lossy().into_owned();
+        let mut all: Vec<(&str, &str)> = vec![(rackwire::vars::STATE_DIR, &dir)];
+        all.extend_from_slice(env);
+        let mut n = Node::spawn_cmd(cmd, mh, name, SECRET, &all);
         let ready = n.line();
         let id = ready.strip_prefix("ready ").unwrap_or_else(|| panic!("{name} did not join: {ready}"));
         n.id = id.parse().expect("node id");
