@@ -168,6 +168,8 @@ struct Inner {
     /// The first error the service thread met resolving a fault (the fault is then left to
     /// kill the process, as an access to unmapped memory would).
     failed: Mutex<Option<DsmError>>,
+    /// Whether `failed` holds an error: every access looks, so the look is a load, not a lock.
+    has_failed: AtomicBool,
     /// The memory the service view is (kept alive for it).
     _memory: Box<dyn SharedBytes>,
 }
@@ -232,6 +234,7 @@ impl Range {
             queue,
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
+            has_failed: AtomicBool::new(false),
             _memory: memory,
         });
         for (p, a) in access.iter().enumerate() {
@@ -311,7 +314,9 @@ impl Range {
     }
 
     fn check(&self, at: usize) -> Result<(), DsmError> {
-        if let Some(e) = lock(&self.inner.failed).clone() {
+        if let Some(e) =
+            self.inner.has_failed.load(Ordering::Acquire).then(|| lock(&self.inner.failed).clone()).flatten()
+        {
             return Err(e);
         }
         if at >= self.inner.len {
@@ -477,6 +482,7 @@ impl Inner {
                     // Left unresolved, the access faults again and reaches the handler before
                     // ours: the process ends as it would on unmapped memory; the error is kept.
                     lock(&self.failed).get_or_insert(e);
+                    self.has_failed.store(true, Ordering::Release);
                 }
                 s.state.store(DONE, Ordering::Release);
                 let _ = futex::wake(&s.state, futex::Flags::PRIVATE, 1);

@@ -28,6 +28,18 @@ unsafe impl SharedBytes for RegionMemory {
     }
 }
 
+/// The connection to rank `rank` and its part of the range.
+fn reach<'a>(
+    conns: &'a [Option<Conn>],
+    parts: &'a [RemoteRegion],
+    rank: Rank,
+) -> Result<(&'a Conn, &'a RemoteRegion), DsmError> {
+    match (conns.get(rank as usize), parts.get(rank as usize)) {
+        (Some(Some(conn)), Some(part)) => Ok((conn, part)),
+        _ => Err(DsmError::NoSuchRank { rank, ranks: parts.len() }),
+    }
+}
+
 /// Fetches pages from their homes' parts with one-sided reads.
 struct FabricBackend {
     conns: Vec<Option<Conn>>,
@@ -36,10 +48,7 @@ struct FabricBackend {
 
 impl Backend for FabricBackend {
     fn fetch(&mut self, page: PageId, home: Rank, out: &mut [u8]) -> Result<(), DsmError> {
-        let ranks = self.parts.len();
-        let (Some(Some(conn)), Some(part)) = (self.conns.get(home as usize), self.parts.get(home as usize)) else {
-            return Err(DsmError::NoSuchRank { rank: home, ranks });
-        };
+        let (conn, part) = reach(&self.conns, &self.parts, home)?;
         let at = page as u64 * PAGE_BYTES as u64;
         match conn.read(part, at, PAGE_BYTES as u64, OpFlags::NONE).wait()? {
             Completion::Data(d) if d.len() == out.len() => {
@@ -171,11 +180,7 @@ impl SharedMemory {
             let runs = diff::runs(d).map_err(|why| DsmError::BadDiff { page: *page, why })?;
             let base = *page as u64 * PAGE_BYTES as u64;
             let entries: Vec<(u64, &[u8])> = runs.iter().map(|(off, b)| (base + *off as u64, *b)).collect();
-            let ranks = self.parts.len();
-            let (Some(Some(conn)), Some(part)) = (self.conns.get(*home as usize), self.parts.get(*home as usize))
-            else {
-                return Err(DsmError::NoSuchRank { rank: *home, ranks });
-            };
+            let (conn, part) = reach(&self.conns, &self.parts, *home)?;
             ops.push(conn.write_batch(part, &entries, OpFlags::NONE));
         }
         for op in ops {

@@ -103,21 +103,25 @@ impl Locks {
         Ok(c.value().unwrap_or(u64::MAX))
     }
 
-    fn read_u64(&self, p: &Peers<'_>, home: usize, at: u64) -> Result<u64, DsmError> {
+    /// The `n` words at `at` of rank `home`'s part, in one read.
+    fn read_words(&self, p: &Peers<'_>, home: usize, at: u64, n: usize) -> Result<Vec<u64>, DsmError> {
+        let len = n * 8;
         let bytes = if home == p.me {
-            self.region.to_vec(at, 8)?
+            self.region.to_vec(at, len)?
         } else {
-            match p.conn(home)?.read(&self.parts[home], at, 8, OpFlags::NONE).wait()? {
+            match p.conn(home)?.read(&self.parts[home], at, len as u64, OpFlags::NONE).wait()? {
                 Completion::Data(d) => d,
                 _ => Vec::new(),
             }
         };
-        let word: [u8; 8] = bytes.try_into().map_err(|b: Vec<u8>| DsmError::BadFetch {
-            page: u32::MAX,
-            home: home as u32,
-            got: b.len(),
-        })?;
-        Ok(u64::from_le_bytes(word))
+        if bytes.len() != len {
+            return Err(DsmError::BadFetch { page: u32::MAX, home: home as u32, got: bytes.len() });
+        }
+        Ok(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
+    }
+
+    fn read_u64(&self, p: &Peers<'_>, home: usize, at: u64) -> Result<u64, DsmError> {
+        Ok(self.read_words(p, home, at, 1)?[0])
     }
 
     fn write(&self, p: &Peers<'_>, home: usize, entries: &[(u64, &[u8])]) -> Result<(), DsmError> {
@@ -158,9 +162,14 @@ impl Locks {
         if count.saturating_sub(from) > LOCK_LOG_ENTRIES as u64 {
             return Ok(None);
         }
-        let mut out = Vec::new();
-        for i in from..count {
-            out.push(self.read_u64(p, home, at + 16 + (i % LOCK_LOG_ENTRIES as u64) * 8)?);
+        // The entries from..count, in one read, or two where they wrap around the ring.
+        let ring = LOCK_LOG_ENTRIES as u64;
+        let mut out = Vec::with_capacity((count - from) as usize);
+        let mut i = from;
+        while i < count {
+            let n = (count - i).min(ring - i % ring);
+            out.extend(self.read_words(p, home, at + 16 + (i % ring) * 8, n as usize)?);
+            i += n;
         }
         Ok(Some(out))
     }

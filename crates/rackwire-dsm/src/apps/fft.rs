@@ -8,7 +8,7 @@
 
 use std::f64::consts::PI;
 
-use super::Memory;
+use super::{share, Memory};
 use crate::DsmError;
 
 /// Words the transform needs for `n` points.
@@ -25,12 +25,6 @@ fn side(n: usize) -> Result<usize, DsmError> {
     Ok(m)
 }
 
-/// This rank's rows of `m`.
-fn rows(m: usize, rank: usize, ranks: usize) -> std::ops::Range<usize> {
-    let per = m.div_ceil(ranks);
-    (rank * per).min(m)..((rank + 1) * per).min(m)
-}
-
 fn get(mem: &mut impl Memory, base: usize, i: usize) -> Result<(f64, f64), DsmError> {
     Ok((mem.get(base + 2 * i)?, mem.get(base + 2 * i + 1)?))
 }
@@ -43,7 +37,7 @@ fn set(mem: &mut impl Memory, base: usize, i: usize, (re, im): (f64, f64)) -> Re
 /// Fill the points from `seed` (each rank its rows), then a barrier.
 pub fn init(mem: &mut impl Memory, n: usize, seed: u64) -> Result<(), DsmError> {
     let m = side(n)?;
-    for r in rows(m, mem.rank(), mem.ranks()) {
+    for r in share(m, mem.rank(), mem.ranks()) {
         for c in 0..m {
             let i = r * m + c;
             let mut x = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -59,7 +53,7 @@ pub fn init(mem: &mut impl Memory, n: usize, seed: u64) -> Result<(), DsmError> 
 
 /// Transpose the `m` x `m` matrix at `from` into `to`: this rank's rows of `to`.
 fn transpose(mem: &mut impl Memory, m: usize, from: usize, to: usize) -> Result<(), DsmError> {
-    for r in rows(m, mem.rank(), mem.ranks()) {
+    for r in share(m, mem.rank(), mem.ranks()) {
         for c in 0..m {
             let v = get(mem, from, c * m + r)?;
             set(mem, to, r * m + c, v)?;
@@ -106,7 +100,7 @@ pub fn transform(mem: &mut impl Memory, n: usize) -> Result<(), DsmError> {
     let (x, y) = (0, 2 * n);
     let (me, ranks) = (mem.rank(), mem.ranks());
     transpose(mem, m, x, y)?;
-    for r in rows(m, me, ranks) {
+    for r in share(m, me, ranks) {
         fft_row(mem, y, m, r)?;
         // Twiddle: point (r, c) by w_n^(r c).
         for c in 0..m {
@@ -118,13 +112,13 @@ pub fn transform(mem: &mut impl Memory, n: usize) -> Result<(), DsmError> {
     }
     mem.barrier()?;
     transpose(mem, m, y, x)?;
-    for r in rows(m, me, ranks) {
+    for r in share(m, me, ranks) {
         fft_row(mem, x, m, r)?;
     }
     mem.barrier()?;
     transpose(mem, m, x, y)?;
     // The result, in natural order, back where the points were.
-    for r in rows(m, me, ranks) {
+    for r in share(m, me, ranks) {
         for c in 0..m {
             let v = get(mem, y, r * m + c)?;
             set(mem, x, r * m + c, v)?;

@@ -9,6 +9,12 @@ pub mod water;
 
 use crate::{DsmError, SharedMemory};
 
+/// Rank `rank`'s share of `n` items among `ranks`: a contiguous block, the last ones shorter.
+pub(crate) fn share(n: usize, rank: usize, ranks: usize) -> std::ops::Range<usize> {
+    let per = n.div_ceil(ranks.max(1));
+    (rank * per).min(n)..((rank + 1) * per).min(n)
+}
+
 /// Words of memory the ranks share, and a barrier.
 pub trait Memory {
     /// The word at index `i`.

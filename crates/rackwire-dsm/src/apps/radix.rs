@@ -8,7 +8,7 @@
 //! Layout, in words: the keys (`keys`), the other array (`keys`), the histogram (a row of
 //! [`RADIX`] counts per rank, [`RANKS_MAX`] rows).
 
-use super::Memory;
+use super::{share, Memory};
 use crate::DsmError;
 
 /// Bits of one digit.
@@ -23,16 +23,10 @@ pub fn words(keys: usize) -> usize {
     2 * keys + RANKS_MAX * RADIX
 }
 
-/// This rank's slice of `keys` keys among `ranks`.
-fn slice(keys: usize, rank: usize, ranks: usize) -> std::ops::Range<usize> {
-    let per = keys.div_ceil(ranks);
-    (rank * per).min(keys)..((rank + 1) * per).min(keys)
-}
-
 /// Fill the keys (below `2^bits`) from `seed`: each rank its slice, then a barrier.
 pub fn init(m: &mut impl Memory, keys: usize, bits: u32, seed: u64) -> Result<(), DsmError> {
     let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
-    for i in slice(keys, m.rank(), m.ranks()) {
+    for i in share(keys, m.rank(), m.ranks()) {
         // A key is a function of its index alone, so every rank's slice is the same whoever fills it.
         let mut x = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         x ^= x >> 31;
@@ -51,7 +45,7 @@ pub fn sort(m: &mut impl Memory, keys: usize, bits: u32) -> Result<usize, DsmErr
         return Err(DsmError::Limit { what: "radix sort ranks", n: ranks, max: RANKS_MAX });
     }
     let hist = 2 * keys;
-    let mine = slice(keys, me, ranks);
+    let mine = share(keys, me, ranks);
     let (mut from, mut to) = (0, keys);
     for pass in 0..bits.div_ceil(DIGIT_BITS) {
         let shift = pass * DIGIT_BITS;

@@ -7,7 +7,7 @@
 //!
 //! Layout, in words: per molecule its position (3), velocity (3) and force (3).
 
-use super::Memory;
+use super::{share, Memory};
 use crate::DsmError;
 
 /// Words per molecule.
@@ -24,11 +24,6 @@ pub fn words(n: usize) -> usize {
     n * MOLECULE_WORDS
 }
 
-fn slice(n: usize, rank: usize, ranks: usize) -> std::ops::Range<usize> {
-    let per = n.div_ceil(ranks);
-    (rank * per).min(n)..((rank + 1) * per).min(n)
-}
-
 fn lock_of(i: usize, n: usize) -> usize {
     i * FORCE_LOCKS / n.max(1)
 }
@@ -36,7 +31,7 @@ fn lock_of(i: usize, n: usize) -> usize {
 /// Place `n` molecules on a jittered cubic lattice (each rank its slice), then a barrier.
 pub fn init(m: &mut impl Memory, n: usize, seed: u64) -> Result<(), DsmError> {
     let side = (n as f64).cbrt().ceil() as usize;
-    for i in slice(n, m.rank(), m.ranks()) {
+    for i in share(n, m.rank(), m.ranks()) {
         let mut x = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let mut jitter = || {
             x ^= x << 13;
@@ -57,7 +52,7 @@ pub fn init(m: &mut impl Memory, n: usize, seed: u64) -> Result<(), DsmError> {
 /// Run `steps` time steps over `n` molecules.
 pub fn simulate(m: &mut impl Memory, n: usize, steps: usize) -> Result<(), DsmError> {
     let (me, ranks) = (m.rank(), m.ranks());
-    let mine = slice(n, me, ranks);
+    let mine = share(n, me, ranks);
     for _ in 0..steps {
         let pos: Vec<[f64; 3]> = (0..n)
             .map(|i| Ok([m.get(i * MOLECULE_WORDS)?, m.get(i * MOLECULE_WORDS + 1)?, m.get(i * MOLECULE_WORDS + 2)?]))

@@ -120,9 +120,9 @@ impl HandOff {
     /// meanwhile several to a frame: a thread that polls (most likely the submitter; one that
     /// stops to sleep hands over at once), or the network thread when it is at work. False:
     /// send it now, from the submitting thread (the network thread sleeps, or only watches).
+    /// (The submitter marks the transport [`HandOff::busy`] when it queues the operation.)
     #[must_use]
     pub fn submitted(&self, now: Time, worth_gathering: bool) -> bool {
-        self.busy(now);
         let gather = worth_gathering
             && (self.polled_lately(now)
                 || (self.parked_until.load(Ordering::SeqCst) == AWAKE && !self.watching.load(Ordering::SeqCst)));
@@ -165,11 +165,6 @@ impl HandOff {
     /// The network thread sleeps until `until` (or [`AWAKE`]).
     pub fn park_until(&self, until: Time) {
         self.parked_until.store(until, Ordering::SeqCst);
-    }
-
-    /// Until when the network thread sleeps, or [`AWAKE`].
-    pub fn parked_until(&self) -> Time {
-        self.parked_until.load(Ordering::SeqCst)
     }
 
     /// The first look interval while watching.

@@ -15,7 +15,7 @@ use crate::{keys, MemTarget, Rng};
 pub(super) type Conns = Endpoint<usize, OpId>;
 
 /// Largest frame a simulated link carries.
-const FRAME_BYTES_MAX: usize = 65536;
+pub(super) const FRAME_BYTES_MAX: usize = 65536;
 
 /// A frame on a node's socket.
 #[derive(Debug)]
@@ -50,6 +50,9 @@ pub(super) struct Medium {
     pub(super) flight: Flight,
     pub(super) rng: Rng,
     pub(super) cfg: Config,
+    /// Where the connections write each frame before it goes on its wire
+    /// ([`FRAME_BYTES_MAX`] long, reused).
+    pub(super) buf: Vec<u8>,
 }
 
 /// How long frames waited to be read in a round.
@@ -153,18 +156,16 @@ impl RoundHost<usize, OpId> for Host<'_> {
     }
 
     fn transmit(&mut self, conns: &mut Conns, now: Time) -> usize {
-        let mut buf = vec![0u8; FRAME_BYTES_MAX];
-        let mut out = Vec::new();
+        let mut buf = std::mem::take(&mut self.medium.buf);
+        let mut sent = 0;
         for s in conns.sessions_mut() {
             let to = node_index(s.peer());
             while let Some(t) = s.conn_mut().poll_transmit(now, &mut buf) {
-                out.push((to, t.link, buf[..t.len].to_vec()));
+                self.send(to, t.link, buf[..t.len].to_vec());
+                sent += 1;
             }
         }
-        let sent = out.len();
-        for (to, link, bytes) in out {
-            self.send(to, link, bytes);
-        }
+        self.medium.buf = buf;
         sent
     }
 }

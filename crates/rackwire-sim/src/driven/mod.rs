@@ -231,7 +231,7 @@ impl Driven {
             rests: 0,
             gathers: 0,
         };
-        let medium = Medium { wires, links, flight: Flight::default(), rng, cfg };
+        let medium = Medium { wires, links, flight: Flight::default(), rng, cfg, buf: vec![0; host::FRAME_BYTES_MAX] };
         let mut d = Driven { seed, now: 0, draw, nodes, medium, report };
         // Node 0 opens the connection; its first frame goes out with its first round.
         let nonce = d.medium.rng.bytes32();
@@ -516,19 +516,15 @@ impl Driven {
         if let Before::Watch(watch) = node.net.before_round(&node.hand, now, false) {
             node.hand.set_watching(true);
             if node.hand.polled_lately(now) {
-                node.net_state = if std::mem::take(&mut node.woken) {
-                    Net::Ready(now)
-                } else {
-                    Net::Watching { until: now + watch }
-                };
-                if node.net_state == Net::Ready(now) {
-                    node.net.watched(&node.hand);
-                    node.hand.set_watching(false);
+                if !std::mem::take(&mut node.woken) {
+                    node.net_state = Net::Watching { until: now + watch };
+                    return Ok(());
                 }
-            } else {
-                node.hand.set_watching(false);
-                node.net_state = Net::Ready(now);
+                // Woken already: the wait returns at once, a watch all the same.
+                node.net.watched(&node.hand);
             }
+            node.hand.set_watching(false);
+            node.net_state = Net::Ready(now);
             return Ok(());
         }
         let w = self.round(n, false)?;
