@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::limits::{PUMP_RECENT_US, PUMP_WATCH_MAX_US, PUMP_WATCH_US, QUIET_AFTER_US};
 use crate::Time;
 
-/// [`HandOff::parked_until`] while the network thread is awake.
+/// The park deadline a [`HandOff`] holds while the network thread is awake.
 pub const AWAKE: Time = 0;
 
 /// What a receiving look of an application thread does.
