@@ -28,9 +28,10 @@
 //! read, and a write then faults once more, on the page now readable.
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
 use rustix::thread::futex;
@@ -62,6 +63,9 @@ struct Queue {
     slots: [Slot; SLOTS],
     /// Bumped for every fault posted; the service thread sleeps on it.
     bell: AtomicU32,
+    /// Nanoseconds faulting threads waited, from the fault to its resolution (the handler
+    /// reads the monotonic clock, which is safe in a signal handler).
+    waited_ns: AtomicU64,
 }
 
 /// Where the handler finds each range: its application view's base and length, and its queue.
@@ -157,8 +161,10 @@ struct Inner {
     app: usize,
     service: usize,
     len: usize,
-    /// Each page's protection in the application's view.
-    access: Mutex<Vec<Access>>,
+    /// Each page's protection in the application's view ([`level`]), set after the
+    /// protection itself changed: an accessor that finds it high enough may go ahead (and if
+    /// it changed since, the access faults, as any access does).
+    access: Box<[AtomicU8]>,
     /// Held while master copies change (a diff applied) or are read for a fetch: taken after
     /// the protocol's lock, never before it, so ranks fetching from each other cannot wait on
     /// each other.
@@ -170,6 +176,8 @@ struct Inner {
     failed: Mutex<Option<DsmError>>,
     /// Whether `failed` holds an error: every access looks, so the look is a load, not a lock.
     has_failed: AtomicBool,
+    /// Nanoseconds spent fetching pages from their homes.
+    fetch_ns: AtomicU64,
     /// The memory the service view is (kept alive for it).
     _memory: Box<dyn SharedBytes>,
 }
@@ -222,6 +230,7 @@ impl Range {
         let queue = Box::new(Queue {
             slots: std::array::from_fn(|_| Slot { state: AtomicU32::new(FREE), addr: AtomicUsize::new(0) }),
             bell: AtomicU32::new(0),
+            waited_ns: AtomicU64::new(0),
         });
         let inner = Arc::new(Inner {
             protocol: Mutex::new(protocol),
@@ -229,18 +238,18 @@ impl Range {
             app,
             service,
             len,
-            access: Mutex::new(Vec::new()),
+            access: access.iter().map(|a| AtomicU8::new(level(*a))).collect(),
             master: Mutex::new(()),
             queue,
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
             has_failed: AtomicBool::new(false),
+            fetch_ns: AtomicU64::new(0),
             _memory: memory,
         });
         for (p, a) in access.iter().enumerate() {
             inner.protect(p as PageId, *a)?;
         }
-        *lock(&inner.access) = access;
         let slot = register(&inner)?;
         let runner = inner.clone();
         let thread = std::thread::Builder::new()
@@ -252,6 +261,7 @@ impl Range {
 
     /// The application's view: `len()` bytes at this address, every access to which the
     /// protocol sees.
+    #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.inner.app as *mut u8
     }
@@ -266,19 +276,24 @@ impl Range {
         false
     }
 
-    /// Read the byte at `at` through the application's view (faulting as any access does).
+    /// Read the byte at `at` through the application's view.
+    #[inline]
     pub fn read(&self, at: usize) -> Result<u8, DsmError> {
         self.check(at)?;
+        self.ready(at, false)?;
         // SAFETY: `at` lies inside the application's view, which lives as long as `self`; a
-        // volatile read so the access really happens (and faults) here.
+        // volatile read so the access really happens here (and faults, if the page's
+        // protection changed since `ready`).
         #[allow(unsafe_code)]
         Ok(unsafe { std::ptr::read_volatile(self.as_ptr().add(at)) })
     }
 
-    /// Write the byte at `at` through the application's view (faulting as any access does).
+    /// Write the byte at `at` through the application's view.
+    #[inline]
     pub fn write(&self, at: usize, v: u8) -> Result<(), DsmError> {
         self.check(at)?;
-        // SAFETY: as for `read`; the protocol made the page writable before the write resumes.
+        self.ready(at, true)?;
+        // SAFETY: as for `read`.
         #[allow(unsafe_code)]
         unsafe {
             std::ptr::write_volatile(self.as_ptr().add(at), v)
@@ -287,18 +302,22 @@ impl Range {
     }
 
     /// Read the aligned 8-byte word at `at` through the application's view.
+    #[inline]
     pub fn read_u64(&self, at: usize) -> Result<u64, DsmError> {
         self.check_word(at)?;
+        self.ready(at, false)?;
         // SAFETY: an aligned word inside the application's view, which lives as long as `self`;
-        // volatile, so the access really happens (and faults) here.
+        // volatile, as in `read`.
         #[allow(unsafe_code)]
         Ok(unsafe { std::ptr::read_volatile(self.as_ptr().add(at) as *const u64) })
     }
 
     /// Write the aligned 8-byte word at `at` through the application's view.
+    #[inline]
     pub fn write_u64(&self, at: usize, v: u64) -> Result<(), DsmError> {
         self.check_word(at)?;
-        // SAFETY: as for `read_u64`; the protocol made the page writable before the write resumes.
+        self.ready(at, true)?;
+        // SAFETY: as for `read_u64`.
         #[allow(unsafe_code)]
         unsafe {
             std::ptr::write_volatile(self.as_ptr().add(at) as *mut u64, v)
@@ -306,6 +325,91 @@ impl Range {
         Ok(())
     }
 
+    /// Read `out.len()` words from the aligned offset `at` through the application's view (a
+    /// page's readiness looked at once per page).
+    pub fn read_words(&self, at: usize, out: &mut [u64]) -> Result<(), DsmError> {
+        self.span(at, out.len(), false, |at, chunk| {
+            let dst = &mut out[chunk];
+            // SAFETY: `span` checked `at..at + 8 * chunk` lies inside the application's view and
+            // readied its page; a copy out of the mapping into the caller's words, which do not
+            // overlap it (they are the caller's own memory).
+            #[allow(unsafe_code)]
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.as_ptr().add(at) as *const u64, dst.as_mut_ptr(), dst.len())
+            };
+        })
+    }
+
+    /// Write `words` at the aligned offset `at` through the application's view.
+    pub fn write_words(&self, at: usize, words: &[u64]) -> Result<(), DsmError> {
+        self.span(at, words.len(), true, |at, chunk| {
+            let src = &words[chunk];
+            // SAFETY: as in `read_words`, the page readied for writing.
+            #[allow(unsafe_code)]
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(at) as *mut u64, src.len())
+            };
+        })
+    }
+
+    /// Check `n` words from `at`, then for each page they touch: ready it, and `copy` the
+    /// words on it (`copy(offset, range of the words)`).
+    fn span(
+        &self,
+        at: usize,
+        n: usize,
+        write: bool,
+        mut copy: impl FnMut(usize, std::ops::Range<usize>),
+    ) -> Result<(), DsmError> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.check_word(at)?;
+        let end = n.checked_mul(8).and_then(|b| b.checked_add(at)).unwrap_or(usize::MAX);
+        self.check(end - 1)?;
+        let mut off = at;
+        while off < end {
+            let next = ((off / PAGE_BYTES + 1) * PAGE_BYTES).min(end);
+            self.ready(off, write)?;
+            copy(off, (off - at) / 8..(next - at) / 8);
+            off = next;
+        }
+        Ok(())
+    }
+
+    /// Make the page of `at` readable (or writable) for an access through the accessors: the
+    /// protocol runs in the calling thread, as for a fault but without the signal and the
+    /// hand-off to the service thread (whose wake-up is most of a fault's cost where cores
+    /// sleep deeply). A write to an unreadable page takes two steps, as it would fault twice.
+    #[inline]
+    fn ready(&self, at: usize, write: bool) -> Result<(), DsmError> {
+        let want = level(if write { Access::ReadWrite } else { Access::Read });
+        let state = &self.inner.access[at / PAGE_BYTES];
+        if state.load(Ordering::Acquire) >= want {
+            return Ok(());
+        }
+        self.miss(at, want)
+    }
+
+    #[cold]
+    fn miss(&self, at: usize, want: u8) -> Result<(), DsmError> {
+        let start = now_ns();
+        let state = &self.inner.access[at / PAGE_BYTES];
+        let mut out = Ok(());
+        for _ in 0..2 {
+            if state.load(Ordering::Acquire) >= want {
+                break;
+            }
+            if let Err(e) = self.inner.resolve(self.inner.app + at) {
+                out = Err(e);
+                break;
+            }
+        }
+        self.inner.queue.waited_ns.fetch_add(now_ns().saturating_sub(start), Ordering::Relaxed);
+        out
+    }
+
+    #[inline]
     fn check_word(&self, at: usize) -> Result<(), DsmError> {
         if !at.is_multiple_of(8) {
             return Err(DsmError::Misaligned { at });
@@ -313,11 +417,12 @@ impl Range {
         self.check(at.saturating_add(7))
     }
 
+    #[inline]
     fn check(&self, at: usize) -> Result<(), DsmError> {
-        if let Some(e) =
-            self.inner.has_failed.load(Ordering::Acquire).then(|| lock(&self.inner.failed).clone()).flatten()
-        {
-            return Err(e);
+        if self.inner.has_failed.load(Ordering::Acquire) {
+            if let Some(e) = lock(&self.inner.failed).clone() {
+                return Err(e);
+            }
         }
         if at >= self.inner.len {
             return Err(DsmError::NoSuchPage { page: (at / PAGE_BYTES) as PageId, pages: self.inner.len / PAGE_BYTES });
@@ -365,6 +470,15 @@ impl Range {
     /// The protocol's counters.
     pub fn counters(&self) -> crate::Counters {
         lock(&self.inner.protocol).counters()
+    }
+
+    /// How long this range's faults held their threads (from the fault to its resolution),
+    /// and how much of that went into fetching pages from their homes.
+    pub fn fault_waits(&self) -> (Duration, Duration) {
+        (
+            Duration::from_nanos(self.inner.queue.waited_ns.load(Ordering::Relaxed)),
+            Duration::from_nanos(self.inner.fetch_ns.load(Ordering::Relaxed)),
+        )
     }
 }
 
@@ -430,8 +544,8 @@ impl Inner {
         #[allow(unsafe_code)]
         unsafe { rustix::mm::mprotect((self.app + page as usize * PAGE_BYTES) as *mut _, PAGE_BYTES, flags) }
             .map_err(|e| sys("mprotect", e))?;
-        if let Some(a) = lock(&self.access).get_mut(page as usize) {
-            *a = access;
+        if let Some(a) = self.access.get(page as usize) {
+            a.store(level(access), Ordering::Release);
         }
         Ok(())
     }
@@ -445,7 +559,9 @@ impl Inner {
                 Action::Protect { page, access } => self.protect(page, access)?,
                 Action::Fetch { page, home } => {
                     let buf = self.service_page_mut(page)?;
+                    let start = Instant::now();
                     lock(&self.backend).fetch(page, home, buf)?;
+                    self.fetch_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     let copy = self.service_page(page);
                     todo.extend(p.fetched(page, copy)?);
                 }
@@ -459,7 +575,7 @@ impl Inner {
         let page = ((addr - self.app) / PAGE_BYTES) as PageId;
         let mut p = lock(&self.protocol);
         // A fault on a readable page is a write; on an unreadable one it is taken as a read.
-        let write = lock(&self.access).get(page as usize) == Some(&Access::Read);
+        let write = self.access.get(page as usize).map(|a| a.load(Ordering::Acquire)) == Some(level(Access::Read));
         let copy = self.service_page(page);
         let actions = p.fault(page, write, copy)?;
         self.carry_out(&mut p, actions)
@@ -530,6 +646,21 @@ fn install_handler() {
     });
 }
 
+/// A protection as a number that grows with what it allows.
+fn level(a: Access) -> u8 {
+    match a {
+        Access::None => 0,
+        Access::Read => 1,
+        Access::ReadWrite => 2,
+    }
+}
+
+/// The monotonic clock in nanoseconds (`clock_gettime`, safe in a signal handler).
+fn now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec as u64)
+}
+
 /// The `SIGSEGV` handler: only atomics, futex and `sched_yield` (see the module's text).
 #[allow(unsafe_code)]
 extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
@@ -544,6 +675,7 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // SAFETY: a registered queue lives until its range is dropped, which unregisters it
         // first; a range is not dropped while its own memory faults.
         let q = unsafe { &*q };
+        let start = now_ns();
         loop {
             for s in &q.slots {
                 if s.state.compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
@@ -555,6 +687,7 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
                         let _ = futex::wait(&s.state, futex::Flags::PRIVATE, POSTED, None);
                     }
                     s.state.store(FREE, Ordering::Release);
+                    q.waited_ns.fetch_add(now_ns().saturating_sub(start), Ordering::Relaxed);
                     return;
                 }
             }

@@ -4,13 +4,15 @@
 //! with one-sided writes (the home's own view of the page sees them: it is the same memory),
 //! then exchanges the write notices, then invalidates what they name.
 
+use std::time::{Duration, Instant};
+
 use rackwire::{Access as Grant, Completion, Conn, OpFlags, Region, RemoteRegion};
 use rackwire_coll::Group;
 
 use crate::diff;
 use crate::fault::{Backend, Range, SharedBytes};
 use crate::lock::{Locks, Peers};
-use crate::protocol::{DsmError, PageId, Protocol, Rank};
+use crate::protocol::{Counters, DsmError, PageId, Protocol, Rank, Released};
 use crate::PAGE_BYTES;
 
 /// A rank's part of the symmetric region, as the memory its range sits on.
@@ -76,6 +78,67 @@ pub struct SharedMemory {
     /// and those it learned through locks; and how many of them each lock's log has had.
     known: Vec<u64>,
     appended: Vec<usize>,
+    /// Where this rank's time went in the calls it made (see [`Stats`]).
+    spent: Spent,
+}
+
+/// Time in the shared memory's calls so far, by what it went into.
+#[derive(Debug, Default, Clone, Copy)]
+struct Spent {
+    lock: Duration,
+    barrier: Duration,
+    protocol: Duration,
+    locks: u64,
+    barriers: u64,
+}
+
+/// What one rank's shared memory did, and where the time of its calls went. The application's
+/// own time is the rest of its run: compute.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Stats {
+    /// The page protocol's counters.
+    pub counters: Counters,
+    /// Waiting for faults to be resolved (the fetches from homes among it).
+    pub data_wait: Duration,
+    /// Of `data_wait`, fetching pages from their homes.
+    pub fetch: Duration,
+    /// In lock calls (taking and releasing), less their protocol work.
+    pub lock_wait: Duration,
+    /// In barriers (diffs landing, notices going round, the ranks' meeting), less their
+    /// protocol work.
+    pub barrier_wait: Duration,
+    /// The protocol's own work at releases and acquires: twins turned into diffs, copies
+    /// invalidated, protection changed.
+    pub protocol: Duration,
+    /// Locks taken.
+    pub locks: u64,
+    /// Barriers passed.
+    pub barriers: u64,
+}
+
+impl Stats {
+    /// What happened between `earlier` and this (both of one rank).
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        let c = (&self.counters, &earlier.counters);
+        Stats {
+            counters: Counters {
+                faults: c.0.faults - c.1.faults,
+                fetches: c.0.fetches - c.1.fetches,
+                twins: c.0.twins - c.1.twins,
+                diffs: c.0.diffs - c.1.diffs,
+                diff_bytes: c.0.diff_bytes - c.1.diff_bytes,
+                diffs_applied: c.0.diffs_applied - c.1.diffs_applied,
+                invalidations: c.0.invalidations - c.1.invalidations,
+            },
+            data_wait: self.data_wait.saturating_sub(earlier.data_wait),
+            fetch: self.fetch.saturating_sub(earlier.fetch),
+            lock_wait: self.lock_wait.saturating_sub(earlier.lock_wait),
+            barrier_wait: self.barrier_wait.saturating_sub(earlier.barrier_wait),
+            protocol: self.protocol.saturating_sub(earlier.protocol),
+            locks: self.locks - earlier.locks,
+            barriers: self.barriers - earlier.barriers,
+        }
+    }
 }
 
 impl SharedMemory {
@@ -100,10 +163,49 @@ impl SharedMemory {
             own: Vec::new(),
             known: Vec::new(),
             appended: vec![0; crate::LOCKS_MAX],
+            spent: Spent::default(),
         })
     }
 
+    /// What this rank's shared memory did so far, and where the time of its calls went.
+    pub fn stats(&self) -> Stats {
+        let (data_wait, fetch) = self.range.fault_waits();
+        let s = &self.spent;
+        Stats {
+            counters: self.range.counters(),
+            data_wait,
+            fetch,
+            lock_wait: s.lock,
+            barrier_wait: s.barrier,
+            protocol: s.protocol,
+            locks: s.locks,
+            barriers: s.barriers,
+        }
+    }
+
+    /// The job's group (for the caller's own collectives between the shared memory's calls).
+    pub fn group(&mut self) -> &mut Group {
+        &mut self.group
+    }
+
+    /// A release of this rank's range, its time counted as protocol work.
+    fn release(&mut self) -> Result<Released, DsmError> {
+        let start = Instant::now();
+        let rel = self.range.release();
+        self.spent.protocol += start.elapsed();
+        rel
+    }
+
+    /// An acquire of `notices`, its time counted as protocol work.
+    fn acquire(&mut self, notices: &[PageId]) -> Result<Released, DsmError> {
+        let start = Instant::now();
+        let acq = self.range.acquire(notices);
+        self.spent.protocol += start.elapsed();
+        acq
+    }
+
     /// This rank's view of the range.
+    #[inline]
     pub fn range(&self) -> &Range {
         &self.range
     }
@@ -123,7 +225,15 @@ impl SharedMemory {
     /// invalidates its copies of the pages others wrote (a page this rank wrote too is flushed
     /// first, and a last group barrier lets those flushes land before anyone fetches).
     pub fn barrier(&mut self) -> Result<(), DsmError> {
-        let rel = self.range.release()?;
+        let (start, protocol) = (Instant::now(), self.spent.protocol);
+        let out = self.barrier_inner();
+        self.spent.barrier += start.elapsed().saturating_sub(self.spent.protocol - protocol);
+        self.spent.barriers += 1;
+        out
+    }
+
+    fn barrier_inner(&mut self) -> Result<(), DsmError> {
+        let rel = self.release()?;
         self.send_diffs(&rel.diffs)?;
         // Every notice of this rank since the last barrier: those its lock releases published
         // too (a rank that did not take those locks has not seen them).
@@ -141,7 +251,7 @@ impl SharedMemory {
             .filter(|(r, _)| *r != me)
             .flat_map(|(_, b)| b.chunks_exact(4).map(|c| PageId::from_le_bytes(c.try_into().expect("4 bytes"))))
             .collect();
-        let acq = self.range.acquire(&theirs)?;
+        let acq = self.acquire(&theirs)?;
         self.send_diffs(&acq.diffs)?;
         self.group.barrier()?;
         Ok(())
@@ -192,6 +302,14 @@ impl SharedMemory {
     /// Take lock `lock` (below [`crate::LOCKS_MAX`]; waiting at most [`crate::LOCK_TIMEOUT`]),
     /// then see every write its earlier holders made before they released it.
     pub fn lock(&mut self, lock: usize) -> Result<(), DsmError> {
+        let (start, protocol) = (Instant::now(), self.spent.protocol);
+        let out = self.lock_inner(lock);
+        self.spent.lock += start.elapsed().saturating_sub(self.spent.protocol - protocol);
+        self.spent.locks += 1;
+        out
+    }
+
+    fn lock_inner(&mut self, lock: usize) -> Result<(), DsmError> {
         let me = self.group.rank() as u64;
         let peers = Peers { me: self.group.rank(), size: self.group.size(), conns: &self.conns };
         let noticed: Vec<PageId> = match self.locks.take(lock, &peers)? {
@@ -203,7 +321,7 @@ impl SharedMemory {
             // More than the log holds: every page.
             None => (0..(self.range.len() / PAGE_BYTES) as PageId).collect(),
         };
-        let acq = self.range.acquire(&noticed)?;
+        let acq = self.acquire(&noticed)?;
         // A page this rank had written, flushed because another's notice named it: noticed at
         // the next release, with the rest.
         self.send_diffs(&acq.diffs)
@@ -212,8 +330,15 @@ impl SharedMemory {
     /// Release lock `lock`, which this rank holds: its writes' diffs land at their homes, its
     /// notices go into the lock's log, then the lock is free.
     pub fn unlock(&mut self, lock: usize) -> Result<(), DsmError> {
+        let (start, protocol) = (Instant::now(), self.spent.protocol);
+        let out = self.unlock_inner(lock);
+        self.spent.lock += start.elapsed().saturating_sub(self.spent.protocol - protocol);
+        out
+    }
+
+    fn unlock_inner(&mut self, lock: usize) -> Result<(), DsmError> {
         self.locks.check_held(lock)?;
-        let rel = self.range.release()?;
+        let rel = self.release()?;
         self.send_diffs(&rel.diffs)?;
         let me = self.group.rank() as u64;
         self.own.extend(&rel.notices);

@@ -8,7 +8,9 @@
 //! released, a barrier reached) each written page's *diff* against its twin goes to the page's
 //! home (one-sided writes), and the pages written become *write notices*; at an acquire, the
 //! notices of the intervals this rank has not seen invalidate its copies of those pages, so the
-//! next touch fetches the home's copy, which has every diff released before.
+//! next touch fetches the home's copy, which has every diff released before. Diffs carry
+//! whole 8-byte words: a program is data-race free (and sees what release consistency
+//! promises) when no two ranks write the same word between synchronisations, as in TreadMarks.
 //!
 //! The protocol itself is a state machine free of memory protection, signals and the network
 //! ([`Protocol`]): every input is an event (a fault, a page's arrival, a release, notices at an
@@ -29,7 +31,7 @@ mod lock;
 mod protocol;
 
 pub use fault::{Backend, Range, SharedBytes, RANGES_MAX, SLOTS};
-pub use job::SharedMemory;
+pub use job::{SharedMemory, Stats};
 pub use lock::{LOCKS_MAX, LOCK_LOG_ENTRIES, LOCK_TIMEOUT};
 pub use protocol::{
     Access, Action, Counters, DsmError, PageId, PageState, Protocol, Rank, Released, PAGES_MAX, RANKS_MAX,

@@ -1,5 +1,6 @@
 //! Shared ranges with real page faults: ranks as ranges of one process, fetching from each
-//! other's master copies, their application threads touching the memory directly.
+//! other's master copies, their application threads touching the memory directly (the
+//! signal path) or through the range's accessors (resolved in the calling thread).
 
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -50,31 +51,104 @@ fn barrier(job: &[Arc<Range>]) {
     }
 }
 
-// Checks the fault path end to end on real memory: a rank's read of a page homed elsewhere
-// faults and fetches it (counted), a write to a page homed elsewhere keeps a twin and its
-// diff reaches the home at the barrier, the home's own write is noticed, and the other rank
-// sees both writes after the barrier (its stale copy invalidated and fetched again).
-#[test]
-fn ranks_see_each_others_writes_after_a_barrier() {
+/// The byte at `at` of `r`, read straight through its memory (a fault, if the page is not
+/// readable, goes through the signal handler).
+fn peek(r: &Range, at: usize) -> u8 {
+    assert!(at < r.len());
+    // SAFETY (test): inside the range's application view, which `r` keeps mapped.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::ptr::read_volatile(r.as_ptr().add(at))
+    }
+}
+
+/// Write the byte at `at` of `r` straight through its memory.
+fn poke(r: &Range, at: usize, v: u8) {
+    assert!(at < r.len());
+    // SAFETY (test): as in `peek`.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::ptr::write_volatile(r.as_ptr().add(at), v)
+    }
+}
+
+/// Read through the memory (`direct`) or the range's accessor.
+fn get(r: &Range, at: usize, direct: bool) -> u8 {
+    if direct {
+        peek(r, at)
+    } else {
+        r.read(at).unwrap()
+    }
+}
+
+/// Write through the memory (`direct`) or the range's accessor.
+fn put(r: &Range, at: usize, v: u8, direct: bool) {
+    if direct {
+        poke(r, at, v)
+    } else {
+        r.write(at, v).unwrap()
+    }
+}
+
+/// A rank's read of a page homed elsewhere fetches it (counted), a write to a page homed
+/// elsewhere keeps a twin and its diff reaches the home at the barrier, the home's own write
+/// is noticed, and the other rank sees both writes after the barrier (its stale copy
+/// invalidated and fetched again).
+fn writes_are_seen_after_a_barrier(direct: bool) {
     let job = job(2, 4);
     let (r0, r1) = (&job[0], &job[1]);
     // Page 0 is homed at rank 0, page 1 at rank 1.
-    assert_eq!(r1.read(10).unwrap(), 0, "rank 1 fetches page 0");
+    assert_eq!(get(r1, 10, direct), 0, "rank 1 fetches page 0");
     assert_eq!(r1.counters().fetches, 1);
-    r0.write(10, 42).unwrap();
-    r0.write(PAGE_BYTES + 20, 7).unwrap();
+    put(r0, 10, 42, direct);
+    put(r0, PAGE_BYTES + 20, 7, direct);
     assert_eq!(r0.counters().twins, 1, "a twin for the page homed elsewhere only");
     barrier(&job);
-    assert_eq!(r1.read(10).unwrap(), 42, "rank 1's stale copy was invalidated and fetched again");
-    assert_eq!(r1.read(PAGE_BYTES + 20).unwrap(), 7, "the diff landed at rank 1, page 1's home");
-    assert_eq!(r0.read(PAGE_BYTES + 20).unwrap(), 7);
+    assert_eq!(get(r1, 10, direct), 42, "rank 1's stale copy was invalidated and fetched again");
+    assert_eq!(get(r1, PAGE_BYTES + 20, direct), 7, "the diff landed at rank 1, page 1's home");
+    assert_eq!(get(r0, PAGE_BYTES + 20, direct), 7);
     assert!(r1.counters().invalidations >= 1);
     assert_eq!(r1.counters().diffs_applied, 1);
+    // Every miss was waited for, and counted as such.
+    assert!(r1.fault_waits().0 > std::time::Duration::ZERO && r1.fault_waits().1 > std::time::Duration::ZERO);
+}
+
+// Checks the fault path end to end on real memory, the application touching the memory
+// directly: every miss is a SIGSEGV the handler hands to the range's service thread (see
+// `writes_are_seen_after_a_barrier` for what is checked).
+#[test]
+fn ranks_see_each_others_writes_after_a_barrier() {
+    writes_are_seen_after_a_barrier(true);
+}
+
+// Checks the same through the range's accessors, which resolve a miss in the calling thread
+// before the access (no signal): the same counters, the same bytes.
+#[test]
+fn accessors_see_each_others_writes_after_a_barrier() {
+    writes_are_seen_after_a_barrier(false);
+}
+
+// Checks the word accessors across pages: 1,000 words written from an offset that straddles
+// a page boundary by a rank whose pages are homed elsewhere land at their homes at the
+// barrier and read back whole at the other rank (a page at a time, each readied once).
+#[test]
+fn word_runs_across_pages_land_whole() {
+    let job = job(2, 4);
+    let words: Vec<u64> = (0..1000u64).map(|i| i * 0x0101_0101 + 1).collect();
+    let at = PAGE_BYTES - 64;
+    job[1].write_words(at, &words).unwrap();
+    barrier(&job);
+    let mut back = vec![0u64; words.len()];
+    job[0].read_words(at, &mut back).unwrap();
+    assert_eq!(back, words);
+    assert!(job[0].read_words(4 * PAGE_BYTES - 8, &mut [0u64; 2]).is_err(), "past the end");
+    assert!(job[0].read_words(4, &mut [0u64; 1]).is_err(), "misaligned");
 }
 
 // Checks faults from several threads at once: four threads of one rank write their own bytes
-// on every page of a range homed at the other rank (each fault posted in its own slot, the
-// same page faulted by several at once); after the barrier the home holds every byte.
+// straight into the memory on every page of a range homed at the other rank (each fault a
+// signal posted in its own slot, the same page faulted by several at once); after the barrier
+// the home holds every byte.
 #[test]
 fn threads_faulting_at_once_all_get_their_pages() {
     let job = job(2, 8);
@@ -86,7 +160,7 @@ fn threads_faulting_at_once_all_get_their_pages() {
                 for page in 0..8usize {
                     for k in 0..16usize {
                         let at = page * PAGE_BYTES + (k * 4 + t) * 8;
-                        w.write(at, (t * 16 + k + 1) as u8).unwrap();
+                        poke(&w, at, (t * 16 + k + 1) as u8);
                     }
                 }
             });

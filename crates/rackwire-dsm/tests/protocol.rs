@@ -223,9 +223,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     // Checks the protocol against one plain memory: 2 to 4 ranks run a random data-race-free
-    // program (in each interval each byte is written by at most one rank; pages are shared
-    // freely) of writes and reads separated by barriers; every read returns what the plain
-    // memory holds, as release consistency promises for such programs.
+    // program (in each interval each word is written by at most one rank — diffs carry whole
+    // 8-byte words, so two ranks writing bytes of one word race, as in TreadMarks; pages are
+    // shared freely) of byte writes and reads separated by barriers; every read returns what
+    // the plain memory holds, as release consistency promises for such programs.
     #[test]
     fn a_data_race_free_program_reads_what_it_wrote(
         ranks in 2usize..=4,
@@ -238,16 +239,15 @@ proptest! {
         let mut job = Job::new(ranks, pages);
         let mut truth = vec![0u8; pages * PAGE_BYTES];
         for ops in intervals {
-            // Bytes written in this interval, by whom: a byte is one rank's.
+            // Words written in this interval, by whom: a word is one rank's.
             let mut owner = std::collections::HashMap::new();
             for (r, at, v, write) in ops {
                 let (r, at) = (r % ranks, at % (pages * PAGE_BYTES));
-                let mine = *owner.entry(at).or_insert(r) == r;
-                if write && mine {
+                if write && *owner.entry(at / 8).or_insert(r) == r {
                     job.touch(r, at, Some(v));
                     truth[at] = v;
-                } else if owner.get(&at).is_none_or(|&o| o == r) {
-                    // A read of a byte nobody else writes in this interval.
+                } else if owner.get(&(at / 8)).is_none_or(|&o| o == r) {
+                    // A read of a word nobody else writes in this interval.
                     prop_assert_eq!(job.touch(r, at, None), truth[at], "rank {} byte {}", r, at);
                 }
             }

@@ -25,6 +25,7 @@ fn side(n: usize) -> Result<usize, DsmError> {
     Ok(m)
 }
 
+#[cfg(test)]
 fn get(mem: &mut impl Memory, base: usize, i: usize) -> Result<(f64, f64), DsmError> {
     Ok((mem.get(base + 2 * i)?, mem.get(base + 2 * i + 1)?))
 }
@@ -51,20 +52,51 @@ pub fn init(mem: &mut impl Memory, n: usize, seed: u64) -> Result<(), DsmError> 
     mem.barrier()
 }
 
+/// Rows of `to` a transpose fills at once: it reads their piece of every row of `from` (one
+/// contiguous run each), then writes the rows whole.
+const TRANSPOSE_ROWS: usize = 32;
+
 /// Transpose the `m` x `m` matrix at `from` into `to`: this rank's rows of `to`.
 fn transpose(mem: &mut impl Memory, m: usize, from: usize, to: usize) -> Result<(), DsmError> {
-    for r in share(m, mem.rank(), mem.ranks()) {
+    let mine = share(m, mem.rank(), mem.ranks());
+    let mut tile = vec![0f64; 2 * TRANSPOSE_ROWS * m];
+    let mut row = vec![0f64; 2 * m];
+    let mut r0 = mine.start;
+    while r0 < mine.end {
+        let rows = (mine.end - r0).min(TRANSPOSE_ROWS);
+        // tile[c] holds from[c][r0..r0 + rows].
         for c in 0..m {
-            let v = get(mem, from, c * m + r)?;
-            set(mem, to, r * m + c, v)?;
+            mem.read_numbers(from + 2 * (c * m + r0), &mut tile[2 * rows * c..2 * rows * (c + 1)])?;
         }
+        for k in 0..rows {
+            for c in 0..m {
+                row[2 * c] = tile[2 * (rows * c + k)];
+                row[2 * c + 1] = tile[2 * (rows * c + k) + 1];
+            }
+            mem.write_numbers(to + 2 * (r0 + k) * m, &row)?;
+        }
+        r0 += rows;
     }
     mem.barrier()
 }
 
-/// An in-place radix-2 FFT of the `m` points of row `r` at `base`.
-fn fft_row(mem: &mut impl Memory, base: usize, m: usize, r: usize) -> Result<(), DsmError> {
-    let mut v: Vec<(f64, f64)> = (0..m).map(|c| get(mem, base, r * m + c)).collect::<Result<_, _>>()?;
+/// Row `r` of the matrix at `base`, as points.
+fn read_row(mem: &mut impl Memory, base: usize, m: usize, r: usize) -> Result<Vec<(f64, f64)>, DsmError> {
+    let mut flat = vec![0f64; 2 * m];
+    mem.read_numbers(base + 2 * r * m, &mut flat)?;
+    Ok(flat.chunks_exact(2).map(|p| (p[0], p[1])).collect())
+}
+
+/// Write row `r` of the matrix at `base`.
+fn write_row(mem: &mut impl Memory, base: usize, m: usize, r: usize, v: &[(f64, f64)]) -> Result<(), DsmError> {
+    let flat: Vec<f64> = v.iter().flat_map(|&(re, im)| [re, im]).collect();
+    debug_assert_eq!(flat.len(), 2 * m);
+    mem.write_numbers(base + 2 * r * m, &flat)
+}
+
+/// An in-place radix-2 FFT of the `m` points `v`.
+fn fft_row(v: &mut [(f64, f64)]) {
+    let m = v.len();
     // Bit-reversal order, then butterflies.
     let bits = m.trailing_zeros();
     for i in 0..m {
@@ -88,10 +120,6 @@ fn fft_row(mem: &mut impl Memory, base: usize, m: usize, r: usize) -> Result<(),
         }
         len *= 2;
     }
-    for (c, x) in v.into_iter().enumerate() {
-        set(mem, base, r * m + c, x)?;
-    }
-    Ok(())
 }
 
 /// Transform the `n` points in place (forward, unscaled).
@@ -101,28 +129,30 @@ pub fn transform(mem: &mut impl Memory, n: usize) -> Result<(), DsmError> {
     let (me, ranks) = (mem.rank(), mem.ranks());
     transpose(mem, m, x, y)?;
     for r in share(m, me, ranks) {
-        fft_row(mem, y, m, r)?;
+        let mut v = read_row(mem, y, m, r)?;
+        fft_row(&mut v);
         // Twiddle: point (r, c) by w_n^(r c).
-        for c in 0..m {
+        for (c, p) in v.iter_mut().enumerate() {
             let ang = -2.0 * PI * (r * c) as f64 / n as f64;
             let (wr, wi) = (ang.cos(), ang.sin());
-            let (a, b) = get(mem, y, r * m + c)?;
-            set(mem, y, r * m + c, (a * wr - b * wi, a * wi + b * wr))?;
+            let (a, b) = *p;
+            *p = (a * wr - b * wi, a * wi + b * wr);
         }
+        write_row(mem, y, m, r, &v)?;
     }
     mem.barrier()?;
     transpose(mem, m, y, x)?;
     for r in share(m, me, ranks) {
-        fft_row(mem, x, m, r)?;
+        let mut v = read_row(mem, x, m, r)?;
+        fft_row(&mut v);
+        write_row(mem, x, m, r, &v)?;
     }
     mem.barrier()?;
     transpose(mem, m, x, y)?;
     // The result, in natural order, back where the points were.
     for r in share(m, me, ranks) {
-        for c in 0..m {
-            let v = get(mem, y, r * m + c)?;
-            set(mem, x, r * m + c, v)?;
-        }
+        let v = read_row(mem, y, m, r)?;
+        write_row(mem, x, m, r, &v)?;
     }
     mem.barrier()
 }

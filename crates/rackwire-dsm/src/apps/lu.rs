@@ -72,73 +72,113 @@ fn owner(i: usize, j: usize, ranks: usize) -> usize {
 }
 
 /// Factorise in place: afterwards the strictly lower part holds L (unit diagonal) and the rest U.
+/// Each block step reads its blocks into private memory, computes there and writes its block
+/// back (blocks are contiguous: SPLASH-2's contiguous LU), so the shared memory is touched a
+/// block at a time.
 pub fn factorise(m: &mut impl Memory, s: Shape) -> Result<(), DsmError> {
     check(s)?;
     let (nb, b, me, ranks) = (s.blocks(), s.b, m.rank(), m.ranks());
+    let bb = b * b;
+    let (mut diag, mut blk, mut left, mut up) = (vec![0f64; bb], vec![0f64; bb], vec![0f64; bb], vec![0f64; bb]);
     for k in 0..nb {
         if owner(k, k, ranks) == me {
-            // The diagonal block: LU of a b x b block.
-            for p in 0..b {
-                let pivot = m.get(s.at(k, k, p, p))?;
-                for r in p + 1..b {
-                    let l = m.get(s.at(k, k, r, p))? / pivot;
-                    m.set(s.at(k, k, r, p), l)?;
-                    for c in p + 1..b {
-                        let v = m.get(s.at(k, k, r, c))? - l * m.get(s.at(k, k, p, c))?;
-                        m.set(s.at(k, k, r, c), v)?;
-                    }
-                }
-            }
+            m.read_numbers(s.at(k, k, 0, 0), &mut diag)?;
+            factorise_diagonal(&mut diag, b);
+            m.write_numbers(s.at(k, k, 0, 0), &diag)?;
         }
         m.barrier()?;
+        let mut have_diag = false;
         for t in k + 1..nb {
-            // Right of the diagonal: A(k,t) = L(k,k)^-1 A(k,t) (forward substitution, unit L).
-            if owner(k, t, ranks) == me {
-                for p in 0..b {
-                    for r in p + 1..b {
-                        let l = m.get(s.at(k, k, r, p))?;
-                        for c in 0..b {
-                            let v = m.get(s.at(k, t, r, c))? - l * m.get(s.at(k, t, p, c))?;
-                            m.set(s.at(k, t, r, c), v)?;
-                        }
-                    }
-                }
+            let (right, below) = (owner(k, t, ranks) == me, owner(t, k, ranks) == me);
+            if (right || below) && !have_diag {
+                m.read_numbers(s.at(k, k, 0, 0), &mut diag)?;
+                have_diag = true;
             }
-            // Below the diagonal: A(t,k) = A(t,k) U(k,k)^-1.
-            if owner(t, k, ranks) == me {
-                for p in 0..b {
-                    let u = m.get(s.at(k, k, p, p))?;
-                    for r in 0..b {
-                        let v = m.get(s.at(t, k, r, p))? / u;
-                        m.set(s.at(t, k, r, p), v)?;
-                        for c in p + 1..b {
-                            let w = m.get(s.at(t, k, r, c))? - v * m.get(s.at(k, k, p, c))?;
-                            m.set(s.at(t, k, r, c), w)?;
-                        }
-                    }
-                }
+            if right {
+                m.read_numbers(s.at(k, t, 0, 0), &mut blk)?;
+                solve_right(&diag, &mut blk, b);
+                m.write_numbers(s.at(k, t, 0, 0), &blk)?;
+            }
+            if below {
+                m.read_numbers(s.at(t, k, 0, 0), &mut blk)?;
+                solve_below(&diag, &mut blk, b);
+                m.write_numbers(s.at(t, k, 0, 0), &blk)?;
             }
         }
         m.barrier()?;
         for i in k + 1..nb {
+            let mut have_left = false;
             for j in k + 1..nb {
                 if owner(i, j, ranks) != me {
                     continue;
                 }
-                for r in 0..b {
-                    for c in 0..b {
-                        let mut v = m.get(s.at(i, j, r, c))?;
-                        for p in 0..b {
-                            v -= m.get(s.at(i, k, r, p))? * m.get(s.at(k, j, p, c))?;
-                        }
-                        m.set(s.at(i, j, r, c), v)?;
-                    }
+                if !have_left {
+                    m.read_numbers(s.at(i, k, 0, 0), &mut left)?;
+                    have_left = true;
                 }
+                m.read_numbers(s.at(k, j, 0, 0), &mut up)?;
+                m.read_numbers(s.at(i, j, 0, 0), &mut blk)?;
+                update(&mut blk, &left, &up, b);
+                m.write_numbers(s.at(i, j, 0, 0), &blk)?;
             }
         }
         m.barrier()?;
     }
     Ok(())
+}
+
+/// LU of the diagonal block `d` (`b` x `b`, by rows) in place.
+fn factorise_diagonal(d: &mut [f64], b: usize) {
+    for p in 0..b {
+        let pivot = d[p * b + p];
+        for r in p + 1..b {
+            let l = d[r * b + p] / pivot;
+            d[r * b + p] = l;
+            for c in p + 1..b {
+                d[r * b + c] -= l * d[p * b + c];
+            }
+        }
+    }
+}
+
+/// A block right of the diagonal: `a = L(d)^-1 a` (forward substitution, unit L).
+fn solve_right(d: &[f64], a: &mut [f64], b: usize) {
+    for p in 0..b {
+        for r in p + 1..b {
+            let l = d[r * b + p];
+            for c in 0..b {
+                a[r * b + c] -= l * a[p * b + c];
+            }
+        }
+    }
+}
+
+/// A block below the diagonal: `a = a U(d)^-1`.
+fn solve_below(d: &[f64], a: &mut [f64], b: usize) {
+    for p in 0..b {
+        let u = d[p * b + p];
+        for r in 0..b {
+            let v = a[r * b + p] / u;
+            a[r * b + p] = v;
+            for c in p + 1..b {
+                a[r * b + c] -= v * d[p * b + c];
+            }
+        }
+    }
+}
+
+/// The trailing update of a block: `a -= left x up`, each element's products summed in `p`
+/// order.
+fn update(a: &mut [f64], left: &[f64], up: &[f64], b: usize) {
+    for r in 0..b {
+        for c in 0..b {
+            let mut v = a[r * b + c];
+            for p in 0..b {
+                v -= left[r * b + p] * up[p * b + c];
+            }
+            a[r * b + c] = v;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -22,12 +22,40 @@ pub trait Memory {
     /// Set the word at index `i`.
     fn set_word(&mut self, i: usize, v: u64) -> Result<(), DsmError>;
     /// The word at index `i` as a number.
+    #[inline]
     fn get(&mut self, i: usize) -> Result<f64, DsmError> {
         self.word(i).map(f64::from_bits)
     }
     /// Set the word at index `i` to a number.
+    #[inline]
     fn set(&mut self, i: usize, v: f64) -> Result<(), DsmError> {
         self.set_word(i, v.to_bits())
+    }
+    /// The words from index `i` on, into `out`.
+    fn read_words(&mut self, i: usize, out: &mut [u64]) -> Result<(), DsmError> {
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = self.word(i + k)?;
+        }
+        Ok(())
+    }
+    /// Set the words from index `i` on to `words`.
+    fn write_words(&mut self, i: usize, words: &[u64]) -> Result<(), DsmError> {
+        for (k, w) in words.iter().enumerate() {
+            self.set_word(i + k, *w)?;
+        }
+        Ok(())
+    }
+    /// The numbers from index `i` on, into `out`.
+    fn read_numbers(&mut self, i: usize, out: &mut [f64]) -> Result<(), DsmError> {
+        let mut words = vec![0u64; out.len()];
+        self.read_words(i, &mut words)?;
+        out.iter_mut().zip(words).for_each(|(o, w)| *o = f64::from_bits(w));
+        Ok(())
+    }
+    /// Set the numbers from index `i` on to `numbers`.
+    fn write_numbers(&mut self, i: usize, numbers: &[f64]) -> Result<(), DsmError> {
+        let words: Vec<u64> = numbers.iter().map(|n| n.to_bits()).collect();
+        self.write_words(i, &words)
     }
     /// Every rank's writes before it are seen by every rank after it.
     fn barrier(&mut self) -> Result<(), DsmError>;
@@ -51,18 +79,42 @@ impl Plain {
         Plain(vec![0; words])
     }
 
+    #[cold]
     fn out_of_range(&self, i: usize) -> DsmError {
         DsmError::NoSuchPage { page: (i * 8 / crate::PAGE_BYTES) as u32, pages: self.0.len() * 8 / crate::PAGE_BYTES }
     }
 }
 
 impl Memory for Plain {
+    #[inline]
     fn word(&mut self, i: usize) -> Result<u64, DsmError> {
         self.0.get(i).copied().ok_or_else(|| self.out_of_range(i))
     }
+    #[inline]
     fn set_word(&mut self, i: usize, v: u64) -> Result<(), DsmError> {
-        let e = self.out_of_range(i);
-        *self.0.get_mut(i).ok_or(e)? = v;
+        match self.0.get_mut(i) {
+            Some(w) => {
+                *w = v;
+                Ok(())
+            }
+            None => Err(self.out_of_range(i)),
+        }
+    }
+    fn read_words(&mut self, i: usize, out: &mut [u64]) -> Result<(), DsmError> {
+        let src = i
+            .checked_add(out.len())
+            .and_then(|end| self.0.get(i..end))
+            .ok_or_else(|| self.out_of_range(i + out.len()))?;
+        out.copy_from_slice(src);
+        Ok(())
+    }
+    fn write_words(&mut self, i: usize, words: &[u64]) -> Result<(), DsmError> {
+        let e = i.saturating_add(words.len());
+        let dst = i
+            .checked_add(words.len())
+            .and_then(|end| self.0.get_mut(i..end))
+            .ok_or_else(|| DsmError::NoSuchPage { page: (e * 8 / crate::PAGE_BYTES) as u32, pages: 0 })?;
+        dst.copy_from_slice(words);
         Ok(())
     }
     fn barrier(&mut self) -> Result<(), DsmError> {
@@ -82,12 +134,26 @@ impl Memory for Plain {
     }
 }
 
+/// The byte offset of word `i`.
+#[inline]
+fn offset(i: usize) -> Result<usize, DsmError> {
+    i.checked_mul(8).ok_or(DsmError::Misaligned { at: usize::MAX })
+}
+
 impl Memory for SharedMemory {
+    #[inline]
     fn word(&mut self, i: usize) -> Result<u64, DsmError> {
-        self.range().read_u64(i.checked_mul(8).ok_or(DsmError::Misaligned { at: usize::MAX })?)
+        self.range().read_u64(offset(i)?)
     }
+    #[inline]
     fn set_word(&mut self, i: usize, v: u64) -> Result<(), DsmError> {
-        self.range().write_u64(i.checked_mul(8).ok_or(DsmError::Misaligned { at: usize::MAX })?, v)
+        self.range().write_u64(offset(i)?, v)
+    }
+    fn read_words(&mut self, i: usize, out: &mut [u64]) -> Result<(), DsmError> {
+        self.range().read_words(offset(i)?, out)
+    }
+    fn write_words(&mut self, i: usize, words: &[u64]) -> Result<(), DsmError> {
+        self.range().write_words(offset(i)?, words)
     }
     fn barrier(&mut self) -> Result<(), DsmError> {
         SharedMemory::barrier(self)

@@ -47,17 +47,19 @@ pub fn sort(m: &mut impl Memory, keys: usize, bits: u32) -> Result<usize, DsmErr
     let hist = 2 * keys;
     let mine = share(keys, me, ranks);
     let (mut from, mut to) = (0, keys);
+    let mut own = vec![0u64; mine.len()];
     for pass in 0..bits.div_ceil(DIGIT_BITS) {
         let shift = pass * DIGIT_BITS;
         let digit = |k: u64| ((k >> shift) as usize) & (RADIX - 1);
         let mut counts = vec![0u64; RADIX];
-        for i in mine.clone() {
-            counts[digit(m.word(from + i)?)] += 1;
+        m.read_words(from + mine.start, &mut own)?;
+        for k in &own {
+            counts[digit(*k)] += 1;
         }
-        for (d, c) in counts.iter().enumerate() {
-            m.set_word(hist + me * RADIX + d, *c)?;
-        }
+        m.write_words(hist + me * RADIX, &counts)?;
         m.barrier()?;
+        let mut hists = vec![0u64; ranks * RADIX];
+        m.read_words(hist, &mut hists)?;
         // Where this rank's keys of each digit start.
         let mut start = vec![0u64; RADIX];
         let mut below = 0u64;
@@ -65,7 +67,7 @@ pub fn sort(m: &mut impl Memory, keys: usize, bits: u32) -> Result<usize, DsmErr
             let mut before_me = 0;
             let mut all = 0;
             for r in 0..ranks {
-                let c = m.word(hist + r * RADIX + d)?;
+                let c = hists[r * RADIX + d];
                 if r < me {
                     before_me += c;
                 }
@@ -77,11 +79,13 @@ pub fn sort(m: &mut impl Memory, keys: usize, bits: u32) -> Result<usize, DsmErr
         if below != keys as u64 {
             return Err(DsmError::Limit { what: "histogram total", n: below as usize, max: keys });
         }
-        for i in mine.clone() {
-            let k = m.word(from + i)?;
-            let at = &mut start[digit(k)];
-            m.set_word(to + *at as usize, k)?;
-            *at += 1;
+        // Each digit's keys of this rank, in order, land in one run from its start.
+        let mut buckets: Vec<Vec<u64>> = counts.iter().map(|&c| Vec::with_capacity(c as usize)).collect();
+        for &k in &own {
+            buckets[digit(k)].push(k);
+        }
+        for (d, b) in buckets.iter().enumerate() {
+            m.write_words(to + start[d] as usize, b)?;
         }
         m.barrier()?;
         std::mem::swap(&mut from, &mut to);

@@ -53,13 +53,20 @@ pub fn init(m: &mut impl Memory, n: usize, seed: u64) -> Result<(), DsmError> {
 pub fn simulate(m: &mut impl Memory, n: usize, steps: usize) -> Result<(), DsmError> {
     let (me, ranks) = (m.rank(), m.ranks());
     let mine = share(n, me, ranks);
+    let mut all = vec![0f64; words(n)];
     for _ in 0..steps {
-        let pos: Vec<[f64; 3]> = (0..n)
-            .map(|i| Ok([m.get(i * MOLECULE_WORDS)?, m.get(i * MOLECULE_WORDS + 1)?, m.get(i * MOLECULE_WORDS + 2)?]))
-            .collect::<Result<_, DsmError>>()?;
+        m.read_numbers(0, &mut all)?;
+        let pos: Vec<[f64; 3]> = all.chunks_exact(MOLECULE_WORDS).map(|w| [w[0], w[1], w[2]]).collect();
         let mut force = vec![[0.0f64; 3]; n];
+        // As SPLASH-2's Water-nsquared: each molecule with the next half of the others (in
+        // turn around the ring), so every molecule has as many pairs and ranks with equal
+        // shares of molecules equal work; a pair half the ring apart is counted once.
         for i in mine.clone() {
-            for j in i + 1..n {
+            for step in 1..=n / 2 {
+                let j = (i + step) % n;
+                if 2 * step == n && i >= j {
+                    continue;
+                }
                 let d = [pos[i][0] - pos[j][0], pos[i][1] - pos[j][1], pos[i][2] - pos[j][2]];
                 let r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
                 if r2 >= CUTOFF * CUTOFF || r2 == 0.0 {
@@ -90,16 +97,18 @@ pub fn simulate(m: &mut impl Memory, n: usize, steps: usize) -> Result<(), DsmEr
             m.unlock(l)?;
         }
         m.barrier()?;
-        for i in mine.clone() {
+        // Each rank moves its own molecules: their words read and written whole.
+        let mut own = vec![0f64; mine.len() * MOLECULE_WORDS];
+        m.read_numbers(mine.start * MOLECULE_WORDS, &mut own)?;
+        for w in own.chunks_exact_mut(MOLECULE_WORDS) {
             for k in 0..3 {
-                let f = m.get(i * MOLECULE_WORDS + 6 + k)?;
-                let v = m.get(i * MOLECULE_WORDS + 3 + k)? + f * DT;
-                let x = m.get(i * MOLECULE_WORDS + k)? + v * DT;
-                m.set(i * MOLECULE_WORDS + 3 + k, v)?;
-                m.set(i * MOLECULE_WORDS + k, x)?;
-                m.set(i * MOLECULE_WORDS + 6 + k, 0.0)?;
+                let v = w[3 + k] + w[6 + k] * DT;
+                w[k] += v * DT;
+                w[3 + k] = v;
+                w[6 + k] = 0.0;
             }
         }
+        m.write_numbers(mine.start * MOLECULE_WORDS, &own)?;
         m.barrier()?;
     }
     Ok(())
