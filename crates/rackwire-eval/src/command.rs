@@ -15,6 +15,9 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     if a.workload == "energy" {
         return crate::energy_tables::run(a);
     }
+    if a.workload == "dsm" {
+        return crate::dsm_runs::run(a);
+    }
     if a.workload == "all" {
         return crate::report::run(a);
     }

@@ -14,6 +14,8 @@
 
 pub mod command;
 pub mod dfsio;
+pub mod dsm;
+pub mod dsm_runs;
 pub mod energy;
 pub mod energy_tables;
 pub mod figures;

@@ -59,9 +59,14 @@ pub struct EvalArgs {
     /// `sort`, `grep`, `dfsio` (replicated block writes, TestDFSIO-like), `kv` (YCSB-like
     /// get/put mixes on a sharded store), `energy` (sort and grep at 1 and 2 cores, priced as HP's Tables 2
     /// and 3, and Marlin's Table 3 from the power table), or `all` (the micro-benchmarks, the
-    /// collectives, the workloads and the energy tables, into a report with pictures).
-    #[arg(value_parser = ["sort", "grep", "dfsio", "kv", "energy", "all"])]
+    /// collectives, the workloads and the energy tables, into a report with pictures), or
+    /// `dsm` (SPLASH-2's algorithms over the shared virtual memory at 1, 2, 4... ranks up to
+    /// --ranks, a rank per host of --rack, against one process on plain memory).
+    #[arg(value_parser = ["sort", "grep", "dfsio", "kv", "energy", "dsm", "all"])]
     pub workload: String,
+    /// With `dsm`: the applications (fft, lu, radix, water).
+    #[arg(long, value_delimiter = ',', default_value = "fft,lu,radix,water")]
+    pub app: Vec<String>,
     /// With `all`: the report folder (created; report.md and its SVG pictures).
     #[arg(long, default_value = "rackwire-eval-report")]
     pub report: PathBuf,
@@ -130,6 +135,7 @@ impl EvalArgs {
     pub fn new(workload: &str, ranks: usize, scale: f64) -> EvalArgs {
         EvalArgs {
             workload: workload.into(),
+            app: crate::dsm::APPS.iter().map(|a| a.name().to_string()).collect(),
             ranks,
             net: Vec::new(),
             rack: None,
@@ -229,6 +235,16 @@ pub fn worker(a: &WorkerArgs) -> Result<()> {
         pin_to_cores(k)?;
     }
     let mut g = rackwire_coll::Group::from_env()?;
+    if a.workload == "dsm" {
+        return crate::dsm_runs::worker(
+            g,
+            &a.net,
+            a.variant.as_deref().unwrap_or("lu"),
+            a.records as usize,
+            a.seed,
+            &a.dir,
+        );
+    }
     let net = Net::parse(&a.net)?;
     let tcp = crate::net::tcp_bind_from_env();
     let result = match a.workload.as_str() {
@@ -280,7 +296,7 @@ pub fn worker(a: &WorkerArgs) -> Result<()> {
         other => bail!("unknown workload {other:?}"),
     };
     if g.rank() == 0 {
-        println!("{RESULT_PREFIX}{}", serde_json::to_string(&result)?);
+        print_result(&result)?;
     }
     g.leave()?;
     Ok(())
@@ -312,25 +328,37 @@ fn run_job(a: &EvalArgs, dir: &Path, r: &Run<'_>) -> Result<RunResult> {
     if a.fsync {
         cmd.arg("--fsync");
     }
+    job_result(cmd, &format!("{} job over {}", r.workload, r.net.name()))
+}
+
+/// Run the job `cmd` (its rank 0 prints a result line) and read its result; `what` names it
+/// in errors.
+pub(crate) fn job_result(mut cmd: std::process::Command, what: &str) -> Result<RunResult> {
     let rapl = crate::rapl::Rapl::start(Path::new(crate::rapl::POWERCAP));
-    let o = cmd.output().context("running the eval job")?;
+    let o = cmd.output().with_context(|| format!("running the {what}"))?;
     let rapl_joules = rapl.and_then(|r| r.joules());
     let out = String::from_utf8_lossy(&o.stdout);
     if !o.status.success() {
-        bail!("the {} job over {} failed:\n{out}{}", r.workload, r.net.name(), String::from_utf8_lossy(&o.stderr));
+        bail!("the {what} failed:\n{out}{}", String::from_utf8_lossy(&o.stderr));
     }
     let line = out
         .lines()
         .find_map(|l| l.strip_prefix(RESULT_PREFIX))
-        .with_context(|| format!("the {} job printed no result:\n{out}", r.workload))?;
+        .with_context(|| format!("the {what} printed no result:\n{out}"))?;
     let mut result: RunResult = serde_json::from_str(line)?;
     // Over the whole job (launch and setup included), so above the timed phases' share.
     result.rapl_joules = rapl_joules;
     Ok(result)
 }
 
+/// Print a rank 0's result line (what [`job_result`] reads).
+pub(crate) fn print_result(result: &RunResult) -> Result<()> {
+    println!("{RESULT_PREFIX}{}", serde_json::to_string(result)?);
+    Ok(())
+}
+
 /// The median of `v` (sorted in place; `v` not empty): the benchmarks' own helper's.
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     rackwire_bench::repeat::median_spread(v).0
 }
 
@@ -419,6 +447,9 @@ pub fn check(a: &EvalArgs) -> Result<()> {
     }
     for v in &a.variant {
         Variant::parse(v)?;
+    }
+    for app in &a.app {
+        crate::dsm::App::parse(app)?;
     }
     for m in &a.mix {
         Mix::parse(m)?;
@@ -511,7 +542,7 @@ fn rows_of(m: &Measured, table: &PowerTable, gbit: Option<f64>) -> Result<Vec<se
     Ok(rows)
 }
 
-fn work_dir(a: &EvalArgs) -> Result<PathBuf> {
+pub(crate) fn work_dir(a: &EvalArgs) -> Result<PathBuf> {
     let base = match &a.dir {
         Some(d) => d.clone(),
         None if Path::new(RAMFS).is_dir() => PathBuf::from(RAMFS),

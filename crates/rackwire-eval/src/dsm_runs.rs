@@ -1,0 +1,195 @@
+//! `rackwire eval dsm`'s runs: each application once in one process on plain memory (the
+//! reference its shared runs are checked against and timed against), then over the shared
+//! memory at 1, 2, 4... ranks up to `--ranks`, a rank per host of the virtual rack; `--repeat`
+//! times, alternating, so the speedup of a row is the median of its repeats' own ratios.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use crate::dsm::{run_plain, run_shared, App};
+use crate::runs::{job_result, median, print_result, work_dir, EvalArgs};
+use crate::RunResult;
+
+/// The rank counts a run measures: 1, 2, 4... below `ranks`, and `ranks`.
+pub fn rank_counts(ranks: usize) -> Vec<usize> {
+    let mut v: Vec<usize> =
+        std::iter::successors(Some(1usize), |n| n.checked_mul(2)).take_while(|&n| n < ranks).collect();
+    v.push(ranks.max(1));
+    v
+}
+
+/// One rank of a `dsm` job: `net` is `plain` (one process on plain memory) or anything else
+/// (the shared memory over the fabric).
+pub fn worker(g: rackwire_coll::Group, net: &str, app: &str, size: usize, seed: u64, dir: &Path) -> Result<()> {
+    let app = App::parse(app)?;
+    let rank = g.rank();
+    let result = if net == "plain" {
+        let r = run_plain(app, size, seed, dir)?;
+        g.leave()?;
+        r
+    } else {
+        run_shared(g, app, size, seed, dir)?
+    };
+    if rank == 0 {
+        print_result(&result)?;
+    }
+    Ok(())
+}
+
+fn job(a: &EvalArgs, dir: &Path, app: App, size: usize, ranks: Option<usize>) -> Result<RunResult> {
+    // The reference runs on this machine alone; the shared runs over the rack.
+    let (n, rack, net) = match ranks {
+        None => (1, None, "plain"),
+        Some(n) => (n, a.rack.as_deref(), "fabric"),
+    };
+    let mut cmd = rackwire_bench::spawn::job(n, rack, rackwire_bench::spawn::EVAL_WORKER)?;
+    cmd.args(["--workload", "dsm", "--net", net, "--variant", app.name()])
+        .args(["--records", &size.to_string(), "--seed", &a.seed.to_string()])
+        .arg("--dir")
+        .arg(dir);
+    job_result(cmd, &format!("{} job ({})", app.name(), ranks.map_or("one process".into(), |n| format!("{n} ranks"))))
+}
+
+/// Every application's rows: the one-process reference, then each rank count.
+pub fn measure_rows(a: &EvalArgs) -> Result<Vec<serde_json::Value>> {
+    crate::runs::check(a)?;
+    let dir = work_dir(a)?;
+    let rows = measure(a, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    rows
+}
+
+fn measure(a: &EvalArgs, dir: &Path) -> Result<Vec<serde_json::Value>> {
+    let counts = rank_counts(a.ranks);
+    let mut rows = Vec::new();
+    for name in &a.app {
+        let app = App::parse(name)?;
+        let size = app.size(a.scale);
+        let mut plain = Vec::new();
+        let mut shared: Vec<Vec<RunResult>> = vec![Vec::new(); counts.len()];
+        for _ in 0..a.repeat {
+            // The reference first: each repeat's shared runs are checked against its result.
+            plain.push(job(a, dir, app, size, None)?);
+            for (i, &n) in counts.iter().enumerate() {
+                shared[i]
+                    .push(job(a, dir, app, size, Some(n)).with_context(|| format!("{} at {n} ranks", app.name()))?);
+            }
+        }
+        rows.push(row(app, size, &plain, &plain));
+        for runs in &shared {
+            rows.push(row(app, size, runs, &plain));
+        }
+    }
+    Ok(rows)
+}
+
+/// A row: the median run of `runs`, and its speedup over the one-process runs of the same
+/// repeats (the median of the per-repeat ratios, with their spread).
+fn row(app: App, size: usize, runs: &[RunResult], plain: &[RunResult]) -> serde_json::Value {
+    let mut secs: Vec<f64> = runs.iter().map(|r| r.secs).collect();
+    let med = median(&mut secs);
+    let run = crate::runs::median_run(runs);
+    let mut ratios: Vec<f64> = plain.iter().zip(runs).map(|(p, r)| p.secs / r.secs).collect();
+    let speedup = median(&mut ratios);
+    let mut row = json!({
+        "app": app.name(), "problem": app.describe(size), "size": size, "ranks": run.ranks,
+        "transport": run.transport, "secs": med, "secs_lo": secs[0], "secs_hi": secs[secs.len() - 1],
+        "repeats": secs.len(), "speedup": speedup, "speedup_lo": ratios[0], "speedup_hi": ratios[ratios.len() - 1],
+        "checked": runs.iter().all(|r| r.checked), "cpu_secs": run.cpu_secs,
+    });
+    if let Some(obj) = row.as_object_mut() {
+        for (k, v) in &run.extra {
+            obj.insert(k.clone(), json!(v));
+        }
+    }
+    row
+}
+
+/// A share of the mean rank time, in percent.
+fn share(r: &serde_json::Value, key: &str) -> f64 {
+    let total = r["mean_secs"].as_f64().or(r["secs"].as_f64()).unwrap_or(f64::NAN);
+    100.0 * r[key].as_f64().unwrap_or(0.0) / total
+}
+
+/// The rows as a table: MultiEdge's Table 1 (problem, one-process time) and its figures'
+/// breakdowns and network statistics side by side.
+pub fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
+    let mut t = rackwire_bench::table();
+    t.set_header([
+        "app",
+        "problem",
+        "ranks",
+        "path",
+        "secs",
+        "spread",
+        "speedup",
+        "compute/data/lock/barrier/protocol %",
+        "other threads' CPU %",
+        "extra frames %",
+        "faults / fetches / diffs (MB)",
+    ]);
+    for r in rows {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        let shared = r["transport"] != "plain";
+        let breakdown = ["compute_s", "data_wait_s", "lock_s", "barrier_s", "protocol_s"]
+            .map(|k| format!("{:.0}", share(r, k)))
+            .join("/");
+        let data = f("data_frames");
+        t.add_row([
+            r["app"].as_str().unwrap_or("").to_string(),
+            r["problem"].as_str().unwrap_or("").to_string(),
+            r["ranks"].to_string(),
+            r["transport"].as_str().unwrap_or("").to_string(),
+            format!("{:.3}", f("secs")),
+            format!("{:.3}–{:.3}", f("secs_lo"), f("secs_hi")),
+            if r["repeats"].as_u64() > Some(1) {
+                format!("{:.2}x ({:.2}–{:.2})", f("speedup"), f("speedup_lo"), f("speedup_hi"))
+            } else {
+                format!("{:.2}x", f("speedup"))
+            },
+            if shared { breakdown } else { "100/0/0/0/0".into() },
+            if shared { format!("{:.1}", 100.0 * f("other_threads_cpu_s") / f("mean_secs")) } else { String::new() },
+            if shared && data > 0.0 {
+                format!("{:.1}", 100.0 * (f("frames_sent") - data) / data)
+            } else {
+                String::new()
+            },
+            if shared {
+                format!("{:.0} / {:.0} / {:.0} ({:.1})", f("faults"), f("fetches"), f("diffs"), f("diff_bytes") / 1e6)
+            } else {
+                String::new()
+            },
+        ]);
+    }
+    t
+}
+
+/// `rackwire eval dsm`.
+pub fn run(a: &EvalArgs) -> Result<()> {
+    let rows = measure_rows(a)?;
+    if a.json {
+        let meta = json!({ "command": std::env::args().collect::<Vec<_>>().join(" ") });
+        println!("{}", serde_json::to_string_pretty(&json!({ "meta": meta, "rows": rows }))?);
+    } else {
+        println!("{}", table_of(&rows));
+        println!("(secs: the kernel's, the slowest rank's; speedup: the one-process run's time over this row's, same repeat, median with spread; breakdown: each rank's kernel time by where it went, mean over the ranks; other threads' CPU: the transport's and the fault service's, over the kernel's time; extra frames: frames sent beyond data frames, over data frames; every shared run's result equals the one-process run's, Water's to rounding)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the rank counts by hand: powers of two below --ranks, then --ranks itself.
+    #[test]
+    fn rank_counts_double_up_to_the_ranks_asked() {
+        assert_eq!(rank_counts(1), [1]);
+        assert_eq!(rank_counts(2), [1, 2]);
+        assert_eq!(rank_counts(4), [1, 2, 4]);
+        assert_eq!(rank_counts(3), [1, 2, 3]);
+        assert_eq!(rank_counts(6), [1, 2, 4, 6]);
+    }
+}
