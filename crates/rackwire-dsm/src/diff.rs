@@ -47,6 +47,16 @@ pub enum DiffError {
     NotAPage(usize),
 }
 
+/// The diff of a page written whole (every word sent, whatever it was): one run.
+pub fn whole(page: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(12 + page.len());
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&(page.len() as u32).to_le_bytes());
+    out.extend_from_slice(page);
+    out
+}
+
 /// The diff of `page` against its `twin` (both a page long), encoded: empty runs list when
 /// they are equal.
 pub fn encode(twin: &[u8], page: &[u8]) -> Result<Vec<u8>, DiffError> {
@@ -158,6 +168,18 @@ mod tests {
     // Checks that malformed diffs are refused before a byte is written: a run past the page,
     // a misaligned one, an empty one, one overlapping the one before, a truncated one, too
     // many runs, trailing bytes.
+    // Checks the whole-page diff: applied to any page it gives the written page exactly, and
+    // decodes as one run of the whole page.
+    #[test]
+    fn a_whole_diff_gives_the_page_over_anything() {
+        let written = page(7);
+        let d = whole(&written);
+        assert_eq!(runs(&d).unwrap(), vec![(0, &written[..])]);
+        let mut at_home = page(99);
+        apply(&d, &mut at_home).unwrap();
+        assert_eq!(at_home, written);
+    }
+
     #[test]
     fn a_bad_diff_is_refused_whole() {
         let run = |off: u32, len: u32| {

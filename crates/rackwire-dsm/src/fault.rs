@@ -44,6 +44,9 @@ use crate::PAGE_BYTES;
 pub const SLOTS: usize = 64;
 /// Ranges one process maps at once.
 pub const RANGES_MAX: usize = 16;
+/// Mappings left for the rest of the process when a range's pages are counted against
+/// `vm.max_map_count`.
+const MAPPINGS_SPARE: usize = 1024;
 /// How long the service thread sleeps before it looks whether it should stop (µs).
 const STOP_CHECK_US: i64 = 100_000;
 
@@ -151,6 +154,15 @@ unsafe impl SharedBytes for OwnMemory {
 pub trait Backend: Send + 'static {
     /// Read page `page` from its home `home` into `out` (a page long).
     fn fetch(&mut self, page: PageId, home: Rank, out: &mut [u8]) -> Result<(), DsmError>;
+
+    /// Read several pages, `(page, home)` each into its `outs` entry: a backend that can
+    /// have them on their way at once does so (by default, one after another).
+    fn fetch_many(&mut self, pages: &[(PageId, Rank)], outs: Vec<&mut [u8]>) -> Result<(), DsmError> {
+        for (&(page, home), out) in pages.iter().zip(outs) {
+            self.fetch(page, home, out)?;
+        }
+        Ok(())
+    }
 }
 
 /// What the service thread and the calls share.
@@ -216,6 +228,16 @@ impl Range {
         let len = protocol.bytes();
         if len == 0 || len > memory.len() {
             return Err(DsmError::Limit { what: "range bytes", n: len, max: memory.len() });
+        }
+        let pages = len / PAGE_BYTES;
+        if let Some(max) = mappings_left() {
+            if pages > max {
+                return Err(DsmError::Limit {
+                    what: "pages of a range (each may become a mapping of its own; raise vm.max_map_count)",
+                    n: pages,
+                    max,
+                });
+            }
         }
         install_handler();
         let service = memory.ptr() as usize;
@@ -352,6 +374,40 @@ impl Range {
         })
     }
 
+    /// Fetch the pages of `spans` (`(offset, bytes)` each) that have no valid copy here, all
+    /// on their way at once: what an application about to read them asks, so that it waits
+    /// for one round trip rather than one per page.
+    pub fn prefetch(&self, spans: &[(usize, usize)]) -> Result<(), DsmError> {
+        let mut pages = Vec::new();
+        for &(at, bytes) in spans {
+            if bytes == 0 {
+                continue;
+            }
+            let end = at.checked_add(bytes).unwrap_or(usize::MAX);
+            self.check(end - 1)?;
+            pages.extend(at / PAGE_BYTES..=(end - 1) / PAGE_BYTES);
+        }
+        pages.sort_unstable();
+        pages.dedup();
+        self.fetch_missing(pages, 1)
+    }
+
+    /// Fetch together those of `pages` with no valid copy here, if there are at least `min`.
+    fn fetch_missing(&self, pages: impl IntoIterator<Item = usize>, min: usize) -> Result<(), DsmError> {
+        let missing: Vec<PageId> = pages
+            .into_iter()
+            .filter(|&p| self.inner.access[p].load(Ordering::Acquire) == level(Access::None))
+            .map(|p| p as PageId)
+            .collect();
+        if missing.len() < min {
+            return Ok(());
+        }
+        let start = now_ns();
+        let out = self.inner.fetch_together(&missing);
+        self.inner.queue.waited_ns.fetch_add(now_ns().saturating_sub(start), Ordering::Relaxed);
+        out
+    }
+
     /// Check `n` words from `at`, then for each page they touch: ready it, and `copy` the
     /// words on it (`copy(offset, range of the words)`).
     fn span(
@@ -367,6 +423,17 @@ impl Range {
         self.check_word(at)?;
         let end = n.checked_mul(8).and_then(|b| b.checked_add(at)).unwrap_or(usize::MAX);
         self.check(end - 1)?;
+        // The pages of the span with no valid copy are fetched together (their fetches on the
+        // way at once), before the walk readies each for the access.
+        let pages = at / PAGE_BYTES..=(end - 1) / PAGE_BYTES;
+        // A write that covers a page whole needs none of its old bytes: no fetch.
+        let whole = |p: &usize| write && p * PAGE_BYTES >= at && (p + 1) * PAGE_BYTES <= end;
+        for p in pages.clone().filter(whole) {
+            if self.inner.access[p].load(Ordering::Acquire) == level(Access::None) {
+                self.inner.overwrite(p as PageId)?;
+            }
+        }
+        self.fetch_missing(pages.filter(|p| !whole(p)), 2)?;
         let mut off = at;
         while off < end {
             let next = ((off / PAGE_BYTES + 1) * PAGE_BYTES).min(end);
@@ -445,6 +512,17 @@ impl Range {
         let acq = p.acquire(notices, |page| self.inner.service_page(page))?;
         self.inner.carry_out(&mut p, acq.actions.clone())?;
         Ok(acq)
+    }
+
+    /// Move pages' homes (see [`Protocol::rehome`]): `(page, new home)` each; the fetches a
+    /// move needs are done when this returns.
+    pub fn rehome(&self, moves: &[(PageId, Rank)]) -> Result<(), DsmError> {
+        let mut p = lock(&self.inner.protocol);
+        for &(page, home) in moves {
+            let actions = p.rehome(page, home)?;
+            self.inner.carry_out(&mut p, actions)?;
+        }
+        Ok(())
     }
 
     /// As the page's home, apply another rank's diff to the master copy.
@@ -570,6 +648,48 @@ impl Inner {
         Ok(())
     }
 
+    /// Read faults on `pages` (none of them readable when looked at), their fetches issued
+    /// together.
+    fn fetch_together(&self, pages: &[PageId]) -> Result<(), DsmError> {
+        let mut p = lock(&self.protocol);
+        let mut fetches = Vec::new();
+        let mut rest = Vec::new();
+        for &page in pages {
+            for a in p.fault(page, false, self.service_page(page))? {
+                match a {
+                    Action::Fetch { page, home } => fetches.push((page, home)),
+                    other => rest.push(other),
+                }
+            }
+        }
+        self.carry_out(&mut p, rest)?;
+        // A page overtaken by a notice while on its way is fetched again (see `fetched`).
+        while !fetches.is_empty() {
+            let outs = fetches.iter().map(|&(page, _)| self.service_page_mut(page)).collect::<Result<Vec<_>, _>>()?;
+            let start = Instant::now();
+            lock(&self.backend).fetch_many(&fetches, outs)?;
+            self.fetch_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let mut again = Vec::new();
+            for (page, _) in std::mem::take(&mut fetches) {
+                for a in p.fetched(page, self.service_page(page))? {
+                    match a {
+                        Action::Fetch { page, home } => again.push((page, home)),
+                        other => self.carry_out(&mut p, vec![other])?,
+                    }
+                }
+            }
+            fetches = again;
+        }
+        Ok(())
+    }
+
+    /// A write of the whole page `page` is coming (see [`Protocol::overwrite`]).
+    fn overwrite(&self, page: PageId) -> Result<(), DsmError> {
+        let mut p = lock(&self.protocol);
+        let actions = p.overwrite(page, self.service_page(page))?;
+        self.carry_out(&mut p, actions)
+    }
+
     /// Resolve the fault at `addr`.
     fn resolve(&self, addr: usize) -> Result<(), DsmError> {
         let page = ((addr - self.app) / PAGE_BYTES) as PageId;
@@ -644,6 +764,14 @@ fn install_handler() {
             }
         }
     });
+}
+
+/// Mappings this process may still make (the system's `vm.max_map_count` less those it has),
+/// when the system says: a range's pages with different protections are mappings of their own.
+fn mappings_left() -> Option<usize> {
+    let max: usize = std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()?;
+    let have = std::fs::read_to_string("/proc/self/maps").ok()?.lines().count();
+    Some(max.saturating_sub(have + MAPPINGS_SPARE))
 }
 
 /// A protection as a number that grows with what it allows.

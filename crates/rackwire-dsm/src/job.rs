@@ -61,6 +61,35 @@ impl Backend for FabricBackend {
             _ => Err(DsmError::BadFetch { page, home, got: 0 }),
         }
     }
+
+    fn fetch_many(&mut self, pages: &[(PageId, Rank)], outs: Vec<&mut [u8]>) -> Result<(), DsmError> {
+        let mut reads = Vec::with_capacity(pages.len());
+        for &(page, home) in pages {
+            let (conn, part) = reach(&self.conns, &self.parts, home)?;
+            reads.push(conn.read(part, page as u64 * PAGE_BYTES as u64, PAGE_BYTES as u64, OpFlags::NONE));
+        }
+        for ((read, out), &(page, home)) in reads.into_iter().zip(outs).zip(pages) {
+            match read.wait()? {
+                Completion::Data(d) if d.len() == out.len() => out.copy_from_slice(&d),
+                Completion::Data(d) => return Err(DsmError::BadFetch { page, home, got: d.len() }),
+                _ => return Err(DsmError::BadFetch { page, home, got: 0 }),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a shared range's pages have their homes (each page's master copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// Page `p` at rank `p % ranks`, from the start.
+    RoundRobin,
+    /// At the rank that writes it first: homes start in turn, and at the first barrier after a
+    /// page was first written, its home moves to the lowest rank that wrote it in that
+    /// interval (which fetches it once, unless its copy is current); a page nobody writes
+    /// stays where it started. A rank then writes the pages it owns without twins or diffs.
+    #[default]
+    FirstTouch,
 }
 
 /// Shared memory over a job's ranks: each rank's [`Range`], and the group it synchronises
@@ -80,6 +109,9 @@ pub struct SharedMemory {
     appended: Vec<usize>,
     /// Where this rank's time went in the calls it made (see [`Stats`]).
     spent: Spent,
+    /// With first-touch placement: which pages have been placed (the same at every rank: it
+    /// follows the notices every rank sees at barriers).
+    placed: Option<Vec<bool>>,
 }
 
 /// Time in the shared memory's calls so far, by what it went into.
@@ -129,6 +161,8 @@ impl Stats {
                 diff_bytes: c.0.diff_bytes - c.1.diff_bytes,
                 diffs_applied: c.0.diffs_applied - c.1.diffs_applied,
                 invalidations: c.0.invalidations - c.1.invalidations,
+                homes_moved: c.0.homes_moved - c.1.homes_moved,
+                overwrites: c.0.overwrites - c.1.overwrites,
             },
             data_wait: self.data_wait.saturating_sub(earlier.data_wait),
             fetch: self.fetch.saturating_sub(earlier.fetch),
@@ -142,9 +176,16 @@ impl Stats {
 }
 
 impl SharedMemory {
-    /// A range of `bytes` (rounded up to whole pages) over every rank of `group`, pages homed in
-    /// turn; every rank calls this with the same `bytes` (a collective call).
-    pub fn new(mut group: Group, bytes: usize) -> Result<SharedMemory, DsmError> {
+    /// A range of `bytes` (rounded up to whole pages) over every rank of `group`, each page
+    /// homed where it is first written ([`Placement::FirstTouch`]); every rank calls this with
+    /// the same `bytes` (a collective call).
+    pub fn new(group: Group, bytes: usize) -> Result<SharedMemory, DsmError> {
+        SharedMemory::with_placement(group, bytes, Placement::FirstTouch)
+    }
+
+    /// [`SharedMemory::new`] with the pages' homes placed as `placement` says (every rank the
+    /// same).
+    pub fn with_placement(mut group: Group, bytes: usize, placement: Placement) -> Result<SharedMemory, DsmError> {
         let pages = bytes.div_ceil(PAGE_BYTES).max(1);
         let (rank, size) = (group.rank(), group.size());
         let sym = group.alloc_symmetric((pages * PAGE_BYTES) as u64, Grant::READ | Grant::WRITE)?;
@@ -164,6 +205,7 @@ impl SharedMemory {
             known: Vec::new(),
             appended: vec![0; crate::LOCKS_MAX],
             spent: Spent::default(),
+            placed: (placement == Placement::FirstTouch).then(|| vec![false; pages]),
         })
     }
 
@@ -253,6 +295,31 @@ impl SharedMemory {
             .collect();
         let acq = self.acquire(&theirs)?;
         self.send_diffs(&acq.diffs)?;
+        self.group.barrier()?;
+        self.place(&all)
+    }
+
+    /// First-touch placement after a barrier: each page written for the first time goes to
+    /// the lowest rank that wrote it (`all`: every rank's notices, by rank); once every rank's
+    /// moves are done (their fetches from the old homes), a group barrier.
+    fn place(&mut self, all: &[Vec<u8>]) -> Result<(), DsmError> {
+        let Some(placed) = self.placed.as_mut() else { return Ok(()) };
+        let mut moves = Vec::new();
+        for (rank, notices) in all.iter().enumerate() {
+            for c in notices.chunks_exact(4) {
+                let page = PageId::from_le_bytes(c.try_into().expect("4 bytes"));
+                // Every page was checked by the acquire; one past the range is skipped.
+                if let Some(done @ false) = placed.get_mut(page as usize) {
+                    *done = true;
+                    moves.push((page, rank as Rank));
+                }
+            }
+        }
+        // The same at every rank: every rank saw the same notices.
+        if moves.is_empty() {
+            return Ok(());
+        }
+        self.range.rehome(&moves)?;
         self.group.barrier()?;
         Ok(())
     }
@@ -350,9 +417,12 @@ impl SharedMemory {
         Ok(())
     }
 
-    /// Leave the job's group together with the other ranks (see [`Group::leave`]).
+    /// Leave the job's group together with the other ranks (see [`Group::leave`]): once every
+    /// rank is done reading (a group barrier: another rank may still fetch pages homed here),
+    /// the range goes, then the group.
     pub fn leave(self) -> Result<(), DsmError> {
-        let SharedMemory { group, range, .. } = self;
+        let SharedMemory { mut group, range, .. } = self;
+        group.barrier()?;
         drop(range);
         group.leave()?;
         Ok(())

@@ -31,7 +31,7 @@ mod lock;
 mod protocol;
 
 pub use fault::{Backend, Range, SharedBytes, RANGES_MAX, SLOTS};
-pub use job::{SharedMemory, Stats};
+pub use job::{Placement, SharedMemory, Stats};
 pub use lock::{LOCKS_MAX, LOCK_LOG_ENTRIES, LOCK_TIMEOUT};
 pub use protocol::{
     Access, Action, Counters, DsmError, PageId, PageState, Protocol, Rank, Released, PAGES_MAX, RANKS_MAX,

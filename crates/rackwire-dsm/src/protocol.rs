@@ -112,6 +112,10 @@ pub enum DsmError {
     /// A page arrived that was not being fetched.
     #[error("page {0} arrived but was not being fetched")]
     NotFetching(PageId),
+    /// A page's home asked to move while the page is being written or fetched (homes move
+    /// only between intervals).
+    #[error("page {0} cannot change home while it is written or fetched")]
+    Busy(PageId),
     /// A diff for a page homed elsewhere.
     #[error("a diff for page {page}, whose home is rank {home}, not this one")]
     NotHome {
@@ -171,6 +175,10 @@ pub struct Counters {
     pub diffs_applied: u64,
     /// Copies invalidated by write notices.
     pub invalidations: u64,
+    /// Pages whose home moved (first-touch placement), to this rank or away.
+    pub homes_moved: u64,
+    /// Pages written whole without a copy here (no fetch, no twin: their diff is the page).
+    pub overwrites: u64,
 }
 
 /// One rank's page protocol over a shared range.
@@ -182,6 +190,9 @@ pub struct Protocol {
     state: Vec<PageState>,
     /// Twins of the pages written in this interval and homed elsewhere.
     twins: std::collections::HashMap<PageId, Vec<u8>>,
+    /// Pages written whole in this interval with no copy before (see [`Protocol::overwrite`]):
+    /// their diffs are the whole page.
+    whole: std::collections::HashSet<PageId>,
     /// Pages written in this interval, in the order first written.
     written: Vec<PageId>,
     /// Pages written in this interval whose diffs an acquire already flushed: noticed at the
@@ -215,6 +226,7 @@ impl Protocol {
             homes,
             state,
             twins: Default::default(),
+            whole: Default::default(),
             written: Vec::new(),
             flushed: Vec::new(),
             stale: Default::default(),
@@ -287,6 +299,37 @@ impl Protocol {
         vec![Action::Protect { page, access: Access::ReadWrite }]
     }
 
+    /// The caller is about to write every byte of `page` (before the next release) and has no
+    /// valid copy: nothing is fetched and no twin kept; the page is writable at once, and its
+    /// diff at the release is the whole page. On a page with a copy (or on its way) this is an
+    /// ordinary write fault.
+    pub fn overwrite(&mut self, page: PageId, copy: &[u8]) -> Result<Vec<Action>, DsmError> {
+        let i = self.check(page)?;
+        if self.state[i] != PageState::Invalid {
+            return self.fault(page, true, copy);
+        }
+        self.counters.faults += 1;
+        self.counters.overwrites += 1;
+        self.whole.insert(page);
+        self.state[i] = PageState::Written;
+        self.written.push(page);
+        Ok(vec![Action::Protect { page, access: Access::ReadWrite }])
+    }
+
+    /// The diff of a written page homed elsewhere against its twin (or whole), if it has one.
+    fn take_diff(&mut self, page: PageId, copy: &[u8]) -> Option<Vec<u8>> {
+        let d = if self.whole.remove(&page) {
+            (copy.len() == PAGE_BYTES).then(|| diff::whole(copy))
+        } else {
+            // A copy that is not a page long cannot be diffed: the caller's bug, seen in the
+            // diff it then sends (none).
+            self.twins.remove(&page).and_then(|twin| diff::encode(&twin, copy).ok())
+        }?;
+        self.counters.diffs += 1;
+        self.counters.diff_bytes += d.len() as u64;
+        Some(d)
+    }
+
     /// The page being fetched arrived; `copy` is this rank's copy, now the home's bytes.
     pub fn fetched(&mut self, page: PageId, copy: &[u8]) -> Result<Vec<Action>, DsmError> {
         let i = self.check(page)?;
@@ -309,14 +352,8 @@ impl Protocol {
         let mut out = Released { notices: std::mem::take(&mut self.flushed), ..Released::default() };
         for page in std::mem::take(&mut self.written) {
             let i = page as usize;
-            if let Some(twin) = self.twins.remove(&page) {
-                // A copy that is not a page long cannot be diffed: the caller's bug, seen in
-                // the diff it then sends (none).
-                if let Ok(d) = diff::encode(&twin, copy(page)) {
-                    self.counters.diffs += 1;
-                    self.counters.diff_bytes += d.len() as u64;
-                    out.diffs.push((page, self.homes[i], d));
-                }
+            if let Some(d) = self.take_diff(page, copy(page)) {
+                out.diffs.push((page, self.homes[i], d));
             }
             self.state[i] = PageState::Read;
             out.notices.push(page);
@@ -351,12 +388,8 @@ impl Protocol {
                     self.stale.insert(page);
                 }
                 PageState::Written => {
-                    if let Some(twin) = self.twins.remove(&page) {
-                        if let Ok(d) = diff::encode(&twin, copy(page)) {
-                            self.counters.diffs += 1;
-                            self.counters.diff_bytes += d.len() as u64;
-                            out.diffs.push((page, self.homes[i], d));
-                        }
+                    if let Some(d) = self.take_diff(page, copy(page)) {
+                        out.diffs.push((page, self.homes[i], d));
                     }
                     self.written.retain(|&p| p != page);
                     if !self.flushed.contains(&page) {
@@ -371,6 +404,33 @@ impl Protocol {
             }
         }
         Ok(out)
+    }
+
+    /// Move the page's home to `home` (first-touch placement, between intervals: after a
+    /// barrier, when no page is written or being fetched). A page now homed here whose copy is
+    /// not valid is fetched from its old home (the caller lets every rank's fetch finish before
+    /// anyone touches the page again); a copy that is valid is the master already. A page
+    /// homed here before keeps its copy, now a copy like any other.
+    pub fn rehome(&mut self, page: PageId, home: Rank) -> Result<Vec<Action>, DsmError> {
+        let i = self.check(page)?;
+        if home as usize >= self.ranks {
+            return Err(DsmError::NoSuchRank { rank: home, ranks: self.ranks });
+        }
+        let old = self.homes[i];
+        if old == home {
+            return Ok(Vec::new());
+        }
+        if matches!(self.state[i], PageState::Written | PageState::Fetching { .. }) {
+            return Err(DsmError::Busy(page));
+        }
+        self.homes[i] = home;
+        self.counters.homes_moved += 1;
+        if home == self.me && self.state[i] == PageState::Invalid {
+            self.state[i] = PageState::Fetching { write: false };
+            self.counters.fetches += 1;
+            return Ok(vec![Action::Fetch { page, home: old }]);
+        }
+        Ok(Vec::new())
     }
 
     /// As the page's home, apply a diff another rank sent to the master copy `master`. A diff

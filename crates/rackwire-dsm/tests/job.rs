@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use common::{assert_all_ok, run, run_with};
-use rackwire_dsm::{DsmError, SharedMemory, PAGE_BYTES};
+use rackwire_dsm::{DsmError, Placement, SharedMemory, PAGE_BYTES};
 
 mod common;
 
@@ -56,6 +56,57 @@ fn every_rank_sees_every_write_over_shared_memory() {
 #[test]
 fn every_rank_sees_every_write_over_the_edge_transport() {
     every_rank_sees_every_write(2, true);
+}
+
+/// Each of `n` ranks writes pages `rank, rank + n, ...` shifted by one (so none is its
+/// round-robin home's), a barrier, then writes them again and passes another barrier: what the
+/// second interval diffed, and every rank's check that it reads every page's second value.
+fn owners_write_again(n: usize, edge: bool, placement: Placement) -> Vec<u64> {
+    const PAGES: usize = 8;
+    let diffs = std::sync::Arc::new(std::sync::Mutex::new(vec![0u64; n]));
+    let d = diffs.clone();
+    let job = format!("dsmpl{n}{}{}", if edge { "e" } else { "s" }, placement == Placement::FirstTouch);
+    let results =
+        common::run_with(job.as_str(), n, PAGES * PAGE_BYTES, edge, Duration::from_secs(30), placement, move |m| {
+            let (me, size) = (m.rank(), m.size());
+            let mine: Vec<usize> = (0..PAGES).filter(|p| (p + 1) % size == me).collect();
+            for round in 1..=2u8 {
+                let before = m.stats().counters.diffs;
+                for &p in &mine {
+                    m.range().write(p * PAGE_BYTES + 40, round * 10 + p as u8)?;
+                }
+                m.barrier()?;
+                if round == 2 {
+                    d.lock().unwrap()[me] = m.stats().counters.diffs - before;
+                }
+                for p in 0..PAGES {
+                    assert_eq!(
+                        m.range().read(p * PAGE_BYTES + 40)?,
+                        round * 10 + p as u8,
+                        "rank {me} round {round} page {p}"
+                    );
+                }
+                m.barrier()?;
+            }
+            Ok(())
+        });
+    assert_all_ok(&results);
+    let out = diffs.lock().unwrap().clone();
+    out
+}
+
+// Checks first-touch placement against round robin, 2 ranks over shared memory and over the
+// edge transport: each rank writes pages whose round-robin home is the other; with first
+// touch those pages move to their writer at the first barrier, so the second round of writes
+// sends no diffs at all, where round robin sends one per page; every rank reads every page's
+// latest value either way (the move lost nothing).
+#[test]
+fn first_touch_homes_pages_at_their_writer() {
+    for edge in [false, true] {
+        assert_eq!(owners_write_again(2, edge, Placement::FirstTouch), vec![0, 0], "edge {edge}");
+        assert_eq!(owners_write_again(2, edge, Placement::RoundRobin), vec![4, 4], "edge {edge}");
+    }
+    assert_eq!(owners_write_again(3, false, Placement::FirstTouch), vec![0, 0, 0]);
 }
 
 /// The 8-byte word at `at` of the range (byte by byte: each byte a touch of the memory).
@@ -172,7 +223,7 @@ fn a_lock_carries_what_happened_before_its_release() {
 #[test]
 fn a_rank_gone_mid_run_fails_the_others() {
     let started = std::time::Instant::now();
-    let results = run_with("dsmgone", 3, 4 * PAGE_BYTES, false, Duration::from_secs(2), |m| {
+    let results = run_with("dsmgone", 3, 4 * PAGE_BYTES, false, Duration::from_secs(2), Placement::FirstTouch, |m| {
         if m.rank() == 2 {
             return Err(DsmError::Limit { what: "this rank leaves on purpose", n: 0, max: 0 });
         }

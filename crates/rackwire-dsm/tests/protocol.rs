@@ -219,6 +219,57 @@ fn a_fetch_overtaken_by_a_notice_is_fetched_again() {
     assert_eq!(p.fetched(0, &page).unwrap(), vec![Action::Protect { page: 0, access: Access::Read }]);
 }
 
+// Checks moving a page's home between intervals: to this rank with no valid copy, it is
+// fetched from the old home (and the page is then read-only, the master); to this rank with a
+// valid copy, nothing is fetched; away from this rank, the copy stays and a later write keeps
+// a twin (it is a copy like any other now); a page being written cannot move, nor go to a
+// rank past the job; every move is counted.
+#[test]
+fn a_page_moves_home_between_intervals() {
+    let page = vec![0u8; PAGE_BYTES];
+    // Rank 0 of 2; page 0 homed at 0, page 1 at 1.
+    let mut p = Protocol::new(0, 2, vec![0, 1, 1]).unwrap();
+    assert_eq!(p.rehome(1, 0).unwrap(), vec![Action::Fetch { page: 1, home: 1 }]);
+    assert_eq!(p.fetched(1, &page).unwrap(), vec![Action::Protect { page: 1, access: Access::Read }]);
+    assert_eq!(p.home(1).unwrap(), 0);
+    assert_eq!(p.fault(1, true, &page).unwrap(), vec![Action::Protect { page: 1, access: Access::ReadWrite }]);
+    assert_eq!(p.counters().twins, 0, "no twin for a page homed here");
+    assert_eq!(p.rehome(1, 1), Err(DsmError::Busy(1)), "written in this interval");
+    let _ = p.release(|_| &page[..]);
+    // Page 2 fetched (valid), then moved here: nothing to fetch.
+    assert_eq!(p.fault(2, false, &page).unwrap(), vec![Action::Fetch { page: 2, home: 1 }]);
+    let _ = p.fetched(2, &page).unwrap();
+    assert!(p.rehome(2, 0).unwrap().is_empty());
+    // Page 0 moves away: the copy stays readable, and a write keeps a twin.
+    assert!(p.rehome(0, 1).unwrap().is_empty());
+    assert_eq!(p.state(0).unwrap(), PageState::Read);
+    let _ = p.fault(0, true, &page).unwrap();
+    assert_eq!(p.counters().twins, 1);
+    assert!(matches!(p.rehome(0, 2), Err(DsmError::NoSuchRank { rank: 2, ranks: 2 })));
+    assert_eq!(p.counters().homes_moved, 3);
+}
+
+// Checks a page written whole with no copy here: nothing is fetched and no twin kept, the page
+// is writable at once, and the release sends the whole page as its diff (which, applied at the
+// home over the old bytes, gives what was written); on a page with a copy it is an ordinary
+// write fault (a twin).
+#[test]
+fn a_page_written_whole_is_not_fetched() {
+    let mut p = Protocol::new(0, 2, vec![1, 1]).unwrap();
+    let written = vec![3u8; PAGE_BYTES];
+    assert_eq!(p.overwrite(0, &written).unwrap(), vec![Action::Protect { page: 0, access: Access::ReadWrite }]);
+    assert_eq!((p.counters().fetches, p.counters().twins, p.counters().overwrites), (0, 0, 1));
+    let rel = p.release(|_| &written[..]);
+    assert_eq!(rel.diffs.len(), 1);
+    let mut home = vec![9u8; PAGE_BYTES];
+    diff::apply(&rel.diffs[0].2, &mut home).unwrap();
+    assert_eq!(home, written);
+    assert_eq!(rel.notices, vec![0]);
+    // Page 0 is valid now: overwriting it again is a write fault with a twin.
+    let _ = p.overwrite(0, &written).unwrap();
+    assert_eq!(p.counters().twins, 1);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 

@@ -22,17 +22,17 @@ use crate::{EvalError, RunResult};
 /// The applications, in the order the report lists them.
 pub const APPS: [App; 4] = [App::Fft, App::Lu, App::Radix, App::Water];
 /// FFT points at scale 1 (a power of 4).
-pub const FFT_POINTS: usize = 1 << 20;
-/// LU's matrix side at scale 1, and its block side (SPLASH-2's default block).
-pub const LU_SIDE: usize = 1024;
-/// LU's block side.
-pub const LU_BLOCK: usize = 16;
+pub const FFT_POINTS: usize = 1 << 22;
+/// LU's matrix side at scale 1.
+pub const LU_SIDE: usize = 2048;
+/// LU's block side: 32 x 32 numbers are two pages, so no page holds two ranks' blocks.
+pub const LU_BLOCK: usize = 32;
 /// Radix sort's keys at scale 1, and their bits.
-pub const RADIX_KEYS: usize = 4 << 20;
+pub const RADIX_KEYS: usize = 8 << 20;
 /// Bits of each key (four passes of 8 bits).
 pub const RADIX_BITS: u32 = 32;
 /// Water's molecules at scale 1, and its time steps.
-pub const WATER_MOLECULES: usize = 2048;
+pub const WATER_MOLECULES: usize = 16384;
 /// Water's time steps.
 pub const WATER_STEPS: usize = 3;
 /// How far a coordinate of Water's may be from the one-process run's, relative (its sums land

@@ -64,6 +64,8 @@ fn transpose(mem: &mut impl Memory, m: usize, from: usize, to: usize) -> Result<
     let mut r0 = mine.start;
     while r0 < mine.end {
         let rows = (mine.end - r0).min(TRANSPOSE_ROWS);
+        let spans: Vec<(usize, usize)> = (0..m).map(|c| (from + 2 * (c * m + r0), 2 * rows)).collect();
+        mem.prefetch(&spans)?;
         // tile[c] holds from[c][r0..r0 + rows].
         for c in 0..m {
             mem.read_numbers(from + 2 * (c * m + r0), &mut tile[2 * rows * c..2 * rows * (c + 1)])?;

@@ -48,23 +48,39 @@ fn check(s: Shape) -> Result<(), DsmError> {
     Ok(())
 }
 
-/// Fill the matrix with a diagonally dominant one (so no pivoting is needed), from `seed`; only
-/// rank 0 writes, then a barrier.
+/// Fill the matrix with a diagonally dominant one (so no pivoting is needed), from `seed`:
+/// each rank the blocks it will factorise (so first-touch placement homes them there), then a
+/// barrier.
 pub fn init(m: &mut impl Memory, s: Shape, seed: u64) -> Result<(), DsmError> {
     check(s)?;
-    if m.rank() == 0 {
-        let mut x = seed | 1;
-        for row in 0..s.n {
-            for col in 0..s.n {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let v = (x % 1000) as f64 / 1000.0;
-                m.set(s.element(row, col), if row == col { v + s.n as f64 } else { v })?;
+    let (nb, b, me, ranks) = (s.blocks(), s.b, m.rank(), m.ranks());
+    let mut blk = vec![0f64; b * b];
+    for i in 0..nb {
+        for j in 0..nb {
+            if owner(i, j, ranks) != me {
+                continue;
             }
+            for r in 0..b {
+                for c in 0..b {
+                    let (row, col) = (i * b + r, j * b + c);
+                    let v = element_value(seed, row * s.n + col);
+                    blk[r * b + c] = if row == col { v + s.n as f64 } else { v };
+                }
+            }
+            m.write_numbers(s.at(i, j, 0, 0), &blk)?;
         }
     }
     m.barrier()
+}
+
+/// The starting value of the element at `index` (row-major), in [0, 1): a hash of the seed
+/// and the index, so any rank computes any element.
+fn element_value(seed: u64, index: usize) -> f64 {
+    let mut x = seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 29;
+    (x % 1000) as f64 / 1000.0
 }
 
 fn owner(i: usize, j: usize, ranks: usize) -> usize {
@@ -87,6 +103,10 @@ pub fn factorise(m: &mut impl Memory, s: Shape) -> Result<(), DsmError> {
             m.write_numbers(s.at(k, k, 0, 0), &diag)?;
         }
         m.barrier()?;
+        // The diagonal block, if this rank owns a block of its row or column.
+        if (k + 1..nb).any(|t| owner(k, t, ranks) == me || owner(t, k, ranks) == me) {
+            m.prefetch(&[(s.at(k, k, 0, 0), bb)])?;
+        }
         let mut have_diag = false;
         for t in k + 1..nb {
             let (right, below) = (owner(k, t, ranks) == me, owner(t, k, ranks) == me);
@@ -106,6 +126,17 @@ pub fn factorise(m: &mut impl Memory, s: Shape) -> Result<(), DsmError> {
             }
         }
         m.barrier()?;
+        // Every block of column k and row k this rank's updates read, fetched together.
+        let mut spans = Vec::new();
+        for t in k + 1..nb {
+            if (k + 1..nb).any(|j| owner(t, j, ranks) == me) {
+                spans.push((s.at(t, k, 0, 0), bb));
+            }
+            if (k + 1..nb).any(|i| owner(i, t, ranks) == me) {
+                spans.push((s.at(k, t, 0, 0), bb));
+            }
+        }
+        m.prefetch(&spans)?;
         for i in k + 1..nb {
             let mut have_left = false;
             for j in k + 1..nb {

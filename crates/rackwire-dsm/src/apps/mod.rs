@@ -45,6 +45,11 @@ pub trait Memory {
         }
         Ok(())
     }
+    /// Words about to be read, `(index, words)` each: fetched together where that helps (by
+    /// default, nothing).
+    fn prefetch(&mut self, _spans: &[(usize, usize)]) -> Result<(), DsmError> {
+        Ok(())
+    }
     /// The numbers from index `i` on, into `out`.
     fn read_numbers(&mut self, i: usize, out: &mut [f64]) -> Result<(), DsmError> {
         let mut words = vec![0u64; out.len()];
@@ -154,6 +159,11 @@ impl Memory for SharedMemory {
     }
     fn write_words(&mut self, i: usize, words: &[u64]) -> Result<(), DsmError> {
         self.range().write_words(offset(i)?, words)
+    }
+    fn prefetch(&mut self, spans: &[(usize, usize)]) -> Result<(), DsmError> {
+        let bytes: Vec<(usize, usize)> =
+            spans.iter().map(|&(i, n)| Ok((offset(i)?, offset(n)?))).collect::<Result<_, DsmError>>()?;
+        self.range().prefetch(&bytes)
     }
     fn barrier(&mut self) -> Result<(), DsmError> {
         SharedMemory::barrier(self)

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rackwire::{Fabric, FabricConfig, ManagementHost, TransportChoice};
 use rackwire_coll::{Group, GroupConfig};
-use rackwire_dsm::{DsmError, SharedMemory};
+use rackwire_dsm::{DsmError, Placement, SharedMemory};
 
 const SECRET: &str = "dsm-job-test-secret-0123456789abcdef";
 
@@ -19,16 +19,18 @@ pub fn run(
     edge: bool,
     body: impl Fn(&mut SharedMemory) -> Result<(), DsmError> + Send + Sync + 'static,
 ) -> Vec<Result<(), DsmError>> {
-    run_with(job, n, bytes, edge, Duration::from_secs(30), body)
+    run_with(job, n, bytes, edge, Duration::from_secs(30), Placement::FirstTouch, body)
 }
 
-/// [`run`] with the group's timeout (how long a rank waits for the others in a group call).
+/// [`run`] with the group's timeout (how long a rank waits for the others in a group call) and
+/// the pages' placement.
 pub fn run_with(
     job: &str,
     n: usize,
     bytes: usize,
     edge: bool,
     timeout: Duration,
+    placement: Placement,
     body: impl Fn(&mut SharedMemory) -> Result<(), DsmError> + Send + Sync + 'static,
 ) -> Vec<Result<(), DsmError>> {
     let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
@@ -45,7 +47,7 @@ pub fn run_with(
                 }
                 let fabric = Arc::new(Fabric::join(cfg)?);
                 let group = Group::join_with(fabric, &job, rank, n, GroupConfig { timeout, job_token: None })?;
-                let mut shared = SharedMemory::new(group, bytes)?;
+                let mut shared = SharedMemory::with_placement(group, bytes, placement)?;
                 body(&mut shared)?;
                 shared.leave()
             })
