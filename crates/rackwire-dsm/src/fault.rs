@@ -269,9 +269,7 @@ impl Range {
             fetch_ns: AtomicU64::new(0),
             _memory: memory,
         });
-        for (p, a) in access.iter().enumerate() {
-            inner.protect(p as PageId, *a)?;
-        }
+        inner.protect_all(access.iter().enumerate().map(|(p, a)| (p as PageId, *a)).collect())?;
         let slot = register(&inner)?;
         let runner = inner.clone();
         let thread = std::thread::Builder::new()
@@ -433,7 +431,18 @@ impl Range {
                 self.inner.overwrite(p as PageId)?;
             }
         }
-        self.fetch_missing(pages.filter(|p| !whole(p)), 2)?;
+        self.fetch_missing(pages.clone().filter(|p| !whole(p)), 2)?;
+        if write {
+            // Pages readable but not writable yet: their write faults together (one
+            // protection change for neighbours).
+            let upgrade: Vec<PageId> = pages
+                .filter(|&p| self.inner.access[p].load(Ordering::Acquire) == level(Access::Read))
+                .map(|p| p as PageId)
+                .collect();
+            if upgrade.len() > 1 {
+                self.inner.write_faults(&upgrade)?;
+            }
+        }
         let mut off = at;
         while off < end {
             let next = ((off / PAGE_BYTES + 1) * PAGE_BYTES).min(end);
@@ -612,38 +621,73 @@ impl Inner {
         Ok(unsafe { std::slice::from_raw_parts_mut((self.service + at) as *mut u8, PAGE_BYTES) })
     }
 
-    fn protect(&self, page: PageId, access: Access) -> Result<(), DsmError> {
+    /// Set the protection of `n` pages from `first`.
+    fn protect_run(&self, first: PageId, n: usize, access: Access) -> Result<(), DsmError> {
         let flags = match access {
             Access::None => MprotectFlags::empty(),
             Access::Read => MprotectFlags::READ,
             Access::ReadWrite => MprotectFlags::READ | MprotectFlags::WRITE,
         };
-        // SAFETY: a whole page inside the application's view, which this range owns.
+        let (at, len) = (first as usize * PAGE_BYTES, n * PAGE_BYTES);
+        if at + len > self.len {
+            return Err(DsmError::NoSuchPage { page: first + n as PageId - 1, pages: self.len / PAGE_BYTES });
+        }
+        // SAFETY: whole pages inside the application's view, which this range owns.
         #[allow(unsafe_code)]
-        unsafe { rustix::mm::mprotect((self.app + page as usize * PAGE_BYTES) as *mut _, PAGE_BYTES, flags) }
-            .map_err(|e| sys("mprotect", e))?;
-        if let Some(a) = self.access.get(page as usize) {
+        unsafe { rustix::mm::mprotect((self.app + at) as *mut _, len, flags) }.map_err(|e| sys("mprotect", e))?;
+        for a in &self.access[first as usize..first as usize + n] {
             a.store(level(access), Ordering::Release);
         }
         Ok(())
     }
 
-    /// Carry out the protocol's actions: protection changes, and fetches (the page's bytes
-    /// written through the service view, then reported).
+    /// Carry out the protocol's actions: fetches (the page's bytes written through the
+    /// service view, then reported), and protection changes — gathered, and made with one
+    /// `mprotect` per run of neighbouring pages that get the same protection (each call costs
+    /// a system call and a flush of every core's view of the mapping).
     fn carry_out(&self, p: &mut Protocol, actions: Vec<Action>) -> Result<(), DsmError> {
         let mut todo = actions;
+        todo.reverse();
+        let mut protects: Vec<(PageId, Access)> = Vec::new();
         while let Some(a) = todo.pop() {
             match a {
-                Action::Protect { page, access } => self.protect(page, access)?,
+                Action::Protect { page, access } => protects.push((page, access)),
                 Action::Fetch { page, home } => {
                     let buf = self.service_page_mut(page)?;
                     let start = Instant::now();
                     lock(&self.backend).fetch(page, home, buf)?;
                     self.fetch_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     let copy = self.service_page(page);
-                    todo.extend(p.fetched(page, copy)?);
+                    let mut next = p.fetched(page, copy)?;
+                    next.reverse();
+                    todo.extend(next);
                 }
             }
+        }
+        self.protect_all(protects)
+    }
+
+    /// Set each page's protection, the last one given for a page winning; neighbouring pages
+    /// with the same protection in one call.
+    fn protect_all(&self, mut protects: Vec<(PageId, Access)>) -> Result<(), DsmError> {
+        // Stable: of one page's protections, the last given stays last.
+        protects.sort_by_key(|&(page, _)| page);
+        let mut last: Vec<(PageId, Access)> = Vec::with_capacity(protects.len());
+        for (page, access) in protects {
+            match last.last_mut() {
+                Some(l) if l.0 == page => l.1 = access,
+                _ => last.push((page, access)),
+            }
+        }
+        let mut i = 0;
+        while i < last.len() {
+            let (first, access) = last[i];
+            let mut n = 1;
+            while i + n < last.len() && last[i + n] == (first + n as PageId, access) {
+                n += 1;
+            }
+            self.protect_run(first, n, access)?;
+            i += n;
         }
         Ok(())
     }
@@ -681,6 +725,17 @@ impl Inner {
             fetches = again;
         }
         Ok(())
+    }
+
+    /// Write faults on `pages` (each readable when looked at), their protection changes made
+    /// together.
+    fn write_faults(&self, pages: &[PageId]) -> Result<(), DsmError> {
+        let mut p = lock(&self.protocol);
+        let mut actions = Vec::new();
+        for &page in pages {
+            actions.extend(p.fault(page, true, self.service_page(page))?);
+        }
+        self.carry_out(&mut p, actions)
     }
 
     /// A write of the whole page `page` is coming (see [`Protocol::overwrite`]).

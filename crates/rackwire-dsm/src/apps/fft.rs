@@ -30,24 +30,24 @@ fn get(mem: &mut impl Memory, base: usize, i: usize) -> Result<(f64, f64), DsmEr
     Ok((mem.get(base + 2 * i)?, mem.get(base + 2 * i + 1)?))
 }
 
-fn set(mem: &mut impl Memory, base: usize, i: usize, (re, im): (f64, f64)) -> Result<(), DsmError> {
-    mem.set(base + 2 * i, re)?;
-    mem.set(base + 2 * i + 1, im)
-}
-
-/// Fill the points from `seed` (each rank its rows), then a barrier.
+/// Fill the points from `seed`, each rank its rows (and zero its rows of the scratch matrix,
+/// so that both matrices' rows have their homes at the rank that works on them, as SPLASH-2's
+/// FFT lets each processor touch its own part first), then a barrier.
 pub fn init(mem: &mut impl Memory, n: usize, seed: u64) -> Result<(), DsmError> {
     let m = side(n)?;
+    let mut row = vec![0f64; 2 * m];
     for r in share(m, mem.rank(), mem.ranks()) {
-        for c in 0..m {
+        mem.write_numbers(2 * n + 2 * r * m, &row)?;
+        for (c, p) in row.chunks_exact_mut(2).enumerate() {
             let i = r * m + c;
             let mut x = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             x ^= x >> 29;
             x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            let re = (x % 2000) as f64 / 1000.0 - 1.0;
-            let im = ((x >> 20) % 2000) as f64 / 1000.0 - 1.0;
-            set(mem, 0, i, (re, im))?;
+            p[0] = (x % 2000) as f64 / 1000.0 - 1.0;
+            p[1] = ((x >> 20) % 2000) as f64 / 1000.0 - 1.0;
         }
+        mem.write_numbers(2 * r * m, &row)?;
+        row.fill(0.0);
     }
     mem.barrier()
 }

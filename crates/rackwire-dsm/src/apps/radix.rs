@@ -23,17 +23,25 @@ pub fn words(keys: usize) -> usize {
     2 * keys + RANKS_MAX * RADIX
 }
 
-/// Fill the keys (below `2^bits`) from `seed`: each rank its slice, then a barrier.
+/// Fill the keys (below `2^bits`) from `seed`: each rank its slice (and zeroes its slice of
+/// the other array, so both have their homes at the rank that reads them), then a barrier.
 pub fn init(m: &mut impl Memory, keys: usize, bits: u32, seed: u64) -> Result<(), DsmError> {
     let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
-    for i in share(keys, m.rank(), m.ranks()) {
-        // A key is a function of its index alone, so every rank's slice is the same whoever fills it.
-        let mut x = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        x ^= x >> 31;
-        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x ^= x >> 29;
-        m.set_word(i, x & mask)?;
-    }
+    let mine = share(keys, m.rank(), m.ranks());
+    let slice: Vec<u64> = mine
+        .clone()
+        .map(|i| {
+            // A key is a function of its index alone, so every rank's slice is the same whoever
+            // fills it.
+            let mut x = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            x ^= x >> 31;
+            x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            x ^= x >> 29;
+            x & mask
+        })
+        .collect();
+    m.write_words(mine.start, &slice)?;
+    m.write_words(keys + mine.start, &vec![0; slice.len()])?;
     m.barrier()
 }
 
