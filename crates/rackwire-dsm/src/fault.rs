@@ -381,7 +381,7 @@ impl Range {
             if bytes == 0 {
                 continue;
             }
-            let end = at.checked_add(bytes).unwrap_or(usize::MAX);
+            let end = at.saturating_add(bytes);
             self.check(end - 1)?;
             pages.extend(at / PAGE_BYTES..=(end - 1) / PAGE_BYTES);
         }
@@ -424,6 +424,25 @@ impl Range {
         // The pages of the span with no valid copy are fetched together (their fetches on the
         // way at once), before the walk readies each for the access.
         let pages = at / PAGE_BYTES..=(end - 1) / PAGE_BYTES;
+        let want = level(if write { Access::ReadWrite } else { Access::Read });
+        if pages.clone().any(|p| self.inner.access[p].load(Ordering::Acquire) < want) {
+            self.gather(at, end, write)?;
+        }
+        let mut off = at;
+        while off < end {
+            let next = ((off / PAGE_BYTES + 1) * PAGE_BYTES).min(end);
+            self.ready(off, write)?;
+            copy(off, (off - at) / 8..(next - at) / 8);
+            off = next;
+        }
+        Ok(())
+    }
+
+    /// Before an access to `at..end` that finds pages not ready: pages written whole are made
+    /// writable without a fetch, the others missing are fetched together, and (for a write)
+    /// the readable ones are made writable together.
+    fn gather(&self, at: usize, end: usize, write: bool) -> Result<(), DsmError> {
+        let pages = at / PAGE_BYTES..=(end - 1) / PAGE_BYTES;
         // A write that covers a page whole needs none of its old bytes: no fetch.
         let whole = |p: &usize| write && p * PAGE_BYTES >= at && (p + 1) * PAGE_BYTES <= end;
         for p in pages.clone().filter(whole) {
@@ -442,13 +461,6 @@ impl Range {
             if upgrade.len() > 1 {
                 self.inner.write_faults(&upgrade)?;
             }
-        }
-        let mut off = at;
-        while off < end {
-            let next = ((off / PAGE_BYTES + 1) * PAGE_BYTES).min(end);
-            self.ready(off, write)?;
-            copy(off, (off - at) / 8..(next - at) / 8);
-            off = next;
         }
         Ok(())
     }

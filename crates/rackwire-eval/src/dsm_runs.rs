@@ -63,6 +63,7 @@ pub fn measure_rows(a: &EvalArgs) -> Result<Vec<serde_json::Value>> {
 
 fn measure(a: &EvalArgs, dir: &Path) -> Result<Vec<serde_json::Value>> {
     let counts = rank_counts(a.ranks);
+    let line = crate::runs::rails_bytes_per_s(a.rack.as_deref())?;
     let mut rows = Vec::new();
     for name in &a.app {
         let app = App::parse(name)?;
@@ -77,17 +78,20 @@ fn measure(a: &EvalArgs, dir: &Path) -> Result<Vec<serde_json::Value>> {
                     .push(job(a, dir, app, size, Some(n)).with_context(|| format!("{} at {n} ranks", app.name()))?);
             }
         }
-        rows.push(row(app, size, &plain, &plain));
+        rows.push(row(app, size, &plain, &plain, None));
         for runs in &shared {
-            rows.push(row(app, size, runs, &plain));
+            rows.push(row(app, size, runs, &plain, line));
         }
     }
     Ok(rows)
 }
 
 /// A row: the median run of `runs`, and its speedup over the one-process runs of the same
-/// repeats (the median of the per-repeat ratios, with their spread).
-fn row(app: App, size: usize, runs: &[RunResult], plain: &[RunResult]) -> serde_json::Value {
+/// repeats (the median of the per-repeat ratios, with their spread). With the rails' rate
+/// (`line`, bytes/s per host): the time the run's pages and diffs take on the rails, a rank's
+/// share of them at the line rate, and the speedup that leaves at most when that time does not
+/// overlap the compute (each rank's share of the one-process time).
+fn row(app: App, size: usize, runs: &[RunResult], plain: &[RunResult], line: Option<f64>) -> serde_json::Value {
     let mut secs: Vec<f64> = runs.iter().map(|r| r.secs).collect();
     let med = median(&mut secs);
     let run = crate::runs::median_run(runs);
@@ -102,6 +106,15 @@ fn row(app: App, size: usize, runs: &[RunResult], plain: &[RunResult]) -> serde_
     if let Some(obj) = row.as_object_mut() {
         for (k, v) in &run.extra {
             obj.insert(k.clone(), json!(v));
+        }
+        let moved = run.extra.get("fetches").copied().unwrap_or(0.0) * rackwire_dsm::PAGE_BYTES as f64
+            + run.extra.get("diff_bytes").copied().unwrap_or(0.0);
+        if let Some(rate) = line.filter(|_| run.ranks > 1) {
+            let wire = moved / run.ranks as f64 / rate;
+            let mut plain_secs: Vec<f64> = plain.iter().map(|r| r.secs).collect();
+            let one = median(&mut plain_secs);
+            obj.insert("rails_secs".into(), json!(wire));
+            obj.insert("speedup_bound".into(), json!(one / (one / run.ranks as f64 + wire)));
         }
     }
     row
@@ -129,6 +142,7 @@ pub fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
         "other threads' CPU %",
         "extra frames %",
         "faults / fetches / diffs (MB)",
+        "rails floor s (bound)",
     ]);
     for r in rows {
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
@@ -161,6 +175,11 @@ pub fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
             } else {
                 String::new()
             },
+            if r["rails_secs"].is_number() {
+                format!("{:.3} ({:.2}x)", f("rails_secs"), f("speedup_bound"))
+            } else {
+                String::new()
+            },
         ]);
     }
     t
@@ -174,7 +193,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&json!({ "meta": meta, "rows": rows }))?);
     } else {
         println!("{}", table_of(&rows));
-        println!("(secs: the kernel's, the slowest rank's; speedup: the one-process run's time over this row's, same repeat, median with spread; breakdown: each rank's kernel time by where it went, mean over the ranks; other threads' CPU: the transport's and the fault service's, over the kernel's time; extra frames: frames sent beyond data frames, over data frames; every shared run's result equals the one-process run's, Water's to rounding)");
+        println!("(secs: the kernel's, the slowest rank's; speedup: the one-process run's time over this row's, same repeat, median with spread; breakdown: each rank's kernel time by where it went, mean over the ranks; other threads' CPU: the transport's and the fault service's, over the kernel's time; extra frames: frames sent beyond data frames, over data frames; rails floor: a rank's share of the pages and diffs moved, at the rails' line rate, and the speedup left at most if it does not overlap the compute; every shared run's result equals the one-process run's, Water's to rounding)");
     }
     Ok(())
 }

@@ -412,6 +412,14 @@ pub fn rail_gbit(rack: Option<&Path>) -> Result<Option<f64>> {
         .map(|b| b as f64 * 8.0 / 1e9))
 }
 
+/// What a host of the rack can take in over all its rails (bytes/s), if they are shaped.
+pub fn rails_bytes_per_s(rack: Option<&Path>) -> Result<Option<f64>> {
+    let Some(cfg) = rack_config(rack)? else { return Ok(None) };
+    let rates: Option<Vec<u64>> =
+        cfg.rails.iter().map(|r| r.rate.as_deref().and_then(rackwire_rack::rate_bytes_per_s)).collect();
+    Ok(rates.filter(|r| !r.is_empty()).map(|r| r.iter().sum::<u64>() as f64))
+}
+
 /// Every measured row of one workload (and variant) at one core count: each data path's
 /// repeats.
 pub struct Measured {

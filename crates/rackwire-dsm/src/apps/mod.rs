@@ -52,15 +52,11 @@ pub trait Memory {
     }
     /// The numbers from index `i` on, into `out`.
     fn read_numbers(&mut self, i: usize, out: &mut [f64]) -> Result<(), DsmError> {
-        let mut words = vec![0u64; out.len()];
-        self.read_words(i, &mut words)?;
-        out.iter_mut().zip(words).for_each(|(o, w)| *o = f64::from_bits(w));
-        Ok(())
+        self.read_words(i, bytemuck::cast_slice_mut(out))
     }
     /// Set the numbers from index `i` on to `numbers`.
     fn write_numbers(&mut self, i: usize, numbers: &[f64]) -> Result<(), DsmError> {
-        let words: Vec<u64> = numbers.iter().map(|n| n.to_bits()).collect();
-        self.write_words(i, &words)
+        self.write_words(i, bytemuck::cast_slice(numbers))
     }
     /// Every rank's writes before it are seen by every rank after it.
     fn barrier(&mut self) -> Result<(), DsmError>;
