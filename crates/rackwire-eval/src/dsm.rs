@@ -243,7 +243,7 @@ fn thread_cpu_secs() -> f64 {
 
 /// What a rank reports of its kernel, in this order: times (`secs`, `*_s`: the rows give
 /// their mean over the ranks) and counts (summed; `cpu` is its process's CPU seconds).
-const REPORT: [&str; 17] = [
+const REPORT: [&str; 18] = [
     "secs",
     "cpu",
     "data_wait_s",
@@ -261,18 +261,20 @@ const REPORT: [&str; 17] = [
     "frames_sent",
     "retransmits",
     "out_of_order",
+    "held",
 ];
 
 /// The edge transport's frame counters summed over this rank's connections:
-/// data frames, all frames, retransmissions, frames beyond a gap.
-fn frames(g: &Group) -> [f64; 4] {
-    let mut f = [0f64; 4];
+/// data frames, all frames, retransmissions, frames beyond a gap, frames that waited for it.
+fn frames(g: &Group) -> [f64; 5] {
+    let mut f = [0f64; 5];
     for r in 0..g.size() {
         if let Some(e) = g.conn(r).and_then(|c| c.stats().edge) {
             f[0] += e.data_frames as f64;
             f[1] += e.frames_sent as f64;
             f[2] += e.retransmits as f64;
             f[3] += e.out_of_order as f64;
+            f[4] += e.held as f64;
         }
     }
     f
@@ -298,7 +300,7 @@ pub fn run_shared(g: Group, app: App, size: usize, seed: u64, dir: &Path) -> Res
     let s: Stats = m.stats().since(&s0);
     let f1 = frames(m.group());
     let c = s.counters;
-    let mine: [f64; 17] = [
+    let mine: [f64; 18] = [
         secs,
         cpu,
         s.data_wait.as_secs_f64(),
@@ -316,6 +318,7 @@ pub fn run_shared(g: Group, app: App, size: usize, seed: u64, dir: &Path) -> Res
         f1[1] - f0[1],
         f1[2] - f0[2],
         f1[3] - f0[3],
+        f1[4] - f0[4],
     ];
     let n = m.size();
     let mut all = vec![0f64; n * REPORT.len()];

@@ -45,6 +45,9 @@ fn job(a: &EvalArgs, dir: &Path, app: App, size: usize, ranks: Option<usize>) ->
         Some(n) => (n, a.rack.as_deref(), "fabric"),
     };
     let mut cmd = rackwire_bench::spawn::job(n, rack, rackwire_bench::spawn::EVAL_WORKER)?;
+    if a.ordered {
+        cmd.env(rackwire::vars::IN_ORDER, "on");
+    }
     cmd.args(["--workload", "dsm", "--net", net, "--variant", app.name()])
         .args(["--records", &size.to_string(), "--seed", &a.seed.to_string()])
         .arg("--dir")
@@ -140,7 +143,7 @@ pub fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
         "speedup",
         "compute/data/lock/barrier/protocol %",
         "other threads' CPU %",
-        "extra frames %",
+        "extra / out-of-order frames %",
         "faults / fetches / diffs (MB)",
         "rails floor s (bound)",
     ]);
@@ -193,7 +196,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&json!({ "meta": meta, "rows": rows }))?);
     } else {
         println!("{}", table_of(&rows));
-        println!("(secs: the kernel's, the slowest rank's; speedup: the one-process run's time over this row's, same repeat, median with spread; breakdown: each rank's kernel time by where it went, mean over the ranks; other threads' CPU: the transport's and the fault service's, over the kernel's time; extra frames: frames sent beyond data frames, over data frames; rails floor: a rank's share of the pages and diffs moved, at the rails' line rate, and the speedup left at most if it does not overlap the compute; every shared run's result equals the one-process run's, Water's to rounding)");
+        println!("(secs: the kernel's, the slowest rank's; speedup: the one-process run's time over this row's, same repeat, median with spread; breakdown: each rank's kernel time by where it went, mean over the ranks; other threads' CPU: the transport's and the fault service's, over the kernel's time; extra frames: frames sent beyond data frames, over data frames; out of order: data frames that arrived beyond a gap, over data frames; rails floor: a rank's share of the pages and diffs moved, at the rails' line rate, and the speedup left at most if it does not overlap the compute; every shared run's result equals the one-process run's, Water's to rounding)");
     }
     Ok(())
 }

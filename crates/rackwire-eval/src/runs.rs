@@ -67,6 +67,10 @@ pub struct EvalArgs {
     /// With `dsm`: the applications (fft, lu, radix, water).
     #[arg(long, value_delimiter = ',', default_value = "fft,lu,radix,water")]
     pub app: Vec<String>,
+    /// With `dsm`: the edge transport delivers each connection's frames in the order they were
+    /// sent (MultiEdge's 2L-1G, whose links kept order; without it, its 2Lu-1G).
+    #[arg(long)]
+    pub ordered: bool,
     /// With `all`: the report folder (created; report.md and its SVG pictures).
     #[arg(long, default_value = "rackwire-eval-report")]
     pub report: PathBuf,
@@ -136,6 +140,7 @@ impl EvalArgs {
         EvalArgs {
             workload: workload.into(),
             app: crate::dsm::APPS.iter().map(|a| a.name().to_string()).collect(),
+            ordered: false,
             ranks,
             net: Vec::new(),
             rack: None,

@@ -51,6 +51,12 @@ pub struct Config {
     /// Close a connection whose handshake has not completed and that heard nothing for this
     /// long (an acceptor keeps state for a spoofed first frame no longer than this).
     pub handshake_timeout_us: Time,
+    /// Deliver data frames to the target strictly in the order they were sent (MultiEdge's
+    /// ordered links): a frame that arrives beyond a gap waits, whole, until every frame sent
+    /// before it has arrived (at most [`crate::IN_ORDER_HELD_MAX`] wait; one more is dropped
+    /// unacknowledged and sent again). Off: frames act as they arrive, and operations complete
+    /// in any order.
+    pub in_order: bool,
 }
 
 impl Config {
@@ -76,6 +82,7 @@ impl Config {
             op_timeout_us: 10_000_000,
             handshake_retry_us: 20_000,
             handshake_timeout_us: 5_000_000,
+            in_order: false,
         }
     }
 

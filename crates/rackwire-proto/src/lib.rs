@@ -112,6 +112,10 @@ pub const ORDERED_WRITE_BYTES_MAX: usize = 64;
 /// dropped unacknowledged and sent again.
 pub const ORDERED_WAITING_MAX: usize = 256;
 
+/// The most data frames a connection delivering in order ([`Config::in_order`]) keeps while a
+/// frame sent before them is missing (about a link window of full frames).
+pub const IN_ORDER_HELD_MAX: usize = 1024;
+
 /// A hasher for keys this node chose itself (operation ids, connection ids: small counters),
 /// cheaper than the default one, which resists keys chosen to collide. Maps keyed by what a
 /// peer sends keep the default.

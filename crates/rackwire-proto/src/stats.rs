@@ -84,6 +84,8 @@ pub struct ConnStats {
     pub stashed: u64,
     /// Later write fragments dropped unacknowledged because the stash was full.
     pub stash_full: u64,
+    /// Data frames that waited for a frame sent before them (delivery in order).
+    pub held: u64,
     /// Data frames dropped unacknowledged because the application's queues had no room for
     /// what they carried (see [`crate::Connection::set_delivery_room`]).
     pub receiver_full: u64,

@@ -94,6 +94,10 @@ pub struct FabricConfig {
     /// `rackwire_proto`). Frames go unsealed only when both ends turn this off, which is for
     /// measuring what sealing costs (`RACKWIRE_SEAL=off`, `seal_frames = false`).
     pub seal_frames: bool,
+    /// Deliver each edge connection's frames to this node in the order they were sent, a
+    /// frame beyond a gap waiting until it closes (MultiEdge's ordered links; `in_order =
+    /// true`, `RACKWIRE_IN_ORDER=on`). Off (the default): frames act as they arrive.
+    pub in_order: bool,
     /// Close this process's descriptors, and so the memory of its regions, to other processes
     /// of the same user (the process is made non-dumpable: its `/proc/<pid>/fd` opens to
     /// itself and root only). It then writes no core dump and a debugger of the same user
@@ -153,6 +157,7 @@ pub(crate) struct FileConfig {
     faults: Option<String>,
     state_dir: Option<PathBuf>,
     seal_frames: Option<bool>,
+    in_order: Option<bool>,
     private_memory: Option<bool>,
     metrics: Option<String>,
     mh_keys: Option<Vec<String>>,
@@ -247,6 +252,7 @@ impl FabricConfig {
             faults: None,
             state_dir: None,
             seal_frames: true,
+            in_order: false,
             private_memory: true,
             metrics: None,
             mh_keys: Vec::new(),
@@ -338,6 +344,9 @@ impl FabricConfig {
         c.memory_domain = f.memory_domain.unwrap_or_default();
         if let Some(b) = f.seal_frames {
             c.seal_frames = b;
+        }
+        if let Some(b) = f.in_order {
+            c.in_order = b;
         }
         if let Some(b) = f.private_memory {
             c.private_memory = b;
@@ -453,6 +462,9 @@ impl FabricConfig {
         }
         if let Ok(v) = std::env::var(crate::vars::SEAL) {
             c.seal_frames = on_off(crate::vars::SEAL, &v)?;
+        }
+        if let Ok(v) = std::env::var(crate::vars::IN_ORDER) {
+            c.in_order = on_off(crate::vars::IN_ORDER, &v)?;
         }
         if let Ok(v) = std::env::var(crate::vars::PRIVATE_MEMORY) {
             c.private_memory = on_off(crate::vars::PRIVATE_MEMORY, &v)?;

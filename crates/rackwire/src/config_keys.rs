@@ -210,6 +210,15 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
     },
     ConfigKey {
         table: "",
+        key: "in_order",
+        kind: "boolean",
+        default: || "false".into(),
+        also: Also::Env(crate::vars::IN_ORDER, "on/off"),
+        meaning: "Deliver edge frames to this node in the order they were sent (a frame beyond a gap waits for it), as MultiEdge's ordered links.",
+        example: "true",
+    },
+    ConfigKey {
+        table: "",
         key: "private_memory",
         kind: "boolean",
         default: || "true".into(),

@@ -54,6 +54,9 @@ pub struct EdgeStats {
     pub retransmits: u64,
     /// Data frames that arrived beyond a gap.
     pub out_of_order: u64,
+    /// Of those, frames that waited for the gap to close before acting (delivery in order,
+    /// [`crate::FabricConfig::in_order`]).
+    pub held: u64,
     /// Data frames that arrived twice.
     pub duplicates: u64,
     /// Explicit acknowledgements sent.

@@ -40,6 +40,8 @@ pub const COPY_CHANNELS: &str = "RACKWIRE_COPY_CHANNELS";
 pub const MEMORY_DOMAIN: &str = "RACKWIRE_MEMORY_DOMAIN";
 /// `on`/`off`: seal edge frames.
 pub const SEAL: &str = "RACKWIRE_SEAL";
+/// `on`/`off`: edge frames delivered to this node in the order they were sent.
+pub const IN_ORDER: &str = "RACKWIRE_IN_ORDER";
 /// `on`/`off`: close the process to others of the same user (no dumps, no debugger).
 pub const PRIVATE_MEMORY: &str = "RACKWIRE_PRIVATE_MEMORY";
 /// Serve this node's counters for Prometheus at this address.
@@ -89,6 +91,7 @@ pub const ALL: &[&str] = &[
     COPY_CHANNELS,
     MEMORY_DOMAIN,
     SEAL,
+    IN_ORDER,
     PRIVATE_MEMORY,
     METRICS,
     FAULTS,

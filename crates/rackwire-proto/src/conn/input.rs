@@ -258,9 +258,15 @@ impl Connection {
         let duplicate = self.recv.is_duplicate(seq);
         // Ordered segments act only once every frame sent before theirs has arrived; behind a
         // gap they wait (copied), and a frame that would overfill the wait is dropped
-        // unacknowledged (sent again later, when the gap has likely closed).
+        // unacknowledged (sent again later, when the gap has likely closed). Delivering in
+        // order, the whole frame waits so.
         let behind_gap = seq != self.recv.next;
-        if !duplicate && behind_gap && self.ordered_waiting.len() + ordered > crate::ORDERED_WAITING_MAX {
+        let hold = self.cfg.in_order && behind_gap && !duplicate;
+        if hold && self.held.len() >= crate::IN_ORDER_HELD_MAX {
+            self.stats.stash_full += 1;
+            return;
+        }
+        if !duplicate && !hold && behind_gap && self.ordered_waiting.len() + ordered > crate::ORDERED_WAITING_MAX {
             self.stats.stash_full += 1;
             return;
         }
@@ -277,7 +283,7 @@ impl Connection {
         // A write's later fragment ahead of its first cannot be placed yet: it is kept until
         // the first arrives, or, when the stash is full, dropped unacknowledged (sent again,
         // with any answers that rode along).
-        let early = s.kind == SegKind::WriteMore && !duplicate && self.incoming.placement(s.op).is_none();
+        let early = !hold && s.kind == SegKind::WriteMore && !duplicate && self.incoming.placement(s.op).is_none();
         if early && !self.incoming.stash(s.op, seq, s.frag_off, body) {
             self.stats.stash_full += 1;
             return;
@@ -293,13 +299,24 @@ impl Connection {
                 }
             }
         }
-        for (a, a_body) in rackwire_wire::segments(payload).take(n).flatten() {
-            self.act(seq, behind_gap, &a, a_body, target);
+        if hold {
+            self.stats.held += 1;
+            self.held.insert(seq, payload.to_vec());
+            return;
         }
-        if early {
-            self.stats.stashed += 1;
-        } else {
-            self.act(seq, behind_gap, &s, body, target);
+        self.act_frame(seq, behind_gap, early, n, payload, target);
+        // Frames delivered in order that waited for this one, in the order they were sent. A
+        // write's fragments go in order, and a frame sent again keeps its number, so none of
+        // them is a fragment ahead of its first; one that is (a misbehaving sender) is dropped.
+        while let Some(entry) = self.held.first_entry().filter(|e| *e.key() < self.recv.next) {
+            let (held_seq, held) = entry.remove_entry();
+            let n = rackwire_wire::segments(&held).count().saturating_sub(1);
+            match rackwire_wire::segments(&held).last() {
+                Some(Ok((s, _))) if s.kind == SegKind::WriteMore && self.incoming.placement(s.op).is_none() => {
+                    self.stats.malformed += 1;
+                }
+                _ => self.act_frame(held_seq, false, false, n, &held, target),
+            }
         }
         // The frame may have closed the gap that ordered segments wait behind.
         while self.ordered_waiting.front().is_some_and(|w| w.0 < self.recv.next) {
@@ -308,6 +325,27 @@ impl Connection {
         }
         let orphans = self.incoming.drop_orphans(self.recv.next);
         self.stats.malformed += orphans as u64;
+    }
+
+    /// Act on the segments of data frame `seq` (checked whole already): the `n` chained ahead,
+    /// then the last, unless it was an `early` fragment (stashed).
+    fn act_frame(
+        &mut self,
+        seq: u64,
+        behind_gap: bool,
+        early: bool,
+        n: usize,
+        payload: &[u8],
+        target: &mut dyn Target,
+    ) {
+        for (a, a_body) in rackwire_wire::segments(payload).take(n).flatten() {
+            self.act(seq, behind_gap, &a, a_body, target);
+        }
+        if early {
+            self.stats.stashed += 1;
+        } else if let Some(Ok((s, body))) = rackwire_wire::segments(payload).last() {
+            self.act(seq, behind_gap, &s, body, target);
+        }
     }
 
     /// Act on one segment of new data frame `seq`, or, if it is ordered and the frame came

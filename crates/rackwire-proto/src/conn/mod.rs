@@ -229,6 +229,9 @@ pub struct Connection {
     /// before theirs was missing, with their frame's sequence number, lowest first (at most
     /// [`crate::ORDERED_WAITING_MAX`]).
     ordered_waiting: VecDeque<(u64, SegmentRepr, Vec<u8>)>,
+    /// With delivery in order ([`Config::in_order`]): data frames that arrived beyond a gap,
+    /// by sequence number, each its payload (at most [`crate::IN_ORDER_HELD_MAX`]).
+    held: std::collections::BTreeMap<u64, Vec<u8>>,
     /// An ordered operation took effect here since [`Connection::take_signalled`] was last
     /// asked.
     signalled: bool,
@@ -397,6 +400,7 @@ impl Connection {
             answers_held_until: 0,
             incoming: Incomings::default(),
             ordered_waiting: VecDeque::new(),
+            held: Default::default(),
             signalled: false,
             events: VecDeque::new(),
             datagrams: VecDeque::new(),
@@ -615,6 +619,7 @@ impl Connection {
         self.retx.clear();
         self.responses.clear();
         self.ordered_waiting.clear();
+        self.held.clear();
         self.events.push_back(Event::Closed(why));
     }
 

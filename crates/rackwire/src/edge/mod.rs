@@ -106,6 +106,8 @@ pub(crate) struct EdgeEndpoint {
     busy_poll: Duration,
     /// The network thread's spin after work, if fixed (see [`crate::Config::net_spin`]).
     net_spin: Option<Duration>,
+    /// Frames delivered in the order they were sent (see [`crate::FabricConfig::in_order`]).
+    in_order: bool,
     op_timeout: Duration,
     /// The peer timeout (see [`crate::PEER_TIMEOUT_DEFAULT`]).
     peer_timeout: Duration,
@@ -184,6 +186,7 @@ impl EdgeEndpoint {
             mtu,
             busy_poll: cfg.busy_poll,
             net_spin: cfg.net_spin,
+            in_order: cfg.in_order,
             op_timeout: cfg.op_timeout,
             peer_timeout: cfg.peer_timeout,
             thread: Mutex::new(None),
@@ -229,6 +232,7 @@ impl EdgeEndpoint {
         // frame of its own.
         c.ack_every_frames = scale(c.ack_every_frames as usize, 2) as u32;
         c.rto_min_us = RTO_MIN_US;
+        c.in_order = self.in_order;
         c
     }
 

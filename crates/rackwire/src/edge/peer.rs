@@ -411,6 +411,7 @@ impl PeerTransport for EdgePeer {
                 data_frames: p.data_frames,
                 retransmits: p.retransmits,
                 out_of_order: p.out_of_order,
+                held: p.held,
                 duplicates: p.duplicates,
                 acks_sent: p.acks_sent,
                 nacks_sent: p.nacks_sent,
