@@ -10,9 +10,10 @@ use rackwire::{Access as Grant, Completion, Conn, OpFlags, Region, RemoteRegion}
 use rackwire_coll::Group;
 
 use crate::diff;
-use crate::fault::{Backend, Range, SharedBytes};
 use crate::lock::{Locks, Peers};
+use crate::memory::SharedBytes;
 use crate::protocol::{Counters, DsmError, PageId, Protocol, Rank, Released};
+use crate::range::{Backend, Range};
 use crate::PAGE_BYTES;
 
 /// A rank's part of the symmetric region, as the memory its range sits on.

@@ -25,17 +25,23 @@
 pub mod apps;
 pub mod diff;
 #[allow(unsafe_code)]
-mod fault;
+mod handler;
 mod job;
 mod lock;
+#[allow(unsafe_code)]
+mod memory;
 mod protocol;
+#[allow(unsafe_code)]
+mod range;
 
-pub use fault::{Backend, Range, SharedBytes, RANGES_MAX, SLOTS};
+pub use handler::{RANGES_MAX, SLOTS};
 pub use job::{Placement, SharedMemory, Stats};
 pub use lock::{LOCKS_MAX, LOCK_LOG_ENTRIES, LOCK_TIMEOUT};
+pub use memory::SharedBytes;
 pub use protocol::{
     Access, Action, Counters, DsmError, PageId, PageState, Protocol, Rank, Released, PAGES_MAX, RANKS_MAX,
 };
+pub use range::{Backend, Range};
 
 /// The size of a page: the unit of fetching, twinning and invalidation (the processor's page,
 /// which memory protection works in).

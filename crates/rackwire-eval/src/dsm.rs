@@ -243,7 +243,7 @@ fn thread_cpu_secs() -> f64 {
 
 /// What a rank reports of its kernel, in this order: times (`secs`, `*_s`: the rows give
 /// their mean over the ranks) and counts (summed; `cpu` is its process's CPU seconds).
-const REPORT: [&str; 18] = [
+const REPORT: [&str; 19] = [
     "secs",
     "cpu",
     "data_wait_s",
@@ -257,6 +257,7 @@ const REPORT: [&str; 18] = [
     "diffs",
     "diff_bytes",
     "locks",
+    "barriers",
     "data_frames",
     "frames_sent",
     "retransmits",
@@ -300,7 +301,7 @@ pub fn run_shared(g: Group, app: App, size: usize, seed: u64, dir: &Path) -> Res
     let s: Stats = m.stats().since(&s0);
     let f1 = frames(m.group());
     let c = s.counters;
-    let mine: [f64; 18] = [
+    let mine: [f64; 19] = [
         secs,
         cpu,
         s.data_wait.as_secs_f64(),
@@ -314,6 +315,7 @@ pub fn run_shared(g: Group, app: App, size: usize, seed: u64, dir: &Path) -> Res
         c.diffs as f64,
         c.diff_bytes as f64,
         s.locks as f64,
+        s.barriers as f64,
         f1[0] - f0[0],
         f1[1] - f0[1],
         f1[2] - f0[2],

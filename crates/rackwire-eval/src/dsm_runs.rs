@@ -190,15 +190,66 @@ pub fn table_of(rows: &[serde_json::Value]) -> comfy_table::Table {
 
 /// `rackwire eval dsm`.
 pub fn run(a: &EvalArgs) -> Result<()> {
-    let rows = measure_rows(a)?;
+    let rows = match &a.from {
+        Some(file) => {
+            let doc: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?,
+            )
+            .with_context(|| format!("{}: not the JSON of `rackwire eval dsm --json`", file.display()))?;
+            doc["rows"].as_array().cloned().with_context(|| format!("{}: no rows", file.display()))?
+        }
+        None => measure_rows(a)?,
+    };
+    // The ranks of every run shared this machine's cores (a virtual rack's hosts are on it).
+    let cores = rackwire_rack::cores::usable().map(|c| c.len()).unwrap_or(1);
+    let model = crate::dsm_model::model(&rows, a.predict, cores);
     if a.json {
         let meta = json!({ "command": std::env::args().collect::<Vec<_>>().join(" ") });
-        println!("{}", serde_json::to_string_pretty(&json!({ "meta": meta, "rows": rows }))?);
+        println!("{}", serde_json::to_string_pretty(&json!({ "meta": meta, "rows": rows, "model": model }))?);
     } else {
         println!("{}", table_of(&rows));
         println!("(secs: the kernel's, the slowest rank's; speedup: the one-process run's time over this row's, same repeat, median with spread; breakdown: each rank's kernel time by where it went, mean over the ranks; other threads' CPU: the transport's and the fault service's, over the kernel's time; extra frames: frames sent beyond data frames, over data frames; out of order: data frames that arrived beyond a gap, over data frames; rails floor: a rank's share of the pages and diffs moved, at the rails' line rate, and the speedup left at most if it does not overlap the compute; every shared run's result equals the one-process run's, Water's to rounding)");
+        if let Some(m) = model {
+            println!("{}", model_table(&m));
+        }
     }
     Ok(())
+}
+
+/// The model as a table: each shared run measured and predicted, then each application at the
+/// rank count predicted for.
+fn model_table(m: &serde_json::Value) -> String {
+    let c = &m["costs"];
+    let mut t = rackwire_bench::table();
+    t.set_header(["app", "ranks", "measured s", "model s", "model error"]);
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    for r in m["checks"].as_array().into_iter().flatten() {
+        let fitted = if r["fitted_on"] == true { " (fitted)" } else { "" };
+        t.add_row([
+            r["app"].as_str().unwrap_or("").to_string(),
+            r["ranks"].to_string(),
+            format!("{:.3}", f(r, "measured_s")),
+            format!("{:.3}", f(r, "predicted_s")),
+            format!("{:+.0}%{fitted}", 100.0 * f(r, "error")),
+        ]);
+    }
+    for r in m["predictions"].as_array().into_iter().flatten() {
+        t.add_row([
+            r["app"].as_str().unwrap_or("").to_string(),
+            r["ranks"].to_string(),
+            String::new(),
+            format!("{:.3}", f(r, "predicted_s")),
+            format!("speedup {:.1}x", f(r, "speedup")),
+        ]);
+    }
+    format!(
+        "model (fitted at {} ranks on {} cores: {:.1} µs a page, {:.0} µs a barrier or lock, {:.1} ns a diff byte):\n{t}",
+        m["fitted_at_ranks"],
+        m["cores"],
+        1e6 * f(c, "per_page_s"),
+        1e6 * f(c, "per_sync_s"),
+        1e9 * f(c, "per_diff_byte_s")
+    )
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 pub mod command;
 pub mod dfsio;
 pub mod dsm;
+pub mod dsm_model;
 pub mod dsm_runs;
 pub mod energy;
 pub mod energy_tables;

@@ -71,6 +71,14 @@ pub struct EvalArgs {
     /// sent (MultiEdge's 2L-1G, whose links kept order; without it, its 2Lu-1G).
     #[arg(long)]
     pub ordered: bool,
+    /// With `dsm` and at least two rank counts above 1: the rank count the model predicts for
+    /// (MultiEdge's 16 nodes; its 1L-10G had 4).
+    #[arg(long, default_value_t = 16)]
+    pub predict: usize,
+    /// With `dsm`: the rows of an earlier `--json` run (its file) instead of measuring: its
+    /// tables and model again (e.g. for another --predict).
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
     /// With `all`: the report folder (created; report.md and its SVG pictures).
     #[arg(long, default_value = "rackwire-eval-report")]
     pub report: PathBuf,
@@ -141,6 +149,8 @@ impl EvalArgs {
             workload: workload.into(),
             app: crate::dsm::APPS.iter().map(|a| a.name().to_string()).collect(),
             ordered: false,
+            predict: 16,
+            from: None,
             ranks,
             net: Vec::new(),
             rack: None,

@@ -15,140 +15,30 @@
 //! protection the protocol asks for — so a page never has to be made writable in the
 //! application's view while its bytes arrive.
 //!
-//! The process's `SIGSEGV` handler (installed once) finds the range a fault lies in, posts the
-//! fault in one of the range's [`SLOTS`], wakes the range's service thread and sleeps on its
-//! slot (a futex) until the service thread resolved it; then the faulting instruction runs
-//! again. The handler touches only atomics and makes only futex and `sched_yield` system calls:
-//! nothing that is not safe in a signal handler. A fault in no range goes to the handler that
-//! was installed before (the Rust runtime's stack-overflow check, or the default: the process
-//! ends as it would have).
+//! A raw access to a protected page faults: the process's `SIGSEGV` handler (see `handler.rs`)
+//! posts it to the range's service thread and sleeps until it is resolved. The accessors
+//! ([`Range::read_u64`], [`Range::read_words`], ...) look at the page's state first and resolve
+//! a miss in the calling thread, without the signal and the hand-off.
 //!
 //! Whether a fault was a read or a write is told by the page's protection, not the machine's
 //! fault code: a fault on a readable page is a write; on an unreadable one it is taken as a
 //! read, and a write then faults once more, on the page now readable.
 
-use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
+use rustix::mm::MprotectFlags;
 use rustix::thread::futex;
 
+use crate::handler::{install_handler, now_ns, register, unregister, Queue, DONE, POSTED};
+use crate::memory::{mappings_left, OwnMemory, SharedBytes};
 use crate::protocol::{Access, Action, DsmError, PageId, Protocol, Rank, Released};
 use crate::PAGE_BYTES;
 
-/// Faults one range holds at once (threads faulting on it at the same moment); a thread that
-/// finds every slot taken yields and tries again.
-pub const SLOTS: usize = 64;
-/// Ranges one process maps at once.
-pub const RANGES_MAX: usize = 16;
-/// Mappings left for the rest of the process when a range's pages are counted against
-/// `vm.max_map_count`.
-const MAPPINGS_SPARE: usize = 1024;
 /// How long the service thread sleeps before it looks whether it should stop (µs).
 const STOP_CHECK_US: i64 = 100_000;
-
-const FREE: u32 = 0;
-const CLAIMED: u32 = 1;
-const POSTED: u32 = 2;
-const DONE: u32 = 3;
-
-/// One fault waiting for the service thread.
-struct Slot {
-    state: AtomicU32,
-    addr: AtomicUsize,
-}
-
-/// A range's faults, shared with the signal handler.
-struct Queue {
-    slots: [Slot; SLOTS],
-    /// Bumped for every fault posted; the service thread sleeps on it.
-    bell: AtomicU32,
-    /// Nanoseconds faulting threads waited, from the fault to its resolution (the handler
-    /// reads the monotonic clock, which is safe in a signal handler).
-    waited_ns: AtomicU64,
-}
-
-/// Where the handler finds each range: its application view's base and length, and its queue.
-struct Entry {
-    base: AtomicUsize,
-    len: AtomicUsize,
-    queue: AtomicPtr<Queue>,
-}
-
-#[allow(clippy::declare_interior_mutable_const)]
-const ENTRY: Entry =
-    Entry { base: AtomicUsize::new(0), len: AtomicUsize::new(0), queue: AtomicPtr::new(std::ptr::null_mut()) };
-static RANGES: [Entry; RANGES_MAX] = [ENTRY; RANGES_MAX];
-/// Whether the handler is installed, and the action it replaced.
-static INSTALL: Once = Once::new();
-static INSTALLED: AtomicBool = AtomicBool::new(false);
-static mut PREVIOUS: Option<libc::sigaction> = None;
-
-/// Shared memory a range sits on: a `MAP_SHARED` mapping of `len()` bytes at `ptr()`, page
-/// aligned, that lives as long as the value (the range keeps it).
-///
-/// # Safety
-///
-/// `ptr()` must return the same address every time, the start of a shared mapping of at least
-/// `len()` bytes (a multiple of [`PAGE_BYTES`]) that stays mapped while the value lives.
-#[allow(unsafe_code)]
-pub unsafe trait SharedBytes: Send + Sync + 'static {
-    /// Its first byte.
-    fn ptr(&self) -> *mut u8;
-    /// Its length.
-    fn len(&self) -> usize;
-    /// Whether it has no bytes (a range cannot sit on it).
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// A memory file of the range's own, mapped once.
-struct OwnMemory {
-    _file: OwnedFd,
-    ptr: usize,
-    len: usize,
-}
-
-impl OwnMemory {
-    fn new(len: usize) -> Result<OwnMemory, DsmError> {
-        let file = rustix::fs::memfd_create("rackwire-dsm", rustix::fs::MemfdFlags::CLOEXEC)
-            .map_err(|e| sys("memfd_create", e))?;
-        rustix::fs::ftruncate(&file, len as u64).map_err(|e| sys("ftruncate", e))?;
-        // SAFETY: a fresh shared mapping of the whole file, at an address the kernel picks.
-        #[allow(unsafe_code)]
-        let ptr = unsafe {
-            rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &file, 0)
-        }
-        .map_err(|e| sys("mmap", e))? as usize;
-        Ok(OwnMemory { _file: file, ptr, len })
-    }
-}
-
-impl Drop for OwnMemory {
-    fn drop(&mut self) {
-        // SAFETY: the mapping this value made, no longer used (the range that used it is gone).
-        #[allow(unsafe_code)]
-        unsafe {
-            let _ = rustix::mm::munmap(self.ptr as *mut _, self.len);
-        }
-    }
-}
-
-// SAFETY: `ptr` is the start of the shared mapping of `len` bytes this value made and unmaps
-// only when dropped.
-#[allow(unsafe_code)]
-unsafe impl SharedBytes for OwnMemory {
-    fn ptr(&self) -> *mut u8 {
-        self.ptr as *mut u8
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-}
 
 /// How a rank reaches the other ranks: the page fetched from its home.
 pub trait Backend: Send + 'static {
@@ -249,11 +139,7 @@ impl Range {
         let access: Vec<Access> = (0..protocol.pages() as PageId)
             .map(|p| if protocol.home(p) == Ok(protocol.me()) { Access::Read } else { Access::None })
             .collect();
-        let queue = Box::new(Queue {
-            slots: std::array::from_fn(|_| Slot { state: AtomicU32::new(FREE), addr: AtomicUsize::new(0) }),
-            bell: AtomicU32::new(0),
-            waited_ns: AtomicU64::new(0),
-        });
+        let queue = Box::new(Queue::new());
         let inner = Arc::new(Inner {
             protocol: Mutex::new(protocol),
             backend: Mutex::new(Box::new(backend)),
@@ -270,7 +156,7 @@ impl Range {
             _memory: memory,
         });
         inner.protect_all(access.iter().enumerate().map(|(p, a)| (p as PageId, *a)).collect())?;
-        let slot = register(&inner)?;
+        let slot = register(&inner.queue, inner.app, inner.len)?;
         let runner = inner.clone();
         let thread = std::thread::Builder::new()
             .name("rw-dsm".into())
@@ -387,7 +273,7 @@ impl Range {
         }
         pages.sort_unstable();
         pages.dedup();
-        self.fetch_missing(pages, 1)
+        self.waiting(|| self.fetch_missing(pages, 1))
     }
 
     /// Fetch together those of `pages` with no valid copy here, if there are at least `min`.
@@ -400,8 +286,13 @@ impl Range {
         if missing.len() < min {
             return Ok(());
         }
+        self.inner.batch(missing, |p, page, copy| p.fault(page, false, copy))
+    }
+
+    /// Run `f`, its time counted as the application's wait for its pages.
+    fn waiting<T>(&self, f: impl FnOnce() -> T) -> T {
         let start = now_ns();
-        let out = self.inner.fetch_together(&missing);
+        let out = f();
         self.inner.queue.waited_ns.fetch_add(now_ns().saturating_sub(start), Ordering::Relaxed);
         out
     }
@@ -426,7 +317,7 @@ impl Range {
         let pages = at / PAGE_BYTES..=(end - 1) / PAGE_BYTES;
         let want = level(if write { Access::ReadWrite } else { Access::Read });
         if pages.clone().any(|p| self.inner.access[p].load(Ordering::Acquire) < want) {
-            self.gather(at, end, write)?;
+            self.waiting(|| self.gather(at, end, write))?;
         }
         let mut off = at;
         while off < end {
@@ -445,10 +336,13 @@ impl Range {
         let pages = at / PAGE_BYTES..=(end - 1) / PAGE_BYTES;
         // A write that covers a page whole needs none of its old bytes: no fetch.
         let whole = |p: &usize| write && p * PAGE_BYTES >= at && (p + 1) * PAGE_BYTES <= end;
-        for p in pages.clone().filter(whole) {
-            if self.inner.access[p].load(Ordering::Acquire) == level(Access::None) {
-                self.inner.overwrite(p as PageId)?;
-            }
+        let written: Vec<PageId> = pages
+            .clone()
+            .filter(|p| whole(p) && self.inner.access[*p].load(Ordering::Acquire) == level(Access::None))
+            .map(|p| p as PageId)
+            .collect();
+        if !written.is_empty() {
+            self.inner.batch(written, |p, page, copy| p.overwrite(page, copy))?;
         }
         self.fetch_missing(pages.clone().filter(|p| !whole(p)), 2)?;
         if write {
@@ -459,7 +353,7 @@ impl Range {
                 .map(|p| p as PageId)
                 .collect();
             if upgrade.len() > 1 {
-                self.inner.write_faults(&upgrade)?;
+                self.inner.batch(upgrade, |p, page, copy| p.fault(page, true, copy))?;
             }
         }
         Ok(())
@@ -481,20 +375,16 @@ impl Range {
 
     #[cold]
     fn miss(&self, at: usize, want: u8) -> Result<(), DsmError> {
-        let start = now_ns();
         let state = &self.inner.access[at / PAGE_BYTES];
-        let mut out = Ok(());
-        for _ in 0..2 {
-            if state.load(Ordering::Acquire) >= want {
-                break;
+        self.waiting(|| {
+            for _ in 0..2 {
+                if state.load(Ordering::Acquire) >= want {
+                    break;
+                }
+                self.inner.resolve(self.inner.app + at)?;
             }
-            if let Err(e) = self.inner.resolve(self.inner.app + at) {
-                out = Err(e);
-                break;
-            }
-        }
-        self.inner.queue.waited_ns.fetch_add(now_ns().saturating_sub(start), Ordering::Relaxed);
-        out
+            Ok(())
+        })
     }
 
     #[inline]
@@ -538,12 +428,10 @@ impl Range {
     /// Move pages' homes (see [`Protocol::rehome`]): `(page, new home)` each; the fetches a
     /// move needs are done when this returns.
     pub fn rehome(&self, moves: &[(PageId, Rank)]) -> Result<(), DsmError> {
-        let mut p = lock(&self.inner.protocol);
-        for &(page, home) in moves {
-            let actions = p.rehome(page, home)?;
-            self.inner.carry_out(&mut p, actions)?;
-        }
-        Ok(())
+        let mut homes = moves.iter().map(|&(_, home)| home);
+        self.inner.batch(moves.iter().map(|&(page, _)| page), |p, page, _| {
+            p.rehome(page, homes.next().expect("one home a move"))
+        })
     }
 
     /// As the page's home, apply another rank's diff to the master copy.
@@ -585,8 +473,7 @@ impl Drop for Range {
     fn drop(&mut self) {
         // Unregistered first: a fault in the range from now on is nobody's (the caller's bug,
         // as any access to memory it freed).
-        RANGES[self.slot].queue.store(std::ptr::null_mut(), Ordering::SeqCst);
-        RANGES[self.slot].len.store(0, Ordering::SeqCst);
+        unregister(self.slot);
         self.inner.stop.store(true, Ordering::SeqCst);
         self.inner.queue.bell.fetch_add(1, Ordering::SeqCst);
         let _ = futex::wake(&self.inner.queue.bell, futex::Flags::PRIVATE, u32::MAX);
@@ -653,28 +540,34 @@ impl Inner {
         Ok(())
     }
 
-    /// Carry out the protocol's actions: fetches (the page's bytes written through the
-    /// service view, then reported), and protection changes — gathered, and made with one
-    /// `mprotect` per run of neighbouring pages that get the same protection (each call costs
-    /// a system call and a flush of every core's view of the mapping).
+    /// Carry out the protocol's actions: fetches, all on their way at once (the page's bytes
+    /// written through the service view, then reported, which may ask for more), and
+    /// protection changes — gathered, and made with one `mprotect` per run of neighbouring
+    /// pages that get the same protection (each call costs a system call and a flush of every
+    /// core's view of the mapping).
     fn carry_out(&self, p: &mut Protocol, actions: Vec<Action>) -> Result<(), DsmError> {
-        let mut todo = actions;
-        todo.reverse();
         let mut protects: Vec<(PageId, Access)> = Vec::new();
-        while let Some(a) = todo.pop() {
-            match a {
-                Action::Protect { page, access } => protects.push((page, access)),
-                Action::Fetch { page, home } => {
-                    let buf = self.service_page_mut(page)?;
-                    let start = Instant::now();
-                    lock(&self.backend).fetch(page, home, buf)?;
-                    self.fetch_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    let copy = self.service_page(page);
-                    let mut next = p.fetched(page, copy)?;
-                    next.reverse();
-                    todo.extend(next);
+        let mut fetches: Vec<(PageId, Rank)> = Vec::new();
+        let mut sort = |a: Action, fetches: &mut Vec<(PageId, Rank)>| match a {
+            Action::Protect { page, access } => protects.push((page, access)),
+            Action::Fetch { page, home } => fetches.push((page, home)),
+        };
+        for a in actions {
+            sort(a, &mut fetches);
+        }
+        // A page overtaken by a notice while on its way is fetched again (see `fetched`).
+        while !fetches.is_empty() {
+            let outs = fetches.iter().map(|&(page, _)| self.service_page_mut(page)).collect::<Result<Vec<_>, _>>()?;
+            let start = Instant::now();
+            lock(&self.backend).fetch_many(&fetches, outs)?;
+            self.fetch_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let mut again = Vec::new();
+            for (page, _) in std::mem::take(&mut fetches) {
+                for a in p.fetched(page, self.service_page(page))? {
+                    sort(a, &mut again);
                 }
             }
+            fetches = again;
         }
         self.protect_all(protects)
     }
@@ -704,56 +597,19 @@ impl Inner {
         Ok(())
     }
 
-    /// Read faults on `pages` (none of them readable when looked at), their fetches issued
-    /// together.
-    fn fetch_together(&self, pages: &[PageId]) -> Result<(), DsmError> {
-        let mut p = lock(&self.protocol);
-        let mut fetches = Vec::new();
-        let mut rest = Vec::new();
-        for &page in pages {
-            for a in p.fault(page, false, self.service_page(page))? {
-                match a {
-                    Action::Fetch { page, home } => fetches.push((page, home)),
-                    other => rest.push(other),
-                }
-            }
-        }
-        self.carry_out(&mut p, rest)?;
-        // A page overtaken by a notice while on its way is fetched again (see `fetched`).
-        while !fetches.is_empty() {
-            let outs = fetches.iter().map(|&(page, _)| self.service_page_mut(page)).collect::<Result<Vec<_>, _>>()?;
-            let start = Instant::now();
-            lock(&self.backend).fetch_many(&fetches, outs)?;
-            self.fetch_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            let mut again = Vec::new();
-            for (page, _) in std::mem::take(&mut fetches) {
-                for a in p.fetched(page, self.service_page(page))? {
-                    match a {
-                        Action::Fetch { page, home } => again.push((page, home)),
-                        other => self.carry_out(&mut p, vec![other])?,
-                    }
-                }
-            }
-            fetches = again;
-        }
-        Ok(())
-    }
-
-    /// Write faults on `pages` (each readable when looked at), their protection changes made
-    /// together.
-    fn write_faults(&self, pages: &[PageId]) -> Result<(), DsmError> {
+    /// Events for several pages at once (`event(protocol, page)`: a fault, a move, an
+    /// overwrite), their actions carried out together: fetches on their way at once, one
+    /// protection change per run of neighbours.
+    fn batch(
+        &self,
+        pages: impl IntoIterator<Item = PageId>,
+        mut event: impl FnMut(&mut Protocol, PageId, &[u8]) -> Result<Vec<Action>, DsmError>,
+    ) -> Result<(), DsmError> {
         let mut p = lock(&self.protocol);
         let mut actions = Vec::new();
-        for &page in pages {
-            actions.extend(p.fault(page, true, self.service_page(page))?);
+        for page in pages {
+            actions.extend(event(&mut p, page, self.service_page(page))?);
         }
-        self.carry_out(&mut p, actions)
-    }
-
-    /// A write of the whole page `page` is coming (see [`Protocol::overwrite`]).
-    fn overwrite(&self, page: PageId) -> Result<(), DsmError> {
-        let mut p = lock(&self.protocol);
-        let actions = p.overwrite(page, self.service_page(page))?;
         self.carry_out(&mut p, actions)
     }
 
@@ -797,121 +653,11 @@ impl Inner {
     }
 }
 
-/// Enter the range in the handler's table.
-fn register(inner: &Arc<Inner>) -> Result<usize, DsmError> {
-    for (i, e) in RANGES.iter().enumerate() {
-        let q = &*inner.queue as *const Queue as *mut Queue;
-        if e.queue.compare_exchange(std::ptr::null_mut(), q, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            e.base.store(inner.app, Ordering::SeqCst);
-            e.len.store(inner.len, Ordering::SeqCst);
-            return Ok(i);
-        }
-    }
-    Err(DsmError::Limit { what: "ranges of one process", n: RANGES_MAX + 1, max: RANGES_MAX })
-}
-
-/// Install the process's `SIGSEGV` handler, once.
-fn install_handler() {
-    INSTALL.call_once(|| {
-        // SAFETY: a zeroed `sigaction` is a valid value to fill; `on_segv` has the signature
-        // `SA_SIGINFO` asks for; the previous action is kept before ours can run (it is stored
-        // once, here, and only read afterwards).
-        #[allow(unsafe_code)]
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_segv as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-            libc::sigemptyset(&mut sa.sa_mask);
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut old) == 0 {
-                PREVIOUS = Some(old);
-            }
-            if libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut()) == 0 {
-                INSTALLED.store(true, Ordering::SeqCst);
-            }
-        }
-    });
-}
-
-/// Mappings this process may still make (the system's `vm.max_map_count` less those it has),
-/// when the system says: a range's pages with different protections are mappings of their own.
-fn mappings_left() -> Option<usize> {
-    let max: usize = std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok()?;
-    let have = std::fs::read_to_string("/proc/self/maps").ok()?.lines().count();
-    Some(max.saturating_sub(have + MAPPINGS_SPARE))
-}
-
 /// A protection as a number that grows with what it allows.
 fn level(a: Access) -> u8 {
     match a {
         Access::None => 0,
         Access::Read => 1,
         Access::ReadWrite => 2,
-    }
-}
-
-/// The monotonic clock in nanoseconds (`clock_gettime`, safe in a signal handler).
-fn now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec as u64)
-}
-
-/// The `SIGSEGV` handler: only atomics, futex and `sched_yield` (see the module's text).
-#[allow(unsafe_code)]
-extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: the kernel hands a valid `siginfo_t` for a `SA_SIGINFO` handler.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    for e in &RANGES {
-        let q = e.queue.load(Ordering::SeqCst);
-        let (base, len) = (e.base.load(Ordering::SeqCst), e.len.load(Ordering::SeqCst));
-        if q.is_null() || addr < base || addr >= base + len {
-            continue;
-        }
-        // SAFETY: a registered queue lives until its range is dropped, which unregisters it
-        // first; a range is not dropped while its own memory faults.
-        let q = unsafe { &*q };
-        let start = now_ns();
-        loop {
-            for s in &q.slots {
-                if s.state.compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                    s.addr.store(addr, Ordering::Relaxed);
-                    s.state.store(POSTED, Ordering::Release);
-                    q.bell.fetch_add(1, Ordering::SeqCst);
-                    let _ = futex::wake(&q.bell, futex::Flags::PRIVATE, 1);
-                    while s.state.load(Ordering::Acquire) != DONE {
-                        let _ = futex::wait(&s.state, futex::Flags::PRIVATE, POSTED, None);
-                    }
-                    s.state.store(FREE, Ordering::Release);
-                    q.waited_ns.fetch_add(now_ns().saturating_sub(start), Ordering::Relaxed);
-                    return;
-                }
-            }
-            std::thread::yield_now();
-        }
-    }
-    // Not ours: the action before ours decides.
-    // SAFETY: `PREVIOUS` was written once before the handler was installed.
-    let prev = unsafe { *std::ptr::addr_of!(PREVIOUS) };
-    match prev {
-        Some(p) if p.sa_sigaction != libc::SIG_DFL && p.sa_sigaction != libc::SIG_IGN => {
-            // SAFETY: the previous handler, called as it was installed to be called.
-            unsafe {
-                if p.sa_flags & libc::SA_SIGINFO != 0 {
-                    let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                        std::mem::transmute(p.sa_sigaction);
-                    f(sig, info, ctx);
-                } else {
-                    let f: extern "C" fn(libc::c_int) = std::mem::transmute(p.sa_sigaction);
-                    f(sig);
-                }
-            }
-        }
-        _ => {
-            // The default: the access faults again, and the process ends as it would have.
-            // SAFETY: resetting a signal's action is safe in a handler.
-            unsafe {
-                libc::signal(libc::SIGSEGV, libc::SIG_DFL);
-            }
-        }
     }
 }
