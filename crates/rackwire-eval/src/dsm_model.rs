@@ -160,14 +160,13 @@ pub fn model(rows: &[Value], predict: usize, cores: usize) -> Option<Value> {
 mod tests {
     use super::*;
 
-    fn row(app: &str, ranks: u64, secs: f64, fetches: f64, syncs: f64, diff: f64, c: &Costs, one: f64) -> Value {
+    fn row(app: &str, ranks: u64, secs: f64, fetches: f64, syncs: f64, diff: f64, c: &Costs) -> Value {
         let p = ranks as f64;
         json!({
             "app": app, "ranks": ranks, "transport": "edge", "secs": secs,
             "fetches": fetches * p, "barriers": syncs * p, "locks": 0.0, "diff_bytes": diff * p,
             "data_wait_s": c.per_page * fetches,
             "barrier_s": c.per_sync * syncs + c.per_diff_byte * diff, "lock_s": 0.0,
-            "one": one,
         })
     }
 
@@ -185,7 +184,7 @@ mod tests {
             for (p, m) in [(2u64, 1.0), (4, 2.0)] {
                 let (pages, syncs, diff) = (k * m, s, 5e5 * m / if app == "a" { 1.0 } else { 3.0 });
                 let t = one / p as f64 + c.per_page * pages + c.per_sync * syncs + c.per_diff_byte * diff;
-                rows.push(row(app, p, t, pages, syncs, diff, &c, one));
+                rows.push(row(app, p, t, pages, syncs, diff, &c));
             }
         }
         let got = fit(&rows, 4).unwrap();
