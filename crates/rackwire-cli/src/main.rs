@@ -545,7 +545,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::EvalWorker(w) => {
             init_logging(tracing::Level::WARN);
-            rackwire_eval::runs::worker(&w)
+            rackwire_eval::command::worker(&w)
         }
         Cmd::StripeWorker { role, bytes } => {
             init_logging(tracing::Level::WARN);

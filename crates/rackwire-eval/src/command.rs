@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde_json::json;
 
-use crate::runs::{measure_rows, rack_once, table_of, EvalArgs};
+use crate::runs::{measure_rows, rack_once, table_of, EvalArgs, WorkerArgs};
 
 /// `rackwire eval WORKLOAD`.
 pub fn run(a: &EvalArgs) -> Result<()> {
@@ -34,4 +34,20 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         println!("({pairs}; {cores})");
     }
     Ok(())
+}
+
+/// `rackwire eval-worker`: one rank of a workload's job.
+pub fn worker(w: &WorkerArgs) -> Result<()> {
+    if w.workload == "dsm" {
+        let g = rackwire_coll::Group::from_env()?;
+        return crate::dsm_runs::worker(
+            g,
+            &w.net,
+            w.variant.as_deref().unwrap_or("lu"),
+            w.records as usize,
+            w.seed,
+            &w.dir,
+        );
+    }
+    crate::runs::worker(w)
 }

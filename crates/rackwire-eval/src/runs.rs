@@ -175,23 +175,23 @@ impl EvalArgs {
 #[derive(Args, Clone, Debug)]
 pub struct WorkerArgs {
     #[arg(long)]
-    workload: String,
+    pub(crate) workload: String,
     #[arg(long)]
-    net: String,
+    pub(crate) net: String,
     #[arg(long)]
-    records: u64,
+    pub(crate) records: u64,
     #[arg(long)]
-    seed: u64,
+    pub(crate) seed: u64,
     #[arg(long)]
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     #[arg(long)]
-    variant: Option<String>,
+    pub(crate) variant: Option<String>,
     #[arg(long)]
-    cores: Option<usize>,
+    pub(crate) cores: Option<usize>,
     #[arg(long)]
-    fsync: bool,
+    pub(crate) fsync: bool,
     #[arg(long)]
-    rate: Option<f64>,
+    pub(crate) rate: Option<f64>,
 }
 
 /// The `k` cores rank `local_rank` of a host takes, each rank given `k` of its own: the next
@@ -250,16 +250,6 @@ pub fn worker(a: &WorkerArgs) -> Result<()> {
         pin_to_cores(k)?;
     }
     let mut g = rackwire_coll::Group::from_env()?;
-    if a.workload == "dsm" {
-        return crate::dsm_runs::worker(
-            g,
-            &a.net,
-            a.variant.as_deref().unwrap_or("lu"),
-            a.records as usize,
-            a.seed,
-            &a.dir,
-        );
-    }
     let net = Net::parse(&a.net)?;
     let tcp = crate::net::tcp_bind_from_env();
     let result = match a.workload.as_str() {
