@@ -304,7 +304,7 @@ impl Connection {
             self.held.insert(seq, payload.to_vec());
             return;
         }
-        self.act_frame(seq, behind_gap, early, n, payload, target);
+        self.act_frame(seq, behind_gap, n, payload, (!early).then_some((&s, body)), target);
         // Frames delivered in order that waited for this one, in the order they were sent. A
         // write's fragments go in order, and a frame sent again keeps its number, so none of
         // them is a fragment ahead of its first; one that is (a misbehaving sender) is dropped.
@@ -315,7 +315,9 @@ impl Connection {
                 Some(Ok((s, _))) if s.kind == SegKind::WriteMore && self.incoming.placement(s.op).is_none() => {
                     self.stats.malformed += 1;
                 }
-                _ => self.act_frame(held_seq, false, false, n, &held, target),
+                Some(Ok((s, body))) => self.act_frame(held_seq, false, n, &held, Some((&s, body)), target),
+                // Checked whole when it arrived.
+                _ => self.stats.malformed += 1,
             }
         }
         // The frame may have closed the gap that ordered segments wait behind.
@@ -328,23 +330,23 @@ impl Connection {
     }
 
     /// Act on the segments of data frame `seq` (checked whole already): the `n` chained ahead,
-    /// then the last, unless it was an `early` fragment (stashed).
+    /// then the last (`last`, as the check read it; none: it was a fragment ahead of its
+    /// first, stashed).
     fn act_frame(
         &mut self,
         seq: u64,
         behind_gap: bool,
-        early: bool,
         n: usize,
         payload: &[u8],
+        last: Option<(&SegmentRepr, &[u8])>,
         target: &mut dyn Target,
     ) {
         for (a, a_body) in rackwire_wire::segments(payload).take(n).flatten() {
             self.act(seq, behind_gap, &a, a_body, target);
         }
-        if early {
-            self.stats.stashed += 1;
-        } else if let Some(Ok((s, body))) = rackwire_wire::segments(payload).last() {
-            self.act(seq, behind_gap, &s, body, target);
+        match last {
+            Some((s, body)) => self.act(seq, behind_gap, s, body, target),
+            None => self.stats.stashed += 1,
         }
     }
 
