@@ -231,6 +231,14 @@ impl SharedMemory {
         &mut self.group
     }
 
+    /// Run `f`, and how long it took less the protocol work counted meanwhile.
+    fn timed<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> (T, Duration) {
+        let (start, protocol) = (Instant::now(), self.spent.protocol);
+        let out = f(self);
+        let waited = start.elapsed().saturating_sub(self.spent.protocol - protocol);
+        (out, waited)
+    }
+
     /// A release of this rank's range, its time counted as protocol work.
     fn release(&mut self) -> Result<Released, DsmError> {
         let start = Instant::now();
@@ -268,9 +276,8 @@ impl SharedMemory {
     /// invalidates its copies of the pages others wrote (a page this rank wrote too is flushed
     /// first, and a last group barrier lets those flushes land before anyone fetches).
     pub fn barrier(&mut self) -> Result<(), DsmError> {
-        let (start, protocol) = (Instant::now(), self.spent.protocol);
-        let out = self.barrier_inner();
-        self.spent.barrier += start.elapsed().saturating_sub(self.spent.protocol - protocol);
+        let (out, waited) = self.timed(Self::barrier_inner);
+        self.spent.barrier += waited;
         self.spent.barriers += 1;
         out
     }
@@ -370,9 +377,8 @@ impl SharedMemory {
     /// Take lock `lock` (below [`crate::LOCKS_MAX`]; waiting at most [`crate::LOCK_TIMEOUT`]),
     /// then see every write its earlier holders made before they released it.
     pub fn lock(&mut self, lock: usize) -> Result<(), DsmError> {
-        let (start, protocol) = (Instant::now(), self.spent.protocol);
-        let out = self.lock_inner(lock);
-        self.spent.lock += start.elapsed().saturating_sub(self.spent.protocol - protocol);
+        let (out, waited) = self.timed(|m| m.lock_inner(lock));
+        self.spent.lock += waited;
         self.spent.locks += 1;
         out
     }
@@ -398,9 +404,8 @@ impl SharedMemory {
     /// Release lock `lock`, which this rank holds: its writes' diffs land at their homes, its
     /// notices go into the lock's log, then the lock is free.
     pub fn unlock(&mut self, lock: usize) -> Result<(), DsmError> {
-        let (start, protocol) = (Instant::now(), self.spent.protocol);
-        let out = self.unlock_inner(lock);
-        self.spent.lock += start.elapsed().saturating_sub(self.spent.protocol - protocol);
+        let (out, waited) = self.timed(|m| m.unlock_inner(lock));
+        self.spent.lock += waited;
         out
     }
 

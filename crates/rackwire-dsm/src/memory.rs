@@ -80,6 +80,7 @@ pub(crate) fn mappings_left() -> Option<usize> {
     Some(max.saturating_sub(have + MAPPINGS_SPARE))
 }
 
-fn sys(what: &'static str, e: rustix::io::Errno) -> DsmError {
+/// A failed system call as the shared memory's error.
+pub(crate) fn sys(what: &'static str, e: rustix::io::Errno) -> DsmError {
     DsmError::System { what, errno: e.raw_os_error() }
 }

@@ -33,7 +33,7 @@ use rustix::mm::MprotectFlags;
 use rustix::thread::futex;
 
 use crate::handler::{install_handler, now_ns, register, unregister, Queue, DONE, POSTED};
-use crate::memory::{mappings_left, OwnMemory, SharedBytes};
+use crate::memory::{mappings_left, sys, OwnMemory, SharedBytes};
 use crate::protocol::{Access, Action, DsmError, PageId, Protocol, Rank, Released};
 use crate::PAGE_BYTES;
 
@@ -97,10 +97,6 @@ pub struct Range {
     inner: Arc<Inner>,
     slot: usize,
     thread: Option<JoinHandle<()>>,
-}
-
-fn sys(what: &'static str, e: rustix::io::Errno) -> DsmError {
-    DsmError::System { what, errno: e.raw_os_error() }
 }
 
 impl Range {

@@ -235,12 +235,6 @@ fn blank(ranks: usize, secs: f64, cpu: f64) -> RunResult {
     }
 }
 
-/// CPU seconds the calling thread used so far.
-fn thread_cpu_secs() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
-}
-
 /// What a rank reports of its kernel, in this order: times (`secs`, `*_s`: the rows give
 /// their mean over the ranks) and counts (summed; `cpu` is its process's CPU seconds).
 const REPORT: [&str; 19] = [
@@ -291,13 +285,13 @@ pub fn run_shared(g: Group, app: App, size: usize, seed: u64, dir: &Path) -> Res
     let transport = m.group().conn(next).map(|c| c.transport().to_string());
     let (s0, f0) = (m.stats(), frames(m.group()));
     m.group().barrier()?;
-    let (cpu0, tcpu0, start) = (crate::job::cpu_secs(), thread_cpu_secs(), Instant::now());
+    let (cpu0, tcpu0, start) = (crate::job::cpu_secs(), crate::job::thread_cpu_secs(), Instant::now());
     let at = app.kernel(&mut m, size).map_err(dsm)?;
     // The kernel ends with the shared memory's barrier: every rank's writes are at their homes.
     m.group().barrier()?;
     let secs = start.elapsed().as_secs_f64();
-    let other_cpu = (crate::job::cpu_secs() - cpu0) - (thread_cpu_secs() - tcpu0);
     let cpu = crate::job::cpu_secs() - cpu0;
+    let other_cpu = cpu - (crate::job::thread_cpu_secs() - tcpu0);
     let s: Stats = m.stats().since(&s0);
     let f1 = frames(m.group());
     let c = s.counters;

@@ -10,7 +10,16 @@ use crate::EvalError;
 
 /// CPU time this process has used so far (every thread), in seconds.
 pub fn cpu_secs() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    clock_secs(rustix::time::ClockId::ProcessCPUTime)
+}
+
+/// CPU time the calling thread has used so far, in seconds.
+pub fn thread_cpu_secs() -> f64 {
+    clock_secs(rustix::time::ClockId::ThreadCPUTime)
+}
+
+fn clock_secs(clock: rustix::time::ClockId) -> f64 {
+    let t = rustix::time::clock_gettime(clock);
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 

@@ -63,6 +63,38 @@ pub fn thread_node(mh: &rackwire::MhHandle, secret: &str, name: &str, edge: bool
     rackwire::Fabric::join(cfg).expect("join")
 }
 
+/// Run `body` as every rank of an `n`-rank job named `job` whose ranks are threads of this
+/// process, each with a fabric node of its own (see [`thread_node`]) and its group (waiting at
+/// most `timeout` for the others in a group call), under a management host of its own that
+/// goes when they end; each rank's result.
+pub fn thread_ranks<E>(
+    secret: &str,
+    job: &str,
+    n: usize,
+    edge: bool,
+    timeout: Duration,
+    body: impl Fn(rackwire_coll::Group) -> Result<(), E> + Send + Sync + 'static,
+) -> Vec<Result<(), E>>
+where
+    E: From<rackwire_coll::CollError> + Send + 'static,
+{
+    let mh = rackwire::ManagementHost::start("127.0.0.1:0", None, secret.as_bytes()).expect("management host");
+    let body = std::sync::Arc::new(body);
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            let fabric = std::sync::Arc::new(thread_node(&mh, secret, &format!("{job}-{rank}"), edge));
+            let (job, body) = (job.to_string(), body.clone());
+            std::thread::spawn(move || {
+                let config = rackwire_coll::GroupConfig { timeout, job_token: None };
+                body(rackwire_coll::Group::join_with(fabric, &job, rank, n, config)?)
+            })
+        })
+        .collect();
+    let out = handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect();
+    drop(mh);
+    out
+}
+
 /// A management host and two nodes in this process (see [`thread_node`]) called `rx_name`
 /// and `tx_name`, over the edge transport with `edge`, and the second's connection to the
 /// first. The host comes first: bound in that order, it goes last.

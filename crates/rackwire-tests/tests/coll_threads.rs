@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rackwire::{Fabric, FabricConfig, ManagementHost, TransportChoice};
-use rackwire_coll::{CollError, Group, GroupConfig};
+use rackwire_coll::{CollError, Group};
 use rackwire_tests::collcheck;
 
 const SECRET: &str = "coll-thread-test-secret-0123456789";
@@ -18,34 +17,10 @@ fn run(
     edge: bool,
     body: impl Fn(&mut Group) -> Result<(), CollError> + Send + Sync + 'static,
 ) -> Vec<Result<(), CollError>> {
-    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
-    let addr = mh.addr().to_string();
-    let body = Arc::new(body);
-    let handles: Vec<_> = (0..n)
-        .map(|rank| {
-            let (addr, job, body) = (addr.clone(), job.to_string(), body.clone());
-            std::thread::spawn(move || {
-                let mut cfg = FabricConfig::new(addr, SECRET, format!("{job}-{rank}"));
-                if edge {
-                    cfg.transport = TransportChoice::Edge;
-                    cfg.links = vec!["127.0.0.1:0".into()];
-                }
-                let fabric = Arc::new(Fabric::join(cfg)?);
-                let mut g = Group::join_with(
-                    fabric,
-                    &job,
-                    rank,
-                    n,
-                    GroupConfig { timeout: Duration::from_secs(30), job_token: None },
-                )?;
-                body(&mut g)?;
-                g.leave()
-            })
-        })
-        .collect();
-    let out = handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect();
-    drop(mh);
-    out
+    rackwire_tests::thread_ranks(SECRET, job, n, edge, Duration::from_secs(30), move |mut g| {
+        body(&mut g)?;
+        g.leave()
+    })
 }
 
 /// Every rank of an `n`-rank group returned Ok (else the ranks' errors).

@@ -1,10 +1,7 @@
 //! The harness the shared-memory tests share: a job's ranks as threads of this process.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use rackwire::{Fabric, FabricConfig, ManagementHost, TransportChoice};
-use rackwire_coll::{Group, GroupConfig};
 use rackwire_dsm::{DsmError, Placement, SharedMemory};
 
 const SECRET: &str = "dsm-job-test-secret-0123456789abcdef";
@@ -33,29 +30,11 @@ pub fn run_with(
     placement: Placement,
     body: impl Fn(&mut SharedMemory) -> Result<(), DsmError> + Send + Sync + 'static,
 ) -> Vec<Result<(), DsmError>> {
-    let mh = ManagementHost::start("127.0.0.1:0", None, SECRET.as_bytes()).unwrap();
-    let addr = mh.addr().to_string();
-    let body = Arc::new(body);
-    let handles: Vec<_> = (0..n)
-        .map(|rank| {
-            let (addr, job, body) = (addr.clone(), job.to_string(), body.clone());
-            std::thread::spawn(move || -> Result<(), DsmError> {
-                let mut cfg = FabricConfig::new(addr, SECRET, format!("{job}-{rank}"));
-                if edge {
-                    cfg.transport = TransportChoice::Edge;
-                    cfg.links = vec!["127.0.0.1:0".into()];
-                }
-                let fabric = Arc::new(Fabric::join(cfg)?);
-                let group = Group::join_with(fabric, &job, rank, n, GroupConfig { timeout, job_token: None })?;
-                let mut shared = SharedMemory::with_placement(group, bytes, placement)?;
-                body(&mut shared)?;
-                shared.leave()
-            })
-        })
-        .collect();
-    let out = handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect();
-    drop(mh);
-    out
+    rackwire_tests::thread_ranks(SECRET, job, n, edge, timeout, move |group| {
+        let mut shared = SharedMemory::with_placement(group, bytes, placement)?;
+        body(&mut shared)?;
+        shared.leave()
+    })
 }
 
 /// Every rank returned Ok (else the ranks' errors).
