@@ -16,7 +16,7 @@ use crate::consts::*;
 use crate::ep::{Matcher, RxDone};
 use crate::queues::{Addr, Av, Cntr, Cq, Entry, ErrEntry, ProvErr, TxDone};
 use crate::user::{capacity, copy_out, Iov};
-use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX, HEADER_BYTES};
+use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX};
 
 /// Bytes a buffer of many messages keeps at least unless the application sets another
 /// (`FI_OPT_MIN_MULTI_RECV`): one whole fabric message.
@@ -527,10 +527,10 @@ impl Provider {
         }
         let conn = st.conns.get(&node).expect("connected above");
         let n = capacity(iov);
-        let len = HEADER_BYTES + n;
+        let len = h.len() + n;
         let sent = conn.send_with(len, |buf| {
-            h.encode(buf);
-            copy_out(iov, 0, &mut buf[HEADER_BYTES..len]);
+            let at = h.encode(buf);
+            copy_out(iov, 0, &mut buf[at..len]);
             Some(len)
         });
         Now::of(node, sent)
@@ -661,7 +661,7 @@ impl Provider {
             let Some(op) = st.eps.get_mut(&ep).and_then(|e| e.txq.front()) else { return };
             let (node, _) = op.dest;
             let (h, n) = op.next_piece();
-            let len = HEADER_BYTES + n;
+            let len = h.len() + n;
             if node == self.me {
                 let mut bytes = vec![0u8; len];
                 op.fill(&h, n, &mut bytes);

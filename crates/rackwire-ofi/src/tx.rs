@@ -4,7 +4,7 @@
 use crate::consts::*;
 use crate::queues::{Addr, TxDone};
 use crate::user::{capacity, copy_out, gather, Iov, Iovs, Registered};
-use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX, HEADER_BYTES};
+use crate::wire::{Header, Kind, FRAGMENT_BYTES_MAX};
 
 /// Where a send's bytes are.
 #[derive(Debug)]
@@ -84,8 +84,8 @@ impl TxOp {
 
     /// Write the next piece (header `h`, `n` bytes) into `buf`.
     pub(crate) fn fill(&self, h: &Header, n: usize, buf: &mut [u8]) {
-        h.encode(buf);
-        let out = &mut buf[HEADER_BYTES..HEADER_BYTES + n];
+        let at = h.encode(buf);
+        let out = &mut buf[at..at + n];
         match &self.src {
             Source::Owned(v) => out.copy_from_slice(&v[self.sent..self.sent + n]),
             Source::User(iov) => {

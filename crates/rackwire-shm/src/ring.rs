@@ -21,7 +21,9 @@
 //! ```
 //!
 //! A record is a 16-byte header (stamp u64, payload length u32, kind u32) and the payload,
-//! padded to 16 bytes. A record never wraps: when it does not fit before the end, a padding
+//! padded to a cache line (64 bytes): a record starts a line, so one of up to 48 payload bytes
+//! crosses from the sender's core to the receiver's in one line transfer, where a record
+//! straddling two lines costs two, one after the other. A record never wraps: when it does not fit before the end, a padding
 //! record fills the rest and the record starts at offset 0. Every header is checked by the
 //! receiver before use, since the sender may be faulty: a malformed ring is reported, never
 //! trusted.
@@ -35,10 +37,10 @@ const HEAD_OFFSET: u64 = 0;
 const MAGIC_OFFSET: u64 = 128;
 const CAPACITY_OFFSET: u64 = 136;
 const DATA_OFFSET: u64 = 256;
-const RING_MAGIC: u64 = 0x7277_7269_6e67_0002; // "rwring" v2
+const RING_MAGIC: u64 = 0x7277_7269_6e67_0003; // "rwring" v3 (records line-aligned)
 /// Bytes of a record header.
 pub const RECORD_HEADER_BYTES: u64 = 16;
-const RECORD_ALIGN: u64 = 16;
+const RECORD_ALIGN: u64 = 64;
 const KIND_PAD: u32 = u32::MAX;
 
 /// The smallest ring capacity in bytes.
