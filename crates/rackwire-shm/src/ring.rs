@@ -131,6 +131,8 @@ impl RingReceiver {
             return Err(ShmError::BadLength(capacity));
         }
         let mem = SharedMem::create(name, DATA_OFFSET + capacity)?;
+        // Every record's pass through the ring then costs no page fault, the first as others.
+        mem.prefault();
         mem.write_at(MAGIC_OFFSET, &RING_MAGIC.to_le_bytes());
         mem.write_at(CAPACITY_OFFSET, &capacity.to_le_bytes());
         Ok(RingReceiver { mem: Arc::new(mem), cap: capacity, head: 0 })
@@ -257,6 +259,8 @@ impl RingSender {
             return Err(ShmError::BadRing("ring mapped read-only"));
         }
         let cap = capacity_of(&mem)?;
+        // The sender's own mapping faults in now too, not at its first pass through the ring.
+        mem.prefault();
         // A ring is handed to its one sender before anything is written to it. The head is the
         // receiver's word: a record position is aligned, whatever it says.
         let head = atomic(&mem, HEAD_OFFSET).load(Ordering::Acquire) & !(RECORD_ALIGN - 1);
