@@ -21,6 +21,8 @@ use crate::mpi_rack::MpiRack;
 
 /// Repeats at most.
 const REPEAT_MAX: usize = 50;
+/// The cache-line ping-pong's share of its full count of rounds, in each repeat.
+const CACHELINE_SCALE: f64 = 0.25;
 const SECRET: &str = "rackwire-bench-mpi-secret";
 /// Our provider's mpirun arguments.
 const RACKWIRE: &[&str] = &[
@@ -133,7 +135,15 @@ pub fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) -> Result
         Some(r) => (Place::Rack(r), &RACK),
     };
     let mut runs: BTreeMap<&str, Vec<BTreeMap<String, f64>>> = BTreeMap::new();
+    // The floor of any ping-pong on this machine, measured in every repeat beside the
+    // programs: how long the two cores take to hand one cache line back and forth (half a round
+    // trip). A shared machine's cores move closer or further apart from one hour to the next;
+    // the 8-byte rows are read against it.
+    let mut floor = Vec::with_capacity(repeat);
     for rep in 0..repeat {
+        if mpi_rack.is_none() {
+            floor.push(crate::limit::cacheline_row(CACHELINE_SCALE).lat_us_p50.unwrap_or(f64::NAN));
+        }
         for i in 0..transports.len() {
             let (name, args) = transports[(i + rep) % transports.len()];
             let figures = run_once(&exe, name, args, scale, &dir, &place)?;
@@ -174,7 +184,11 @@ pub fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) -> Result
         doc.insert(key.to_string(), entry.into());
     }
     let rack_name = state.as_ref().map(|s| s.config.name.clone());
+    let floor = (!floor.is_empty()).then(|| median_spread(&mut floor));
     if json {
+        if let Some(f) = floor {
+            doc.insert("cacheline_half_round_trip_us".into(), triple(f));
+        }
         doc.insert("meta".into(), serde_json::json!({ "repeats": repeat, "scale": scale, "rack": rack_name }));
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
@@ -184,6 +198,12 @@ pub fn run(repeat: usize, scale: f64, json: bool, rack: Option<&Path>) -> Result
     println!(
         "(2 ranks {over}; {repeat} repeats, transports rotated; ratios per repeat: below 1 is faster for times, above 1 for bandwidth)"
     );
+    if let Some(f) = floor {
+        println!(
+            "(a cache line handed between this machine's two cores and back, half the round trip: {} µs, the floor of any ping-pong here)",
+            fmt(f, 3)
+        );
+    }
     Ok(())
 }
 
