@@ -24,6 +24,7 @@ pub mod spawn;
 mod stats;
 pub mod stripe;
 pub mod vnic;
+pub mod vnic_mtu;
 
 pub use peers::{
     iperf3_path, iperf3_udp_capacity, sockperf_path, NetPath, UdpSearch, UDP_SEARCH_LARGE, UDP_SEARCH_SMALL,

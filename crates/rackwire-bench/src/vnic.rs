@@ -80,11 +80,12 @@ domain = "far"
 type Measure<'a> = Box<dyn Fn() -> Result<Row, String> + 'a>;
 
 /// An Ethernet-only address of host `i` on rail `k` (no agent publishes it).
-fn plain_addr(i: usize, k: usize) -> String {
+pub(crate) fn plain_addr(i: usize, k: usize) -> String {
     format!("198.19.{k}.{}", i + 1)
 }
 
-fn route_dev(ns: &str, ip: &str) -> String {
+/// The device `ns` routes `ip` over.
+pub(crate) fn route_dev(ns: &str, ip: &str) -> String {
     let out = std::process::Command::new("ip").args(["-n", ns, "route", "get", ip]).output();
     let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
     text.split_whitespace().skip_while(|w| *w != "dev").nth(1).unwrap_or("").to_string()

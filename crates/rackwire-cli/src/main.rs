@@ -254,9 +254,11 @@ struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     links: usize,
     /// With --transport udp: largest frame per link (loopback carries up to 65507) [default:
-    /// 65000; with `seal`: 1472, an Ethernet frame's].
-    #[arg(long)]
-    mtu: Option<usize>,
+    /// 65000; with `seal`: 1472, an Ethernet frame's]. With `vnic`: MTUs (comma-separated, e.g.
+    /// 1500,9000,16384,32768,65520) to measure TCP and UDP over rw0 and over a veth at each, both
+    /// set to it (Marlin's Fig. 8), instead of the usual rows.
+    #[arg(long, value_delimiter = ',')]
+    mtu: Vec<usize>,
     /// Patterns: pingpong, oneway, twoway, rate, table1, pieces (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "pingpong,oneway")]
     pattern: Vec<String>,
@@ -287,6 +289,15 @@ struct BenchArgs {
     /// Print one JSON document with a `rows` array instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// The one frame size `--mtu` gives outside `bench vnic` (none: the default).
+fn one_mtu(mtu: &[usize]) -> Result<Option<usize>> {
+    match mtu {
+        [] => Ok(None),
+        [m] => Ok(Some(*m)),
+        _ => bail!("--mtu takes one value here (a list goes with `bench vnic`)"),
+    }
 }
 
 fn init_logging(default: tracing::Level) {
@@ -347,7 +358,7 @@ impl BenchArgs {
                 if !(1..=8).contains(&self.links) {
                     bail!("--links must be 1..=8");
                 }
-                let mtu = self.mtu.unwrap_or(65000);
+                let mtu = one_mtu(&self.mtu)?.unwrap_or(65000);
                 if !(256..=65507).contains(&mtu) {
                     bail!("--mtu must be 256..=65507");
                 }
@@ -426,6 +437,12 @@ fn run(cli: Cli) -> Result<()> {
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
+            if !b.mtu.is_empty() {
+                if !b.rows.is_empty() {
+                    bail!("--mtu measures its own rows: leave out --rows");
+                }
+                return rackwire_bench::vnic_mtu::run(&b.mtu, b.repeat, b.scale, b.host_cores, b.json);
+            }
             rackwire_bench::vnic::run(&rackwire_bench::vnic::VnicBench {
                 json: b.json,
                 scale: b.scale,
@@ -489,7 +506,8 @@ fn run(cli: Cli) -> Result<()> {
             if !(b.scale > 0.0 && b.scale <= 10.0) {
                 bail!("--scale must be in (0, 10]");
             }
-            rackwire_bench::seal::run(b.mtu.unwrap_or(rackwire_bench::seal::MTU_DEFAULT), b.repeat, b.scale, b.json)
+            let mtu = one_mtu(&b.mtu)?.unwrap_or(rackwire_bench::seal::MTU_DEFAULT);
+            rackwire_bench::seal::run(mtu, b.repeat, b.scale, b.json)
         }
         Cmd::Bench(b) if b.suite.as_deref() == Some("mpi") => {
             init_logging(tracing::Level::WARN);

@@ -91,6 +91,8 @@ fn bad_arguments_are_refused_clearly() {
         (&["bench", "vnic", "--rows", "xrack,nosuch"][..], "no row starts with \"nosuch\""),
         (&["bench", "--host-cores"][..], "--host-cores and --rows go with `bench vnic`"),
         (&["bench", "coll", "--rows", "xrack"][..], "go with `bench vnic`"),
+        (&["bench", "seal", "--mtu", "1500,9000"][..], "--mtu takes one value here"),
+        (&["bench", "vnic", "--mtu", "1500", "--rows", "xrack"][..], "--mtu measures its own rows"),
     ] {
         let o = rackwire(args);
         assert!(!o.status.success(), "{args:?} should fail");

@@ -493,7 +493,8 @@ const VNIC_ROWS: [&str; 19] = [
 // is installed) with positive figures, the bare UDP tunnel's cross-rack rows and the rows of
 // small datagrams' highest rate across racks among them, its TCP and ping-pong rows with what
 // each cost the machine and the ratio of rw0's cost to the veth's, and with `--host-cores --rows xrack-`
-// just the cross-rack rows; `bench coll --rack` (hosts in memory domains of their
+// just the cross-rack rows, and with `--mtu` (Marlin's Fig. 8) TCP and UDP over both at each MTU;
+// `bench coll --rack` (hosts in memory domains of their
 // own) gives `udp` rows for its collectives and, where Open MPI is installed, `openmpi-tcp`
 // rows measured over the same rails, and takes its rack down.
 #[test]
@@ -634,6 +635,26 @@ fn rack_benchmarks_run_end_to_end() {
     let notes = v["notes"].as_array().unwrap();
     assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("h1 on core"))), "{out}");
     assert!(namespaces("rwr-bvnic-").is_empty(), "bench vnic --host-cores left its rack up");
+
+    // Marlin's Fig. 8: at each MTU asked for, TCP and UDP over rw0 and over the veth with both
+    // at that MTU, each a positive rate, with the two ratios; the racks taken down; and an MTU
+    // past rw0's own refused with the range.
+    let out = ok(&rackwire(&["bench", "vnic", "--mtu", "1500,9000", "--scale", "0.2", "--json"]));
+    let v: Value = serde_json::from_str(&out).expect("bench vnic --mtu --json");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["mtu"].as_u64().unwrap()).collect::<Vec<_>>(), [1500, 9000], "{out}");
+    for r in rows {
+        for k in ["vnic-tcp_mb_s", "veth-tcp_mb_s", "vnic-udp_mb_s", "veth-udp_mb_s"] {
+            assert!(r[k]["median"].as_f64().is_some_and(|x| x > 0.0), "{k} at MTU {}: {out}", r["mtu"]);
+        }
+        for k in ["tcp_vnic_over_veth", "udp_vnic_over_veth"] {
+            assert!(r[k]["median"].as_f64().is_some_and(|x| x > 0.0), "{k}: {out}");
+        }
+    }
+    assert!(namespaces("rwr-bvmtu-").is_empty(), "bench vnic --mtu left its rack up");
+    let o = rackwire(&["bench", "vnic", "--mtu", "70000"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("1280..=65520"), "{e}");
 }
 
 // Checks end to end that a peer cannot speak for another node over rw0: a node on h3 sends

@@ -112,6 +112,10 @@ pub enum DsmError {
     /// A page arrived that was not being fetched.
     #[error("page {0} arrived but was not being fetched")]
     NotFetching(PageId),
+    /// An access found the page still not held after the protocol was asked for it (a fetch
+    /// that failed earlier and left the page on its way).
+    #[error("page {0} is not held here after its fault was resolved")]
+    NotHeld(PageId),
     /// A page's home asked to move while the page is being written or fetched (homes move
     /// only between intervals).
     #[error("page {0} cannot change home while it is written or fetched")]
@@ -264,8 +268,8 @@ impl Protocol {
     }
 
     /// A touch of `page` faulted (`write`: a store). `copy` is this rank's copy as it is now
-    /// (a page long; its bytes matter only when a twin is kept). The actions to carry out;
-    /// none when the fault was spurious (another thread's fault on the page already did it).
+    /// (a page long; its bytes matter only when a twin is kept). The actions to carry out; on a
+    /// page held already, the protection its state allows (the caller's view may be behind it).
     pub fn fault(&mut self, page: PageId, write: bool, copy: &[u8]) -> Result<Vec<Action>, DsmError> {
         let i = self.check(page)?;
         self.counters.faults += 1;
@@ -282,7 +286,11 @@ impl Protocol {
                 Ok(Vec::new())
             }
             PageState::Read if write => Ok(self.start_writing(i, copy)),
-            PageState::Read | PageState::Written => Ok(Vec::new()),
+            // Held already: the view asks to be opened as far as the state allows (a page
+            // written through the service view is written without its view opened; a fault
+            // another thread's fault resolved meanwhile opens nothing new).
+            PageState::Written => Ok(vec![Action::Protect { page, access: Access::ReadWrite }]),
+            PageState::Read => Ok(vec![Action::Protect { page, access: Access::Read }]),
         }
     }
 

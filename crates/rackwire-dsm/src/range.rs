@@ -18,7 +18,12 @@
 //! A raw access to a protected page faults: the process's `SIGSEGV` handler (see `handler.rs`)
 //! posts it to the range's service thread and sleeps until it is resolved. The accessors
 //! ([`Range::read_u64`], [`Range::read_words`], ...) look at the page's state first and resolve
-//! a miss in the calling thread, without the signal and the hand-off.
+//! a miss in the calling thread, without the signal and the hand-off. The word-run accessors
+//! ([`Range::read_words`], [`Range::write_words`]) copy through the service view: they need the
+//! protocol's leave (a valid copy; for a write, its twin kept) but no protection change, so a
+//! page an application writes only through them is never made writable in its view, and its
+//! release has no protection to take back (a raw write to such a page faults once, and the
+//! protocol, which knows it written, only opens the view).
 //!
 //! Whether a fault was a read or a write is told by the page's protection, not the machine's
 //! fault code: a fault on a readable page is a write; on an unreadable one it is taken as a
@@ -34,7 +39,7 @@ use rustix::thread::futex;
 
 use crate::handler::{install_handler, now_ns, register, unregister, Queue, DONE, POSTED};
 use crate::memory::{mappings_left, sys, OwnMemory, SharedBytes};
-use crate::protocol::{Access, Action, DsmError, PageId, Protocol, Rank, Released};
+use crate::protocol::{Access, Action, DsmError, PageId, PageState, Protocol, Rank, Released};
 use crate::PAGE_BYTES;
 
 /// How long the service thread sleeps before it looks whether it should stop (µs).
@@ -67,6 +72,10 @@ struct Inner {
     /// protection itself changed: an accessor that finds it high enough may go ahead (and if
     /// it changed since, the access faults, as any access does).
     access: Box<[AtomicU8]>,
+    /// Each page's state in the protocol as a [`level`]: what this rank may do with its copy
+    /// (none: no valid copy; read; write: written in this interval, its twin kept), set under
+    /// the protocol's lock after each change. The word-run accessors go by it, not by the view.
+    held: Box<[AtomicU8]>,
     /// Held while master copies change (a diff applied) or are read for a fetch: taken after
     /// the protocol's lock, never before it, so ranks fetching from each other cannot wait on
     /// each other.
@@ -142,7 +151,10 @@ impl Range {
             app,
             service,
             len,
-            access: access.iter().map(|a| AtomicU8::new(level(*a))).collect(),
+            // A fresh view has the memory's own protection (read and write): every page's is
+            // set below, as the protocol starts it.
+            access: access.iter().map(|_| AtomicU8::new(level(Access::ReadWrite))).collect(),
+            held: access.iter().map(|a| AtomicU8::new(level(*a))).collect(),
             master: Mutex::new(()),
             queue,
             stop: AtomicBool::new(false),
@@ -227,29 +239,32 @@ impl Range {
         Ok(())
     }
 
-    /// Read `out.len()` words from the aligned offset `at` through the application's view (a
-    /// page's readiness looked at once per page).
+    /// Read `out.len()` words from the aligned offset `at` (a page's state looked at once per
+    /// page), copied through the service view.
     pub fn read_words(&self, at: usize, out: &mut [u64]) -> Result<(), DsmError> {
+        let service = self.inner.service as *const u8;
         self.span(at, out.len(), false, |at, chunk| {
             let dst = &mut out[chunk];
-            // SAFETY: `span` checked `at..at + 8 * chunk` lies inside the application's view and
-            // readied its page; a copy out of the mapping into the caller's words, which do not
-            // overlap it (they are the caller's own memory).
+            // SAFETY: `span` checked `at..at + 8 * chunk` lies inside the range (the service
+            // view is as long) and that the protocol holds the page valid here; a copy out of
+            // the mapping into the caller's words, which do not overlap it (its own memory).
             #[allow(unsafe_code)]
             unsafe {
-                std::ptr::copy_nonoverlapping(self.as_ptr().add(at) as *const u64, dst.as_mut_ptr(), dst.len())
+                std::ptr::copy_nonoverlapping(service.add(at) as *const u64, dst.as_mut_ptr(), dst.len())
             };
         })
     }
 
-    /// Write `words` at the aligned offset `at` through the application's view.
+    /// Write `words` at the aligned offset `at`, through the service view.
     pub fn write_words(&self, at: usize, words: &[u64]) -> Result<(), DsmError> {
+        let service = self.inner.service as *mut u8;
         self.span(at, words.len(), true, |at, chunk| {
             let src = &words[chunk];
-            // SAFETY: as in `read_words`, the page readied for writing.
+            // SAFETY: as in `read_words`, the protocol holding the page written here (its twin
+            // kept): the service view is always writable.
             #[allow(unsafe_code)]
             unsafe {
-                std::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(at) as *mut u64, src.len())
+                std::ptr::copy_nonoverlapping(src.as_ptr(), service.add(at) as *mut u64, src.len())
             };
         })
     }
@@ -276,13 +291,13 @@ impl Range {
     fn fetch_missing(&self, pages: impl IntoIterator<Item = usize>, min: usize) -> Result<(), DsmError> {
         let missing: Vec<PageId> = pages
             .into_iter()
-            .filter(|&p| self.inner.access[p].load(Ordering::Acquire) == level(Access::None))
+            .filter(|&p| self.inner.held[p].load(Ordering::Acquire) == level(Access::None))
             .map(|p| p as PageId)
             .collect();
         if missing.len() < min {
             return Ok(());
         }
-        self.inner.batch(missing, |p, page, copy| p.fault(page, false, copy))
+        self.inner.batch(missing, Opens::View, |p, page, copy| p.fault(page, false, copy))
     }
 
     /// Run `f`, its time counted as the application's wait for its pages.
@@ -293,8 +308,8 @@ impl Range {
         out
     }
 
-    /// Check `n` words from `at`, then for each page they touch: ready it, and `copy` the
-    /// words on it (`copy(offset, range of the words)`).
+    /// Check `n` words from `at`, then for each page they touch: have the protocol's leave for
+    /// it, and `copy` the words on it (`copy(offset, range of the words)`).
     fn span(
         &self,
         at: usize,
@@ -312,44 +327,73 @@ impl Range {
         // way at once), before the walk readies each for the access.
         let pages = at / PAGE_BYTES..=(end - 1) / PAGE_BYTES;
         let want = level(if write { Access::ReadWrite } else { Access::Read });
-        if pages.clone().any(|p| self.inner.access[p].load(Ordering::Acquire) < want) {
+        if pages.clone().any(|p| self.inner.held[p].load(Ordering::Acquire) < want) {
             self.waiting(|| self.gather(at, end, write))?;
         }
         let mut off = at;
         while off < end {
             let next = ((off / PAGE_BYTES + 1) * PAGE_BYTES).min(end);
-            self.ready(off, write)?;
+            self.hold(off / PAGE_BYTES, want)?;
             copy(off, (off - at) / 8..(next - at) / 8);
             off = next;
         }
         Ok(())
     }
 
-    /// Before an access to `at..end` that finds pages not ready: pages written whole are made
-    /// writable without a fetch, the others missing are fetched together, and (for a write)
-    /// the readable ones are made writable together.
+    /// Have the protocol's leave to read (`want` read) or write page `page` through the
+    /// service view, asking for it in this thread if it is not held: a fetch, a twin — never a
+    /// protection change of the application's view to writable.
+    #[inline]
+    fn hold(&self, page: usize, want: u8) -> Result<(), DsmError> {
+        let held = &self.inner.held[page];
+        if held.load(Ordering::Acquire) >= want {
+            return Ok(());
+        }
+        self.waiting(|| {
+            // A write to a page with no copy takes two steps (fetched, then written), as a
+            // fault would.
+            for _ in 0..2 {
+                let now = held.load(Ordering::Acquire);
+                if now >= want {
+                    break;
+                }
+                let write = now == level(Access::Read);
+                self.inner.batch([page as PageId], Opens::Protocol, |p, page, copy| p.fault(page, write, copy))?;
+            }
+            // Copying through the service view without the leave would read a stale copy or
+            // write one no diff tracks: refused instead.
+            if held.load(Ordering::Acquire) < want {
+                return Err(DsmError::NotHeld(page as PageId));
+            }
+            Ok(())
+        })
+    }
+
+    /// Before an access to `at..end` that finds pages not held: pages written whole are taken
+    /// for writing without a fetch, the others missing are fetched together, and (for a write)
+    /// the readable ones are taken for writing together.
     fn gather(&self, at: usize, end: usize, write: bool) -> Result<(), DsmError> {
         let pages = at / PAGE_BYTES..=(end - 1) / PAGE_BYTES;
         // A write that covers a page whole needs none of its old bytes: no fetch.
         let whole = |p: &usize| write && p * PAGE_BYTES >= at && (p + 1) * PAGE_BYTES <= end;
         let written: Vec<PageId> = pages
             .clone()
-            .filter(|p| whole(p) && self.inner.access[*p].load(Ordering::Acquire) == level(Access::None))
+            .filter(|p| whole(p) && self.inner.held[*p].load(Ordering::Acquire) == level(Access::None))
             .map(|p| p as PageId)
             .collect();
         if !written.is_empty() {
-            self.inner.batch(written, |p, page, copy| p.overwrite(page, copy))?;
+            self.inner.batch(written, Opens::Protocol, |p, page, copy| p.overwrite(page, copy))?;
         }
         self.fetch_missing(pages.clone().filter(|p| !whole(p)), 2)?;
         if write {
             // Pages readable but not writable yet: their write faults together (one
             // protection change for neighbours).
             let upgrade: Vec<PageId> = pages
-                .filter(|&p| self.inner.access[p].load(Ordering::Acquire) == level(Access::Read))
+                .filter(|&p| self.inner.held[p].load(Ordering::Acquire) == level(Access::Read))
                 .map(|p| p as PageId)
                 .collect();
             if upgrade.len() > 1 {
-                self.inner.batch(upgrade, |p, page, copy| p.fault(page, true, copy))?;
+                self.inner.batch(upgrade, Opens::Protocol, |p, page, copy| p.fault(page, true, copy))?;
             }
         }
         Ok(())
@@ -409,7 +453,8 @@ impl Range {
     pub fn release(&self) -> Result<Released, DsmError> {
         let mut p = lock(&self.inner.protocol);
         let rel = p.release(|page| self.inner.service_page(page));
-        self.inner.carry_out(&mut p, rel.actions.clone())?;
+        self.inner.carry_out(&mut p, rel.actions.clone(), Opens::View)?;
+        self.inner.note_held(&p, rel.notices.iter().copied());
         Ok(rel)
     }
 
@@ -417,7 +462,8 @@ impl Range {
     pub fn acquire(&self, notices: &[PageId]) -> Result<Released, DsmError> {
         let mut p = lock(&self.inner.protocol);
         let acq = p.acquire(notices, |page| self.inner.service_page(page))?;
-        self.inner.carry_out(&mut p, acq.actions.clone())?;
+        self.inner.carry_out(&mut p, acq.actions.clone(), Opens::View)?;
+        self.inner.note_held(&p, notices.iter().copied());
         Ok(acq)
     }
 
@@ -425,7 +471,7 @@ impl Range {
     /// move needs are done when this returns.
     pub fn rehome(&self, moves: &[(PageId, Rank)]) -> Result<(), DsmError> {
         let mut homes = moves.iter().map(|&(_, home)| home);
-        self.inner.batch(moves.iter().map(|&(page, _)| page), |p, page, _| {
+        self.inner.batch(moves.iter().map(|&(page, _)| page), Opens::View, |p, page, _| {
             p.rehome(page, homes.next().expect("one home a move"))
         })
     }
@@ -541,12 +587,21 @@ impl Inner {
     /// protection changes — gathered, and made with one `mprotect` per run of neighbouring
     /// pages that get the same protection (each call costs a system call and a flush of every
     /// core's view of the mapping).
-    fn carry_out(&self, p: &mut Protocol, actions: Vec<Action>) -> Result<(), DsmError> {
+    fn carry_out(&self, p: &mut Protocol, actions: Vec<Action>, opens: Opens) -> Result<(), DsmError> {
         let mut protects: Vec<(PageId, Access)> = Vec::new();
         let mut fetches: Vec<(PageId, Rank)> = Vec::new();
+        let mut touched: Vec<PageId> = Vec::new();
         let mut sort = |a: Action, fetches: &mut Vec<(PageId, Rank)>| match a {
-            Action::Protect { page, access } => protects.push((page, access)),
-            Action::Fetch { page, home } => fetches.push((page, home)),
+            // For the word-run accessors, the view is not opened for writing (see `Opens`).
+            Action::Protect { page, access: Access::ReadWrite } if opens == Opens::Protocol => touched.push(page),
+            Action::Protect { page, access } => {
+                touched.push(page);
+                protects.push((page, access));
+            }
+            Action::Fetch { page, home } => {
+                touched.push(page);
+                fetches.push((page, home));
+            }
         };
         for a in actions {
             sort(a, &mut fetches);
@@ -565,7 +620,22 @@ impl Inner {
             }
             fetches = again;
         }
-        self.protect_all(protects)
+        self.protect_all(protects)?;
+        self.note_held(p, touched);
+        Ok(())
+    }
+
+    /// Record the protocol's state of `pages` for the word-run accessors (under its lock).
+    fn note_held(&self, p: &Protocol, pages: impl IntoIterator<Item = PageId>) {
+        for page in pages {
+            let Some(h) = self.held.get(page as usize) else { continue };
+            let l = match p.state(page) {
+                Ok(PageState::Read) => level(Access::Read),
+                Ok(PageState::Written) => level(Access::ReadWrite),
+                _ => level(Access::None),
+            };
+            h.store(l, Ordering::Release);
+        }
     }
 
     /// Set each page's protection, the last one given for a page winning; neighbouring pages
@@ -580,6 +650,10 @@ impl Inner {
                 _ => last.push((page, access)),
             }
         }
+        // A page whose view has the protection already needs no call.
+        last.retain(|&(page, access)| {
+            self.access.get(page as usize).is_none_or(|a| a.load(Ordering::Acquire) != level(access))
+        });
         let mut i = 0;
         while i < last.len() {
             let (first, access) = last[i];
@@ -599,14 +673,19 @@ impl Inner {
     fn batch(
         &self,
         pages: impl IntoIterator<Item = PageId>,
+        opens: Opens,
         mut event: impl FnMut(&mut Protocol, PageId, &[u8]) -> Result<Vec<Action>, DsmError>,
     ) -> Result<(), DsmError> {
         let mut p = lock(&self.protocol);
         let mut actions = Vec::new();
+        let mut pages_seen = Vec::new();
         for page in pages {
             actions.extend(event(&mut p, page, self.service_page(page))?);
+            pages_seen.push(page);
         }
-        self.carry_out(&mut p, actions)
+        self.carry_out(&mut p, actions, opens)?;
+        self.note_held(&p, pages_seen);
+        Ok(())
     }
 
     /// Resolve the fault at `addr`.
@@ -617,7 +696,9 @@ impl Inner {
         let write = self.access.get(page as usize).map(|a| a.load(Ordering::Acquire)) == Some(level(Access::Read));
         let copy = self.service_page(page);
         let actions = p.fault(page, write, copy)?;
-        self.carry_out(&mut p, actions)
+        self.carry_out(&mut p, actions, Opens::View)?;
+        self.note_held(&p, [page]);
+        Ok(())
     }
 
     /// The service thread: resolves posted faults, sleeps on the bell between them.
@@ -647,6 +728,15 @@ impl Inner {
             }
         }
     }
+}
+
+/// What a protocol call's leave to write opens: the application's view too (a raw access, a
+/// fault), or only the protocol's state (the word-run accessors, which write through the
+/// service view).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opens {
+    View,
+    Protocol,
 }
 
 /// A protection as a number that grows with what it allows.

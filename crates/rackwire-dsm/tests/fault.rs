@@ -145,6 +145,38 @@ fn word_runs_across_pages_land_whole() {
     assert!(job[0].read_words(4, &mut [0u64; 1]).is_err(), "misaligned");
 }
 
+// Checks the word accessors beside raw accesses to the same pages in one interval: words
+// written through the accessors (which copy through the service view and leave the
+// application's view read-only), then bytes written raw on the same pages (each a fault on a
+// page the protocol holds written already, which only opens the view), on a page homed here
+// and on one homed at the other rank; after the barrier the other rank sees every word and
+// byte, and the page homed elsewhere sent one diff with both (one twin, kept at the first
+// write).
+#[test]
+fn word_writes_and_raw_writes_mix_in_one_interval() {
+    let job = job(2, 4);
+    let (r0, r1) = (&job[0], &job[1]);
+    // Page 0 is homed at rank 0, page 1 at rank 1.
+    for page in [0usize, 1] {
+        let at = page * PAGE_BYTES;
+        r0.write_words(at, &[0x1111_2222_3333_4444, 0x5555_6666_7777_8888]).unwrap();
+        assert_eq!(peek(r0, at), 0x44, "a raw read sees the word written through the service view");
+        poke(r0, at + 100, 0x99);
+        r0.write_words(at + 200, &[7]).unwrap();
+    }
+    assert_eq!(r0.counters().twins, 1, "one twin, for the page homed elsewhere");
+    barrier(&job);
+    assert_eq!(r0.counters().diffs, 1, "one diff, with the words and the byte");
+    for page in [0usize, 1] {
+        let at = page * PAGE_BYTES;
+        let mut w = [0u64; 2];
+        r1.read_words(at, &mut w).unwrap();
+        assert_eq!(w, [0x1111_2222_3333_4444, 0x5555_6666_7777_8888], "page {page}");
+        assert_eq!(peek(r1, at + 100), 0x99, "page {page}: the raw byte");
+        assert_eq!(r1.read_u64(at + 200).unwrap(), 7, "page {page}");
+    }
+}
+
 // Checks faults from several threads at once: four threads of one rank write their own bytes
 // straight into the memory on every page of a range homed at the other rank (each fault a
 // signal posted in its own slot, the same page faulted by several at once); after the barrier

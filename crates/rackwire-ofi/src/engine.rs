@@ -527,7 +527,7 @@ impl Provider {
         }
         let conn = st.conns.get(&node).expect("connected above");
         let n = capacity(iov);
-        let len = h.len() + n;
+        let len = h.encoded_len() + n;
         let sent = conn.send_with(len, |buf| {
             let at = h.encode(buf);
             copy_out(iov, 0, &mut buf[at..len]);
@@ -661,7 +661,7 @@ impl Provider {
             let Some(op) = st.eps.get_mut(&ep).and_then(|e| e.txq.front()) else { return };
             let (node, _) = op.dest;
             let (h, n) = op.next_piece();
-            let len = h.len() + n;
+            let len = h.encoded_len() + n;
             if node == self.me {
                 let mut bytes = vec![0u8; len];
                 op.fill(&h, n, &mut bytes);

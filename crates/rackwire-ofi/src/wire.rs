@@ -89,7 +89,7 @@ pub enum Malformed {
 impl Header {
     /// Bytes this header takes: [`WHOLE_HEADER_BYTES`] for a whole message, else
     /// [`HEADER_BYTES`].
-    pub fn len(&self) -> usize {
+    pub fn encoded_len(&self) -> usize {
         if self.kind == Kind::Whole {
             WHOLE_HEADER_BYTES
         } else {
@@ -97,7 +97,7 @@ impl Header {
         }
     }
 
-    /// Write the header into the first [`Header::len`] bytes of `out`; that length. A whole
+    /// Write the header into the first [`Header::encoded_len`] bytes of `out`; that length. A whole
     /// message's number and length-or-offset are not sent (they are 0 at the receiver).
     pub fn encode(&self, out: &mut [u8]) -> usize {
         let kind = match self.kind {
@@ -113,7 +113,7 @@ impl Header {
         let flags = if self.tagged { FLAG_TAGGED } else { 0 }
             | if self.has_data { FLAG_DATA } else { 0 }
             | if self.last { FLAG_LAST } else { 0 };
-        let len = self.len();
+        let len = self.encoded_len();
         out[..len].fill(0);
         out[0] = kind;
         out[1] = flags;
