@@ -63,22 +63,49 @@ impl Backend for FabricBackend {
         }
     }
 
-    fn fetch_many(&mut self, pages: &[(PageId, Rank)], outs: Vec<&mut [u8]>) -> Result<(), DsmError> {
-        let mut reads = Vec::with_capacity(pages.len());
-        for &(page, home) in pages {
-            let (conn, part) = reach(&self.conns, &self.parts, home)?;
-            reads.push(conn.read(part, page as u64 * PAGE_BYTES as u64, PAGE_BYTES as u64, OpFlags::NONE));
+    fn fetch_many(&mut self, pages: &[(PageId, Rank)], mut outs: Vec<&mut [u8]>) -> Result<(), DsmError> {
+        // Neighbouring pages of one home go in one read (up to FETCH_RUN_PAGES_MAX): one
+        // request and one answer where a read a page would cost one each.
+        let mut order: Vec<usize> = (0..pages.len()).collect();
+        order.sort_by_key(|&i| (pages[i].1, pages[i].0));
+        let mut runs: Vec<(Rank, PageId, Vec<usize>)> = Vec::new();
+        for i in order {
+            let (page, home) = pages[i];
+            match runs.last_mut() {
+                Some((h, first, idx))
+                    if *h == home
+                        && idx.len() < FETCH_RUN_PAGES_MAX
+                        && page == *first + idx.len() as PageId =>
+                {
+                    idx.push(i)
+                }
+                _ => runs.push((home, page, vec![i])),
+            }
         }
-        for ((read, out), &(page, home)) in reads.into_iter().zip(outs).zip(pages) {
+        let mut reads = Vec::with_capacity(runs.len());
+        for (home, first, idx) in &runs {
+            let (conn, part) = reach(&self.conns, &self.parts, *home)?;
+            let (at, len) = (*first as u64 * PAGE_BYTES as u64, (idx.len() * PAGE_BYTES) as u64);
+            reads.push(conn.read(part, at, len, OpFlags::NONE));
+        }
+        for (read, (home, first, idx)) in reads.into_iter().zip(runs) {
+            let want = idx.len() * PAGE_BYTES;
             match read.wait()? {
-                Completion::Data(d) if d.len() == out.len() => out.copy_from_slice(&d),
-                Completion::Data(d) => return Err(DsmError::BadFetch { page, home, got: d.len() }),
-                _ => return Err(DsmError::BadFetch { page, home, got: 0 }),
+                Completion::Data(d) if d.len() == want => {
+                    for (k, &i) in idx.iter().enumerate() {
+                        outs[i].copy_from_slice(&d[k * PAGE_BYTES..(k + 1) * PAGE_BYTES]);
+                    }
+                }
+                Completion::Data(d) => return Err(DsmError::BadFetch { page: first, home, got: d.len() }),
+                _ => return Err(DsmError::BadFetch { page: first, home, got: 0 }),
             }
         }
         Ok(())
     }
 }
+
+/// Neighbouring pages of one home fetched in one read at most (64 KiB).
+const FETCH_RUN_PAGES_MAX: usize = 16;
 
 /// Where a shared range's pages have their homes (each page's master copy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
