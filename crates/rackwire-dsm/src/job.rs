@@ -73,9 +73,7 @@ impl Backend for FabricBackend {
             let (page, home) = pages[i];
             match runs.last_mut() {
                 Some((h, first, idx))
-                    if *h == home
-                        && idx.len() < FETCH_RUN_PAGES_MAX
-                        && page == *first + idx.len() as PageId =>
+                    if *h == home && idx.len() < FETCH_RUN_PAGES_MAX && page == *first + idx.len() as PageId =>
                 {
                     idx.push(i)
                 }
