@@ -23,10 +23,10 @@
 //! A record is a 16-byte header (stamp u64, payload length u32, kind u32) and the payload,
 //! padded to a cache line (64 bytes): a record starts a line, so one of up to 48 payload bytes
 //! crosses from the sender's core to the receiver's in one line transfer, where a record
-//! straddling two lines costs two, one after the other. A record never wraps: when it does not fit before the end, a padding
-//! record fills the rest and the record starts at offset 0. Every header is checked by the
-//! receiver before use, since the sender may be faulty: a malformed ring is reported, never
-//! trusted.
+//! straddling two lines costs two, one after the other. A record never wraps: when it does not
+//! fit before the end, a padding record fills the rest and the record starts at offset 0. Every
+//! header is checked by the receiver before use, since the sender may be faulty: a malformed
+//! ring is reported, never trusted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
