@@ -226,7 +226,9 @@ fn assert_dsm_rows(rows: &[serde_json::Value], apps: &[&str], ranks: &[u64], tra
 // Checks the four applications at 1 and 2 ranks over shared memory: each shared run's result
 // equals the one-process run's (the job fails otherwise, so every row checked), each row has
 // its breakdown and counters, and at 2 ranks FFT (whose transposes read the other rank's rows)
-// fetched pages from the other rank.
+// fetched pages from the other rank. The ranks are processes of their own, and each run also
+// fails unless every rank's view of the range sits at the same address (checked in the run:
+// without the agreement on an address, it fails — tried).
 #[test]
 fn applications_run_checked_against_one_process() {
     let rows = rows(&eval(&["dsm", "--ranks", "2", "--scale", "0.01", "--json"], &[]));

@@ -105,6 +105,58 @@ impl Backend for FabricBackend {
 /// Neighbouring pages of one home fetched in one read at most (64 KiB).
 const FETCH_RUN_PAGES_MAX: usize = 16;
 
+/// Addresses rank 0 proposes, at most, for a range every rank's view can sit at.
+const COMMON_ADDRESS_TRIES: usize = 8;
+/// Where rank 0's later proposals go: from here up, a step apart (1 TiB), inside the 47 bits
+/// of a process's own address space.
+const PROPOSAL_BASE: usize = 0x2000_0000_0000;
+const PROPOSAL_STEP: usize = 0x0100_0000_0000;
+
+/// The same address for every rank's view of a range of `len` bytes, held by this rank's
+/// reservation (a collective call): rank 0 reserves a place (where the kernel puts it, then at
+/// addresses further up), the others try to reserve the same, and all agree or try again. A
+/// pointer into the range then means the same word at every rank. `None` when ranks share a
+/// process (one address space cannot hold two views at one address; each keeps its own).
+fn common_address(group: &mut Group, len: usize) -> Result<Option<crate::memory::Reservation>, DsmError> {
+    use crate::memory::Reservation;
+    let mut pids = vec![0u8; 4 * group.size()];
+    group.allgather(&std::process::id().to_le_bytes(), &mut pids)?;
+    let mut seen: Vec<&[u8]> = pids.chunks_exact(4).collect();
+    seen.sort_unstable();
+    if seen.windows(2).any(|w| w[0] == w[1]) {
+        return Ok(None);
+    }
+    for attempt in 0..COMMON_ADDRESS_TRIES {
+        let mine = if group.rank() == 0 {
+            let proposed = match attempt {
+                0 => None,
+                k => Reservation::at(PROPOSAL_BASE + (k - 1) * PROPOSAL_STEP, len)?,
+            };
+            Some(match proposed {
+                Some(r) => r,
+                None => Reservation::anywhere(len)?,
+            })
+        } else {
+            None
+        };
+        let mut word = mine.as_ref().map_or(0u64, |r| r.addr as u64).to_le_bytes();
+        group.bcast(0, &mut word)?;
+        let addr = u64::from_le_bytes(word) as usize;
+        let mine = match mine {
+            Some(r) => Some(r),
+            None => Reservation::at(addr, len)?,
+        };
+        let mut all = [u32::from(mine.is_some())];
+        group.allreduce(&mut all, rackwire_coll::ReduceOp::Min)?;
+        if all[0] == 1 {
+            return Ok(mine);
+        }
+        // Someone has something there: every reservation of this round goes.
+        drop(mine);
+    }
+    Err(DsmError::NoCommonAddress { tries: COMMON_ADDRESS_TRIES })
+}
+
 /// Where a shared range's pages have their homes (each page's master copy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Placement {
@@ -219,7 +271,8 @@ impl SharedMemory {
         let conns: Vec<Option<Conn>> = (0..size).map(|r| group.conn(r).cloned()).collect();
         let protocol = Protocol::new(rank as Rank, size, Protocol::round_robin(pages, size))?;
         let backend = FabricBackend { conns: conns.clone(), parts: parts.clone() };
-        let range = Range::over(Box::new(RegionMemory(sym.region)), protocol, backend)?;
+        let at = common_address(&mut group, pages * PAGE_BYTES)?;
+        let range = Range::over_at(Box::new(RegionMemory(sym.region)), protocol, backend, at)?;
         let locks = Locks::new(&mut group)?;
         Ok(SharedMemory {
             group,

@@ -18,7 +18,8 @@
 //! Its diffs ([`diff`]) come from peers when they are applied at a home, so decoding them is
 //! checked like any input from the network. A [`Range`] runs it on real memory: page faults
 //! tell it what the application touches, and a [`Backend`] fetches pages from their homes.
-//! [`SharedMemory`] puts a range over the ranks of a job on the fabric.
+//! [`SharedMemory`] puts a range over the ranks of a job on the fabric, at one address in every
+//! rank's process (ranks that share a process keep views of their own).
 
 #![deny(unsafe_code)]
 

@@ -80,6 +80,65 @@ pub(crate) fn mappings_left() -> Option<usize> {
     Some(max.saturating_sub(have + MAPPINGS_SPARE))
 }
 
+/// A stretch of this process's address space held by an inaccessible anonymous mapping, so
+/// nothing else lands there until a range's view replaces it (`mremap` with `MREMAP_FIXED`
+/// over it) or it is let go (dropped).
+pub(crate) struct Reservation {
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+}
+
+impl Reservation {
+    /// `len` bytes wherever the kernel puts them.
+    pub(crate) fn anywhere(len: usize) -> Result<Reservation, DsmError> {
+        Reservation::map(0, len, MapFlags::empty()).map(|r| r.expect("a mapping the kernel placed"))
+    }
+
+    /// `len` bytes at `addr` exactly, if nothing of this process is there (`None` otherwise).
+    pub(crate) fn at(addr: usize, len: usize) -> Result<Option<Reservation>, DsmError> {
+        if addr == 0 || !addr.is_multiple_of(crate::PAGE_BYTES) {
+            return Ok(None);
+        }
+        Reservation::map(addr, len, MapFlags::FIXED_NOREPLACE)
+    }
+
+    fn map(addr: usize, len: usize, extra: MapFlags) -> Result<Option<Reservation>, DsmError> {
+        let flags = MapFlags::PRIVATE | MapFlags::NORESERVE | extra;
+        // SAFETY: an anonymous mapping with no access; with `FIXED_NOREPLACE` the kernel refuses
+        // (EEXIST) rather than replace anything already mapped at `addr`, so no Rust object
+        // is touched; without it, the kernel picks a free place.
+        #[allow(unsafe_code)]
+        let got = unsafe { rustix::mm::mmap_anonymous(addr as *mut _, len, ProtFlags::empty(), flags) };
+        match got {
+            Ok(p) if addr == 0 || p as usize == addr => Ok(Some(Reservation { addr: p as usize, len })),
+            Ok(p) => {
+                // A kernel that ignores FIXED_NOREPLACE (before 4.17) placed it elsewhere.
+                drop(Reservation { addr: p as usize, len });
+                Ok(None)
+            }
+            Err(rustix::io::Errno::EXIST) => Ok(None),
+            Err(e) => Err(sys("mmap (reserving an address range)", e)),
+        }
+    }
+
+    /// The address, now the caller's to map over (not unmapped when this goes).
+    pub(crate) fn take(self) -> usize {
+        let addr = self.addr;
+        std::mem::forget(self);
+        addr
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        // SAFETY: the inaccessible mapping this value made; nothing refers to it.
+        #[allow(unsafe_code)]
+        unsafe {
+            let _ = rustix::mm::munmap(self.addr as *mut _, self.len);
+        }
+    }
+}
+
 /// A failed system call as the shared memory's error.
 pub(crate) fn sys(what: &'static str, e: rustix::io::Errno) -> DsmError {
     DsmError::System { what, errno: e.raw_os_error() }

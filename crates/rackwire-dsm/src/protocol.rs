@@ -112,6 +112,12 @@ pub enum DsmError {
     /// A page arrived that was not being fetched.
     #[error("page {0} arrived but was not being fetched")]
     NotFetching(PageId),
+    /// No address range of the range's length was free in every rank's process.
+    #[error("no address range of the range's length was free in every rank after {tries} tries")]
+    NoCommonAddress {
+        /// Addresses tried.
+        tries: usize,
+    },
     /// An access found the page still not held after the protocol was asked for it (a fetch
     /// that failed earlier and left the page on its way).
     #[error("page {0} is not held here after its fault was resolved")]

@@ -38,7 +38,7 @@ use rustix::mm::MprotectFlags;
 use rustix::thread::futex;
 
 use crate::handler::{install_handler, now_ns, register, unregister, Queue, DONE, POSTED};
-use crate::memory::{mappings_left, sys, OwnMemory, SharedBytes};
+use crate::memory::{mappings_left, sys, OwnMemory, Reservation, SharedBytes};
 use crate::protocol::{Access, Action, DsmError, PageId, PageState, Protocol, Rank, Released};
 use crate::PAGE_BYTES;
 
@@ -120,6 +120,17 @@ impl Range {
     /// [`Range::new`] on `memory` (its first `protocol.bytes()` bytes): the service view is
     /// the memory itself, the application's view a second mapping of it.
     pub fn over(memory: Box<dyn SharedBytes>, protocol: Protocol, backend: impl Backend) -> Result<Range, DsmError> {
+        Range::over_at(memory, protocol, backend, None)
+    }
+
+    /// [`Range::over`] with the application's view at the address `at` holds (a reservation
+    /// of the range's length, which the view replaces), where given.
+    pub(crate) fn over_at(
+        memory: Box<dyn SharedBytes>,
+        protocol: Protocol,
+        backend: impl Backend,
+        at: Option<Reservation>,
+    ) -> Result<Range, DsmError> {
         let len = protocol.bytes();
         if len == 0 || len > memory.len() {
             return Err(DsmError::Limit { what: "range bytes", n: len, max: memory.len() });
@@ -136,11 +147,38 @@ impl Range {
         }
         install_handler();
         let service = memory.ptr() as usize;
-        // SAFETY: `memory` is a shared mapping of at least `len` bytes at `service` (its
-        // trait's promise): an old size of 0 makes a second mapping of the same pages.
-        #[allow(unsafe_code)]
-        let app = unsafe { rustix::mm::mremap(service as *mut _, 0, len, rustix::mm::MremapFlags::MAYMOVE) }
-            .map_err(|e| sys("mremap (a second view of the range's memory)", e))? as usize;
+        let app = match at {
+            Some(r) if r.len == len => {
+                let addr = r.take();
+                // SAFETY: `memory` is a shared mapping of at least `len` bytes at `service` (its
+                // trait's promise): an old size of 0 makes a second mapping of the same pages;
+                // `addr..addr + len` is this process's own reservation (no Rust object lives
+                // there), which the new view replaces.
+                #[allow(unsafe_code)]
+                let moved = unsafe {
+                    rustix::mm::mremap_fixed(
+                        service as *mut _,
+                        0,
+                        len,
+                        rustix::mm::MremapFlags::MAYMOVE,
+                        addr as *mut _,
+                    )
+                };
+                match moved {
+                    Ok(p) => p as usize,
+                    Err(e) => {
+                        drop(Reservation { addr, len });
+                        return Err(sys("mremap (the range's view at its address)", e));
+                    }
+                }
+            }
+            // SAFETY: as above, the second mapping where the kernel puts it.
+            _ => {
+                #[allow(unsafe_code)]
+                let view = unsafe { rustix::mm::mremap(service as *mut _, 0, len, rustix::mm::MremapFlags::MAYMOVE) };
+                view.map_err(|e| sys("mremap (a second view of the range's memory)", e))? as usize
+            }
+        };
         let access: Vec<Access> = (0..protocol.pages() as PageId)
             .map(|p| if protocol.home(p) == Ok(protocol.me()) { Access::Read } else { Access::None })
             .collect();

@@ -280,6 +280,14 @@ fn frames(g: &Group) -> [f64; 5] {
 pub fn run_shared(g: Group, app: App, size: usize, seed: u64, dir: &Path) -> Result<RunResult, EvalError> {
     check_sizes(app, size)?;
     let mut m = SharedMemory::new(g, app.words(size) * 8).map_err(dsm)?;
+    // The ranks are processes of their own here: every rank's view of the range sits at one
+    // address (a pointer into it means the same word at every rank), or the run says so.
+    let addr = m.range().as_ptr() as u64;
+    let mut addrs = vec![0u64; m.size()];
+    m.group().allgather(&addr.to_le_bytes(), bytemuck::cast_slice_mut(&mut addrs))?;
+    if addrs.iter().any(|&a| a != addr) {
+        return Err(EvalError::WrongOutput(format!("the ranks' views of the shared range are at {addrs:#x?}")));
+    }
     app.init(&mut m, size, seed).map_err(dsm)?;
     let next = (m.rank() + 1) % m.size();
     let transport = m.group().conn(next).map(|c| c.transport().to_string());
