@@ -98,6 +98,19 @@ fn small_udp(path: &NetPath, secs: u64, transport: &str) -> Result<Row, String> 
     iperf3_udp_capacity(path, PING_SIZE, secs, UDP_SEARCH_SMALL, transport)
 }
 
+/// `--host-cores`: each host of `cfg` a core of its own among those this process may use (the
+/// hosts past the last core share it).
+pub(crate) fn give_hosts_cores(cfg: &mut RackConfig) -> Result<()> {
+    let usable = cores::usable().context("this process's cores")?;
+    if usable.len() < 2 {
+        bail!("--host-cores needs two cores at least (this process may use {})", cores::cores_text(&usable));
+    }
+    for (i, h) in cfg.hosts.iter_mut().enumerate() {
+        h.cores = vec![usable[i.min(usable.len() - 1)]];
+    }
+    Ok(())
+}
+
 /// A ratio of two rows of one repeat: `(name, what it compares, the figure of a row)`.
 struct Ratio {
     name: &'static str,
@@ -296,13 +309,7 @@ pub fn run(opts: &VnicBench) -> Result<()> {
     let udp_secs = (secs / 2).max(1);
     let mut cfg = RackConfig::parse(CONFIG)?;
     if host_cores {
-        let usable = cores::usable().context("this process's cores")?;
-        if usable.len() < 2 {
-            bail!("--host-cores needs two cores at least (this process may use {})", cores::cores_text(&usable));
-        }
-        for (i, h) in cfg.hosts.iter_mut().enumerate() {
-            h.cores = vec![usable[i.min(usable.len() - 1)]];
-        }
+        give_hosts_cores(&mut cfg)?;
     }
     let _ = rackwire_rack::down(Some(RACK));
     let exe = crate::spawn::own_exe()?;

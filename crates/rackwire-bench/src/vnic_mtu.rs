@@ -12,11 +12,11 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use rackwire_rack::{cores, RackConfig};
+use anyhow::{bail, Result};
+use rackwire_rack::RackConfig;
 
 use crate::repeat::median_spread;
-use crate::vnic::{plain_addr, route_dev};
+use crate::vnic::{give_hosts_cores, plain_addr, route_dev};
 use crate::{iperf3_path, iperf3_udp_capacity, NetPath, Row, UdpSearch};
 
 /// iperf3's TCP write length.
@@ -64,13 +64,7 @@ struct Swept {
 fn sweep_one(mtu: usize, repeat: usize, secs: u64, host_cores: bool) -> Result<Swept> {
     let mut cfg = RackConfig::parse(&config(mtu))?;
     if host_cores {
-        let usable = cores::usable().context("this process's cores")?;
-        if usable.len() < 2 {
-            bail!("--host-cores needs two cores at least (this process may use {})", cores::cores_text(&usable));
-        }
-        for (i, h) in cfg.hosts.iter_mut().enumerate() {
-            h.cores = vec![usable[i]];
-        }
+        give_hosts_cores(&mut cfg)?;
     }
     let _ = rackwire_rack::down(Some(RACK));
     let state = rackwire_rack::up(&cfg, &crate::spawn::own_exe()?)?;

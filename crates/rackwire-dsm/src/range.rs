@@ -492,7 +492,6 @@ impl Range {
         let mut p = lock(&self.inner.protocol);
         let rel = p.release(|page| self.inner.service_page(page));
         self.inner.carry_out(&mut p, rel.actions.clone(), Opens::View)?;
-        self.inner.note_held(&p, rel.notices.iter().copied());
         Ok(rel)
     }
 
@@ -501,7 +500,6 @@ impl Range {
         let mut p = lock(&self.inner.protocol);
         let acq = p.acquire(notices, |page| self.inner.service_page(page))?;
         self.inner.carry_out(&mut p, acq.actions.clone(), Opens::View)?;
-        self.inner.note_held(&p, notices.iter().copied());
         Ok(acq)
     }
 
@@ -663,7 +661,9 @@ impl Inner {
         Ok(())
     }
 
-    /// Record the protocol's state of `pages` for the word-run accessors (under its lock).
+    /// Record the protocol's state of `pages` for the word-run accessors (under its lock). Every
+    /// change of a page's state comes with an action on that page (a fetch or a protection),
+    /// so the pages [`Inner::carry_out`] is handed are all whose state may have moved.
     fn note_held(&self, p: &Protocol, pages: impl IntoIterator<Item = PageId>) {
         for page in pages {
             let Some(h) = self.held.get(page as usize) else { continue };
@@ -716,14 +716,10 @@ impl Inner {
     ) -> Result<(), DsmError> {
         let mut p = lock(&self.protocol);
         let mut actions = Vec::new();
-        let mut pages_seen = Vec::new();
         for page in pages {
             actions.extend(event(&mut p, page, self.service_page(page))?);
-            pages_seen.push(page);
         }
-        self.carry_out(&mut p, actions, opens)?;
-        self.note_held(&p, pages_seen);
-        Ok(())
+        self.carry_out(&mut p, actions, opens)
     }
 
     /// Resolve the fault at `addr`.
@@ -734,9 +730,7 @@ impl Inner {
         let write = self.access.get(page as usize).map(|a| a.load(Ordering::Acquire)) == Some(level(Access::Read));
         let copy = self.service_page(page);
         let actions = p.fault(page, write, copy)?;
-        self.carry_out(&mut p, actions, Opens::View)?;
-        self.note_held(&p, [page]);
-        Ok(())
+        self.carry_out(&mut p, actions, Opens::View)
     }
 
     /// The service thread: resolves posted faults, sleeps on the bell between them.
